@@ -1,0 +1,85 @@
+"""The project's exception hierarchy, in one place.
+
+Every error a user can cause or meet derives from :class:`AstralError`; the CLI catches
+that one class, prints ``str(error)`` (one sentence, no traceback) and exits with the
+error's ``exit_status``. Library code never calls ``exit()``.
+
+It lives in ``topologies/`` because that package imports nothing else of ours, so both
+``orchestrator/`` and ``controllers/`` can import it without breaking the layering::
+
+    AstralError                  base: message + exit status
+    +-- ConfigError              a file the user wrote is wrong (exit 2)
+    |   +-- FabricSpecError      ... a fabric description
+    |   +-- ExperimentError      ... an experiment description
+    +-- EnvironmentProblem       the machine cannot do what was asked (exit 3)
+    +-- EmulationError           bringing a fabric up or down failed (exit 4)
+    +-- ConcurrentRunError       another run holds the lock (exit 5)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class AstralError(Exception):
+    """Base of every error the CLI reports as a sentence instead of a traceback."""
+
+    exit_status: int = 1
+
+
+class ConfigError(AstralError):
+    """A user-written file is wrong: names the file, the key path, expected and found.
+
+    ``key`` is a dotted path into the document (``speeds.nic``, ``pods``); empty for
+    problems with the file as a whole (unreadable, not YAML, not a mapping).
+    """
+
+    exit_status = 2
+
+    def __init__(
+        self,
+        file: str | Path | None,
+        key: str,
+        expected: str,
+        found: object = None,
+        *,
+        detail: str = "",
+    ) -> None:
+        self.file = str(file) if file is not None else "<inline>"
+        self.key = key
+        self.expected = expected
+        self.found = found
+        self.detail = detail
+        super().__init__(self._sentence())
+
+    def _sentence(self) -> str:
+        where = f"{self.file}: " + (f"key '{self.key}': " if self.key else "")
+        found = "" if self.found is None else f", found {self.found!r}"
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{where}expected {self.expected}{found}{detail}"
+
+
+class FabricSpecError(ConfigError):
+    """A fabric description is malformed or describes a fabric that cannot be wired."""
+
+
+class ExperimentError(ConfigError):
+    """An experiment description is malformed."""
+
+
+class EnvironmentProblem(AstralError):
+    """The machine lacks something a run needs (root, Open vSwitch, mnexec, ...)."""
+
+    exit_status = 3
+
+
+class EmulationError(AstralError):
+    """Bringing the emulated fabric up, checking it, or tearing it down failed."""
+
+    exit_status = 4
+
+
+class ConcurrentRunError(AstralError):
+    """Another astral run holds the lock; two runs would fight over OVS and names."""
+
+    exit_status = 5

@@ -1,0 +1,276 @@
+"""The fabric description a user writes (YAML), validated into a typed :class:`FabricSpec`.
+
+This module only checks the *shape* of the document (keys, types, ranges). Whether the
+described fabric can actually be wired (radix large enough, port split consistent with the
+counts) is each generator's business: ``generators.<kind>.check(spec)`` raises the same
+:class:`~topologies.errors.FabricSpecError`, so a user always gets one sentence naming the
+file, the key path, what was expected and what was found.
+
+Example (``topologies/presets/astral-small.yaml``)::
+
+    name: astral-small
+    kind: astral            # astral | fat-tree | rail-optimized | rail-only
+    pods: 2
+    servers_per_pod: 2
+    gpus_per_server: 2      # = rails
+    nic_ports: 2            # 2 = dual-ToR, 1 = single-ToR
+    switch: {radix: 4, down_ports: 2}
+    speeds: {nic: 200G, tor_agg: 200G, agg_core: 200G, nvlink: 3.6T}
+    oversubscription: {tor: 1, agg: 1}
+    emulation: {scale: 1.0e-4}   # 200G real -> 20M emulated
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topologies.errors import FabricSpecError
+from topologies.units import format_rate, parse_rate
+
+KINDS = ("astral", "fat-tree", "rail-optimized", "rail-only")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+# Real speeds of the paper's fabric: 200G ports everywhere, NVLink 4.0 at 900 GB/s
+# bidirectional = 3.6 Tbit/s one way.
+DEFAULT_SPEEDS = {"nic": 200e9, "tor_agg": 200e9, "agg_core": 200e9, "nvlink": 3.6e12}
+# 200G real -> 20 Mbit/s emulated: eight dual-ported GPUs then offer 320 Mbit/s in total,
+# well inside what userspace OVS forwards on two cores (docs/fidelity.md).
+DEFAULT_SCALE = 1e-4
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """Switch radix and how its ports split between downlinks and uplinks."""
+
+    radix: int
+    down_ports: int
+
+    @property
+    def up_ports(self) -> int:
+        return self.radix - self.down_ports
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """Real link rates per tier, bit/s."""
+
+    nic: float = DEFAULT_SPEEDS["nic"]
+    tor_agg: float = DEFAULT_SPEEDS["tor_agg"]
+    agg_core: float = DEFAULT_SPEEDS["agg_core"]
+    nvlink: float = DEFAULT_SPEEDS["nvlink"]
+
+
+@dataclass(frozen=True)
+class Oversubscription:
+    """Down:up capacity ratio wanted at the ToR and aggregation tiers (1 = non-blocking)."""
+
+    tor: float = 1.0
+    agg: float = 1.0
+
+
+@dataclass(frozen=True)
+class EmulationSpec:
+    """How real rates map onto the emulated links: emulated = real * scale."""
+
+    scale: float = DEFAULT_SCALE
+
+    def emulated(self, real_bps: float) -> float:
+        return real_bps * self.scale
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """A validated fabric description. ``source`` is the file it came from, for messages."""
+
+    name: str
+    kind: str
+    pods: int
+    servers_per_pod: int | None
+    gpus_per_server: int
+    nic_ports: int
+    switch: SwitchSpec
+    speeds: Speeds = field(default_factory=Speeds)
+    oversubscription: Oversubscription = field(default_factory=Oversubscription)
+    emulation: EmulationSpec = field(default_factory=EmulationSpec)
+    source: str = "<inline>"
+
+    @property
+    def rails(self) -> int:
+        return self.gpus_per_server
+
+    def error(self, key: str, expected: str, found: object = None, detail: str = "") -> (
+        FabricSpecError
+    ):
+        """An error about this spec's ``key``, for generators' wiring checks."""
+        return FabricSpecError(self.source, key, expected, found, detail=detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical YAML-able form (rates spelled like ``200G``)."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "pods": self.pods,
+            "servers_per_pod": self.servers_per_pod,
+            "gpus_per_server": self.gpus_per_server,
+            "nic_ports": self.nic_ports,
+            "switch": {"radix": self.switch.radix, "down_ports": self.switch.down_ports},
+            "speeds": {
+                "nic": format_rate(self.speeds.nic),
+                "tor_agg": format_rate(self.speeds.tor_agg),
+                "agg_core": format_rate(self.speeds.agg_core),
+                "nvlink": format_rate(self.speeds.nvlink),
+            },
+            "oversubscription": {"tor": self.oversubscription.tor, "agg": self.oversubscription.agg},
+            "emulation": {"scale": self.emulation.scale},
+        }
+
+
+_TOP_KEYS = {
+    "name", "kind", "pods", "servers_per_pod", "gpus_per_server", "nic_ports", "switch",
+    "speeds", "oversubscription", "emulation",
+}
+
+
+class _Reader:
+    """Walks a parsed document, raising FabricSpecError with file and key path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, expected: str, found: object = None, detail: str = "") -> None:
+        raise FabricSpecError(self.source, key, expected, found, detail=detail)
+
+    def mapping(self, value: object, key: str, allowed: set[str]) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            self.fail(key, "a mapping", _describe(value))
+        assert isinstance(value, Mapping)
+        for name in value:
+            if not isinstance(name, str) or name not in allowed:
+                path = f"{key}.{name}" if key else str(name)
+                self.fail(path, "one of the known keys " + ", ".join(sorted(allowed)), "unknown key")
+        return value
+
+    def integer(self, value: object, key: str, minimum: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, f"an integer >= {minimum}", value)
+        assert isinstance(value, int)
+        if value < minimum:
+            self.fail(key, f"an integer >= {minimum}", value)
+        return value
+
+    def number(self, value: object, key: str, low: float, high: float | None = None) -> float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                self.fail(key, "a number", value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, "a number", value)
+        assert isinstance(value, (int, float))
+        if value < low or (high is not None and value > high) or value != value:
+            rng = f">= {low:g}" if high is None else f"between {low:g} and {high:g}"
+            self.fail(key, f"a number {rng}", value)
+        return float(value)
+
+    def rate(self, value: object, key: str) -> float:
+        try:
+            return parse_rate(value)
+        except ValueError as err:
+            self.fail(key, str(err), value)
+        raise AssertionError("unreachable")
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "nothing"
+    return f"a {type(value).__name__} ({value!r})" if not isinstance(value, (dict, list)) else (
+        f"a {type(value).__name__}"
+    )
+
+
+def parse_fabric_spec(document: object, source: str = "<inline>") -> FabricSpec:
+    """Validate a parsed YAML document into a FabricSpec (shape only, see module docstring)."""
+    read = _Reader(source)
+    doc = read.mapping(document, "", _TOP_KEYS)
+    for required in ("name", "kind", "gpus_per_server", "switch"):
+        if required not in doc:
+            read.fail(required, "this key to be present", "it missing")
+
+    name = doc["name"]
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        read.fail("name", "a lower-case name of letters, digits and '-' (at most 32)", name)
+    kind = doc["kind"]
+    if kind not in KINDS:
+        read.fail("kind", "one of " + ", ".join(KINDS), kind)
+
+    pods = read.integer(doc.get("pods", 1), "pods")
+    servers = doc.get("servers_per_pod")
+    servers_per_pod = None if servers is None else read.integer(servers, "servers_per_pod")
+    gpus = read.integer(doc["gpus_per_server"], "gpus_per_server")
+    nic_ports = read.integer(doc.get("nic_ports", 2 if kind == "astral" else 1), "nic_ports")
+    if nic_ports not in (1, 2):
+        read.fail("nic_ports", "1 (single-ToR) or 2 (dual-ToR)", nic_ports)
+
+    sw = read.mapping(doc["switch"], "switch", {"radix", "down_ports"})
+    if "radix" not in sw:
+        read.fail("switch.radix", "this key to be present", "it missing")
+    radix = read.integer(sw["radix"], "switch.radix", minimum=2)
+    down = read.integer(sw.get("down_ports", radix // 2), "switch.down_ports")
+    if down >= radix:
+        read.fail(
+            "switch.down_ports", f"fewer down ports than the radix ({radix})", down,
+            detail="a switch needs at least one uplink",
+        )
+
+    raw_speeds = read.mapping(doc.get("speeds", {}), "speeds", set(DEFAULT_SPEEDS))
+    speeds = Speeds(**{k: read.rate(v, f"speeds.{k}") for k, v in raw_speeds.items()})
+
+    raw_over = read.mapping(doc.get("oversubscription", {}), "oversubscription", {"tor", "agg"})
+    over = Oversubscription(
+        **{k: read.number(v, f"oversubscription.{k}", 1.0, 1000.0) for k, v in raw_over.items()}
+    )
+
+    raw_emu = read.mapping(doc.get("emulation", {}), "emulation", {"scale"})
+    emulation = EmulationSpec(
+        scale=read.number(raw_emu.get("scale", DEFAULT_SCALE), "emulation.scale", 1e-9, 1.0)
+    )
+    if emulation.scale <= 0:
+        read.fail("emulation.scale", "a number above 0", emulation.scale)
+
+    return FabricSpec(
+        name=name,
+        kind=kind,
+        pods=pods,
+        servers_per_pod=servers_per_pod,
+        gpus_per_server=gpus,
+        nic_ports=nic_ports,
+        switch=SwitchSpec(radix=radix, down_ports=down),
+        speeds=speeds,
+        oversubscription=over,
+        emulation=emulation,
+        source=source,
+    )
+
+
+def load_fabric_spec(path: str | Path) -> FabricSpec:
+    """Read and validate a fabric file; every problem becomes one FabricSpecError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FabricSpecError(path, "", "an existing fabric file", "no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise FabricSpecError(path, "", "a readable UTF-8 text file", str(err)) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
+        raise FabricSpecError(path, "", "valid YAML", f"a syntax error at {where}") from None
+    return parse_fabric_spec(document, str(path))

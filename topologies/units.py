@@ -1,0 +1,45 @@
+"""Link rates written the way network people write them: ``200G``, ``25M``, ``3.6T``.
+
+Rates are bits per second, decimal prefixes (``1G`` = 10**9 bit/s), as on switch data sheets.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([KMGT]?)(?:bit/s|bps|b/s)?\s*$", re.I)
+
+
+def parse_rate(text: object) -> float:
+    """Return the rate in bit/s for ``200G``, ``3.6T``, ``25M``, ``100Mbps`` or a bare number.
+
+    Raises ``ValueError`` with the accepted forms for anything else (the spec loader turns
+    it into a message that names the file and key).
+    """
+    if isinstance(text, bool):
+        raise ValueError("a rate such as 200G, 25M or 3.6T")
+    if isinstance(text, (int, float)):
+        if text <= 0:
+            raise ValueError("a positive rate")
+        return float(text)
+    if not isinstance(text, str):
+        raise ValueError("a rate such as 200G, 25M or 3.6T")
+    match = _RATE.match(text)
+    if not match:
+        raise ValueError("a rate such as 200G, 25M or 3.6T")
+    value = float(match.group(1)) * _PREFIX[match.group(2).upper()]
+    if value <= 0:
+        raise ValueError("a positive rate")
+    return value
+
+
+def format_rate(bps: float) -> str:
+    """``2e11`` -> ``'200G'``; ``2.5e7`` -> ``'25M'``; the shortest faithful spelling."""
+    for prefix in ("T", "G", "M", "K"):
+        scale = _PREFIX[prefix]
+        if bps >= scale:
+            value = bps / scale
+            text = f"{value:.3f}".rstrip("0").rstrip(".")
+            return f"{text}{prefix}"
+    return f"{bps:.0f}"
