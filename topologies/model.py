@@ -166,7 +166,11 @@ class FabricBuilder:
         self.gpu_forwarding = False
 
     def add_switch(
-        self, name: str, tier: Tier, pod: int | None = None, rail: int | None = None,
+        self,
+        name: str,
+        tier: Tier,
+        pod: int | None = None,
+        rail: int | None = None,
         index: int = 0,
     ) -> str:
         if name in self._switches or name in self._gpus:
@@ -182,7 +186,10 @@ class FabricBuilder:
         gpus = []
         for local in range(self.spec.gpus_per_server):
             gpu = Gpu(
-                name=f"{name}g{local}", rank=len(self._gpus), pod=pod, server=name,
+                name=f"{name}g{local}",
+                rank=len(self._gpus),
+                pod=pod,
+                server=name,
                 local_rank=local,
             )
             self._gpus[gpu.name] = gpu
@@ -190,8 +197,14 @@ class FabricBuilder:
             gpus.append(gpu.name)
             # GPU port 0 is its NVLink port, by convention.
             self._links.append(
-                Link(gpu.name, 0, nvswitch, self._take_port(nvswitch), LinkKind.NVLINK,
-                     self.spec.speeds.nvlink)
+                Link(
+                    gpu.name,
+                    0,
+                    nvswitch,
+                    self._take_port(nvswitch),
+                    LinkKind.NVLINK,
+                    self.spec.speeds.nvlink,
+                )
             )
         server = Server(name, pod, index, tuple(gpus), nvswitch)
         self._servers[name] = server
@@ -214,8 +227,11 @@ class FabricBuilder:
             for dpid, (name, (tier, pod, rail, index)) in enumerate(ordered, start=1)
         }
         return Fabric(
-            spec=self.spec, switches=switches, gpus=dict(self._gpus),
-            servers=dict(self._servers), links=list(self._links),
+            spec=self.spec,
+            switches=switches,
+            gpus=dict(self._gpus),
+            servers=dict(self._servers),
+            links=list(self._links),
             gpu_forwarding=self.gpu_forwarding,
         )
 

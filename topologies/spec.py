@@ -104,9 +104,9 @@ class FabricSpec:
     def rails(self) -> int:
         return self.gpus_per_server
 
-    def error(self, key: str, expected: str, found: object = None, detail: str = "") -> (
-        FabricSpecError
-    ):
+    def error(
+        self, key: str, expected: str, found: object = None, detail: str = ""
+    ) -> FabricSpecError:
         """An error about this spec's ``key``, for generators' wiring checks."""
         return FabricSpecError(self.source, key, expected, found, detail=detail)
 
@@ -126,14 +126,25 @@ class FabricSpec:
                 "agg_core": format_rate(self.speeds.agg_core),
                 "nvlink": format_rate(self.speeds.nvlink),
             },
-            "oversubscription": {"tor": self.oversubscription.tor, "agg": self.oversubscription.agg},
+            "oversubscription": {
+                "tor": self.oversubscription.tor,
+                "agg": self.oversubscription.agg,
+            },
             "emulation": {"scale": self.emulation.scale},
         }
 
 
 _TOP_KEYS = {
-    "name", "kind", "pods", "servers_per_pod", "gpus_per_server", "nic_ports", "switch",
-    "speeds", "oversubscription", "emulation",
+    "name",
+    "kind",
+    "pods",
+    "servers_per_pod",
+    "gpus_per_server",
+    "nic_ports",
+    "switch",
+    "speeds",
+    "oversubscription",
+    "emulation",
 }
 
 
@@ -153,7 +164,9 @@ class _Reader:
         for name in value:
             if not isinstance(name, str) or name not in allowed:
                 path = f"{key}.{name}" if key else str(name)
-                self.fail(path, "one of the known keys " + ", ".join(sorted(allowed)), "unknown key")
+                self.fail(
+                    path, "one of the known keys " + ", ".join(sorted(allowed)), "unknown key"
+                )
         return value
 
     def integer(self, value: object, key: str, minimum: int = 1) -> int:
@@ -189,8 +202,10 @@ class _Reader:
 def _describe(value: object) -> str:
     if value is None:
         return "nothing"
-    return f"a {type(value).__name__} ({value!r})" if not isinstance(value, (dict, list)) else (
-        f"a {type(value).__name__}"
+    return (
+        f"a {type(value).__name__} ({value!r})"
+        if not isinstance(value, (dict, list))
+        else (f"a {type(value).__name__}")
     )
 
 
@@ -224,7 +239,9 @@ def parse_fabric_spec(document: object, source: str = "<inline>") -> FabricSpec:
     down = read.integer(sw.get("down_ports", radix // 2), "switch.down_ports")
     if down >= radix:
         read.fail(
-            "switch.down_ports", f"fewer down ports than the radix ({radix})", down,
+            "switch.down_ports",
+            f"fewer down ports than the radix ({radix})",
+            down,
             detail="a switch needs at least one uplink",
         )
 
