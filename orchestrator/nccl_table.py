@@ -1,0 +1,238 @@
+"""The nccl-tests result table: its metrics and the text it prints, in one place.
+
+Workers, the results bundle and ``astral compare`` all print collectives the way
+``all_reduce_perf`` does, so that people who read nccl-tests output every day read ours
+without a legend. Definitions (nccl-tests doc/PERFORMANCE.md, ASTRAL.md "Metrics")::
+
+    algbw = S / t                      S bytes per operation, t seconds per operation
+    busbw = algbw * factor(op, n)      all-reduce 2(n-1)/n; all-gather, reduce-scatter and
+                                       all-to-all (n-1)/n; broadcast and reduce 1
+
+``t`` is the time of one operation averaged over the timed iterations of a rank, then
+averaged across ranks (nccl-tests' default ``-a 1``).
+
+Rates are measured on emulated links that run ``scale`` times the real speed
+(``emulation.scale`` of the fabric, e.g. 1e-4: 200G -> 20 Mbit/s). The table prints the
+emulated values in the usual columns (GB/s, with enough decimals to be readable at
+megabit rates) and two extra, labelled columns scaled back to real link speeds
+(``emulated / scale``), comparable to what nccl-tests reports on the real fabric::
+
+    # real-speed columns: emulated / 0.0001 (the fabric's emulation scale)
+    #       size  ...  root        time       algbw       busbw  #wrong     algbw     busbw
+    #        (B)  ...              (us)      (GB/s)      (GB/s)            (GB/s)    (GB/s)
+         1048576  ...    -1    386317.5    0.002714    0.004750       0     27.14     47.50
+    # Out of bounds values : 0 OK
+    # Avg bus bandwidth at real speed : 47.50
+    # Avg bus bandwidth    : 0.004750
+
+(``...`` stands for the count, type and redop columns, as in nccl-tests.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+# Element sizes of the nccl-tests type names (``-d``).
+ELEMENT_SIZES = {
+    "int8": 1,
+    "uint8": 1,
+    "half": 2,
+    "bfloat16": 2,
+    "float": 4,
+    "int32": 4,
+    "uint32": 4,
+    "double": 8,
+    "int64": 8,
+    "uint64": 8,
+}
+DEFAULT_DTYPE = "float"
+
+_BUS_FACTORS: dict[str, Callable[[int], float]] = {
+    "all-reduce": lambda n: 2 * (n - 1) / n,
+    "all-gather": lambda n: (n - 1) / n,
+    "reduce-scatter": lambda n: (n - 1) / n,
+    "all-to-all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+# What nccl-tests prints in the redop column (its default ``-o sum``; "none" where the
+# operation does not reduce) and which operations have a root (others print -1).
+_REDOPS = {
+    "all-reduce": "sum",
+    "reduce-scatter": "sum",
+    "reduce": "sum",
+    "all-gather": "none",
+    "all-to-all": "none",
+    "broadcast": "none",
+}
+ROOTED = frozenset({"broadcast", "reduce"})
+OPERATIONS = tuple(_BUS_FACTORS)
+
+
+def bus_factor(op: str, ranks: int) -> float:
+    """nccl-tests' busbw / algbw factor for ``op`` over ``ranks`` ranks."""
+    try:
+        factor = _BUS_FACTORS[op]
+    except KeyError:
+        raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPERATIONS)}") from None
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, got {ranks}")
+    return factor(ranks)
+
+
+def redop(op: str) -> str:
+    return _REDOPS.get(op, "none")
+
+
+def algbw_gbps(size_bytes: float, time_us: float) -> float:
+    """S / t in GB/s (10**9 bytes per second), nccl-tests' unit."""
+    if time_us <= 0:
+        return math.nan
+    return size_bytes / (time_us * 1e-6) / 1e9
+
+
+@dataclass(frozen=True)
+class NcclRow:
+    """One line of an nccl-tests table (one message size). Bandwidths in GB/s, emulated."""
+
+    size: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    time_us: float
+    algbw: float
+    busbw: float
+    wrong: int
+
+    @classmethod
+    def of(
+        cls,
+        op: str,
+        *,
+        size: int,
+        count: int,
+        dtype: str,
+        ranks: int,
+        time_us: float,
+        wrong: int,
+        root: int | None = None,
+    ) -> NcclRow:
+        """Compute algbw and busbw from the size and the time of one operation."""
+        algbw = algbw_gbps(size, time_us)
+        return cls(
+            size=size,
+            count=count,
+            dtype=dtype,
+            redop=redop(op),
+            root=(0 if root is None else root) if op in ROOTED else -1,
+            time_us=time_us,
+            algbw=algbw,
+            busbw=algbw * bus_factor(op, ranks),
+            wrong=wrong,
+        )
+
+    def real(self, scale: float) -> tuple[float, float]:
+        """(algbw, busbw) scaled back to real link speeds: emulated / scale."""
+        return self.algbw / scale, self.busbw / scale
+
+
+def average_busbw(rows: Sequence[NcclRow]) -> float:
+    """nccl-tests' "Avg bus bandwidth": the plain mean of the busbw column."""
+    values = [row.busbw for row in rows if not math.isnan(row.busbw)]
+    return sum(values) / len(values) if values else math.nan
+
+
+_HEAD = (
+    f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}"
+    f"  {'time':>10}  {'algbw':>10}  {'busbw':>10}  {'#wrong':>6}"
+)
+_UNITS = (
+    f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
+    f"  {'(us)':>10}  {'(GB/s)':>10}  {'(GB/s)':>10}  {'':>6}"
+)
+_REAL_HEAD = f"  {'algbw':>8}  {'busbw':>8}"
+_REAL_UNITS = f"  {'(GB/s)':>8}  {'(GB/s)':>8}"
+
+
+def _number(value: float, spec: str) -> str:
+    return format(value, spec) if not math.isnan(value) else "nan"
+
+
+def format_row(row: NcclRow, scale: float | None = None) -> str:
+    line = (
+        f"{row.size:>12}  {row.count:>12}  {row.dtype:>8}  {row.redop:>6}  {row.root:>6}"
+        f"  {_number(row.time_us, '10.1f'):>10}  {_number(row.algbw, '10.6f'):>10}"
+        f"  {_number(row.busbw, '10.6f'):>10}  {row.wrong:>6}"
+    )
+    if scale is not None:
+        algbw, busbw = row.real(scale)
+        line += f"  {_number(algbw, '8.2f'):>8}  {_number(busbw, '8.2f'):>8}"
+    return line
+
+
+def format_table(
+    rows: Iterable[NcclRow], *, title: Sequence[str] = (), scale: float | None = None
+) -> str:
+    """The table as nccl-tests prints it, ending with ``# Avg bus bandwidth    : X``.
+
+    ``title`` lines are printed first, each behind ``# ``. With ``scale`` (the fabric's
+    emulation scale), two extra columns give algbw and busbw at real link speeds, and a line
+    before the last one gives the average bus bandwidth at real speeds; the last line keeps
+    nccl-tests' exact form (emulated GB/s), so tools that parse it still work.
+    """
+    rows = list(rows)
+    lines = [f"# {text}" for text in title]
+    head, units = _HEAD, _UNITS
+    if scale is not None:
+        lines.append(f"# real-speed columns: emulated / {scale:g} (the fabric's emulation scale)")
+        emulated = len(_HEAD) - len(_HEAD.split("time")[0]) + 4
+        group = f"#{'':>{len(_HEAD) - emulated - 1}}{'emulated':^{emulated}}"
+        lines.append(f"{group}{'real speed':^{len(_REAL_HEAD)}}")
+        head += _REAL_HEAD
+        units += _REAL_UNITS
+    lines += [head, units]
+    lines += [format_row(row, scale) for row in rows]
+    average = average_busbw(rows)
+    wrong = sum(row.wrong for row in rows)
+    lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    if scale is not None:
+        lines.append(f"# Avg bus bandwidth at real speed : {_number(average / scale, '.2f')}")
+    lines.append(f"# Avg bus bandwidth    : {_number(average, '.6f')}")
+    lines = [line.rstrip() for line in lines]
+    return "\n".join(lines) + "\n"
+
+
+CSV_COLUMNS = (
+    "size_B",
+    "count",
+    "type",
+    "redop",
+    "root",
+    "time_us",
+    "algbw_GBps",
+    "busbw_GBps",
+    "wrong",
+    "algbw_real_GBps",
+    "busbw_real_GBps",
+)
+
+
+def csv_record(row: NcclRow, scale: float) -> list[object]:
+    """The row in :data:`CSV_COLUMNS` order (real-speed columns last)."""
+    algbw, busbw = row.real(scale)
+    return [
+        row.size,
+        row.count,
+        row.dtype,
+        row.redop,
+        row.root,
+        round(row.time_us, 3),
+        row.algbw,
+        row.busbw,
+        row.wrong,
+        algbw,
+        busbw,
+    ]
