@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Set up everything astral-testbed needs, then optionally run something.
+#
+#   sudo ./setup.sh                 set up only
+#   sudo ./setup.sh run [ARGS...]   set up, then run the default experiment
+#   sudo ./setup.sh test [ARGS...]  set up, then the whole test suite (ARGS go to pytest)
+#
+# Works on a fresh Debian 12 or Ubuntu 22.04+ machine, with or without systemd, and is
+# idempotent: a second run installs nothing and takes a few seconds. Steps:
+#   1. apt packages (apt-get update only when one is missing)
+#   2. Open vSwitch daemons running (ovs-ctl without systemd, systemctl with it)
+#   3. userspace TSO enabled (restarts ovs-vswitchd only when the setting changed)
+#   4. .venv made with the system python3 and `pip install -e '.[dev]'` (only when the
+#      project is not importable from it or pyproject.toml changed since the last install)
+# Why each dependency is needed: docs/dependencies.md.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV="$REPO/.venv"
+STAMP="$VENV/.astral-setup-stamp"
+SYSTEM_PYTHON=/usr/bin/python3 # the distribution's, never pyenv's: it must match apt's mnexec
+OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
+OVS_LOG="${OVS_LOGDIR:-/var/log/openvswitch}/ovs-vswitchd.log"
+TSO_LOG_LINE="Userspace TCP Segmentation Offloading support enabled"
+APT_PACKAGES=(
+    mininet openvswitch-switch iperf3 ethtool iproute2 iputils-ping
+    python3-venv python3-pip openssh-server procps
+)
+
+say() { printf 'setup: %s\n' "$*"; }
+die() {
+    printf 'setup: error: %s\n' "$*" >&2
+    exit 1
+}
+
+usage() {
+    sed -n '2,7s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+}
+
+case "${1:-}" in
+    "" | run | test) ;;
+    -h | --help | help)
+        usage
+        exit 0
+        ;;
+    *)
+        usage >&2
+        exit 2
+        ;;
+esac
+[[ $EUID -eq 0 ]] || die "needs root (apt, Open vSwitch, Mininet): sudo $0 $*"
+cd "$REPO"
+started=$SECONDS
+
+# 1. System packages ---------------------------------------------------------------------
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null || true)"
+    [[ $status == installed ]] || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    say "apt packages: all ${#APT_PACKAGES[@]} present"
+fi
+
+# 2. Open vSwitch daemons -------------------------------------------------------------
+# `ovs-vsctl show` only reaches ovsdb-server; ovs-appctl checks ovs-vswitchd itself.
+ovs_running() {
+    ovs-vsctl --timeout=2 show >/dev/null 2>&1 &&
+        ovs-appctl --timeout=2 -t ovs-vswitchd version >/dev/null 2>&1
+}
+with_systemd() { [[ -d /run/systemd/system ]]; }
+
+if ovs_running; then
+    say "Open vSwitch: running"
+else
+    say "starting Open vSwitch"
+    if with_systemd; then
+        systemctl start openvswitch-switch
+    else
+        # Idempotent: starts whichever of ovsdb-server/ovs-vswitchd is not running. The
+        # "ulimit: error setting limit" it may print in containers is harmless.
+        "$OVS_CTL" start --system-id=random
+    fi
+    ovs_running || die "Open vSwitch did not start; see $OVS_LOG"
+fi
+
+# 3. Userspace TSO ----------------------------------------------------------------------
+# Without it TCP over the userspace datapath (used where the openvswitch kernel module is
+# missing) runs about 9x slower (/work/shared/ENVIRONMENT.md). It does nothing for the
+# kernel datapath. ovs-vswitchd applies it to ports opened after it reads the setting, so
+# restart it once to apply it to every port; ovsdb-server and the flows stay (ovs-ctl saves
+# and restores them).
+tso="$(ovs-vsctl --timeout=5 --if-exists get Open_vSwitch . other_config:userspace-tso-enable)"
+if [[ ${tso//\"/} == true ]]; then
+    say "userspace TSO: enabled"
+else
+    say "enabling userspace TSO (restarts ovs-vswitchd once)"
+    log_size=0
+    [[ -r $OVS_LOG ]] && log_size="$(stat -c %s "$OVS_LOG")"
+    ovs-vsctl --timeout=5 set Open_vSwitch . other_config:userspace-tso-enable=true
+    if with_systemd && systemctl is-active --quiet ovs-vswitchd.service; then
+        systemctl restart ovs-vswitchd.service
+    else
+        "$OVS_CTL" --no-ovsdb-server restart
+    fi
+    ovs_running || die "ovs-vswitchd did not come back after the restart; see $OVS_LOG"
+    if [[ -r $OVS_LOG ]]; then
+        for _ in $(seq 50); do
+            tail -c +"$((log_size + 1))" "$OVS_LOG" | grep -q "$TSO_LOG_LINE" && break
+            sleep 0.2
+        done
+        tail -c +"$((log_size + 1))" "$OVS_LOG" | grep -q "$TSO_LOG_LINE" ||
+            die "ovs-vswitchd restarted without enabling userspace TSO; see $OVS_LOG"
+        say "userspace TSO: active (confirmed in $OVS_LOG)"
+    else
+        say "userspace TSO: set, but $OVS_LOG is not readable to confirm it"
+    fi
+fi
+
+# 4. Python environment -----------------------------------------------------------------
+[[ -x $SYSTEM_PYTHON ]] || die "$SYSTEM_PYTHON is missing (apt-get install python3)"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $("$SYSTEM_PYTHON" -V 2>&1)"
+have="$(cat "$STAMP" 2>/dev/null || true)"
+# The project counts as installed when this checkout (not another one) is what imports.
+project_importable() {
+    "$VENV/bin/python" -c "import sys, orchestrator.cli as m; \
+sys.exit(not m.__file__.startswith(sys.argv[1] + '/'))" "$REPO" 2>/dev/null
+}
+if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
+    say "creating $VENV with $SYSTEM_PYTHON ($("$SYSTEM_PYTHON" -V 2>&1))"
+    "$SYSTEM_PYTHON" -m venv --clear "$VENV"
+    have=""
+fi
+if [[ $have == "$want" ]] && project_importable; then
+    say "Python environment: up to date"
+else
+    say "installing the project and its Python dependencies into .venv (first time: minutes)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+    project_importable || die "the project is not importable from $VENV after pip install"
+    printf '%s\n' "$want" >"$STAMP"
+fi
+say "ready in $((SECONDS - started)) s"
+
+# 5. What to run --------------------------------------------------------------------------
+command="${1:-}"
+(($#)) && shift
+case "$command" in
+    run)
+        # `astral run` is the default experiment once it exists; until then show the default
+        # fabric, which at least proves the installed CLI works.
+        if "$VENV/bin/astral" run --help >/dev/null 2>&1; then
+            exec "$VENV/bin/astral" run "$@"
+        fi
+        say "'astral run' is not there yet: running 'astral topo show' instead"
+        exec "$VENV/bin/astral" topo show "$@"
+        ;;
+    test)
+        exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+esac

@@ -1,0 +1,57 @@
+"""Shared test configuration: when integration tests may run.
+
+Integration tests are the ones marked ``@pytest.mark.integration`` (the marker is declared in
+pyproject.toml) plus everything under ``tests/integration/``, which gets the marker here so
+that ``-m "not integration"`` selects the unit tests alone. They need root and a running Open
+vSwitch. Where either is missing they are skipped with the reason, except when the
+environment variable ``CI`` is set: there they fail, so that CI cannot pass by skipping them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def _is_integration(item: pytest.Item) -> bool:
+    return item.get_closest_marker("integration") is not None
+
+
+@functools.cache
+def _missing_for_integration() -> str | None:
+    """Why integration tests cannot run here, or None if they can."""
+    if os.geteuid() != 0:
+        return "needs root (run: sudo ./setup.sh test)"
+    # `ovs-vsctl show` reaches ovsdb-server only; ovs-appctl reaches ovs-vswitchd itself.
+    for argv in (
+        ["ovs-vsctl", "--timeout=2", "show"],
+        ["ovs-appctl", "--timeout=2", "-t", "ovs-vswitchd", "version"],
+    ):
+        try:
+            subprocess.run(argv, capture_output=True, check=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return f"needs Open vSwitch running (`{' '.join(argv)}` failed; run ./setup.sh)"
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not _is_integration(item):
+        return
+    missing = _missing_for_integration()
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"integration test cannot run under CI: {missing}", pytrace=False)
+    pytest.skip(missing)
