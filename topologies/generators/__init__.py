@@ -55,9 +55,15 @@ class GeneratorRegistry:
 
 def default_registry() -> GeneratorRegistry:
     from topologies.generators.astral import AstralGenerator
+    from topologies.generators.fat_tree import FatTreeGenerator
+    from topologies.generators.rail_only import RailOnlyGenerator
+    from topologies.generators.rail_optimized import RailOptimizedGenerator
 
     registry = GeneratorRegistry()
     registry.register(AstralGenerator())
+    registry.register(FatTreeGenerator())
+    registry.register(RailOptimizedGenerator())
+    registry.register(RailOnlyGenerator())
     return registry
 
 

@@ -70,8 +70,15 @@ class AstralGenerator:
 
     def check(self, spec: FabricSpec) -> None:
         down, up = spec.switch.down_ports, spec.switch.up_ports
-        if spec.nic_ports == 2 and down < 1:
-            raise spec.error("switch.down_ports", "at least 1 down port", down)
+        if down < spec.nic_ports:
+            # An aggregation switch takes both ToRs of a dual-ToR pair on its down ports;
+            # with one down port the default pod would hold no server at all.
+            raise spec.error(
+                "switch.down_ports",
+                f"at least {spec.nic_ports} down ports (an aggregation switch must reach "
+                "both ToRs of a dual-ToR pair)",
+                down,
+            )
         tors = _tor_groups(spec) * spec.nic_ports
         if tors > down:
             limit = down * (down // spec.nic_ports)

@@ -1,0 +1,129 @@
+"""A rail-optimized two-tier leaf-spine (NVIDIA SuperPOD / Meta RoCE style).
+
+Leaves are per rail, spines are shared by all rails and all pods::
+
+            s0        s1        s2        s3          spines (tier "agg"): shared by every
+            |\\ \\      ...                             rail and pod; every leaf reaches
+            | \\ +-------------------------+          every spine
+            |  +----------------+           \\
+          p0r0t0  p0r0t1     p0r1t0  p0r1t1   p1r0t0 ...   leaves (tier "tor"): per (pod,
+             \\      /           \\      /                    rail); t0/t1 a dual-ToR pair
+              port1 port2        port1 port2
+               p0s0g0             p0s0g1                GPU of rail r: NIC port i -> leaf i
+                  \\___ p0s0nv ___/                         of its group on rail r
+
+Rules:
+
+- Leaves give ``switch.down_ports`` (D) ports to GPUs of their rail: a leaf group (a pair
+  with ``nic_ports`` 2, one leaf with 1) serves D servers, ``ceil(servers_per_pod / D)``
+  groups per rail and pod (common.py).
+- **Pods just multiply servers**: a pod is a block of servers with its own leaves (named
+  ``p<pod>r<rail>t<i>``), and all pods hang off the same spine layer. That keeps the
+  fabric two-tier, so the spine radix bounds it: the L = pods x rails x groups x nic_ports
+  leaves with U = radix - D uplinks each need ``ceil(L * U / radix)`` spines, and every
+  leaf reaches every spine only while that is at most U, i.e. L <= radix. Beyond that a
+  third tier is needed: use ``kind: astral`` (same-rail aggregation plus core).
+- ``servers_per_pod`` defaults to the most that fit: ``floor(radix / (pods x rails x
+  nic_ports))`` groups of D servers.
+- Cross-rail traffic crosses a spine (leaf - spine - leaf, 3 switch hops), like same-rail
+  traffic between leaves; only GPUs that share a leaf are 1 hop apart.
+- Oversubscription: leaf->spine links carry ``speeds.tor_agg / oversubscription.tor``;
+  there is no tier above the spines, so ``oversubscription.agg`` must stay 1.
+"""
+
+from __future__ import annotations
+
+from topologies.generators.common import (
+    connect_rail_nics,
+    packed_uppers,
+    rail_tor_name,
+    round_robin,
+    tor_groups,
+)
+from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
+from topologies.spec import FabricSpec
+
+
+def max_groups_per_rail_pod(spec: FabricSpec) -> int:
+    """Leaf groups per (rail, pod) the spine radix allows (L <= radix)."""
+    return spec.switch.radix // (spec.pods * spec.rails * spec.nic_ports)
+
+
+def rail_optimized_servers_per_pod(spec: FabricSpec) -> int:
+    if spec.servers_per_pod is not None:
+        return spec.servers_per_pod
+    return max_groups_per_rail_pod(spec) * spec.switch.down_ports
+
+
+def rail_optimized_leaves(spec: FabricSpec) -> int:
+    """All leaves of the fabric (every pod, every rail)."""
+    groups = tor_groups(rail_optimized_servers_per_pod(spec), spec.switch.down_ports)
+    return spec.pods * spec.rails * groups * spec.nic_ports
+
+
+def rail_optimized_spines(spec: FabricSpec) -> int:
+    return packed_uppers(rail_optimized_leaves(spec), spec.switch.up_ports, spec.switch.radix)
+
+
+class RailOptimizedGenerator:
+    kind = "rail-optimized"
+
+    def check(self, spec: FabricSpec) -> None:
+        radix, down = spec.switch.radix, spec.switch.down_ports
+        if spec.oversubscription.agg != 1:
+            raise spec.error(
+                "oversubscription.agg",
+                "1 (a rail-optimized fabric has no tier above its spines)",
+                spec.oversubscription.agg,
+            )
+        per_group = spec.rails * spec.nic_ports
+        if max_groups_per_rail_pod(spec) < 1:
+            key = "pods" if spec.pods > 1 else "gpus_per_server"
+            raise spec.error(
+                key,
+                f"pods x rails x nic_ports at most the radix {radix} (every leaf needs a "
+                "port on every spine)",
+                spec.pods if key == "pods" else spec.gpus_per_server,
+                detail=f"{spec.pods} pod(s) x {spec.rails} rails x {spec.nic_ports} NIC "
+                f"port(s) = {spec.pods * per_group} leaves",
+            )
+        leaves = rail_optimized_leaves(spec)
+        if leaves > radix:
+            limit = max_groups_per_rail_pod(spec) * down
+            raise spec.error(
+                "servers_per_pod",
+                f"at most {limit} servers per pod in a two-tier rail-optimized fabric of "
+                f"radix {radix} ({down} down / {spec.switch.up_ports} up)",
+                spec.servers_per_pod,
+                detail=f"it would need {leaves} leaves but a spine has only {radix} ports; "
+                "kind astral adds a tier",
+            )
+
+    def generate(self, spec: FabricSpec) -> Fabric:
+        builder = FabricBuilder(spec)
+        servers = rail_optimized_servers_per_pod(spec)
+        up = spec.switch.up_ports
+        tors = tor_groups(servers, spec.switch.down_ports) * spec.nic_ports
+        n_spines = rail_optimized_spines(spec)
+        leaf_up = spec.speeds.tor_agg / spec.oversubscription.tor
+
+        leaves = []
+        for pod in range(spec.pods):
+            for rail in range(spec.rails):
+                for t in range(tors):
+                    leaves.append(
+                        builder.add_switch(rail_tor_name(pod, rail, t), Tier.TOR, pod, rail, t)
+                    )
+        for i in range(n_spines):
+            builder.add_switch(f"s{i}", Tier.AGG, index=i)
+
+        for pod in range(spec.pods):
+            for s in range(servers):
+                builder.add_server(pod, s)
+        for pod in range(spec.pods):
+            connect_rail_nics(builder, spec, pod, servers)
+        for number, leaf in enumerate(leaves):
+            for u in range(up):
+                spine = round_robin(number, u, up, n_spines)
+                builder.connect(leaf, f"s{spine}", LinkKind.TOR_AGG, leaf_up)
+        return builder.build()
