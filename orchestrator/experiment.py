@@ -1,0 +1,554 @@
+"""The experiment a user writes (YAML), validated into a typed :class:`ExperimentSpec`.
+
+An experiment names a fabric, the load-balancing policies to compare, the collectives to
+run and the message sizes to sweep, nccl-tests style. Loading it checks everything that can
+be checked without root: the document's shape, the fabric (shape and wiring, through the
+topology generators), and the placement against the generated fabric's GPUs. Every problem
+is one :class:`~topologies.errors.ExperimentError` naming the file, the key path, what was
+expected and what was found; a fabric written inline reports its keys as ``fabric.<key>``.
+
+Example (``experiments/default.yaml`` is the annotated one)::
+
+    name: default
+    fabric: astral-small          # a preset name, a fabric file (relative to this file),
+                                  # or an inline fabric mapping (topologies/spec.py)
+    policies: [ecmp, path-pinned] # or `policy: ecmp`
+    collectives:
+      - all-reduce                # = {op: all-reduce, algorithm: ring}, the default one
+      - {op: all-to-all, algorithm: pxn}
+    sizes: {min: 64K, max: 4M, factor: 4}   # nccl-tests -b -e -f; 1K = 1024 bytes
+    iterations: 5                 # nccl-tests -n (default 20)
+    warmup: 1                     # nccl-tests -w (default 5)
+    placement: {gpus: all, order: rank}   # gpus: all | [p0s0g0, ...] | 4;
+                                          # order: rank | topology-aware | random
+    seed: 1                       # for order: random, and anything else random in a run
+    load_limit: {force: false}    # true: run even above the emulator's measured capacity
+
+:meth:`ExperimentSpec.steps` expands it into the concrete runs, policy x collective x size,
+in the order a runner should execute them (a policy change reprograms the fabric, so
+policies vary slowest).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import topologies
+from orchestrator.nccl_table import DEFAULT_DTYPE, ELEMENT_SIZES, bus_factor
+from topologies.errors import ExperimentError, FabricSpecError
+from topologies.generators import build_fabric
+from topologies.model import Fabric, Gpu
+from topologies.spec import (
+    NAME_PATTERN,
+    FabricSpec,
+    _describe,
+    _Reader,
+    load_fabric_spec,
+    parse_fabric_spec,
+)
+
+# Load-balancing policies an experiment may name. The controller's policy registry is the
+# authority once it exists; callers pass its names to load_experiment(policies=...).
+POLICIES: tuple[str, ...] = ("shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive")
+
+# Collective operations and their algorithms; the first algorithm is the default one (what
+# the short form ``- all-reduce`` means).
+COLLECTIVES: dict[str, tuple[str, ...]] = {
+    "all-reduce": ("ring", "hierarchical"),
+    "all-to-all": ("direct", "pxn"),
+    "all-gather": ("ring",),
+    "reduce-scatter": ("ring",),
+}
+
+ORDERS = ("rank", "topology-aware", "random")
+PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
+
+DEFAULT_ITERATIONS = 20  # nccl-tests -n
+DEFAULT_WARMUP = 5  # nccl-tests -w
+DEFAULT_FACTOR = 2
+
+_TOP_KEYS = {
+    "name",
+    "description",
+    "fabric",
+    "policy",
+    "policies",
+    "collectives",
+    "sizes",
+    "iterations",
+    "warmup",
+    "placement",
+    "seed",
+    "load_limit",
+}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: object) -> int:
+    """Bytes for ``1M``, ``64K``, ``512``, ``2GiB`` or a bare integer (1K = 1024, as nccl-tests).
+
+    Raises ``ValueError`` naming the accepted forms.
+    """
+    if isinstance(text, bool):
+        raise ValueError("a size in bytes such as 512, 64K or 1M")
+    if isinstance(text, int):
+        value = text
+    elif isinstance(text, str) and (match := _SIZE.match(text)):
+        value = int(match.group(1)) * _BINARY[match.group(2).upper()]
+    else:
+        raise ValueError("a size in bytes such as 512, 64K or 1M")
+    if value < 1:
+        raise ValueError("a size of at least 1 byte")
+    return value
+
+
+def format_size(size: int) -> str:
+    """``1048576`` -> ``'1M'``, ``65536`` -> ``'64K'``, ``1000`` -> ``'1000'`` (exact only)."""
+    for prefix in ("T", "G", "M", "K"):
+        unit = _BINARY[prefix]
+        if size >= unit and size % unit == 0:
+            return f"{size // unit}{prefix}"
+    return str(size)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective to run: the operation and the algorithm that implements it."""
+
+    op: str
+    algorithm: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} ({self.algorithm})"
+
+    @property
+    def slug(self) -> str:
+        """For file names: ``all-reduce-ring``."""
+        return f"{self.op}-{self.algorithm}"
+
+
+@dataclass(frozen=True)
+class SizeSweep:
+    """Message sizes min, min*factor, ... up to max (nccl-tests -b, -e, -f)."""
+
+    min: int
+    max: int
+    factor: int = DEFAULT_FACTOR
+
+    def values(self) -> list[int]:
+        sizes, size = [], self.min
+        while size <= self.max:
+            sizes.append(size)
+            size *= self.factor
+        return sizes
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which GPUs take part (None = all, a count = the first n by rank, or names) and how
+    ranks are ordered over them."""
+
+    gpus: tuple[str, ...] | int | None = None
+    order: str = "rank"
+
+    def select(self, fabric: Fabric, seed: int) -> tuple[str, ...]:
+        """The chosen GPUs in rank order: element i is the GPU that plays rank i."""
+        by_rank = fabric.gpus_by_rank()
+        if self.gpus is None:
+            chosen = by_rank
+        elif isinstance(self.gpus, int):
+            chosen = by_rank[: self.gpus]
+        else:
+            chosen = sorted((fabric.gpus[name] for name in self.gpus), key=lambda g: g.rank)
+        if self.order == "topology-aware":
+            chosen = topology_aware_order(chosen)
+        elif self.order == "random":
+            chosen = list(chosen)
+            random.Random(seed).shuffle(chosen)
+        return tuple(gpu.name for gpu in chosen)
+
+
+def topology_aware_order(gpus: Sequence[Gpu]) -> list[Gpu]:
+    """Servers in (pod, server) order, GPUs of every other server reversed (a "snake").
+
+    A ring over this order enters and leaves each server on the same rail as its neighbour,
+    so every server-to-server hop stays inside one rail plane (Astral's same-rail pattern,
+    Xingmai's topology-aware rank order) and the intra-server hops ride NVLink. With an even
+    number of servers the ring's wrap-around hop is same-rail too.
+    """
+    servers: dict[tuple[int, str], list[Gpu]] = {}
+    for gpu in sorted(gpus, key=lambda g: (g.pod, g.server, g.local_rank)):
+        servers.setdefault((gpu.pod, gpu.server), []).append(gpu)
+    ordered: list[Gpu] = []
+    for index, key in enumerate(sorted(servers)):
+        members = servers[key]
+        ordered.extend(members if index % 2 == 0 else reversed(members))
+    return ordered
+
+
+@dataclass(frozen=True)
+class LoadLimit:
+    """``force``: run even when the offered load exceeds the emulator's measured capacity."""
+
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """One concrete configuration: a policy, a collective and a message size."""
+
+    index: int
+    policy: str
+    collective: Collective
+    size: int  # bytes: the buffer for all-reduce, what one rank sends for all-to-all
+    count: int  # elements of ``dtype``
+    dtype: str
+    ranks: int
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A validated experiment. ``gpus`` is the placement, resolved: gpus[i] plays rank i."""
+
+    name: str
+    fabric: FabricSpec
+    fabric_source: str  # the fabric file, or "inline"
+    policies: tuple[str, ...]
+    collectives: tuple[Collective, ...]
+    sizes: SizeSweep
+    gpus: tuple[str, ...]
+    iterations: int = DEFAULT_ITERATIONS
+    warmup: int = DEFAULT_WARMUP
+    placement: Placement = field(default_factory=Placement)
+    seed: int = 0
+    load_limit: LoadLimit = field(default_factory=LoadLimit)
+    description: str = ""
+    dtype: str = DEFAULT_DTYPE
+    source: str = "<inline>"
+
+    @property
+    def ranks(self) -> int:
+        return len(self.gpus)
+
+    def error(
+        self, key: str, expected: str, found: object = None, detail: str = ""
+    ) -> ExperimentError:
+        """An error about this experiment's ``key``, for checks made after loading."""
+        return ExperimentError(self.source, key, expected, found, detail=detail)
+
+    def step_sizes(self) -> list[int]:
+        """The sweep's sizes, each rounded down to whole elements per rank (nccl-tests does
+        the same), duplicates dropped."""
+        unit = self.ranks * ELEMENT_SIZES[self.dtype]
+        sizes: list[int] = []
+        for size in self.sizes.values():
+            rounded = size // unit * unit
+            if rounded > 0 and rounded not in sizes:
+                sizes.append(rounded)
+        return sizes
+
+    def steps(self) -> list[Step]:
+        """Every configuration to run, policy x collective x size, policies varying slowest."""
+        element = ELEMENT_SIZES[self.dtype]
+        sizes = self.step_sizes()
+        steps: list[Step] = []
+        for policy in self.policies:
+            for collective in self.collectives:
+                for size in sizes:
+                    steps.append(
+                        Step(
+                            index=len(steps),
+                            policy=policy,
+                            collective=collective,
+                            size=size,
+                            count=size // element,
+                            dtype=self.dtype,
+                            ranks=self.ranks,
+                        )
+                    )
+        return steps
+
+    def ideal_seconds(self, busbw: float) -> float:
+        """Seconds of traffic the whole experiment needs (warm-up included) if every
+        operation ran at ``busbw`` bytes/s of bus bandwidth: sum of S * factor / busbw."""
+        runs = self.iterations + self.warmup
+        return sum(
+            runs * step.size * bus_factor(step.collective.op, step.ranks) / busbw
+            for step in self.steps()
+        )
+
+
+class _ExperimentReader(_Reader):
+    """The fabric spec's document walker, raising ExperimentError instead."""
+
+    def fail(self, key: str, expected: str, found: object = None, detail: str = "") -> None:
+        raise ExperimentError(self.source, key, expected, found, detail=detail)
+
+    def boolean(self, value: object, key: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(key, "true or false", value)
+        assert isinstance(value, bool)
+        return value
+
+    def choice(self, value: object, key: str, choices: Collection[str], what: str) -> str:
+        if not isinstance(value, str) or value not in choices:
+            self.fail(key, f"{what}: one of " + ", ".join(choices), value)
+        assert isinstance(value, str)
+        return value
+
+    def size(self, value: object, key: str) -> int:
+        try:
+            return parse_size(value)
+        except ValueError as err:
+            self.fail(key, str(err), value)
+        raise AssertionError("unreachable")
+
+    def sequence(self, value: object, key: str) -> list[Any]:
+        if not isinstance(value, list) or not value:
+            self.fail(key, "a non-empty list", _describe(value))
+        assert isinstance(value, list)
+        return value
+
+
+def parse_experiment(
+    document: object,
+    source: str = "<inline>",
+    base_dir: str | Path = ".",
+    *,
+    policies: Collection[str] = POLICIES,
+) -> ExperimentSpec:
+    """Validate a parsed YAML document into an ExperimentSpec (see the module docstring).
+
+    ``base_dir`` is where relative fabric paths start (the experiment file's directory);
+    ``policies`` the names the controller knows.
+    """
+    read = _ExperimentReader(source)
+    doc = read.mapping(document, "", _TOP_KEYS)
+    for required in ("name", "fabric", "collectives", "sizes"):
+        if required not in doc:
+            read.fail(required, "this key to be present", "it missing")
+
+    name = doc["name"]
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        read.fail("name", "a lower-case name of letters, digits and '-' (at most 32)", name)
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        read.fail("description", "a text", _describe(description))
+
+    fabric_spec, fabric_source = _fabric(read, doc["fabric"], Path(base_dir))
+    fabric = _build(read, fabric_spec, fabric_source)
+
+    chosen_policies = _policies(read, doc, policies)
+    collectives = _collectives(read, doc["collectives"])
+    sizes = _sizes(read, doc["sizes"])
+    iterations = read.integer(doc.get("iterations", DEFAULT_ITERATIONS), "iterations")
+    warmup = read.integer(doc.get("warmup", DEFAULT_WARMUP), "warmup", minimum=0)
+    seed = read.integer(doc.get("seed", 0), "seed", minimum=0)
+    placement = _placement(read, doc.get("placement", {}), fabric)
+    raw_limit = read.mapping(doc.get("load_limit", {}), "load_limit", {"force"})
+    load_limit = LoadLimit(force=read.boolean(raw_limit.get("force", False), "load_limit.force"))
+
+    gpus = placement.select(fabric, seed)
+    unit = len(gpus) * ELEMENT_SIZES[DEFAULT_DTYPE]
+    if sizes.max < unit:
+        read.fail(
+            "sizes.max",
+            f"at least {unit} bytes (one {DEFAULT_DTYPE} element for each of {len(gpus)} ranks)",
+            sizes.max,
+        )
+    return ExperimentSpec(
+        name=name,
+        fabric=fabric_spec,
+        fabric_source=fabric_source,
+        policies=chosen_policies,
+        collectives=collectives,
+        sizes=sizes,
+        gpus=gpus,
+        iterations=iterations,
+        warmup=warmup,
+        placement=placement,
+        seed=seed,
+        load_limit=load_limit,
+        description=description,
+        source=source,
+    )
+
+
+def presets() -> list[str]:
+    """Names of the fabric presets shipped in topologies/presets/."""
+    return sorted(path.stem for path in PRESETS_DIR.glob("*.yaml"))
+
+
+def _fabric(read: _ExperimentReader, value: object, base_dir: Path) -> tuple[FabricSpec, str]:
+    if isinstance(value, Mapping):
+        try:
+            return parse_fabric_spec(value, read.source), "inline"
+        except FabricSpecError as err:
+            raise _inline_error(err) from None
+    if not isinstance(value, str) or not value.strip():
+        read.fail(
+            "fabric",
+            "a preset name, a path to a fabric file or an inline fabric mapping",
+            _describe(value),
+        )
+    assert isinstance(value, str)
+    if "/" not in value and not value.endswith((".yaml", ".yml")):
+        path = PRESETS_DIR / f"{value}.yaml"
+        if not path.is_file():
+            read.fail("fabric", "a preset name (one of " + ", ".join(presets()) + ")", value)
+    else:
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = base_dir / path
+        if not path.is_file():
+            read.fail(
+                "fabric",
+                "an existing fabric file (a relative path starts at the experiment's directory)",
+                value,
+                detail=f"no file {path}",
+            )
+    try:
+        return load_fabric_spec(path), str(path)
+    except FabricSpecError as err:
+        raise _referenced_error(err, read.source) from None
+
+
+def _build(read: _ExperimentReader, spec: FabricSpec, fabric_source: str) -> Fabric:
+    """Generate the fabric model (pure, no root) so its wiring and GPUs are checked now."""
+    try:
+        return build_fabric(spec)
+    except FabricSpecError as err:
+        if fabric_source == "inline":
+            raise _inline_error(err) from None
+        raise _referenced_error(err, read.source) from None
+
+
+def _inline_error(err: FabricSpecError) -> ExperimentError:
+    key = f"fabric.{err.key}" if err.key else "fabric"
+    return ExperimentError(err.file, key, err.expected, err.found, detail=err.detail)
+
+
+def _referenced_error(err: FabricSpecError, experiment: str) -> FabricSpecError:
+    detail = "; ".join(filter(None, [err.detail, f"the fabric of experiment {experiment}"]))
+    return FabricSpecError(err.file, err.key, err.expected, err.found, detail=detail)
+
+
+def _policies(
+    read: _ExperimentReader, doc: Mapping[str, Any], known: Collection[str]
+) -> tuple[str, ...]:
+    if "policy" in doc and "policies" in doc:
+        read.fail("policies", "either 'policy' or 'policies', not both", "both")
+    if "policy" in doc:
+        return (read.choice(doc["policy"], "policy", known, "a load-balancing policy"),)
+    if "policies" not in doc:
+        read.fail("policies", "'policy' (one name) or 'policies' (a list)", "neither")
+    chosen: list[str] = []
+    for i, value in enumerate(read.sequence(doc["policies"], "policies")):
+        name = read.choice(value, f"policies[{i}]", known, "a load-balancing policy")
+        if name in chosen:
+            read.fail(f"policies[{i}]", "each policy once", name, detail="listed twice")
+        chosen.append(name)
+    return tuple(chosen)
+
+
+def _collectives(read: _ExperimentReader, value: object) -> tuple[Collective, ...]:
+    chosen: list[Collective] = []
+    for i, entry in enumerate(read.sequence(value, "collectives")):
+        key = f"collectives[{i}]"
+        if isinstance(entry, str):
+            op = read.choice(entry, key, COLLECTIVES, "a collective")
+            algorithm = COLLECTIVES[op][0]
+        else:
+            item = read.mapping(entry, key, {"op", "algorithm"})
+            if "op" not in item:
+                read.fail(f"{key}.op", "this key to be present", "it missing")
+            op = read.choice(item["op"], f"{key}.op", COLLECTIVES, "a collective")
+            algorithm = read.choice(
+                item.get("algorithm", COLLECTIVES[op][0]),
+                f"{key}.algorithm",
+                COLLECTIVES[op],
+                f"an algorithm for {op}",
+            )
+        collective = Collective(op, algorithm)
+        if collective in chosen:
+            read.fail(key, "each collective once", collective.label, detail="listed twice")
+        chosen.append(collective)
+    return tuple(chosen)
+
+
+def _sizes(read: _ExperimentReader, value: object) -> SizeSweep:
+    raw = read.mapping(value, "sizes", {"min", "max", "factor"})
+    for required in ("min", "max"):
+        if required not in raw:
+            read.fail(f"sizes.{required}", "this key to be present", "it missing")
+    low = read.size(raw["min"], "sizes.min")
+    high = read.size(raw["max"], "sizes.max")
+    factor = read.integer(raw.get("factor", DEFAULT_FACTOR), "sizes.factor", minimum=2)
+    if high < low:
+        read.fail("sizes.max", f"a size >= sizes.min ({low} bytes)", raw["max"])
+    return SizeSweep(low, high, factor)
+
+
+def _placement(read: _ExperimentReader, value: object, fabric: Fabric) -> Placement:
+    raw = read.mapping(value, "placement", {"gpus", "order"})
+    order = read.choice(raw.get("order", "rank"), "placement.order", ORDERS, "a rank order")
+    available = len(fabric.gpus)
+    gpus = raw.get("gpus", "all")
+    chosen: tuple[str, ...] | int | None = None
+    if gpus == "all":
+        chosen = None
+    elif isinstance(gpus, int) and not isinstance(gpus, bool):
+        if not 2 <= gpus <= available:
+            read.fail(
+                "placement.gpus",
+                f"a GPU count between 2 and {available} (the fabric's GPUs)",
+                gpus,
+            )
+        chosen = gpus
+    elif isinstance(gpus, list):
+        names: list[str] = []
+        for i, name in enumerate(gpus):
+            if not isinstance(name, str) or name not in fabric.gpus:
+                example = ", ".join(g.name for g in fabric.gpus_by_rank()[:3])
+                read.fail(
+                    f"placement.gpus[{i}]",
+                    f"a GPU of fabric {fabric.name} (such as {example})",
+                    name,
+                )
+            if name in names:
+                read.fail(f"placement.gpus[{i}]", "each GPU once", name, detail="listed twice")
+            names.append(name)
+        if len(names) < 2:
+            read.fail("placement.gpus", "at least 2 GPUs", len(names))
+        chosen = tuple(names)
+    else:
+        read.fail("placement.gpus", "'all', a GPU count or a list of GPU names", gpus)
+    return Placement(gpus=chosen, order=order)
+
+
+def load_experiment(path: str | Path, *, policies: Collection[str] = POLICIES) -> ExperimentSpec:
+    """Read and validate an experiment file; every problem becomes one ExperimentError
+    (or a FabricSpecError naming the fabric file the experiment refers to)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ExperimentError(path, "", "an existing experiment file", "no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ExperimentError(path, "", "a readable UTF-8 text file", str(err)) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
+        raise ExperimentError(path, "", "valid YAML", f"a syntax error at {where}") from None
+    return parse_experiment(document, str(path), path.parent, policies=policies)
