@@ -14,6 +14,7 @@ It lives in ``topologies/`` because that package imports nothing else of ours, s
     +-- EnvironmentProblem       the machine cannot do what was asked (exit 3)
     +-- EmulationError           bringing a fabric up or down failed (exit 4)
     +-- ConcurrentRunError       another run holds the lock (exit 5)
+    +-- ResultsError             a results bundle is missing, damaged or foreign (exit 6)
 """
 
 from __future__ import annotations
@@ -83,3 +84,18 @@ class ConcurrentRunError(AstralError):
     """Another astral run holds the lock; two runs would fight over OVS and names."""
 
     exit_status = 5
+
+
+class ResultsError(AstralError):
+    """A results bundle cannot be read: no such directory, a missing or damaged database,
+    or one written by an incompatible version. Names the bundle, what was expected and
+    what was found."""
+
+    exit_status = 6
+
+    def __init__(self, bundle: str | Path, expected: str, found: object = None) -> None:
+        self.bundle = str(bundle)
+        self.expected = expected
+        self.found = found
+        found_text = "" if found is None else f", found {found}"
+        super().__init__(f"results bundle {self.bundle}: expected {expected}{found_text}")
