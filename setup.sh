@@ -131,15 +131,17 @@ project_importable() {
     "$VENV/bin/python" -c "import sys, orchestrator.cli as m; \
 sys.exit(not m.__file__.startswith(sys.argv[1] + '/'))" "$REPO" 2>/dev/null
 }
+why="pyproject.toml changed or the project is not installed"
 if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
     say "creating $VENV with $SYSTEM_PYTHON ($("$SYSTEM_PYTHON" -V 2>&1))"
     "$SYSTEM_PYTHON" -m venv --clear "$VENV"
     have=""
+    why="new environment: a minute or two"
 fi
 if [[ $have == "$want" ]] && project_importable; then
     say "Python environment: up to date"
 else
-    say "installing the project and its Python dependencies into .venv (first time: minutes)"
+    say "pip install -e '.[dev]' into .venv ($why)"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
     project_importable || die "the project is not importable from $VENV after pip install"
     printf '%s\n' "$want" >"$STAMP"
