@@ -18,7 +18,11 @@ from collections.abc import Sequence
 
 from topologies.errors import AstralError
 
-COMMAND_MODULES = ("orchestrator.commands.topo",)
+COMMAND_MODULES = (
+    "orchestrator.commands.topo",
+    "orchestrator.commands.report",
+    "orchestrator.commands.compare",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,38 @@
+"""``astral report BUNDLE``: render a results bundle's summary, tables and plots again.
+
+Reads only the bundle's database and fabric.json, so it works on a crashed run's bundle and
+after the plotting code changed. Prints the nccl-tests tables, then the files it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="render a results bundle's tables and plots again",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument("bundle", type=Path, help="a results bundle directory (a run's output)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (faster)")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="do not print the tables and file list"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here: `astral --help` and the other commands need not load the results code.
+    from orchestrator.results.report import render_bundle
+
+    report = render_bundle(args.bundle, plots=not args.no_plots)
+    if not args.quiet:
+        print("\n".join(report.tables))
+        print(f"# wrote {len(report.files)} files under {report.bundle}:")
+        for path in report.files:
+            print(f"#   {path.relative_to(report.bundle)}")
+    return 0

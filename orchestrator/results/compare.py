@@ -1,0 +1,163 @@
+"""Two bundles' nccl-tests tables side by side, with the B/A bus bandwidth ratio.
+
+Configurations match on (policy, collective, algorithm, size). Choosing a policy per side
+(``a_policy``, ``b_policy``) compares across policies instead, e.g. one bundle's ecmp against
+its own path-pinned. The ratio is taken at real link speed (each bundle's busbw divided by
+its own emulation scale), so bundles emulated at different scales still compare; at equal
+scales it is the plain busbw ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.experiment import format_size
+from orchestrator.nccl_table import average_busbw
+from orchestrator.results.store import ResultsBundle
+from orchestrator.results.summary import ConfigurationResult, summarize
+
+Key = tuple[str, str, str, int]  # (policy or "", collective, algorithm, size)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One bundle's results, filtered to one policy or not."""
+
+    label: str  # "A" or "B"
+    bundle: ResultsBundle
+    results: list[ConfigurationResult]
+    policy: str | None
+
+    def keyed(self, with_policy: bool) -> dict[Key, ConfigurationResult]:
+        keyed: dict[Key, ConfigurationResult] = {}
+        for result in self.results:
+            c = result.configuration
+            if self.policy is not None and c.policy != self.policy:
+                continue
+            keyed[(c.policy if with_policy else "", c.collective, c.algorithm, c.size)] = result
+        return keyed
+
+
+@dataclass
+class Comparison:
+    text: str
+    matched: int
+    only_a: int
+    only_b: int
+
+
+def _ratio(a: float, b: float) -> float:
+    return b / a if a > 0 and not math.isnan(a) and not math.isnan(b) else math.nan
+
+
+def _fmt(value: float, spec: str) -> str:
+    return "nan" if math.isnan(value) else format(value, spec)
+
+
+_SIDE = f"  {'time':>11}  {'busbw':>10}  {'real':>7}  {'#wrong':>6}"
+_SIDE_UNITS = f"  {'(us)':>11}  {'(GB/s)':>10}  {'(GB/s)':>7}  {'':>6}"
+_HEAD = f"#{'size':>11}  {'count':>12}  {'type':>6}{_SIDE}{_SIDE}  {'B/A':>7}"
+_UNITS = f"#{'(B)':>11}  {'(elements)':>12}  {'':>6}{_SIDE_UNITS}{_SIDE_UNITS}  {'busbw':>7}"
+
+
+def _side_columns(result: ConfigurationResult) -> str:
+    row = result.row
+    return (
+        f"  {_fmt(row.time_us, '11.1f'):>11}  {_fmt(row.busbw, '10.6f'):>10}"
+        f"  {_fmt(result.busbw_real, '7.2f'):>7}  {row.wrong:>6}"
+    )
+
+
+def _describe(side: Side) -> str:
+    run = side.bundle.run
+    policy = f", policy {side.policy}" if side.policy else ""
+    return (
+        f"# {side.label}: {side.bundle.path} (experiment {run.experiment!r}, {run.status}, "
+        f"started {run.started}, fabric {run.fabric}, scale {side.bundle.scale:g}{policy})"
+    )
+
+
+def _unmatched(label: str, results: Sequence[ConfigurationResult]) -> str:
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        c = result.configuration
+        groups.setdefault(f"policy {c.policy}, {c.collective} ({c.algorithm})", []).append(
+            format_size(c.size)
+        )
+    listed = "; ".join(f"{group}: {' '.join(sizes)}" for group, sizes in groups.items())
+    return f"# only in {label}: {len(results)} configuration(s) ({listed})"
+
+
+def compare(a: Side, b: Side) -> Comparison:
+    """The side-by-side text; see the module docstring for what matches what."""
+    with_policy = a.policy is None and b.policy is None
+    keyed_a, keyed_b = a.keyed(with_policy), b.keyed(with_policy)
+    lines = [
+        _describe(a),
+        _describe(b),
+        "# busbw in GB/s as emulated; 'real' = at real link speed (busbw / the bundle's "
+        "emulation scale); B/A = ratio of the real busbw",
+    ]
+    groups: dict[tuple[str, str, str, str], list[tuple[ConfigurationResult, ...]]] = {}
+    for key, result_a in keyed_a.items():
+        if key in keyed_b:
+            result_b = keyed_b[key]
+            group = (
+                result_a.configuration.policy,
+                result_b.configuration.policy,
+                key[1],
+                key[2],
+            )
+            groups.setdefault(group, []).append((result_a, result_b))
+    for (policy_a, policy_b, collective, algorithm), pairs in groups.items():
+        pairs.sort(key=lambda pair: pair[0].configuration.size)
+        policies = f"policy {policy_a}" if policy_a == policy_b else f"A {policy_a} vs B {policy_b}"
+        lines += [
+            "#",
+            f"# {collective} ({algorithm}), {policies}",
+            f"#{'':>34}{'A':^42}{'B':^42}",
+            _HEAD,
+            _UNITS,
+        ]
+        for result_a, result_b in pairs:
+            c = result_a.configuration
+            ratio = _ratio(result_a.busbw_real, result_b.busbw_real)
+            lines.append(
+                f"{c.size:>12}  {c.count:>12}  {c.dtype:>6}"
+                f"{_side_columns(result_a)}{_side_columns(result_b)}  {_fmt(ratio, '7.3f'):>7}"
+            )
+        avg_a = average_busbw([p[0].row for p in pairs]) / a.bundle.scale
+        avg_b = average_busbw([p[1].row for p in pairs]) / b.bundle.scale
+        lines.append(
+            f"# Avg bus bandwidth at real speed : A {_fmt(avg_a, '.2f')}, "
+            f"B {_fmt(avg_b, '.2f')}, B/A {_fmt(_ratio(avg_a, avg_b), '.3f')}"
+        )
+    only_a = [r for key, r in keyed_a.items() if key not in keyed_b]
+    only_b = [r for key, r in keyed_b.items() if key not in keyed_a]
+    if only_a or only_b:
+        lines.append("#")
+    if only_a:
+        lines.append(_unmatched("A", only_a))
+    if only_b:
+        lines.append(_unmatched("B", only_b))
+    matched = sum(len(pairs) for pairs in groups.values())
+    text = "\n".join(line.rstrip() for line in lines) + "\n"
+    return Comparison(text, matched, len(only_a), len(only_b))
+
+
+def compare_bundles(
+    a: ResultsBundle,
+    b: ResultsBundle,
+    *,
+    a_policy: str | None = None,
+    b_policy: str | None = None,
+) -> Comparison:
+    """Compare two open bundles. One policy given means the same policy on both sides."""
+    if (a_policy is None) != (b_policy is None):
+        a_policy = b_policy = a_policy or b_policy
+    return compare(
+        Side("A", a, summarize(a), a_policy),
+        Side("B", b, summarize(b), b_policy),
+    )
