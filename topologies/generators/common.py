@@ -7,11 +7,15 @@ Three rules recur in every kind, so they live here once:
   single-ToR a group is one ToR; either way a group serves D servers, so a rail of S servers
   needs ``ceil(S / D)`` groups and ``nic_ports`` times as many ToRs. Server s sits in group
   ``s // D``; its GPU of rail r puts NIC port i (1-based) on ToR ``group * nic_ports + i - 1``.
-- **Packing a tier above.** L lower switches with U uplinks each need ``ceil(L * U / R)``
-  upper switches of radix R. Uplinks are dealt round-robin: uplink u of lower switch l goes
-  to upper switch ``(l * U + u) % n_upper``. Every upper switch then terminates at most R
-  links, and every lower switch reaches every upper switch exactly when ``n_upper <= U``
-  (when ``n_upper < U`` some pairs get parallel links: ECMP spreads over them too).
+- **Packing a tier above.** L lower switches with U uplinks each need at least
+  ``ceil(L * U / R)`` upper switches of radix R; :func:`upper_switches` takes the smallest
+  *divisor of U* from there, so that every lower switch links equally often (U / n_upper
+  parallel links) to every upper switch: equal ECMP weights, and no cut of the fabric is
+  narrower than the tier's capacity says. Uplinks are dealt round-robin: uplink u of lower
+  switch l goes to upper switch ``(l * U + u) % n_upper``. Every upper switch then
+  terminates at most R links, and every lower switch reaches every upper switch exactly
+  when ``n_upper <= U``. (astral.py's core groups use the plain ``ceil``; see
+  ``planner.uniform_uplinks``.)
 - **Oversubscription divides the uplink capacity** of a tier (astral.py's docstring).
 """
 
@@ -31,8 +35,16 @@ def tor_groups(servers: int, down_ports: int) -> int:
 
 
 def packed_uppers(lower_switches: int, uplinks: int, radix: int) -> int:
-    """Upper-tier switches that terminate ``lower_switches * uplinks`` links."""
+    """The fewest upper-tier switches that terminate ``lower_switches * uplinks`` links."""
     return ceil_div(lower_switches * uplinks, radix)
+
+
+def upper_switches(lower_switches: int, uplinks: int, radix: int) -> int:
+    """Upper-tier switches for ``lower_switches`` with ``uplinks`` each: the smallest divisor
+    of ``uplinks`` that terminates them all (the plain minimum when it exceeds ``uplinks``:
+    then the fabric cannot be wired and the generator's check says so)."""
+    need = packed_uppers(lower_switches, uplinks, radix)
+    return next((d for d in range(need, uplinks + 1) if uplinks % d == 0), need)
 
 
 def round_robin(lower: int, uplink: int, uplinks: int, n_upper: int) -> int:

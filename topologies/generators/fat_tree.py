@@ -28,16 +28,18 @@ Rules:
 - Every pod keeps all k/2 edge and k/2 agg switches even when partly filled.
 - Cores: with one pod there is no core tier. Otherwise agg i of every pod deals its k/2
   uplinks round-robin over core group i, which has ``ceil(pods / 2)`` switches (one per k
-  uplinks arriving). With ``pods = k`` that is the classic (k/2)^2 cores, each agg linked
-  once to each core of its group; with fewer pods it is fewer cores, some with parallel
-  links, instead of (k/2)^2 half-empty ones (the planner compares kinds on this basis).
+  uplinks arriving) rounded up to a divisor of k/2, so each agg has the same number of
+  links to each core of its group (common.py). With ``pods = k`` that is the classic
+  (k/2)^2 cores, each agg linked once to each core of its group; with fewer pods it is
+  fewer cores with parallel links instead of (k/2)^2 part-empty ones (the planner compares
+  kinds on this basis).
 - Oversubscription divides uplink capacity: edge->agg links carry ``speeds.tor_agg /
   oversubscription.tor``, agg->core ``speeds.agg_core / oversubscription.agg``.
 """
 
 from __future__ import annotations
 
-from topologies.generators.common import ceil_div, round_robin
+from topologies.generators.common import round_robin, upper_switches
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
 from topologies.spec import FabricSpec
 
@@ -56,7 +58,8 @@ def fat_tree_servers_per_pod(spec: FabricSpec) -> int:
 
 def fat_tree_cores_per_group(spec: FabricSpec) -> int:
     """Cores per group (k/2 groups); 0 when a single pod needs no core tier."""
-    return 0 if spec.pods == 1 else ceil_div(spec.pods, 2)
+    half = spec.switch.radix // 2
+    return 0 if spec.pods == 1 else upper_switches(spec.pods, half, spec.switch.radix)
 
 
 class FatTreeGenerator:

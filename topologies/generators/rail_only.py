@@ -23,9 +23,9 @@ Rules:
   link to one leaf and a peer that lost its link to the other cannot talk.
 - Otherwise every rail gets its own spines ``r<rail>s<i>``, shared by the pods (pods just
   multiply servers, as in rail-optimized): the rail's L = pods x groups x nic_ports leaves
-  with U = radix - D uplinks need ``ceil(L * U / radix)`` spines, and every leaf reaches
-  every spine only while L <= radix. Larger rails would need a third tier per rail, which
-  this generator does not build (error).
+  with U = radix - D uplinks need ``ceil(L * U / radix)`` spines, rounded up to a divisor
+  of U (common.py), and every leaf reaches every spine only while L <= radix. Larger rails
+  would need a third tier per rail, which this generator does not build (error).
 - ``servers_per_pod`` defaults to the most a two-tier rail holds:
   ``floor(radix / (pods x nic_ports))`` groups of D servers.
 - Oversubscription: leaf->spine links carry ``speeds.tor_agg / oversubscription.tor``;
@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from topologies.generators.common import (
     connect_rail_nics,
-    packed_uppers,
     rail_tor_name,
     round_robin,
     tor_groups,
+    upper_switches,
 )
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
 from topologies.spec import FabricSpec
@@ -62,7 +62,7 @@ def rail_only_spines_per_rail(spec: FabricSpec) -> int:
     leaves = rail_only_leaves_per_rail(spec)
     if leaves <= spec.nic_ports:
         return 0
-    return packed_uppers(leaves, spec.switch.up_ports, spec.switch.radix)
+    return upper_switches(leaves, spec.switch.up_ports, spec.switch.radix)
 
 
 class RailOnlyGenerator:

@@ -20,9 +20,10 @@ Rules:
 - **Pods just multiply servers**: a pod is a block of servers with its own leaves (named
   ``p<pod>r<rail>t<i>``), and all pods hang off the same spine layer. That keeps the
   fabric two-tier, so the spine radix bounds it: the L = pods x rails x groups x nic_ports
-  leaves with U = radix - D uplinks each need ``ceil(L * U / radix)`` spines, and every
-  leaf reaches every spine only while that is at most U, i.e. L <= radix. Beyond that a
-  third tier is needed: use ``kind: astral`` (same-rail aggregation plus core).
+  leaves with U = radix - D uplinks each need ``ceil(L * U / radix)`` spines, rounded up
+  to a divisor of U so every leaf has U / spines links to each spine (common.py), and
+  every leaf reaches every spine only while L <= radix. Beyond that a third tier is
+  needed: use ``kind: astral`` (same-rail aggregation plus core).
 - ``servers_per_pod`` defaults to the most that fit: ``floor(radix / (pods x rails x
   nic_ports))`` groups of D servers.
 - Cross-rail traffic crosses a spine (leaf - spine - leaf, 3 switch hops), like same-rail
@@ -35,10 +36,10 @@ from __future__ import annotations
 
 from topologies.generators.common import (
     connect_rail_nics,
-    packed_uppers,
     rail_tor_name,
     round_robin,
     tor_groups,
+    upper_switches,
 )
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
 from topologies.spec import FabricSpec
@@ -62,7 +63,7 @@ def rail_optimized_leaves(spec: FabricSpec) -> int:
 
 
 def rail_optimized_spines(spec: FabricSpec) -> int:
-    return packed_uppers(rail_optimized_leaves(spec), spec.switch.up_ports, spec.switch.radix)
+    return upper_switches(rail_optimized_leaves(spec), spec.switch.up_ports, spec.switch.radix)
 
 
 class RailOptimizedGenerator:
