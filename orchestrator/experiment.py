@@ -314,7 +314,7 @@ class _ExperimentReader(_Reader):
 
     def sequence(self, value: object, key: str) -> list[Any]:
         if not isinstance(value, list) or not value:
-            self.fail(key, "a non-empty list", _describe(value))
+            self.fail(key, "a non-empty list", "an empty list" if value == [] else _describe(value))
         assert isinstance(value, list)
         return value
 

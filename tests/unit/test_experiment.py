@@ -1,0 +1,450 @@
+"""Experiment files: validation (file, key path, expected, found), fabric resolution,
+placement, and the expansion into steps."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.experiment import (
+    COLLECTIVES,
+    POLICIES,
+    Collective,
+    SizeSweep,
+    format_size,
+    load_experiment,
+    parse_experiment,
+    parse_size,
+)
+from topologies.errors import ConfigError, ExperimentError, FabricSpecError
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "experiments" / "default.yaml"
+
+VALID = """\
+name: probe
+fabric: astral-small
+policies: [ecmp, path-pinned]
+collectives:
+  - all-reduce
+  - {op: all-to-all, algorithm: pxn}
+sizes: {min: 64K, max: 1M, factor: 4}
+iterations: 3
+warmup: 1
+placement: {gpus: all, order: rank}
+seed: 7
+load_limit: {force: false}
+"""
+
+INLINE_FABRIC = """\
+name: inline
+fabric:
+  name: tiny
+  kind: astral
+  pods: 1
+  servers_per_pod: 2
+  gpus_per_server: 2
+  switch: {radix: 4, down_ports: 2}
+policy: ecmp
+collectives: [all-reduce]
+sizes: {min: 1K, max: 4K}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def replace(text: str, key: str, line: str | None) -> str:
+    """VALID with the top-level ``key`` line replaced by ``line`` (None: removed)."""
+    lines = [x for x in text.splitlines() if not x.startswith(f"{key}:")]
+    if line is not None:
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+# (what the file does wrong, its text, the key path the error must name, words it must say)
+MALFORMED = [
+    ("not yaml", "name: [unclosed\n", "", "valid YAML"),
+    ("a list, not a mapping", "- name: x\n", "", "a mapping"),
+    ("empty file", "", "", "a mapping"),
+    ("unknown top-level key", VALID + "colour: blue\n", "colour", "known keys"),
+    ("name missing", replace(VALID, "name", None), "name", "present"),
+    ("name with capitals", replace(VALID, "name", "name: Probe"), "name", "lower-case"),
+    ("fabric missing", replace(VALID, "fabric", None), "fabric", "present"),
+    ("unknown preset", replace(VALID, "fabric", "fabric: astral-huge"), "fabric", "preset"),
+    ("fabric file absent", replace(VALID, "fabric", "fabric: nope.yaml"), "fabric", "existing"),
+    ("fabric a number", replace(VALID, "fabric", "fabric: 3"), "fabric", "preset name"),
+    (
+        "inline fabric: bad kind",
+        INLINE_FABRIC.replace("kind: astral", "kind: torus"),
+        "fabric.kind",
+        "one of",
+    ),
+    (
+        "inline fabric: unknown key",
+        INLINE_FABRIC.replace("  pods: 1\n", "  pods: 1\n  colour: red\n"),
+        "fabric.colour",
+        "known keys",
+    ),
+    (
+        "inline fabric: cannot be wired",
+        INLINE_FABRIC.replace("servers_per_pod: 2", "servers_per_pod: 9"),
+        "fabric.servers_per_pod",
+        "at most",
+    ),
+    (
+        "inline fabric: bad speed",
+        INLINE_FABRIC.replace("  pods: 1\n", "  pods: 1\n  speeds: {nic: fast}\n"),
+        "fabric.speeds.nic",
+        "rate",
+    ),
+    ("policy and policies", VALID + "policy: ecmp\n", "policies", "not both"),
+    ("no policy at all", replace(VALID, "policies", None), "policies", "neither"),
+    (
+        "unknown policy",
+        replace(VALID, "policies", "policies: [ecmp, magic]"),
+        "policies[1]",
+        "load-balancing policy",
+    ),
+    (
+        "policy listed twice",
+        replace(VALID, "policies", "policies: [ecmp, ecmp]"),
+        "policies[1]",
+        "once",
+    ),
+    ("policies empty", replace(VALID, "policies", "policies: []"), "policies", "non-empty"),
+    (
+        "unknown collective",
+        VALID.replace("  - all-reduce\n", "  - all-shuffle\n"),
+        "collectives[0]",
+        "a collective",
+    ),
+    (
+        "algorithm of another op",
+        VALID.replace("algorithm: pxn", "algorithm: ring"),
+        "collectives[1].algorithm",
+        "direct, pxn",
+    ),
+    (
+        "collective entry without op",
+        VALID.replace("{op: all-to-all, algorithm: pxn}", "{algorithm: pxn}"),
+        "collectives[1].op",
+        "present",
+    ),
+    (
+        "collective listed twice",
+        VALID.replace("{op: all-to-all, algorithm: pxn}", "{op: all-reduce, algorithm: ring}"),
+        "collectives[1]",
+        "once",
+    ),
+    ("sizes not a mapping", replace(VALID, "sizes", "sizes: 1M"), "sizes", "a mapping"),
+    (
+        "size unit unknown",
+        replace(VALID, "sizes", "sizes: {min: 64Q, max: 1M}"),
+        "sizes.min",
+        "64K",
+    ),
+    (
+        "max below min",
+        replace(VALID, "sizes", "sizes: {min: 1M, max: 64K}"),
+        "sizes.max",
+        ">= sizes.min",
+    ),
+    (
+        "factor 1",
+        replace(VALID, "sizes", "sizes: {min: 1K, max: 1M, factor: 1}"),
+        "sizes.factor",
+        ">= 2",
+    ),
+    (
+        "factor not an integer",
+        replace(VALID, "sizes", "sizes: {min: 1K, max: 1M, factor: 1.5}"),
+        "sizes.factor",
+        "an integer",
+    ),
+    (
+        "sizes below one element per rank",
+        replace(VALID, "sizes", "sizes: {min: 4, max: 16}"),
+        "sizes.max",
+        "one float element",
+    ),
+    ("iterations zero", replace(VALID, "iterations", "iterations: 0"), "iterations", ">= 1"),
+    ("warmup negative", replace(VALID, "warmup", "warmup: -1"), "warmup", ">= 0"),
+    (
+        "iterations a string",
+        replace(VALID, "iterations", "iterations: many"),
+        "iterations",
+        "an integer",
+    ),
+    ("seed a boolean", replace(VALID, "seed", "seed: true"), "seed", "an integer"),
+    (
+        "unknown GPU",
+        replace(VALID, "placement", "placement: {gpus: [p0s0g0, p9s9g9]}"),
+        "placement.gpus[1]",
+        "a GPU of fabric astral-small",
+    ),
+    (
+        "GPU listed twice",
+        replace(VALID, "placement", "placement: {gpus: [p0s0g0, p0s0g0]}"),
+        "placement.gpus[1]",
+        "once",
+    ),
+    (
+        "too many GPUs",
+        replace(VALID, "placement", "placement: {gpus: 9}"),
+        "placement.gpus",
+        "between 2 and 8",
+    ),
+    (
+        "gpus a word",
+        replace(VALID, "placement", "placement: {gpus: most}"),
+        "placement.gpus",
+        "'all'",
+    ),
+    (
+        "unknown order",
+        replace(VALID, "placement", "placement: {order: alphabetical}"),
+        "placement.order",
+        "topology-aware",
+    ),
+    (
+        "force not a boolean",
+        replace(VALID, "load_limit", "load_limit: {force: yes please}"),
+        "load_limit.force",
+        "true or false",
+    ),
+    (
+        "load_limit unknown key",
+        replace(VALID, "load_limit", "load_limit: {max: 3}"),
+        "load_limit.max",
+        "known keys",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [case[1:] for case in MALFORMED],
+    ids=[case[0] for case in MALFORMED],
+)
+def test_malformed_experiment_is_rejected_naming_file_and_key(
+    tmp_path: Path, text: str, key: str, words: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ExperimentError) as caught:
+        load_experiment(path)
+    error = caught.value
+    assert error.exit_status == 2  # what the CLI exits with (ConfigError)
+    assert error.file == str(path)
+    assert error.key == key
+    message = str(error)
+    assert message.startswith(f"{path}: ")
+    if key:
+        assert f"key '{key}'" in message
+    assert words in message, message
+
+
+def test_there_are_at_least_twenty_malformed_cases() -> None:
+    assert len(MALFORMED) >= 20
+
+
+def test_missing_experiment_file(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError, match="an existing experiment file, found 'no such"):
+        load_experiment(tmp_path / "absent.yaml")
+
+
+def test_error_in_a_referenced_fabric_file_names_that_file(tmp_path: Path) -> None:
+    fabric = write(
+        tmp_path, "name: f\nkind: astral\ngpus_per_server: 2\nswitch: {radix: 1}\n", "fabric.yaml"
+    )
+    path = write(tmp_path, replace(VALID, "fabric", "fabric: fabric.yaml"))
+    with pytest.raises(FabricSpecError) as caught:
+        load_experiment(path)
+    assert caught.value.file == str(fabric)
+    assert caught.value.key == "switch.radix"
+    assert f"the fabric of experiment {path}" in str(caught.value)
+    assert isinstance(caught.value, ConfigError) and caught.value.exit_status == 2
+
+
+# --- what a valid experiment turns into ------------------------------------------------------
+
+
+def test_valid_experiment_loads_into_typed_objects(tmp_path: Path) -> None:
+    spec = load_experiment(write(tmp_path, VALID))
+    assert spec.name == "probe"
+    assert spec.fabric.name == "astral-small"
+    assert spec.fabric_source.endswith("topologies/presets/astral-small.yaml")
+    assert spec.policies == ("ecmp", "path-pinned")
+    assert spec.collectives == (Collective("all-reduce", "ring"), Collective("all-to-all", "pxn"))
+    assert spec.sizes == SizeSweep(64 * 1024, 1024 * 1024, 4)
+    assert (spec.iterations, spec.warmup, spec.seed) == (3, 1, 7)
+    assert spec.ranks == 8
+    assert spec.load_limit.force is False
+
+
+def test_defaults_follow_nccl_tests(tmp_path: Path) -> None:
+    spec = load_experiment(write(tmp_path, INLINE_FABRIC))
+    assert (spec.iterations, spec.warmup) == (20, 5)  # nccl-tests -n 20 -w 5
+    assert spec.sizes.factor == 2
+    assert spec.fabric_source == "inline"
+    assert spec.policies == ("ecmp",)
+    assert spec.gpus == ("p0s0g0", "p0s0g1", "p0s1g0", "p0s1g1")
+
+
+def test_relative_fabric_path_starts_at_the_experiment_directory(tmp_path: Path) -> None:
+    (tmp_path / "fabrics").mkdir()
+    preset = REPO / "topologies" / "presets" / "astral-small.yaml"
+    (tmp_path / "fabrics" / "mine.yaml").write_text(
+        preset.read_text().replace("name: astral-small", "name: mine")
+    )
+    (tmp_path / "exps").mkdir()
+    path = write(tmp_path / "exps", replace(VALID, "fabric", "fabric: ../fabrics/mine.yaml"))
+    spec = load_experiment(path)
+    assert spec.fabric.name == "mine"
+
+
+def test_policies_come_from_the_caller_when_a_registry_exists(tmp_path: Path) -> None:
+    path = write(tmp_path, replace(VALID, "policies", "policies: [shortest, spray]"))
+    with pytest.raises(ExperimentError, match="spray"):
+        load_experiment(path)
+    spec = load_experiment(path, policies=[*POLICIES, "spray"])
+    assert spec.policies == ("shortest", "spray")
+
+
+def test_default_experiment_is_valid_and_fits_the_time_budget() -> None:
+    spec = load_experiment(DEFAULT)
+    assert spec.fabric.name == "astral-small"
+    assert spec.policies == ("ecmp", "path-pinned")
+    assert {c.op for c in spec.collectives} == {"all-reduce", "all-to-all"}
+    assert spec.ranks == 8
+    # 2 ports x 20 Mbit/s x 0.95 = 4.75 MB/s of busbw per GPU at best: the traffic alone
+    # needs about 37 s, leaving room for set-up and a slower fabric inside 3 minutes.
+    assert spec.ideal_seconds(4.75e6) == pytest.approx(36.94, abs=0.01)
+    assert spec.ideal_seconds(4.75e6 * 0.6) + len(spec.steps()) * 1.0 + 30 < 180
+
+
+# --- placement ---------------------------------------------------------------------------------
+
+
+def placement(tmp_path: Path, line: str) -> tuple[str, ...]:
+    return load_experiment(write(tmp_path, replace(VALID, "placement", line))).gpus
+
+
+def test_placement_count_takes_the_first_gpus_by_rank(tmp_path: Path) -> None:
+    assert placement(tmp_path, "placement: {gpus: 3}") == ("p0s0g0", "p0s0g1", "p0s1g0")
+
+
+def test_placement_list_is_put_in_rank_order(tmp_path: Path) -> None:
+    gpus = placement(tmp_path, "placement: {gpus: [p1s0g1, p0s0g0, p0s1g1]}")
+    assert gpus == ("p0s0g0", "p0s1g1", "p1s0g1")
+
+
+def test_topology_aware_order_keeps_server_hops_on_one_rail(tmp_path: Path) -> None:
+    gpus = placement(tmp_path, "placement: {order: topology-aware}")
+    assert gpus == (
+        "p0s0g0",
+        "p0s0g1",
+        "p0s1g1",
+        "p0s1g0",
+        "p1s0g0",
+        "p1s0g1",
+        "p1s1g1",
+        "p1s1g0",
+    )
+    # every hop of the ring (wrap-around included) is inside a server or on one rail
+    for a, b in zip(gpus, gpus[1:] + gpus[:1], strict=True):
+        assert a[:4] == b[:4] or a[-1] == b[-1], (a, b)
+
+
+def test_random_order_is_a_seeded_permutation(tmp_path: Path) -> None:
+    first = placement(tmp_path, "placement: {order: random}")
+    again = placement(tmp_path, "placement: {order: random}")
+    assert first == again
+    assert sorted(first) == sorted(placement(tmp_path, "placement: {order: rank}"))
+    other = load_experiment(
+        write(
+            tmp_path,
+            replace(replace(VALID, "placement", "placement: {order: random}"), "seed", "seed: 8"),
+        )
+    ).gpus
+    assert other != first
+
+
+# --- step expansion ------------------------------------------------------------------------
+
+
+def test_steps_are_policy_by_collective_by_size_policies_slowest(tmp_path: Path) -> None:
+    spec = load_experiment(write(tmp_path, VALID))
+    steps = spec.steps()
+    assert len(steps) == 2 * 2 * 3
+    assert [s.index for s in steps] == list(range(12))
+    assert [(s.policy, s.collective.op, s.size) for s in steps[:4]] == [
+        ("ecmp", "all-reduce", 65536),
+        ("ecmp", "all-reduce", 262144),
+        ("ecmp", "all-reduce", 1048576),
+        ("ecmp", "all-to-all", 65536),
+    ]
+    assert {s.policy for s in steps[6:]} == {"path-pinned"}
+    assert all(s.count == s.size // 4 and s.dtype == "float" and s.ranks == 8 for s in steps)
+
+
+def test_step_sizes_round_down_to_whole_elements_per_rank() -> None:
+    document = yaml.safe_load(replace(VALID, "placement", "placement: {gpus: 6}"))
+    document["sizes"] = {"min": 100, "max": 1000, "factor": 3}
+    spec = parse_experiment(document, "mem.yaml")
+    # 100, 300, 900 rounded down to multiples of 6 ranks x 4 bytes = 24
+    assert spec.step_sizes() == [96, 288, 888]
+    assert [s.count for s in spec.steps()][:3] == [24, 72, 222]
+
+
+def test_sizes_that_round_to_the_same_value_are_run_once() -> None:
+    document = yaml.safe_load(VALID)
+    document["sizes"] = {"min": 16, "max": 64, "factor": 2}  # 16, 32, 64 -> 0, 32, 64
+    spec = parse_experiment(document, "mem.yaml")
+    assert spec.step_sizes() == [32, 64]
+
+
+def test_size_sweep_is_nccl_tests_b_e_f() -> None:
+    assert SizeSweep(8, 128, 2).values() == [8, 16, 32, 64, 128]
+    assert SizeSweep(1024, 5000, 4).values() == [1024, 4096]
+    assert SizeSweep(7, 7, 2).values() == [7]
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("1M", 1 << 20),
+        ("64K", 65536),
+        ("512", 512),
+        (4096, 4096),
+        ("2GiB", 2 << 30),
+        ("1 kb", 1024),
+        ("3MB", 3 << 20),
+    ],
+)
+def test_parse_size(text: object, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["1.5M", "-1", 0, True, "M", "1X", None, 2.0])
+def test_parse_size_rejects(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_format_size_is_exact() -> None:
+    assert [format_size(s) for s in (1 << 20, 65536, 1000, 1536)] == ["1M", "64K", "1000", "1536"]
+
+
+def test_every_collective_has_a_default_algorithm_and_a_bus_factor() -> None:
+    from orchestrator.nccl_table import bus_factor
+
+    for op, algorithms in COLLECTIVES.items():
+        assert algorithms
+        assert 0 < bus_factor(op, 8) <= 2
