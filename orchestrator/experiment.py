@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 import topologies
-from orchestrator.nccl_table import DEFAULT_DTYPE, ELEMENT_SIZES, bus_factor
+from orchestrator.nccl_table import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
 from topologies.errors import ExperimentError, FabricSpecError
 from topologies.generators import build_fabric
 from topologies.model import Fabric, Gpu
@@ -69,6 +69,10 @@ COLLECTIVES: dict[str, tuple[str, ...]] = {
 
 ORDERS = ("rank", "topology-aware", "random")
 PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
+
+# What the synthetic workers move and verify: 4-byte unsigned integers, so that sums are
+# exact (orchestrator/worker/collectives.py). Tables name it as nccl-tests would.
+DTYPE = "uint32"
 
 DEFAULT_ITERATIONS = 20  # nccl-tests -n
 DEFAULT_WARMUP = 5  # nccl-tests -w
@@ -210,7 +214,7 @@ class Step:
     policy: str
     collective: Collective
     size: int  # bytes: the buffer for all-reduce, what one rank sends for all-to-all
-    count: int  # elements of ``dtype``
+    count: int  # nccl-tests' count column: elements, per rank for the per-rank operations
     dtype: str
     ranks: int
 
@@ -232,7 +236,7 @@ class ExperimentSpec:
     seed: int = 0
     load_limit: LoadLimit = field(default_factory=LoadLimit)
     description: str = ""
-    dtype: str = DEFAULT_DTYPE
+    dtype: str = DTYPE
     source: str = "<inline>"
 
     @property
@@ -245,32 +249,29 @@ class ExperimentSpec:
         """An error about this experiment's ``key``, for checks made after loading."""
         return ExperimentError(self.source, key, expected, found, detail=detail)
 
-    def step_sizes(self) -> list[int]:
-        """The sweep's sizes, each rounded down to whole elements per rank (nccl-tests does
-        the same), duplicates dropped."""
-        unit = self.ranks * ELEMENT_SIZES[self.dtype]
+    def step_sizes(self, op: str) -> list[int]:
+        """The sweep's sizes as ``op`` runs them: rounded down to whole elements (per rank,
+        for the per-rank operations) as nccl-tests does; zeros and duplicates dropped."""
         sizes: list[int] = []
         for size in self.sizes.values():
-            rounded = size // unit * unit
+            rounded = buffer_bytes(op, size, self.dtype, self.ranks)
             if rounded > 0 and rounded not in sizes:
                 sizes.append(rounded)
         return sizes
 
     def steps(self) -> list[Step]:
         """Every configuration to run, policy x collective x size, policies varying slowest."""
-        element = ELEMENT_SIZES[self.dtype]
-        sizes = self.step_sizes()
         steps: list[Step] = []
         for policy in self.policies:
             for collective in self.collectives:
-                for size in sizes:
+                for size in self.step_sizes(collective.op):
                     steps.append(
                         Step(
                             index=len(steps),
                             policy=policy,
                             collective=collective,
                             size=size,
-                            count=size // element,
+                            count=count_column(collective.op, size, self.dtype, self.ranks),
                             dtype=self.dtype,
                             ranks=self.ranks,
                         )
@@ -358,13 +359,15 @@ def parse_experiment(
     load_limit = LoadLimit(force=read.boolean(raw_limit.get("force", False), "load_limit.force"))
 
     gpus = placement.select(fabric, seed)
-    unit = len(gpus) * ELEMENT_SIZES[DEFAULT_DTYPE]
-    if sizes.max < unit:
-        read.fail(
-            "sizes.max",
-            f"at least {unit} bytes (one {DEFAULT_DTYPE} element for each of {len(gpus)} ranks)",
-            sizes.max,
-        )
+    for collective in collectives:
+        if buffer_bytes(collective.op, sizes.max, DTYPE, len(gpus)) == 0:
+            unit = ELEMENT_SIZES[DTYPE] * len(gpus)
+            read.fail(
+                "sizes.max",
+                f"at least {unit} bytes for {collective.op} "
+                f"(one {DTYPE} element for each of {len(gpus)} ranks)",
+                sizes.max,
+            )
     return ExperimentSpec(
         name=name,
         fabric=fabric_spec,

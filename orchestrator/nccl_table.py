@@ -71,6 +71,25 @@ ROOTED = frozenset({"broadcast", "reduce"})
 OPERATIONS = tuple(_BUS_FACTORS)
 
 
+# Operations whose buffer is n equal per-rank pieces: nccl-tests rounds their size down to
+# whole elements per rank and prints the per-rank element count in the "count" column.
+PER_RANK = frozenset({"all-gather", "reduce-scatter", "all-to-all"})
+
+
+def buffer_bytes(op: str, size: int, dtype: str, ranks: int) -> int:
+    """The size nccl-tests actually runs for a requested ``size``: whole elements, and whole
+    elements per rank for the per-rank operations (its getCollByteCount)."""
+    element = ELEMENT_SIZES[dtype]
+    unit = element * ranks if op in PER_RANK else element
+    return size // unit * unit
+
+
+def count_column(op: str, size: int, dtype: str, ranks: int) -> int:
+    """nccl-tests' "count (elements)": per rank where the buffer is per rank, else all."""
+    elements = buffer_bytes(op, size, dtype, ranks) // ELEMENT_SIZES[dtype]
+    return elements // ranks if op in PER_RANK else elements
+
+
 def bus_factor(op: str, ranks: int) -> float:
     """nccl-tests' busbw / algbw factor for ``op`` over ``ranks`` ranks."""
     try:

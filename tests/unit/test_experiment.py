@@ -172,7 +172,7 @@ MALFORMED = [
         "sizes below one element per rank",
         replace(VALID, "sizes", "sizes: {min: 4, max: 16}"),
         "sizes.max",
-        "one float element",
+        "one uint32 element",
     ),
     ("iterations zero", replace(VALID, "iterations", "iterations: 0"), "iterations", ">= 1"),
     ("warmup negative", replace(VALID, "warmup", "warmup: -1"), "warmup", ">= 0"),
@@ -391,23 +391,36 @@ def test_steps_are_policy_by_collective_by_size_policies_slowest(tmp_path: Path)
         ("ecmp", "all-to-all", 65536),
     ]
     assert {s.policy for s in steps[6:]} == {"path-pinned"}
-    assert all(s.count == s.size // 4 and s.dtype == "float" and s.ranks == 8 for s in steps)
+    assert all(s.dtype == "uint32" and s.ranks == 8 for s in steps)
+    # nccl-tests' count column: all elements for all-reduce, elements per rank for all-to-all
+    assert [s.count for s in steps[:6]] == [16384, 65536, 262144, 2048, 8192, 32768]
 
 
-def test_step_sizes_round_down_to_whole_elements_per_rank() -> None:
+def test_step_sizes_round_down_as_nccl_tests_does() -> None:
     document = yaml.safe_load(replace(VALID, "placement", "placement: {gpus: 6}"))
-    document["sizes"] = {"min": 100, "max": 1000, "factor": 3}
+    document["sizes"] = {"min": 102, "max": 1000, "factor": 3}
     spec = parse_experiment(document, "mem.yaml")
-    # 100, 300, 900 rounded down to multiples of 6 ranks x 4 bytes = 24
-    assert spec.step_sizes() == [96, 288, 888]
-    assert [s.count for s in spec.steps()][:3] == [24, 72, 222]
+    # 102, 306, 918: whole 4-byte elements for all-reduce ...
+    assert spec.step_sizes("all-reduce") == [100, 304, 916]
+    # ... whole elements for each of 6 ranks (multiples of 24) for all-to-all
+    assert spec.step_sizes("all-to-all") == [96, 288, 912]
+    steps = spec.steps()
+    assert [(s.collective.op, s.size, s.count) for s in steps[:6]] == [
+        ("all-reduce", 100, 25),
+        ("all-reduce", 304, 76),
+        ("all-reduce", 916, 229),
+        ("all-to-all", 96, 4),
+        ("all-to-all", 288, 12),
+        ("all-to-all", 912, 38),
+    ]
 
 
 def test_sizes_that_round_to_the_same_value_are_run_once() -> None:
     document = yaml.safe_load(VALID)
-    document["sizes"] = {"min": 16, "max": 64, "factor": 2}  # 16, 32, 64 -> 0, 32, 64
+    document["sizes"] = {"min": 16, "max": 64, "factor": 2}  # 16, 32, 64
     spec = parse_experiment(document, "mem.yaml")
-    assert spec.step_sizes() == [32, 64]
+    assert spec.step_sizes("all-reduce") == [16, 32, 64]
+    assert spec.step_sizes("all-to-all") == [32, 64]  # 16 bytes is not one element per rank
 
 
 def test_size_sweep_is_nccl_tests_b_e_f() -> None:

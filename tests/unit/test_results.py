@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.nccl_table import bus_factor
+from orchestrator.nccl_table import bus_factor, count_column
 from orchestrator.results import (
     ConnectionSample,
     FiveTuple,
@@ -124,8 +124,8 @@ def write_synthetic_bundle(path: Path, policies: tuple[str, ...] = ("ecmp", "pat
                         collective=op,
                         algorithm=algorithm,
                         size=size,
-                        count=size // 4,
-                        dtype="float",
+                        count=count_column(op, size, "uint32", RANKS),
+                        dtype="uint32",
                         ranks=RANKS,
                         iterations=ITERATIONS,
                         warmup=WARMUP,
@@ -340,7 +340,7 @@ def test_csv_and_text_tables_carry_the_same_numbers(reported: Path) -> None:
     assert [int(r["size_B"]) for r in rows] == list(SIZES)
     busbw = expected_busbw_gbps("path-pinned")
     for row in rows:
-        assert (row["type"], row["redop"], row["root"]) == ("float", "sum", "-1")
+        assert (row["type"], row["redop"], row["root"]) == ("uint32", "sum", "-1")
         assert int(row["count"]) == int(row["size_B"]) // 4
         assert float(row["busbw_GBps"]) == pytest.approx(busbw, rel=1e-9)
         assert float(row["busbw_real_GBps"]) == pytest.approx(busbw / 1e-4, rel=1e-9)
@@ -351,7 +351,7 @@ def test_csv_and_text_tables_carry_the_same_numbers(reported: Path) -> None:
     assert "# Out of bounds values : 5 FAILED" in text
     line = next(x for x in text if x.split() and x.split()[0] == "262144")
     fields = line.split()
-    assert fields[1:5] == ["65536", "float", "none", "-1"]
+    assert fields[1:5] == ["8192", "uint32", "none", "-1"]  # count per rank, as nccl-tests
     assert float(fields[7]) == pytest.approx(expected_busbw_gbps("ecmp"), abs=1e-6)
     assert fields[8] == "5"
     assert float(fields[10]) == pytest.approx(expected_busbw_gbps("ecmp") / 1e-4, abs=0.01)

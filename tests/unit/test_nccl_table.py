@@ -1,0 +1,73 @@
+"""The nccl-tests table: metrics and format."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.nccl_table import (
+    NcclRow,
+    average_busbw,
+    buffer_bytes,
+    bus_factor,
+    count_column,
+    format_table,
+)
+
+
+@pytest.mark.parametrize(
+    ("op", "factor"),
+    [
+        ("all-reduce", 2 * 7 / 8),
+        ("all-gather", 7 / 8),
+        ("reduce-scatter", 7 / 8),
+        ("all-to-all", 7 / 8),
+        ("broadcast", 1.0),
+        ("reduce", 1.0),
+    ],
+)
+def test_bus_factors_are_nccl_tests_ones(op: str, factor: float) -> None:
+    assert bus_factor(op, 8) == pytest.approx(factor)
+
+
+def test_unknown_operation_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown collective 'all-shuffle'"):
+        bus_factor("all-shuffle", 8)
+
+
+def test_row_computes_algbw_and_busbw_in_gb_per_s() -> None:
+    # 1 MiB in 1000 us: algbw = 1048576 / 1e-3 / 1e9 = 1.048576 GB/s
+    row = NcclRow.of(
+        "all-reduce", size=1048576, count=262144, dtype="float", ranks=8, time_us=1000, wrong=0
+    )
+    assert row.algbw == pytest.approx(1.048576)
+    assert row.busbw == pytest.approx(1.048576 * 1.75)
+    assert (row.redop, row.root) == ("sum", -1)
+    assert row.real(1e-4) == pytest.approx((10485.76, 18350.08))
+
+
+def test_counts_and_sizes_follow_nccl_tests() -> None:
+    assert buffer_bytes("all-reduce", 1001, "float", 8) == 1000
+    assert buffer_bytes("all-to-all", 1001, "float", 8) == 992
+    assert count_column("all-reduce", 1024, "float", 8) == 256
+    assert count_column("all-to-all", 1024, "float", 8) == 32
+    assert count_column("all-gather", 1024, "half", 4) == 128
+
+
+def test_table_ends_with_the_average_bus_bandwidth_and_labels_real_columns() -> None:
+    rows = [
+        NcclRow.of("all-to-all", size=s, count=s // 32, dtype="uint32", ranks=8, time_us=t, wrong=w)
+        for s, t, w in ((65536, 20000.0, 0), (262144, 60000.0, 3))
+    ]
+    text = format_table(rows, title=["probe"], scale=1e-4)
+    lines = text.splitlines()
+    assert lines[0] == "# probe"
+    assert "real speed" in lines[2] and "emulated" in lines[2]
+    assert lines[-1] == f"# Avg bus bandwidth    : {average_busbw(rows):.6f}"
+    assert lines[-2] == f"# Avg bus bandwidth at real speed : {average_busbw(rows) / 1e-4:.2f}"
+    assert "# Out of bounds values : 3 FAILED" in lines
+    first = lines[5].split()
+    assert first[:5] == ["65536", "2048", "uint32", "none", "-1"]
+    assert float(first[7]) == pytest.approx(65536 / 0.02 / 1e9 * 7 / 8, abs=1e-6)
+    assert float(first[10]) == pytest.approx(65536 / 0.02 / 1e9 * 7 / 8 / 1e-4, abs=0.01)
+    plain = format_table(rows).splitlines()
+    assert len(plain[2].split()) == 9  # the nccl-tests columns only
