@@ -59,10 +59,11 @@ from topologies.spec import (
 POLICIES: tuple[str, ...] = ("shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive")
 
 # Collective operations and their algorithms; the first algorithm is the default one (what
-# the short form ``- all-reduce`` means).
+# the short form ``- all-reduce`` means). The same names as the workers' algorithm registry
+# (orchestrator/worker/collectives.py), which implements them.
 COLLECTIVES: dict[str, tuple[str, ...]] = {
     "all-reduce": ("ring", "hierarchical"),
-    "all-to-all": ("direct", "pxn"),
+    "all-to-all": ("direct", "shifted", "pxn"),
     "all-gather": ("ring",),
     "reduce-scatter": ("ring",),
 }

@@ -129,7 +129,7 @@ MALFORMED = [
         "algorithm of another op",
         VALID.replace("algorithm: pxn", "algorithm: ring"),
         "collectives[1].algorithm",
-        "direct, pxn",
+        "direct, shifted, pxn",
     ),
     (
         "collective entry without op",
