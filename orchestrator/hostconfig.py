@@ -1,0 +1,196 @@
+"""What each emulated GPU's network namespace is configured with, rendered as data.
+
+Pure: :func:`render_host_config` turns one GPU of a
+:class:`~topologies.description.FabricDescription` into argument lists, the emulation runs
+them inside that GPU's namespace (STYLE.md 8: render, then check, then start). Every address
+comes from the description's addressing plan; nothing here derives one.
+
+The contract (shared with the controller, ``controllers/``)::
+
+    eth0            NVLink port: NVLink address /24 (the server's NVLink subnet)
+    eth1..ethN      NIC ports: the GPU's fabric address /32 on each (the same address on
+                    both ports of a dual-ToR GPU), MACs from the plan, and a permanent
+                    neighbour entry GATEWAY_IP -> GATEWAY_MAC (the gateway is virtual: the
+                    switches route on the destination address and never answer ARP)
+    routes          FABRIC_PREFIX via GATEWAY_IP onlink, one nexthop per NIC port, src = the
+                    fabric address; rail-only fabrics add 10.<r>.0.0/16 via the NVLink address
+                    of the server's GPU on rail r (it forwards: ip_forward=1)
+
+Sysctls, and why:
+
+- ``fib_multipath_hash_policy=1``: hash on the L4 five-tuple, so different flows between the
+  same pair of GPUs spread over both NIC ports (policy 0 hashes addresses only).
+- ``conf.all.ignore_routes_with_linkdown=1``: a nexthop whose port lost carrier drops out of
+  the multipath route, so a failed ToR link halves a dual-ToR GPU's bandwidth, not cuts it.
+- ``rp_filter=0`` everywhere: the same source address arrives on either port, and rail-only
+  forwarding receives fabric traffic on the NVLink port.
+- ``arp_ignore=1``, ``arp_announce=2``: with one address on two ports, answer ARP only on the
+  port the request came in on and announce the address of the outgoing port.
+- IPv6 off: no router solicitations, DAD or MLD noise on the emulated links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.shaping import shaping_commands
+from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC, GpuAddresses
+from topologies.description import FabricDescription
+from topologies.model import LinkKind
+
+Argv = list[str]
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Everything one GPU's namespace is configured with, in the order it is applied."""
+
+    gpu: str
+    sysctls: tuple[tuple[str, str], ...]
+    links: tuple[Argv, ...]  # MACs and link state
+    addresses: tuple[Argv, ...]
+    neighbours: tuple[Argv, ...]
+    routes: tuple[Argv, ...]
+    shaping: tuple[Argv, ...]  # tc, for the GPU's end of each shaped link
+    interfaces: tuple[str, ...] = field(default=())
+
+    def sysctl_argv(self) -> Argv:
+        return ["sysctl", "-q", "-w", *(f"{key}={value}" for key, value in self.sysctls)]
+
+    def commands(self) -> list[Argv]:
+        """Every command, in order: sysctls, links, addresses, neighbours, routes, shaping."""
+        return [
+            self.sysctl_argv(),
+            *self.links,
+            *self.addresses,
+            *self.neighbours,
+            *self.routes,
+            *self.shaping,
+        ]
+
+
+def _sysctls(addresses: GpuAddresses, forwarding: bool) -> list[tuple[str, str]]:
+    intfs = ["lo", addresses.nvlink.intf, *(nic.intf for nic in addresses.nics)]
+    values = [
+        ("net.ipv6.conf.all.disable_ipv6", "1"),
+        ("net.ipv6.conf.default.disable_ipv6", "1"),
+        ("net.ipv4.fib_multipath_hash_policy", "1"),
+        ("net.ipv4.conf.all.ignore_routes_with_linkdown", "1"),
+        ("net.ipv4.conf.default.ignore_routes_with_linkdown", "1"),
+        ("net.ipv4.conf.all.rp_filter", "0"),
+        ("net.ipv4.conf.default.rp_filter", "0"),
+        *((f"net.ipv4.conf.{intf}.rp_filter", "0") for intf in intfs),
+        ("net.ipv4.conf.all.arp_ignore", "1"),
+        ("net.ipv4.conf.all.arp_announce", "2"),
+        ("net.ipv4.conf.default.arp_ignore", "1"),
+        ("net.ipv4.conf.default.arp_announce", "2"),
+        ("net.ipv4.ip_forward", "1" if forwarding else "0"),
+    ]
+    if forwarding:
+        # A forwarding GPU must not tell its server-mates to "go direct": they cannot.
+        values += [
+            ("net.ipv4.conf.all.send_redirects", "0"),
+            ("net.ipv4.conf.default.send_redirects", "0"),
+        ]
+    return values
+
+
+def _rail_routes(description: FabricDescription, addresses: GpuAddresses) -> list[Argv]:
+    """Rail-only: reach the other rails through the server-mate on that rail (over NVLink)."""
+    server = description.fabric.servers[addresses.server]
+    routes = []
+    for mate in server.gpus:
+        peer = description.addresses[mate]
+        if peer.rail == addresses.rail:
+            continue
+        routes.append(
+            [
+                "ip",
+                "route",
+                "replace",
+                peer.rail_prefix(),
+                "via",
+                peer.nvlink.ip,
+                "dev",
+                addresses.nvlink.intf,
+                "src",
+                addresses.fabric_ip,
+            ]
+        )
+    return routes
+
+
+def _link_rates(description: FabricDescription, gpu: str) -> dict[int, float]:
+    """Emulated rate of each of the GPU's ports (port number -> bit/s)."""
+    rates = {}
+    for link in description.fabric.links_of(gpu):
+        if link.kind in (LinkKind.NVLINK, LinkKind.NIC):
+            rates[link.port_of(gpu)] = description.emulated_rate(link)
+    return rates
+
+
+def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
+    """The namespace configuration of ``gpu`` (see the module docstring for the contract)."""
+    addresses = description.addresses[gpu]
+    nvlink, nics = addresses.nvlink, addresses.nics
+    if not nics:
+        raise ValueError(f"GPU {gpu} has no NIC port")
+    ports = [nvlink, *nics]
+
+    links: list[Argv] = [["ip", "link", "set", "dev", "lo", "up"]]
+    for port in ports:
+        links.append(["ip", "link", "set", "dev", port.intf, "address", port.mac])
+    for port in ports:
+        links.append(["ip", "link", "set", "dev", port.intf, "up"])
+
+    address_cmds = [
+        ["ip", "addr", "replace", f"{port.ip}/{port.prefixlen}", "dev", port.intf] for port in ports
+    ]
+    neighbours = [
+        [
+            "ip",
+            "neigh",
+            "replace",
+            GATEWAY_IP,
+            "lladdr",
+            GATEWAY_MAC,
+            "dev",
+            nic.intf,
+            "nud",
+            "permanent",
+        ]
+        for nic in nics
+    ]
+    # `src` before the nexthops: ip(8) reads everything after `nexthop` as nexthop options.
+    fabric_route = ["ip", "route", "replace", FABRIC_PREFIX, "src", addresses.fabric_ip]
+    if len(nics) == 1:
+        fabric_route += ["via", GATEWAY_IP, "dev", nics[0].intf, "onlink"]
+    else:
+        for nic in nics:
+            fabric_route += ["nexthop", "via", GATEWAY_IP, "dev", nic.intf, "onlink"]
+    routes = [fabric_route]
+    forwarding = description.fabric.gpu_forwarding
+    if forwarding:
+        routes += _rail_routes(description, addresses)
+
+    rates = _link_rates(description, gpu)
+    shaping = [argv for port in ports for argv in shaping_commands(port.intf, rates[port.port])]
+
+    return HostConfig(
+        gpu=gpu,
+        sysctls=tuple(_sysctls(addresses, forwarding)),
+        links=tuple(links),
+        addresses=tuple(address_cmds),
+        neighbours=tuple(neighbours),
+        routes=tuple(routes),
+        shaping=tuple(shaping),
+        interfaces=tuple(port.intf for port in ports),
+    )
+
+
+def render_all(description: FabricDescription) -> dict[str, HostConfig]:
+    """Host configurations of every GPU, by GPU name in rank order."""
+    return {
+        gpu.name: render_host_config(description, gpu.name)
+        for gpu in description.fabric.gpus_by_rank()
+    }
