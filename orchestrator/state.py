@@ -1,0 +1,578 @@
+"""The run record: what a run created, written down before it is created.
+
+Every run owns a directory ``<state dir>/runs/<run id>/`` (state dir: ``$ASTRAL_STATE_DIR``,
+default ``/run/astral``, a tmpfs that a reboot empties along with the network it describes).
+It holds ``state.json`` (this record), ``fabric.json`` (the generated fabric description) and
+the controller's log. The record lists, each entry added *before* the resource exists:
+
+    bridges      OVS bridges (tagged external_ids:astral-run=<run id>) and Linux bridges
+    interfaces   root-namespace veth ends (deleting one end deletes its pair)
+    link_group   a device group number (ip-link(8)) all our root-namespace devices join, so
+                 that the kernel deletes them in one operation (one by one costs ~10 ms each)
+    qdiscs       shapers on root-namespace interfaces (they go with their interface)
+    hosts        each GPU's namespace: its shell (pid + /proc start time, so that a recycled
+                 pid is never killed), the namespace's inode and its interface names
+    processes    other processes: switch shells, the controller, workers
+
+:func:`clean` removes exactly what a record lists and nothing else, idempotently, whether
+the run ended normally (the emulation's teardown calls it) or was killed (``astral clean``).
+It also stops stray processes still inside a recorded GPU namespace (a worker started
+there): a process counts as inside when its ``/proc/<pid>/ns/net`` is the recorded inode
+*and* its ``/proc/<pid>/net/dev`` lists the recorded interfaces, so a recycled inode
+number cannot match.
+
+System calls go through :class:`System`; unit tests pass a fake one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+STATE_DIR_ENV = "ASTRAL_STATE_DIR"
+DEFAULT_STATE_DIR = Path("/run/astral")
+STATE_FILE = "state.json"
+RUN_TAG = "astral-run"  # OVS external_ids key naming the run that created a bridge
+VERSION = 1
+KEEP_CLEAN_RUNS = 10
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def runs_dir(base: Path | None = None) -> Path:
+    return (base or state_dir()) / "runs"
+
+
+@dataclass
+class ProcessRecord:
+    """A process the run started. ``starttime`` is field 22 of /proc/<pid>/stat."""
+
+    name: str
+    pid: int
+    starttime: int
+    role: str = "process"  # switch | controller | worker | process
+    group: bool = False  # leads its own process group: signal the whole group
+
+
+@dataclass
+class HostRecord:
+    """A GPU's namespace, known by its shell and (to find strays) its inode and interfaces."""
+
+    name: str
+    pid: int | None = None
+    starttime: int | None = None
+    netns: int | None = None
+    intfs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CleanReport:
+    """What :func:`clean` did, per kind of resource."""
+
+    killed: list[str] = field(default_factory=list)
+    bridges: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    qdiscs: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # recorded but not ours any more
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def removed_anything(self) -> bool:
+        return bool(self.killed or self.bridges or self.interfaces or self.qdiscs)
+
+    def merge(self, other: CleanReport) -> None:
+        for name in ("killed", "bridges", "interfaces", "qdiscs", "skipped", "errors"):
+            getattr(self, name).extend(getattr(other, name))
+
+    def lines(self) -> list[str]:
+        def summary(label: str, items: list[str]) -> str:
+            more = f", ... ({len(items)} in all)" if len(items) > 8 else ""
+            shown = ", ".join(items[:8]) + more
+            return f"{label}: {shown}"
+
+        out = []
+        for label, items in (
+            ("stopped processes", self.killed),
+            ("deleted bridges", self.bridges),
+            ("deleted interfaces", self.interfaces),
+            ("removed qdiscs", self.qdiscs),
+            ("left alone (not ours any more)", self.skipped),
+            ("errors", self.errors),
+        ):
+            if items:
+                out.append(summary(label, items))
+        return out or ["nothing to remove"]
+
+
+@dataclass
+class RunState:
+    """The record of one run, saved atomically to ``<run dir>/state.json`` on every change."""
+
+    run_dir: Path
+    run_id: str
+    owner_pid: int
+    owner_starttime: int | None
+    command: list[str]
+    created: float
+    status: str = "starting"  # starting | up | tearing-down | clean
+    link_group: int | None = None  # device group (ip-link(8)) of our root interfaces
+    bridges: list[dict[str, str]] = field(default_factory=list)  # {"name", "kind"}
+    interfaces: list[str] = field(default_factory=list)
+    qdiscs: list[str] = field(default_factory=list)
+    hosts: dict[str, HostRecord] = field(default_factory=dict)
+    processes: list[ProcessRecord] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / STATE_FILE
+
+    # -- creation and persistence ------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, base: Path | None = None, command: list[str] | None = None, now: float | None = None
+    ) -> RunState:
+        """A new run directory under ``base`` (default: :func:`state_dir`), saved at once."""
+        now = time.time() if now is None else now
+        pid = os.getpid()
+        run_id = time.strftime("%Y%m%dT%H%M%S", time.localtime(now)) + f"-{pid}"
+        run_dir = runs_dir(base) / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        state = cls(
+            run_dir=run_dir,
+            run_id=run_id,
+            owner_pid=pid,
+            owner_starttime=proc_starttime(pid),
+            command=list(command if command is not None else _own_command()),
+            created=now,
+        )
+        state.save()
+        return state
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "run_id": self.run_id,
+            "owner_pid": self.owner_pid,
+            "owner_starttime": self.owner_starttime,
+            "command": self.command,
+            "created": self.created,
+            "status": self.status,
+            "link_group": self.link_group,
+            "bridges": self.bridges,
+            "interfaces": self.interfaces,
+            "qdiscs": self.qdiscs,
+            "hosts": {name: asdict(host) for name, host in self.hosts.items()},
+            "processes": [asdict(p) for p in self.processes],
+            "extra": self.extra,
+        }
+
+    def save(self) -> None:
+        """Write atomically: a run killed mid-write leaves the previous complete record."""
+        fd, tmp = tempfile.mkstemp(dir=self.run_dir, prefix=".state-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(self.to_dict(), out, indent=1)
+        os.replace(tmp, self.path)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunState:
+        data = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
+        if data.get("version") != VERSION:
+            raise ValueError(f"{run_dir / STATE_FILE}: unknown version {data.get('version')!r}")
+        return cls(
+            run_dir=run_dir,
+            run_id=data["run_id"],
+            owner_pid=data["owner_pid"],
+            owner_starttime=data.get("owner_starttime"),
+            command=list(data.get("command", [])),
+            created=data.get("created", 0.0),
+            status=data.get("status", "starting"),
+            link_group=data.get("link_group"),
+            bridges=list(data.get("bridges", [])),
+            interfaces=list(data.get("interfaces", [])),
+            qdiscs=list(data.get("qdiscs", [])),
+            hosts={name: HostRecord(**h) for name, h in data.get("hosts", {}).items()},
+            processes=[ProcessRecord(**p) for p in data.get("processes", [])],
+            extra=dict(data.get("extra", {})),
+        )
+
+    # -- recording (call these *before* creating the resource) ---------------------------
+
+    def set_status(self, status: str) -> None:
+        self.status = status
+        self.save()
+
+    def add_bridges(self, bridges: Iterable[tuple[str, str]]) -> None:
+        """Record bridges ``(name, kind)``, kind ``ovs`` or ``linux``."""
+        known = {b["name"] for b in self.bridges}
+        self.bridges += [{"name": n, "kind": k} for n, k in bridges if n not in known]
+        self.save()
+
+    def add_interfaces(self, names: Iterable[str]) -> None:
+        known = set(self.interfaces)
+        self.interfaces += [n for n in names if n not in known]
+        self.save()
+
+    def add_qdiscs(self, intfs: Iterable[str]) -> None:
+        known = set(self.qdiscs)
+        self.qdiscs += [n for n in intfs if n not in known]
+        self.save()
+
+    def add_hosts(self, hosts: dict[str, list[str]]) -> None:
+        """Record GPU namespaces about to be created, with their interface names."""
+        for name, intfs in hosts.items():
+            self.hosts.setdefault(name, HostRecord(name, intfs=list(intfs)))
+        self.save()
+
+    def set_host_process(self, name: str, pid: int, netns: int | None, save: bool = True) -> None:
+        host = self.hosts.setdefault(name, HostRecord(name))
+        host.pid, host.starttime, host.netns = pid, proc_starttime(pid), netns
+        if save:
+            self.save()
+
+    def add_process(
+        self,
+        name: str,
+        pid: int,
+        role: str = "process",
+        group: bool = False,
+        starttime: int | None = None,
+        save: bool = True,
+    ) -> None:
+        starttime = proc_starttime(pid) if starttime is None else starttime
+        if starttime is None:
+            return  # already gone: nothing to clean
+        self.processes = [p for p in self.processes if p.pid != pid]
+        self.processes.append(ProcessRecord(name, pid, starttime, role, group))
+        if save:
+            self.save()
+
+
+def _own_command() -> list[str]:
+    try:
+        raw = Path(f"/proc/{os.getpid()}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def proc_starttime(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if there is no such process."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        # fields[0] is field 3 (state): a zombie has exited and counts as gone.
+        return None if fields[0] == "Z" else int(fields[19])  # field 22 overall
+    except (IndexError, ValueError):
+        return None
+
+
+# -- the system, behind an interface so that the logic is testable without root ------------
+
+
+class System(Protocol):
+    def starttime(self, pid: int) -> int | None: ...
+    def kill(self, pid: int, sig: int, group: bool = False) -> None: ...
+    def pids(self) -> list[int]: ...
+    def netns_inode(self, pid: int) -> int | None: ...
+    def net_devices(self, pid: int) -> set[str]: ...
+    def ovs_bridges(self) -> dict[str, dict[str, str]]: ...
+    def delete_ovs_bridges(self, names: list[str]) -> list[str]: ...
+    def links(self) -> set[str]: ...
+    def delete_links(self, names: list[str]) -> list[str]: ...
+    def link_group_members(self, group: int) -> set[str]: ...
+    def delete_link_group(self, group: int) -> list[str]: ...
+    def sleep(self, seconds: float) -> None: ...
+
+
+class LinuxSystem:
+    """The real thing: /proc, signals, ovs-vsctl, ip and tc."""
+
+    def __init__(self, proc: Path = Path("/proc")) -> None:
+        self.proc = proc
+
+    def starttime(self, pid: int) -> int | None:
+        return proc_starttime(pid, self.proc)
+
+    def kill(self, pid: int, sig: int, group: bool = False) -> None:
+        try:
+            if group:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def pids(self) -> list[int]:
+        return [int(p) for p in os.listdir(self.proc) if p.isdigit()]
+
+    def netns_inode(self, pid: int) -> int | None:
+        try:
+            return os.stat(self.proc / str(pid) / "ns" / "net").st_ino
+        except OSError:
+            return None
+
+    def net_devices(self, pid: int) -> set[str]:
+        try:
+            lines = (self.proc / str(pid) / "net" / "dev").read_text().splitlines()[2:]
+        except OSError:
+            return set()
+        return {line.split(":", 1)[0].strip() for line in lines}
+
+    def ovs_bridges(self) -> dict[str, dict[str, str]]:
+        result = _run(
+            [
+                "ovs-vsctl",
+                "--timeout=10",
+                "--format=json",
+                "--columns=name,external_ids",
+                "list",
+                "Bridge",
+            ]
+        )
+        if result.returncode != 0:
+            return {}
+        data = json.loads(result.stdout)
+        bridges = {}
+        for name, ids in data.get("data", []):
+            # external_ids is ["map", [[key, value], ...]]
+            bridges[name] = {k: v for k, v in ids[1]} if isinstance(ids, list) else {}
+        return bridges
+
+    def delete_ovs_bridges(self, names: list[str]) -> list[str]:
+        if not names:
+            return []
+        argv = ["ovs-vsctl", "--timeout=30", "--no-wait"]
+        for i, name in enumerate(names):
+            argv += ([] if i == 0 else ["--"]) + ["--if-exists", "del-br", name]
+        result = _run(argv)
+        return [] if result.returncode == 0 else [f"ovs-vsctl del-br: {result.stderr.strip()}"]
+
+    def links(self) -> set[str]:
+        return _link_names(_run(["ip", "-o", "link", "show"]).stdout)
+
+    def delete_links(self, names: list[str]) -> list[str]:
+        return _batch(["ip", "-force", "-batch", "-"], [f"link del dev {n}" for n in names])
+
+    def link_group_members(self, group: int) -> set[str]:
+        return _link_names(_run(["ip", "-o", "link", "show", "group", str(group)]).stdout)
+
+    def delete_link_group(self, group: int) -> list[str]:
+        result = _run(["ip", "link", "delete", "group", str(group)])
+        return [] if result.returncode == 0 else [f"ip link delete group: {result.stderr.strip()}"]
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+
+
+def _link_names(ip_output: str) -> set[str]:
+    """Interface names in ``ip -o link show`` output ("12: p0r0t0-eth1@if11: <...>")."""
+    names = set()
+    for line in ip_output.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            names.add(parts[1].strip().split("@", 1)[0])
+    return names
+
+
+def _batch(argv: list[str], lines: list[str]) -> list[str]:
+    """Run an ``ip``/``tc`` batch (names are validated identifiers, see orchestrator.wiring)."""
+    if not lines:
+        return []
+    result = _run(argv, "\n".join(lines) + "\n")
+    if result.returncode == 0:
+        return []
+    # "Cannot find device" means someone (the kernel, with its pair) was first: fine.
+    return [
+        line
+        for line in result.stderr.splitlines()
+        if line.strip() and "Cannot find device" not in line and "Command failed" not in line
+    ]
+
+
+# -- cleaning ---------------------------------------------------------------------------
+
+
+def _alive(system: System, pid: int | None, starttime: int | None) -> bool:
+    return pid is not None and starttime is not None and system.starttime(pid) == starttime
+
+
+def _stop(system: System, targets: list[tuple[str, int, bool]], grace: float) -> None:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left.
+
+    Targets are ``(name, pid, group)``; ``group``: signal the process group it leads.
+    """
+    starts = {pid: (system.starttime(pid), group) for _, pid, group in targets}
+    for pid, (_, group) in starts.items():
+        system.kill(pid, signal.SIGTERM, group)
+    deadline = grace
+    while deadline > 0 and any(system.starttime(p) == s for p, (s, _) in starts.items()):
+        system.sleep(0.05)
+        deadline -= 0.05
+    for pid, (start, group) in starts.items():
+        if start is not None and system.starttime(pid) == start:
+            system.kill(pid, signal.SIGKILL, group)
+
+
+def _strays(state: RunState, system: System, exclude: set[int]) -> list[tuple[str, int, bool]]:
+    """Processes inside a recorded GPU namespace that are not recorded themselves."""
+    inodes = {h.netns: h for h in state.hosts.values() if h.netns is not None}
+    if not inodes:
+        return []
+    strays = []
+    for pid in system.pids():
+        if pid in exclude or pid == os.getpid():
+            continue
+        inode = system.netns_inode(pid)
+        host = inodes.get(inode) if inode is not None else None
+        if host is None:
+            continue
+        # The inode alone could be a recycled number: the interfaces must match as well.
+        if host.intfs and not set(host.intfs) <= system.net_devices(pid):
+            continue
+        strays.append((f"{host.name}:{pid}", pid, False))
+    return strays
+
+
+def clean(
+    state: RunState, system: System | None = None, grace: float = 2.0, settle: float = 15.0
+) -> CleanReport:
+    """Remove exactly what ``state`` records; safe to call again (and from any process)."""
+    system = system or LinuxSystem()
+    report = CleanReport()
+    if state.status != "clean":
+        state.set_status("tearing-down")
+
+    # 1. Processes: recorded ones (only if the pid still has its recorded start time), then
+    #    strays inside our namespaces. Host shells go last among the recorded ones: while
+    #    they live, their namespaces (and so the stray search) stay valid.
+    recorded: list[tuple[str, int, bool]] = []
+    for process in state.processes:
+        if _alive(system, process.pid, process.starttime):
+            recorded.append((process.name, process.pid, process.group))
+        elif system.starttime(process.pid) is not None:
+            report.skipped.append(f"pid {process.pid} ({process.name}: recycled)")
+    hosts: list[tuple[str, int]] = []
+    for host in state.hosts.values():
+        if _alive(system, host.pid, host.starttime):
+            assert host.pid is not None
+            hosts.append((host.name, host.pid))
+        elif host.pid is not None and system.starttime(host.pid) is not None:
+            report.skipped.append(f"pid {host.pid} ({host.name}: recycled)")
+    exclude = {pid for _, pid, _ in recorded} | {pid for _, pid in hosts}
+    strays = _strays(state, system, exclude)
+    _stop(system, recorded + strays, grace)
+    for _, pid in hosts:  # shells: nothing to save, SIGKILL at once
+        system.kill(pid, signal.SIGKILL)
+    report.killed += [f"{name} ({pid})" for name, pid, _ in recorded + strays]
+    report.killed += [f"{name} ({pid})" for name, pid in hosts]
+
+    # 2. OVS bridges carrying our tag (a bridge of the same name without it is not ours).
+    #    Without waiting for ovs-vswitchd: it removes ports and bridge devices at its own
+    #    pace (about 75 ms per userspace bridge), while step 3 deletes them in one go.
+    ovs = [b["name"] for b in state.bridges if b["kind"] == "ovs"]
+    ours: list[str] = []
+    if ovs:
+        existing = system.ovs_bridges()
+        for name in ovs:
+            if name not in existing:
+                continue
+            if existing[name].get(RUN_TAG) == state.run_id:
+                ours.append(name)
+            else:
+                report.skipped.append(f"bridge {name} (not tagged {RUN_TAG}={state.run_id})")
+        report.errors += system.delete_ovs_bridges(ours)
+        report.bridges += ours
+
+    # 3. Interfaces: root veth ends, Linux bridges and (userspace datapath) the OVS bridges'
+    #    tap devices. They share a device group, so the kernel deletes them all in one
+    #    operation, if the group holds nothing else; anything left goes one by one.
+    links = system.links()
+    linux = [b["name"] for b in state.bridges if b["kind"] == "linux" and b["name"] in links]
+    veths = [name for name in state.interfaces if name in links]
+    taps = [name for name in ours if name in links]
+    ours_by_kernel = set(veths) | set(linux) | set(taps)
+    if state.link_group is not None and ours_by_kernel:
+        members = system.link_group_members(state.link_group)
+        strangers = members - set(state.interfaces) - {b["name"] for b in state.bridges}
+        if members and not strangers:
+            report.errors += system.delete_link_group(state.link_group)
+        elif strangers:
+            report.skipped += [f"interface {n} (in our device group, not ours)" for n in strangers]
+    remaining = system.links()
+    report.errors += system.delete_links([n for n in veths + linux if n in remaining])
+    report.bridges += linux
+    report.interfaces += veths
+    report.qdiscs += [name for name in state.qdiscs if name in links]
+
+    # 4. Wait until the kernel and ovs-vswitchd are done: a name still present would make
+    #    the next run's preflight refuse to start.
+    waited = 0.0
+    pending = [n for n in veths + linux + taps if n in system.links()]
+    while pending and waited < settle:
+        system.sleep(0.05)
+        waited += 0.05
+        current = system.links()
+        pending = [n for n in pending if n in current]
+    if pending:
+        report.errors.append("still present after deletion: " + ", ".join(pending[:12]))
+
+    if not report.errors:
+        state.set_status("clean")
+    return report
+
+
+def unclean_runs(base: Path | None = None) -> list[RunState]:
+    """Records of runs that did not finish cleaning up, oldest first."""
+    found = []
+    directory = runs_dir(base)
+    if not directory.is_dir():
+        return []
+    for run_dir in sorted(directory.iterdir()):
+        if not (run_dir / STATE_FILE).is_file():
+            continue
+        try:
+            state = RunState.load(run_dir)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if state.status != "clean":
+            found.append(state)
+    return found
+
+
+def prune_runs(base: Path | None = None, keep: int = KEEP_CLEAN_RUNS) -> list[Path]:
+    """Delete the directories of all but the ``keep`` newest clean runs."""
+    directory = runs_dir(base)
+    if not directory.is_dir():
+        return []
+    clean_dirs = []
+    for run_dir in sorted(directory.iterdir()):
+        try:
+            if RunState.load(run_dir).status == "clean":
+                clean_dirs.append(run_dir)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    doomed = clean_dirs[:-keep] if keep else clean_dirs
+    for run_dir in doomed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return doomed
