@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "orchestrator.commands.topo",
     "orchestrator.commands.report",
     "orchestrator.commands.compare",
+    "orchestrator.commands.up",
+    "orchestrator.commands.clean",
 )
 
 

@@ -1,0 +1,174 @@
+"""``astral up [FILE]``: bring a fabric up in Mininet, check it, keep it, tear it down.
+
+    astral up                         default fabric (preset astral-small) until Ctrl-C
+    astral up rail-only-small         a preset by name, or any fabric file
+    astral up --hold 60               tear down after 60 s (0: right after the check)
+    astral up --cli                   Mininet's CLI; exiting it tears down
+    astral up --cli --keep-open       ... and after the CLI, stay up until Ctrl-C
+
+It returns only once every GPU reaches every other one (orchestrator.readiness), prints a
+summary (switches per tier, hosts, links, datapath, rate scale, controller, timings, run
+directory) and a line starting ``ready:``, then holds the fabric. While it holds, the run
+directory's ``fabric.json`` describes the fabric and ``state.json`` names every GPU
+shell's pid (``mnexec -a PID``/``nsenter -t PID -n`` enter a GPU). Ctrl-C, SIGTERM or
+SIGHUP tear everything down; after a kill -9, ``astral clean`` does.
+
+Exit status: 0, or 130 after Ctrl-C, 143 after SIGTERM (128 + signal); errors as in
+topologies.errors (3 environment, 4 emulation, 5 another run holds the lock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
+from orchestrator.emulation import Emulation, Terminated
+from topologies.model import LinkKind, Tier
+from topologies.units import format_rate
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="bring a fabric up in Mininet and hold it (Ctrl-C tears down)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "fabric",
+        nargs="?",
+        default=str(DEFAULT_FABRIC),
+        metavar="FILE",
+        help="fabric YAML file or preset name (default: astral-small)",
+    )
+    hold = parser.add_mutually_exclusive_group()
+    hold.add_argument(
+        "--hold",
+        type=float,
+        metavar="SECONDS",
+        help="tear down after SECONDS (0: as soon as it is ready); default: until Ctrl-C",
+    )
+    hold.add_argument("--cli", action="store_true", help="open the Mininet CLI")
+    parser.add_argument(
+        "--keep-open",
+        action="store_true",
+        help="with --cli: stay up after the CLI exits, until Ctrl-C",
+    )
+    parser.add_argument(
+        "--policy", default="shortest", help="controller load-balancing policy (default shortest)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long switches may take to be programmed and GPUs to reach each other",
+    )
+    parser.set_defaults(func=run)
+
+
+def say(message: str) -> None:
+    print(f"astral: {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = resolve_fabric_path(args.fabric)
+    emulation = Emulation(path, policy=args.policy, ready_timeout=args.timeout, log=say)
+    try:
+        with emulation:
+            for line in summary(emulation):
+                print(line)
+            print(
+                f"ready: {len(emulation.hosts)} GPUs reach each other; run directory "
+                f"{emulation.run_dir}",
+                flush=True,
+            )
+            hold(args, emulation)
+            say("tearing down")
+    except KeyboardInterrupt:
+        say(f"interrupted; {teardown_line(emulation)}")
+        return 130
+    except Terminated as signal:
+        say(f"{signal}; {teardown_line(emulation)}")
+        return signal.exit_status
+    say(teardown_line(emulation))
+    return 0
+
+
+def hold(args: argparse.Namespace, emulation: Emulation) -> None:
+    if args.cli:
+        emulation.cli()
+        if not args.keep_open:
+            return
+    if args.hold is not None:
+        time.sleep(max(0.0, args.hold))
+        return
+    say("holding the fabric; Ctrl-C tears it down")
+    while True:
+        time.sleep(3600)
+
+
+def teardown_line(emulation: Emulation) -> str:
+    report = emulation.teardown_report
+    seconds = emulation.timings.get("teardown")
+    if report is None or seconds is None:
+        return "nothing was brought up"
+    removed = (
+        f"{len(report.bridges)} bridges, {len(report.interfaces)} interfaces, "
+        f"{len(report.killed)} processes"
+    )
+    errors = f"; {len(report.errors)} problems (see above)" if report.errors else ""
+    return f"torn down in {seconds:.2f} s ({removed}){errors}"
+
+
+def summary(emulation: Emulation) -> list[str]:
+    """What is up, how it maps to the real fabric, and how long it took."""
+    description = emulation.description
+    assert description is not None and emulation.datapath is not None
+    fabric = description.fabric
+    spec = fabric.spec
+    tiers = Counter(s.tier for s in fabric.switches.values())
+    tier_text = ", ".join(
+        f"{tiers[t]} {name}"
+        for t, name in (
+            (Tier.TOR, "ToR"),
+            (Tier.AGG, "agg"),
+            (Tier.CORE, "core"),
+            (Tier.NVLINK, "NVLink (Linux bridges)"),
+        )
+        if tiers[t]
+    )
+    kinds = Counter(link.kind for link in fabric.links)
+    link_text = ", ".join(
+        f"{kinds[k]} {k.value}" for k in (LinkKind.NIC, LinkKind.TOR_AGG, LinkKind.AGG_CORE,
+                                          LinkKind.NVLINK) if kinds[k]
+    )  # fmt: skip
+    scale = spec.emulation.scale
+    nic = spec.speeds.nic
+    timings = emulation.timings
+    ready = timings.get("programmed", 0.0) + timings.get("reachable", 0.0)
+    controller = emulation.controller
+    ctl = f"127.0.0.1:{controller.port} (pid {controller.pid})" if controller else "none"
+    tso = {True: "on", False: "off", None: "n/a"}[emulation.datapath.tso]
+    return [
+        f"fabric     {fabric.name} ({fabric.kind}) from {Path(spec.source)}",
+        f"switches   {len(fabric.switches)}: {tier_text}",
+        f"GPUs       {len(fabric.gpus)} in {len(fabric.servers)} servers, "
+        f"{spec.nic_ports} NIC port(s) each"
+        + (", forwarding between rails over NVLink" if fabric.gpu_forwarding else ""),
+        f"links      {len(fabric.links)}: {link_text}",
+        f"datapath   {emulation.datapath.kind} (OVS {emulation.datapath.ovs_version}), "
+        f"userspace TSO {tso}",
+        f"scale      {scale:g}: {format_rate(nic)} real -> {format_rate(nic * scale)} emulated; "
+        f"NVLink {format_rate(spec.speeds.nvlink)} -> {format_rate(spec.speeds.nvlink * scale)}",
+        f"controller {ctl}, policy {emulation.policy}",
+        f"bring-up   {timings.get('total', 0.0) - ready:.2f} s, readiness {ready:.2f} s "
+        f"(programmed {timings.get('programmed', 0.0):.2f} s, all pairs reachable "
+        f"{timings.get('reachable', 0.0):.2f} s), total {timings.get('total', 0.0):.2f} s",
+        f"run        {emulation.run_dir} (fabric.json, state.json, controller.log)",
+    ]
