@@ -117,7 +117,7 @@ def compare(a: Side, b: Side) -> Comparison:
         lines += [
             "#",
             f"# {collective} ({algorithm}), {policies}",
-            f"#{'':>34}{'A':^42}{'B':^42}",
+            f"#{'':>33}{'A':^42}{'B':^42}",
             _HEAD,
             _UNITS,
         ]
