@@ -59,6 +59,7 @@ for package in "${APT_PACKAGES[@]}"; do
     [[ $status == installed ]] || missing+=("$package")
 done
 if ((${#missing[@]})); then
+    command -v apt-get >/dev/null || die "missing ${missing[*]}, and no apt-get: use Debian or Ubuntu"
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq

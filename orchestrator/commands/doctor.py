@@ -1,0 +1,59 @@
+"""``astral doctor [FABRIC]``: can this machine run FABRIC? A table of checks and fixes.
+
+FABRIC is a preset name (astral-small, the default) or a path to a fabric file. Exits 0
+when a run can work here (WARN lines allowed), 3 when a check FAILs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from topologies.errors import EnvironmentProblem, FabricSpecError
+
+DEFAULT_FABRIC = "astral-small"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check that this machine can run a fabric, and say how to fix what is missing",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument(
+        "fabric",
+        nargs="?",
+        default=DEFAULT_FABRIC,
+        metavar="FABRIC",
+        help=f"a preset name or a fabric file (default: {DEFAULT_FABRIC})",
+    )
+    parser.set_defaults(func=run)
+
+
+def fabric_path(value: str) -> Path:
+    """A preset name or a path -> the fabric file (FabricSpecError if there is none)."""
+    from orchestrator.experiment import PRESETS_DIR, presets
+
+    if "/" in value or value.endswith((".yaml", ".yml")):
+        return Path(value).expanduser()
+    path = PRESETS_DIR / f"{value}.yaml"
+    if not path.is_file():
+        raise FabricSpecError(
+            "command line",
+            "FABRIC",
+            "a preset name (one of " + ", ".join(presets()) + ") or a file",
+            value,
+        )
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    from orchestrator.doctor import diagnose, render
+    from topologies.generators import build_fabric
+    from topologies.spec import load_fabric_spec
+
+    fabric = build_fabric(load_fabric_spec(fabric_path(args.fabric)))
+    report = diagnose(fabric)
+    print(render(report.results, report.demand))
+    return 0 if report.ok else EnvironmentProblem.exit_status
