@@ -1,0 +1,234 @@
+"""The coordination protocol between the launcher and its workers.
+
+One Unix stream socket (on the file system every emulated host shares; the launcher
+listens, each worker connects), carrying one JSON object per line, each with a ``type``.
+A worker's lifetime::
+
+    worker                                   launcher
+      | -- hello {rank, host, pid, listen} -->  |  rendezvous: every rank's listening
+      | <-- setup {peers, options} ------------ |  addresses; peer table for everyone
+      | <-- schedule {tests} ------------------ |  the collectives to run (repeatable)
+      |    (opens its connections, fills the    |
+      |     first iteration's buffers)          |
+      | -- ready {connections} ---------------> |  five-tuples of every connection
+      | <-- start {test, iteration} ----------- |  barrier: sent when all are done/ready
+      | -- done {time_us, phases, bytes, wrong} |  (after checking, and filling the next)
+      |    ... start/done per iteration ...     |
+      | <-- finish ---------------------------- |  flush the last samples, say bye, exit
+      | -- bye -------------------------------> |
+    any time:
+      | -- heartbeat {state, waiting_on} -----> |  every heartbeat interval, from a thread
+      | -- samples {samples} -----------------> |  per-connection byte counts, 10 ms apart
+      | -- failed {error, peer} --------------> |  then waits to be told to abort
+      | <-- abort ----------------------------- |  exit now, whatever the worker is doing
+
+A worker whose socket to the launcher closes exits at once: no worker outlives its run.
+Messages are plain dicts (JSON); the builders below are the reference for their fields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+VERSION = 1
+
+# worker -> launcher
+HELLO = "hello"
+READY = "ready"
+DONE = "done"
+HEARTBEAT = "heartbeat"
+SAMPLES = "samples"
+FAILED = "failed"
+BYE = "bye"
+# launcher -> worker
+SETUP = "setup"
+SCHEDULE = "schedule"
+START = "start"
+FINISH = "finish"
+ABORT = "abort"
+
+Message = dict[str, Any]
+MAX_LINE = 64 << 20  # a sane bound on one message
+
+
+class ProtocolError(Exception):
+    """A malformed or unexpected message."""
+
+
+def encode(message: Message) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> Message:
+    try:
+        message = json.loads(line)
+    except ValueError as error:
+        raise ProtocolError(f"not JSON: {line[:80]!r}") from error
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError(f"not a message: {line[:80]!r}")
+    return message
+
+
+class LineBuffer:
+    """Splits a byte stream into messages."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[Message]:
+        self._data += data
+        while True:
+            end = self._data.find(b"\n")
+            if end < 0:
+                if len(self._data) > MAX_LINE:
+                    raise ProtocolError("message too long")
+                return
+            line = bytes(self._data[:end])
+            del self._data[: end + 1]
+            if line.strip():
+                yield decode(line)
+
+
+class Channel:
+    """A blocking message channel over a connected stream socket, safe for many senders."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+        self._buffer = LineBuffer()
+        self._ready: list[Message] = []
+
+    @classmethod
+    def connect(cls, path: str) -> Channel:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        return cls(sock)
+
+    def send(self, message: Message) -> None:
+        data = encode(message)
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def receive(self) -> Message | None:
+        """The next message, or None at end of stream."""
+        while not self._ready:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                return None
+            self._ready.extend(self._buffer.feed(data))
+        return self._ready.pop(0)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+# --- message builders (the field reference) -------------------------------------------------
+
+
+def hello(rank: int, host: str, pid: int, listen: dict[str, tuple[str, int]]) -> Message:
+    """``listen``: link ("fabric", "nvlink") -> (ip, port) the worker accepts on."""
+    return {
+        "type": HELLO,
+        "version": VERSION,
+        "rank": rank,
+        "host": host,
+        "pid": pid,
+        "listen": {link: list(ep) for link, ep in listen.items()},
+    }
+
+
+def setup(peers: list[dict[str, Any]], options: dict[str, Any]) -> Message:
+    """``peers[r]``: {rank, host, server, local_rank, listen: {link: [ip, port]}};
+    ``options``: channels, socket_buffer, verify, heartbeat_interval, sample_interval,
+    connect_timeout, source_ports ([[src, dst, channel, port], ...])."""
+    return {"type": SETUP, "version": VERSION, "peers": peers, "options": options}
+
+
+def schedule(tests: list[dict[str, Any]]) -> Message:
+    """``tests``: [{id, collective, algorithm, count, warmup, iterations}, ...]; ids are
+    unique over the run (they salt the fill pattern)."""
+    return {"type": SCHEDULE, "tests": tests}
+
+
+def ready(rank: int, connections: list[dict[str, Any]]) -> Message:
+    """``connections``: every connection of the rank so far: {index, src, dst, channel,
+    link, outgoing, five_tuple: [src_ip, src_port, dst_ip, dst_port]}."""
+    return {"type": READY, "rank": rank, "connections": connections}
+
+
+def start(test: int, iteration: int) -> Message:
+    return {"type": START, "test": test, "iteration": iteration}
+
+
+def done(
+    rank: int,
+    test: int,
+    iteration: int,
+    *,
+    start: float,
+    time_us: float,
+    phases: list[list[Any]],
+    traffic: list[list[int]],
+    wrong: int,
+) -> Message:
+    """``start``: epoch seconds; ``phases``: [[phase, step, start, end], ...] in epoch
+    seconds; ``traffic``: [[connection index, bytes sent, bytes received], ...] for this
+    iteration; ``wrong``: elements that failed the check (-1: not checked)."""
+    return {
+        "type": DONE,
+        "rank": rank,
+        "test": test,
+        "iteration": iteration,
+        "start": start,
+        "time_us": time_us,
+        "phases": phases,
+        "traffic": traffic,
+        "wrong": wrong,
+    }
+
+
+def heartbeat(
+    rank: int,
+    *,
+    busy: bool,
+    test: int,
+    iteration: int,
+    step: int,
+    phase: str,
+    elapsed: float,
+    waiting_on: list[int],
+) -> Message:
+    """The worker's position: ``busy`` between start and done; ``step`` -1 before the
+    first step and after the last; ``elapsed``: seconds in the current step (or state);
+    ``waiting_on``: peers whose transfers of this step have not completed."""
+    return {
+        "type": HEARTBEAT,
+        "rank": rank,
+        "busy": busy,
+        "test": test,
+        "iteration": iteration,
+        "step": step,
+        "phase": phase,
+        "elapsed": elapsed,
+        "waiting_on": waiting_on,
+    }
+
+
+def samples(rank: int, rows: list[list[float]]) -> Message:
+    """``rows``: [[t (epoch s), connection index, bytes], ...]."""
+    return {"type": SAMPLES, "rank": rank, "samples": rows}
+
+
+def failed(rank: int, error: str, peer: int | None = None) -> Message:
+    return {"type": FAILED, "rank": rank, "error": error, "peer": peer}
+
+
+def simple(kind: str, **fields: Any) -> Message:
+    return {"type": kind, **fields}

@@ -1,0 +1,220 @@
+"""Collective plans, without sockets: every algorithm is executed in memory for all ranks
+(``simulate``) and must produce exactly the expected buffers, move exactly the bytes its
+formula prescribes, and keep its fabric traffic where the algorithm promises."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from orchestrator.worker.buffers import Buffers, Pattern, salt
+from orchestrator.worker.collectives import (
+    ELEMENT_BYTES,
+    Layout,
+    Plan,
+    PlanError,
+    UnknownAlgorithm,
+    default_registry,
+    element_count,
+    split,
+    table_count,
+)
+
+REGISTRY = default_registry()
+ALL = [tuple(name.split("/")) for name in REGISTRY.names()]
+
+
+def plans_for(collective: str, algorithm: str, layout: Layout, count: int) -> list[Plan]:
+    algo = REGISTRY.get(collective, algorithm)
+    return [algo.plan(layout, rank, count) for rank in range(layout.size)]
+
+
+def simulate(plans: list[Plan], test: int = 0, iteration: int = 0, corrupt: int = -1) -> list[int]:
+    """Run the plans of every rank in memory, step by step; returns #wrong per rank.
+
+    Within a step, everything sent is read before anything received is written (the
+    steps' transfers are concurrent), so the check also asserts that no step reads and
+    writes the same elements. ``corrupt``: that rank's first sent element is off by one.
+    """
+    n = len(plans)
+    pattern = Pattern()
+    h = salt(test, iteration)
+    buffers = [Buffers(plan, n, pattern) for plan in plans]
+    for b in buffers:
+        b.fill(h)
+    steps = max(len(p.steps) for p in plans)
+    # Ranks run their k-th steps "together" only as far as data dependencies go; here every
+    # step's sends to a peer are matched, in order, with that peer's receives from us,
+    # whichever step index the peer lists them under.
+    streams: dict[tuple[int, int], list[np.ndarray]] = {}
+    for k in range(steps):
+        for plan, b in zip(plans, buffers, strict=True):
+            if k >= len(plan.steps):
+                continue
+            step = plan.steps[k]
+            written = [
+                (t.region.buffer, t.region.offset, t.region.offset + t.region.count)
+                for t in step.recvs
+            ]
+            for t in step.sends:
+                r = t.region
+                for buf, lo, hi in written:
+                    assert not (buf == r.buffer and lo < r.offset + r.count and r.offset < hi), (
+                        f"rank {plan.rank} step {k} sends elements it receives"
+                    )
+                data = b.arrays[r.buffer][r.offset : r.offset + r.count].copy()
+                if plan.rank == corrupt and len(data):
+                    data[0] += np.uint32(1)
+                    corrupt = -1
+                streams.setdefault((plan.rank, t.peer), []).append(data)
+        for plan, b in zip(plans, buffers, strict=True):
+            if k >= len(plan.steps):
+                continue
+            step = plan.steps[k]
+            for c in step.copies:
+                src = b.arrays[c.src.buffer][c.src.offset : c.src.offset + c.src.count]
+                b.arrays[c.dst.buffer][c.dst.offset : c.dst.offset + c.dst.count] = src
+            for t in step.recvs:
+                queue = streams.get((t.peer, plan.rank), [])
+                stream = np.concatenate(queue) if queue else np.empty(0, np.uint32)
+                r = t.region
+                assert len(stream) >= r.count, f"rank {plan.rank} step {k}: short stream"
+                data, rest = stream[: r.count], stream[r.count :]
+                streams[(t.peer, plan.rank)] = [rest] if len(rest) else []
+                target = b.arrays[r.buffer][r.offset : r.offset + r.count]
+                if t.reduce:
+                    target += data
+                else:
+                    target[:] = data
+    assert all(len(s) == 0 for q in streams.values() for s in q), "bytes sent, never received"
+    return [b.check(h) for b in buffers]
+
+
+LAYOUTS = {
+    "2x1": Layout.regular(2, 1),
+    "1x2": Layout.regular(2, 1 * 2),
+    "3x1": Layout.regular(3, 1),
+    "1x3": Layout.regular(3, 3),
+    "2x2": Layout.regular(4, 2),
+    "4x1": Layout.regular(4, 1),
+    "3x2": Layout.regular(6, 2),
+    "2x4": Layout.regular(8, 4),
+    "8x1": Layout.regular(8, 1),
+}
+
+
+@pytest.mark.parametrize("collective, algorithm", ALL)
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+def test_every_algorithm_computes_the_collective(
+    collective: str, algorithm: str, layout_name: str
+) -> None:
+    layout = LAYOUTS[layout_name]
+    for size in (4096, 1000 * ELEMENT_BYTES + 4 * 7):  # even, and not divisible by n
+        count = element_count(collective, size, layout.size)
+        plans = plans_for(collective, algorithm, layout, count)
+        assert simulate(plans, test=3, iteration=1) == [0] * layout.size
+
+
+@pytest.mark.parametrize("collective, algorithm", [a for a in ALL if a[0] != "p2p"])
+def test_a_corrupted_chunk_is_counted(collective: str, algorithm: str) -> None:
+    layout = LAYOUTS["2x2"]
+    count = element_count(collective, 4096, layout.size)
+    plans = plans_for(collective, algorithm, layout, count)
+    assert sum(simulate(plans, corrupt=1)) > 0
+
+
+def test_p2p_corruption_is_counted() -> None:
+    plans = plans_for("p2p", "direct", LAYOUTS["2x1"], 1024)
+    assert simulate(plans, corrupt=0) == [0, 1]
+
+
+def test_split_is_contiguous_and_balanced() -> None:
+    for count, parts in itertools.product(range(0, 40), range(1, 9)):
+        pieces = split(count, parts)
+        assert sum(length for _, length in pieces) == count
+        assert all(o == sum(length for _, length in pieces[:i]) for i, (o, _) in enumerate(pieces))
+        assert max(length for _, length in pieces) - min(length for _, length in pieces) <= 1
+
+
+def sent(plans: list[Plan]) -> list[int]:
+    return [sum(p.bytes_sent().values()) for p in plans]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_ring_bytes_per_rank(n: int) -> None:
+    layout = Layout.regular(n, 1)
+    size = 1 << 20
+    count = size // ELEMENT_BYTES // n * n
+    s = count * ELEMENT_BYTES
+    assert sent(plans_for("all-reduce", "ring", layout, count)) == [2 * (n - 1) * s // n] * n
+    assert sent(plans_for("all-gather", "ring", layout, count)) == [(n - 1) * s // n] * n
+    assert sent(plans_for("reduce-scatter", "ring", layout, count)) == [(n - 1) * s // n] * n
+    for algorithm in ("direct", "shifted"):
+        assert sent(plans_for("all-to-all", algorithm, layout, count)) == [(n - 1) * s // n] * n
+
+
+def test_ring_all_reduce_total_bytes_with_uneven_chunks() -> None:
+    n, count = 3, 1001
+    plans = plans_for("all-reduce", "ring", Layout.regular(n, 1), count)
+    assert sum(sent(plans)) == 2 * (n - 1) * count * ELEMENT_BYTES
+
+
+def split_by_link(plan: Plan, layout: Layout) -> tuple[int, int]:
+    nv = sum(b for peer, b in plan.bytes_sent().items() if layout.same_server(plan.rank, peer))
+    return nv, sum(plan.bytes_sent().values()) - nv
+
+
+@pytest.mark.parametrize("servers, gpus", [(2, 2), (3, 2), (2, 4), (4, 1), (1, 4)])
+def test_hierarchical_all_reduce_is_same_rail(servers: int, gpus: int) -> None:
+    layout = Layout.regular(servers * gpus, gpus)
+    count = servers * gpus * 4096  # chunks divide evenly: the formulas are exact
+    s = count * ELEMENT_BYTES
+    for plan in plans_for("all-reduce", "hierarchical", layout, count):
+        nv, fabric = split_by_link(plan, layout)
+        assert nv == 2 * (gpus - 1) * s // gpus
+        assert fabric == 2 * (servers - 1) * (s // gpus) // servers
+        for peer in plan.send_peers() | plan.recv_peers():
+            if not layout.same_server(plan.rank, peer):
+                assert layout.local_ranks[peer] == layout.local_ranks[plan.rank]
+
+
+@pytest.mark.parametrize("servers, gpus", [(2, 2), (3, 2), (2, 4), (4, 1), (1, 4)])
+def test_pxn_all_to_all_keeps_fabric_traffic_on_the_rail(servers: int, gpus: int) -> None:
+    n = servers * gpus
+    layout = Layout.regular(n, gpus)
+    count = (1 << 20) // ELEMENT_BYTES // n * n
+    block = count // n * ELEMENT_BYTES
+    for plan in plans_for("all-to-all", "pxn", layout, count):
+        nv, fabric = split_by_link(plan, layout)
+        assert nv == (gpus - 1) * servers * block
+        assert fabric == (servers - 1) * gpus * block
+        for peer in plan.send_peers():
+            if not layout.same_server(plan.rank, peer):
+                assert layout.local_ranks[peer] == layout.local_ranks[plan.rank]
+
+
+def test_rail_algorithms_need_the_same_rails_on_every_server() -> None:
+    layout = Layout(("a", "a", "b"), (0, 1, 0))
+    with pytest.raises(PlanError, match="same rails"):
+        REGISTRY.get("all-reduce", "hierarchical").plan(layout, 0, 100)
+    with pytest.raises(PlanError, match="same rails"):
+        REGISTRY.get("all-to-all", "pxn").plan(layout, 0, 99)
+
+
+def test_unknown_algorithm_names_the_known_ones() -> None:
+    with pytest.raises(UnknownAlgorithm, match="all-reduce/ring"):
+        REGISTRY.get("all-reduce", "tree")
+
+
+def test_per_rank_counts_round_down_like_nccl_tests() -> None:
+    assert element_count("all-reduce", 1000, 3) == 250
+    assert element_count("all-gather", 1000, 3) == 249
+    assert table_count("all-gather", 249, 3) == 83
+    assert table_count("all-reduce", 250, 3) == 250
+
+
+def test_layout_rejects_two_ranks_in_one_place() -> None:
+    with pytest.raises(PlanError):
+        Layout(("a", "a"), (0, 0))
