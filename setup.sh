@@ -69,10 +69,15 @@ else
 fi
 
 # 2. Open vSwitch daemons -------------------------------------------------------------
-# `ovs-vsctl show` only reaches ovsdb-server; ovs-appctl checks ovs-vswitchd itself.
-ovs_running() {
-    ovs-vsctl --timeout=2 show >/dev/null 2>&1 &&
-        ovs-appctl --timeout=2 -t ovs-vswitchd version >/dev/null 2>&1
+# Running = the process in its pid file is alive. A busy ovs-vswitchd (hundreds of bridges,
+# two cores) can take seconds to answer, which is not the same as not running.
+OVS_RUNDIR="${OVS_RUNDIR:-/var/run/openvswitch}"
+alive() { [[ -r $OVS_RUNDIR/$1.pid ]] && kill -0 "$(cat "$OVS_RUNDIR/$1.pid")" 2>/dev/null; }
+ovs_running() { alive ovsdb-server && alive ovs-vswitchd; }
+# `ovs-vsctl show` reaches ovsdb-server only; ovs-appctl reaches ovs-vswitchd itself.
+ovs_answers() {
+    ovs-vsctl --timeout=20 show >/dev/null &&
+        ovs-appctl --timeout=20 -t ovs-vswitchd version >/dev/null
 }
 with_systemd() { [[ -d /run/systemd/system ]]; }
 
@@ -89,6 +94,7 @@ else
     fi
     ovs_running || die "Open vSwitch did not start; see $OVS_LOG"
 fi
+ovs_answers || die "Open vSwitch runs but does not answer; see $OVS_LOG"
 
 # 3. Userspace TSO ----------------------------------------------------------------------
 # Without it TCP over the userspace datapath (used where the openvswitch kernel module is
@@ -109,7 +115,7 @@ else
     else
         "$OVS_CTL" --no-ovsdb-server restart
     fi
-    ovs_running || die "ovs-vswitchd did not come back after the restart; see $OVS_LOG"
+    ovs_running && ovs_answers || die "ovs-vswitchd did not come back after the restart; see $OVS_LOG"
     if [[ -r $OVS_LOG ]]; then
         for _ in $(seq 50); do
             tail -c +"$((log_size + 1))" "$OVS_LOG" | grep -q "$TSO_LOG_LINE" && break

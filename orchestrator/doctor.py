@@ -22,7 +22,9 @@ size (RSS) growth:
 - once: the os-ken controller (its imports: 40 MB, rounded to 45) and the orchestrator
   (Mininet, networkx, PyYAML, paramiko imported: 65 MB).
 
-The total, with a 25% margin, must fit in MemAvailable.
+Checked against a busier ovs-vswitchd (136 bridges, 928 ports, several runs at once): it
+had 2.48 GB resident, the figures above give 2.30 GB. The total, with a 25% margin, must fit
+in MemAvailable.
 """
 
 from __future__ import annotations

@@ -29,12 +29,13 @@ def _missing_for_integration() -> str | None:
     if os.geteuid() != 0:
         return "needs root (run: sudo ./setup.sh test)"
     # `ovs-vsctl show` reaches ovsdb-server only; ovs-appctl reaches ovs-vswitchd itself.
+    # Generous timeouts: a busy ovs-vswitchd (hundreds of bridges) answers slowly.
     for argv in (
-        ["ovs-vsctl", "--timeout=2", "show"],
-        ["ovs-appctl", "--timeout=2", "-t", "ovs-vswitchd", "version"],
+        ["ovs-vsctl", "--timeout=20", "show"],
+        ["ovs-appctl", "--timeout=20", "-t", "ovs-vswitchd", "version"],
     ):
         try:
-            subprocess.run(argv, capture_output=True, check=True, timeout=5)
+            subprocess.run(argv, capture_output=True, check=True, timeout=30)
         except (OSError, subprocess.SubprocessError):
             return f"needs Open vSwitch running (`{' '.join(argv)}` failed; run ./setup.sh)"
     return None
