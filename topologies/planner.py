@@ -55,7 +55,6 @@ from topologies.generators.rail_optimized import (
 )
 from topologies.model import LinkKind, Tier
 from topologies.spec import DEFAULT_SPEEDS, FabricSpec, parse_fabric_spec
-from topologies.units import format_rate
 
 KINDS = ("astral", "fat-tree", "rail-optimized", "rail-only")
 SOURCE = "astral topo plan"
@@ -525,11 +524,6 @@ def compare(gpus: int, inputs: PlanInput) -> list[Plan | Unreachable]:
 def common_reach(inputs: PlanInput) -> int:
     """The largest GPU count every kind reaches (a multiple of the rails)."""
     return min(max_gpus(kind, inputs) for kind in KINDS)
-
-
-def rate(bps: float | None) -> str:
-    """Rates for reports: ``200G``, ``3.2T``; ``-`` for none."""
-    return "-" if bps is None else format_rate(bps)
 
 
 def uniform_uplinks(spec: FabricSpec) -> bool:

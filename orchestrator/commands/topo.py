@@ -43,6 +43,18 @@ _PLAN_OPTIONS = {
     "oversubscription.agg": "--oversubscription-agg",
 }
 _TIER_NAME = {Tier.TOR: "ToR", Tier.AGG: "aggregation", Tier.CORE: "core", Tier.NVLINK: "NVLink"}
+# What each kind calls its tiers (the model's tiers are shared: an edge is a TOR, a spine AGG).
+_KIND_TIER_NAME = {
+    "fat-tree": {Tier.TOR: "edge"},
+    "rail-optimized": {Tier.TOR: "leaf (ToR)", Tier.AGG: "spine"},
+    "rail-only": {Tier.TOR: "rail leaf", Tier.AGG: "rail spine"},
+}
+
+
+def tier_name(kind: str, tier: Tier) -> str:
+    return _KIND_TIER_NAME.get(kind, {}).get(tier, _TIER_NAME[tier])
+
+
 _LINK_NAME = {
     LinkKind.NIC: "NIC - ToR",
     LinkKind.TOR_AGG: "ToR - agg",
@@ -200,10 +212,15 @@ def show_report(props: FabricProperties, scale: float) -> list[str]:
     nic = props.link_capacity.get(LinkKind.NIC)
     ports = "dual-ToR, 2 NIC ports per GPU" if props.nic_ports == 2 else "1 NIC port per GPU"
     servers_per_pod = props.servers // props.pods if props.pods else 0
+    rails = (
+        "GPU index means nothing to a fat-tree"
+        if props.kind == "fat-tree"
+        else f"{props.rails} rail(s)"
+    )
     lines = [
         f"{props.name}: {props.kind} fabric from {props.source}",
         f"  {props.gpus:,} GPUs = {props.pods} pod(s) x {servers_per_pod} server(s) x "
-        f"{props.rails} GPUs; {props.rails} rail(s); {ports}",
+        f"{props.rails} GPUs; {rails}; {ports}",
         f"  per GPU {rate(gpu_bw)} ({props.nic_ports} x {rate(nic)}), per server "
         f"{rate(gpu_bw * props.rails)}; emulated rates = real x {scale:g} "
         f"({rate(nic)} -> {rate(nic * scale if nic else None)})",
@@ -218,7 +235,7 @@ def show_report(props: FabricProperties, scale: float) -> list[str]:
     for t in props.tiers:
         rows.append(
             [
-                _TIER_NAME[t.tier],
+                tier_name(props.kind, t.tier),
                 f"{t.switches:,}",
                 f"{t.down_links:,}",
                 f"{t.up_links:,}" if t.up_links else "-",
