@@ -1,0 +1,908 @@
+"""The orchestrator's side of the workers: start them, coordinate them, watch them, report.
+
+:class:`Launcher` owns a Unix socket on the shared file system and the worker processes it
+spawned; nothing else. It does the rendezvous (each worker reports its rank and listening
+addresses), hands out the peer table, runs collectives with a barrier between iterations,
+collects timings, timelines, per-connection byte counts and #wrong, and turns them into
+nccl-tests rows. Usage::
+
+    workers = workers_from_description(description)      # or loopback_workers(4, 2)
+    spawn = lambda worker, argv, log: net[worker.host].popen(argv, stdout=log, stderr=STDOUT)
+    with Launcher(workers, spawn=spawn, options=LaunchOptions(iterations=5)) as launcher:
+        result = launcher.run([CollectiveTest("all-reduce", "ring", 1 << 20)])
+    print(result.table())
+    result.raise_for_failure()
+
+Failure detection (each within seconds, reported by rank and host, ending the run):
+
+- a worker process exits (``poll()`` every 50 ms);
+- a worker stops sending heartbeats for ``heartbeat_timeout`` (frozen process, lost host);
+- a step runs longer than ``step_deadline``: the heartbeats say who waits for whom; a rank
+  that waits for nobody is *hung*; if everyone waits for someone, the run is *stalled* and
+  the report names the waits (a network problem);
+- a worker reports an error (a connection reset, a protocol error).
+
+Evidence is gathered for a short settling time before blaming, so a dead rank is named
+rather than the peers that saw its connections close. Then every worker is told to abort
+and any still running after ``exit_timeout`` is killed; only processes this launcher
+spawned are touched.
+
+Timing follows nccl-tests, with the reduction over ranks the slowest rank's time (nccl-tests
+``-a 3``; its default ``-a 1`` averages): an iteration's time is the largest time over
+ranks, a size's time the mean of that over timed iterations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import IO, TYPE_CHECKING, Protocol
+
+from orchestrator.nccl_table import NcclRow, algbw_gbps, format_table
+from orchestrator.worker import protocol
+from orchestrator.worker.buffers import TYPE_NAME
+from orchestrator.worker.collectives import (
+    ELEMENT_BYTES,
+    AlgorithmRegistry,
+    Layout,
+    PlanError,
+    default_registry,
+    element_count,
+    table_count,
+)
+from orchestrator.worker.protocol import LineBuffer, Message, ProtocolError
+from orchestrator.worker.transport import FiveTuple
+from topologies.errors import EmulationError, ExperimentError
+
+if TYPE_CHECKING:
+    from topologies.description import FabricDescription
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SOCKET_NAME = "workers.sock"
+_UNIX_PATH_MAX = 107
+
+
+# --- what the caller gives --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One rank: where it runs and its addresses. ``local_rank`` is its rail."""
+
+    rank: int
+    host: str
+    server: str
+    local_rank: int
+    fabric_ip: str
+    nvlink_ip: str
+
+
+@dataclass(frozen=True)
+class CollectiveTest:
+    """One row of an nccl-tests table: a collective, its algorithm and a size in bytes."""
+
+    collective: str
+    algorithm: str
+    size: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.collective}/{self.algorithm} {self.size} B"
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    warmup: int = 1
+    iterations: int = 5
+    channels: int = 1  # connections per ordered peer pair
+    verify: bool = True
+    socket_buffer: int = 0  # SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
+    # (src rank, dst rank, channel) -> source port of that connection (path pinning)
+    source_ports: Mapping[tuple[int, int, int], int] = field(default_factory=dict)
+    heartbeat_interval: float = 0.2
+    heartbeat_timeout: float = 3.0
+    step_deadline: float = 30.0
+    setup_timeout: float = 30.0  # start-up to hello, and connection set-up
+    settle_time: float = 0.5  # evidence gathering before blaming a rank
+    exit_timeout: float = 3.0
+    sample_interval: float = 0.01
+    python: str = sys.executable
+    worker_args: tuple[str, ...] = ()  # extra argv for every worker (fault injection)
+
+
+class WorkerProcess(Protocol):
+    """What ``spawn`` returns: subprocess.Popen and Mininet's ``host.popen`` both fit."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+Spawn = Callable[[WorkerSpec, list[str], IO[bytes]], WorkerProcess]
+
+
+def local_spawn(worker: WorkerSpec, argv: list[str], log: IO[bytes]) -> WorkerProcess:
+    """Start a worker on this host (loopback runs and tests)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+    )
+
+
+def loopback_workers(ranks: int, gpus_per_server: int = 1) -> list[WorkerSpec]:
+    """Ranks on loopback addresses: fabric 127.0.1.(r+1), NVLink 127.0.2.(r+1); rank r on
+    server r // gpus_per_server with local rank (rail) r % gpus_per_server."""
+    if not 1 <= ranks <= 254:
+        raise ValueError("loopback_workers: 1 to 254 ranks")
+    return [
+        WorkerSpec(
+            rank=r,
+            host=f"lo{r}",
+            server=f"s{r // gpus_per_server}",
+            local_rank=r % gpus_per_server,
+            fabric_ip=f"127.0.1.{r + 1}",
+            nvlink_ip=f"127.0.2.{r + 1}",
+        )
+        for r in range(ranks)
+    ]
+
+
+def workers_from_description(
+    description: FabricDescription, gpus: Sequence[str] | None = None
+) -> list[WorkerSpec]:
+    """Rank i plays ``gpus[i]`` (default: every GPU in rank order), at the addresses of the
+    fabric description's plan (fabric address, NVLink address)."""
+    fabric = description.fabric
+    names = list(gpus) if gpus is not None else [g.name for g in fabric.gpus_by_rank()]
+    workers = []
+    for rank, name in enumerate(names):
+        gpu, addresses = fabric.gpus[name], description.addresses[name]
+        workers.append(
+            WorkerSpec(
+                rank=rank,
+                host=name,
+                server=gpu.server,
+                local_rank=gpu.local_rank,
+                fabric_ip=addresses.fabric_ip,
+                nvlink_ip=addresses.nvlink.ip,
+            )
+        )
+    return workers
+
+
+def worker_argv(worker: WorkerSpec, socket_path: str, options: LaunchOptions) -> list[str]:
+    return [
+        options.python,
+        "-m",
+        "orchestrator.worker",
+        "--rank",
+        str(worker.rank),
+        "--socket",
+        socket_path,
+        "--host",
+        worker.host,
+        "--fabric-ip",
+        worker.fabric_ip,
+        "--nvlink-ip",
+        worker.nvlink_ip,
+        *options.worker_args,
+    ]
+
+
+# --- what the caller gets ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """One connection: data flows src -> dst on ``channel`` over ``link``."""
+
+    src: int
+    dst: int
+    channel: int
+    link: str
+    five_tuple: FiveTuple
+
+
+@dataclass(frozen=True)
+class ThroughputSample:
+    """Bytes ``connection`` carried in (that side's previous sample's t, t], epoch seconds,
+    as the ``rank`` end's kernel counts them (acknowledged if it sends, else received)."""
+
+    rank: int
+    connection: ConnectionInfo
+    t: float
+    bytes: int
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    phase: str
+    step: int
+    start: float  # epoch seconds
+    end: float
+
+
+@dataclass(frozen=True)
+class RankIteration:
+    """One operation as one rank saw it."""
+
+    rank: int
+    start: float  # epoch seconds
+    time_us: float
+    wrong: int  # -1: not checked
+    sent: int  # bytes this rank sent in the operation
+    received: int
+    phases: tuple[PhaseRecord, ...]
+    traffic: tuple[tuple[ConnectionInfo, int, int], ...]  # (connection, sent, received)
+
+
+@dataclass
+class IterationResult:
+    iteration: int
+    warmup: bool
+    ranks: dict[int, RankIteration] = field(default_factory=dict)
+
+    @property
+    def time_us(self) -> float:
+        """The slowest rank's time."""
+        return max(r.time_us for r in self.ranks.values())
+
+    @property
+    def wrong(self) -> int:
+        return sum(max(r.wrong, 0) for r in self.ranks.values())
+
+
+@dataclass
+class CollectiveResult:
+    test: CollectiveTest
+    ranks: int
+    count: int  # elements of the full buffer
+    expected_sent: dict[int, int]  # rank -> bytes its plan sends per operation
+    iterations: list[IterationResult] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """The size the operation really moves (nccl-tests' size column)."""
+        return self.count * ELEMENT_BYTES
+
+    def timed(self) -> list[IterationResult]:
+        return [i for i in self.iterations if not i.warmup]
+
+    @property
+    def time_us(self) -> float:
+        timed = self.timed()
+        return fmean(i.time_us for i in timed) if timed else float("nan")
+
+    @property
+    def wrong(self) -> int:
+        """Wrong elements summed over ranks, in the worst iteration (warm-up included)."""
+        return max((i.wrong for i in self.iterations), default=0)
+
+    def row(self) -> NcclRow:
+        collective, n = self.test.collective, self.ranks
+        count = table_count(collective, self.count, n)
+        if collective == "p2p":  # not an nccl-tests operation: busbw = algbw
+            algbw = algbw_gbps(self.size, self.time_us)
+            return NcclRow(
+                self.size, count, TYPE_NAME, "none", -1, self.time_us, algbw, algbw, self.wrong
+            )
+        return NcclRow.of(
+            collective,
+            size=self.size,
+            count=count,
+            dtype=TYPE_NAME,
+            ranks=n,
+            time_us=self.time_us,
+            wrong=self.wrong,
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What went wrong with one rank. ``kind``: exited, unresponsive, hung, stalled,
+    error, timeout."""
+
+    rank: int
+    host: str
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} ({self.host}) {self.detail}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a run ended early: the ranks to blame first, then what the others reported."""
+
+    stage: str
+    culprits: tuple[Problem, ...]
+    others: tuple[Problem, ...] = ()
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({p.rank for p in self.culprits})
+
+    @property
+    def kind(self) -> str:
+        return self.culprits[0].kind if self.culprits else "unknown"
+
+    def __str__(self) -> str:
+        text = f"workers failed during {self.stage}: " + "; ".join(map(str, self.culprits))
+        if self.others:
+            text += " (also: " + "; ".join(map(str, self.others[:4]))
+            text += f"; {len(self.others) - 4} more)" if len(self.others) > 4 else ")"
+        return text
+
+
+@dataclass
+class RunResult:
+    tests: list[CollectiveResult] = field(default_factory=list)
+    connections: list[ConnectionInfo] = field(default_factory=list)
+    samples: list[ThroughputSample] = field(default_factory=list)
+    failure: Failure | None = None
+
+    def rows(self) -> list[NcclRow]:
+        return [t.row() for t in self.tests if t.timed()]
+
+    def table(self, title: Sequence[str] = ()) -> str:
+        return format_table(self.rows(), title=title)
+
+    def raise_for_failure(self) -> None:
+        if self.failure is not None:
+            raise EmulationError(str(self.failure))
+
+
+# --- the launcher -----------------------------------------------------------------------------
+
+
+class _Abort(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+@dataclass
+class _Link:
+    """The launcher's end of one worker's control connection."""
+
+    sock: socket.socket
+    buffer: LineBuffer = field(default_factory=LineBuffer)
+    rank: int | None = None
+
+
+@dataclass
+class _Rank:
+    spec: WorkerSpec
+    process: WorkerProcess
+    log_path: Path
+    log: IO[bytes]
+    link: _Link | None = None
+    hello: Message | None = None
+    ready: Message | None = None
+    done: Message | None = None
+    failed: Message | None = None
+    heartbeat: Message | None = None
+    heartbeat_at: float = 0.0
+    seen_at: float = 0.0  # any message
+    closed_at: float | None = None  # control connection closed
+    bye: bool = False
+    connections: dict[int, ConnectionInfo] = field(default_factory=dict)
+
+
+class Launcher:
+    def __init__(
+        self,
+        workers: Sequence[WorkerSpec],
+        *,
+        spawn: Spawn = local_spawn,
+        options: LaunchOptions | None = None,
+        run_dir: str | Path | None = None,
+        registry: AlgorithmRegistry | None = None,
+    ) -> None:
+        self.workers = sorted(workers, key=lambda w: w.rank)
+        if [w.rank for w in self.workers] != list(range(len(self.workers))):
+            raise ValueError("workers must have ranks 0..n-1, each once")
+        self.layout = Layout(
+            tuple(w.server for w in self.workers), tuple(w.local_rank for w in self.workers)
+        )
+        self.spawn = spawn
+        self.options = options or LaunchOptions()
+        self.registry = registry or default_registry()
+        self._own_dir = run_dir is None
+        self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="astral-workers-"))
+        self.socket_path = str(self.run_dir.resolve() / SOCKET_NAME)
+        if len(self.socket_path.encode()) > _UNIX_PATH_MAX:
+            raise EmulationError(
+                f"worker socket path {self.socket_path} is longer than {_UNIX_PATH_MAX} bytes; "
+                "use a shorter run directory"
+            )
+        self._ranks: dict[int, _Rank] = {}
+        self._server: socket.socket | None = None
+        self._selector = selectors.DefaultSelector()
+        self._next_test_id = 0
+        self._setup_sent_at: float | None = None
+        self._samples: list[ThroughputSample] = []
+        self._awaiting_done = False
+        self.failure: Failure | None = None
+        self._closed = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> Launcher:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Spawn every worker, wait for their hellos, send the peer table."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(self.socket_path)
+        server.listen(max(16, len(self.workers)))
+        server.setblocking(False)
+        self._server = server
+        self._selector.register(server, selectors.EVENT_READ, None)
+        for worker in self.workers:
+            log_path = self.run_dir / f"worker-{worker.rank}.log"
+            log = open(log_path, "wb")  # noqa: SIM115 - closed in close()
+            argv = worker_argv(worker, self.socket_path, self.options)
+            try:
+                process = self.spawn(worker, argv, log)
+            except OSError as error:
+                log.close()
+                raise EmulationError(
+                    f"cannot start the worker of rank {worker.rank} on {worker.host}: {error}"
+                ) from error
+            now = time.monotonic()
+            self._ranks[worker.rank] = _Rank(worker, process, log_path, log, seen_at=now)
+        try:
+            self._await(
+                "hello", lambda r: r.hello is not None, self.options.setup_timeout, "start-up"
+            )
+        except _Abort as abort:
+            self._fail(abort.failure)
+            raise EmulationError(str(abort.failure)) from None
+        peers = [
+            {
+                "rank": w.rank,
+                "host": w.host,
+                "server": w.server,
+                "local_rank": w.local_rank,
+                "listen": self._ranks[w.rank].hello["listen"],  # type: ignore[index]
+            }
+            for w in self.workers
+        ]
+        o = self.options
+        setup = protocol.setup(
+            peers,
+            {
+                "channels": o.channels,
+                "socket_buffer": o.socket_buffer,
+                "verify": o.verify,
+                "heartbeat_interval": o.heartbeat_interval,
+                "sample_interval": o.sample_interval,
+                "connect_timeout": o.setup_timeout,
+                "source_ports": [[s, d, c, p] for (s, d, c), p in o.source_ports.items()],
+            },
+        )
+        self._broadcast(setup)
+        self._setup_sent_at = time.monotonic()
+        for rank in self._ranks.values():
+            rank.heartbeat_at = self._setup_sent_at
+
+    def close(self) -> None:
+        """End the run: finish (or abort) every worker, kill what is left, clean up."""
+        if self._closed:
+            return
+        self._closed = True
+        farewell = protocol.simple(protocol.FINISH if self.failure is None else protocol.ABORT)
+        self._broadcast(farewell)
+        grace = self.options.exit_timeout if self.failure is None else 1.0
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(
+            r.process.poll() is None for r in self._ranks.values()
+        ):
+            self._pump(0.05)
+        for rank in self._ranks.values():  # what a worker sent just before exiting
+            if rank.link is not None and rank.closed_at is None:
+                self._read(rank.link)
+        for rank in self._ranks.values():
+            if rank.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    rank.process.kill()
+                with contextlib.suppress(Exception):
+                    rank.process.wait(timeout=2.0)
+            rank.log.close()
+            if rank.link is not None:
+                rank.link.sock.close()
+        self._selector.close()
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        if self._own_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def process(self, rank: int) -> WorkerProcess:
+        """The process of ``rank`` (as ``spawn`` returned it)."""
+        return self._ranks[rank].process
+
+    def _fail(self, failure: Failure) -> None:
+        """Abort every worker at once (they may be stuck mid-step) and remember why."""
+        self.failure = failure
+        self._broadcast(protocol.simple(protocol.ABORT))
+
+    # --- running collectives --------------------------------------------------------------------
+
+    def prepare(self, tests: Sequence[CollectiveTest]) -> list[CollectiveResult]:
+        """Check the tests against the registry and the layout; no worker involved."""
+        results = []
+        n = self.layout.size
+        for i, test in enumerate(tests):
+            try:
+                algorithm = self.registry.get(test.collective, test.algorithm)
+            except PlanError as error:
+                raise ExperimentError(
+                    None,
+                    f"tests[{i}]",
+                    "a known collective/algorithm",
+                    test.label,
+                    detail=str(error),
+                ) from None
+            count = element_count(test.collective, test.size, n)
+            if count <= 0:
+                raise ExperimentError(
+                    None, f"tests[{i}].size", f"at least {n * ELEMENT_BYTES} bytes", test.size
+                )
+            try:
+                plans = [algorithm.plan(self.layout, r, count) for r in range(n)]
+            except PlanError as error:
+                raise ExperimentError(
+                    None,
+                    f"tests[{i}]",
+                    "an algorithm this layout supports",
+                    test.label,
+                    detail=str(error),
+                ) from None
+            expected = {p.rank: sum(p.bytes_sent().values()) for p in plans}
+            results.append(CollectiveResult(test, n, count, expected))
+        return results
+
+    def run(self, tests: Sequence[CollectiveTest]) -> RunResult:
+        """Run ``tests`` in order, each ``warmup + iterations`` times, barrier between
+        operations. On a worker failure the result carries ``failure`` and what completed;
+        the workers are then gone and the launcher cannot run again."""
+        if self.failure is not None:
+            raise EmulationError(f"the workers already failed: {self.failure}")
+        if self._setup_sent_at is None:
+            raise EmulationError("Launcher.run before start (use it as a context manager)")
+        results = self.prepare(tests)
+        result = RunResult()
+        self._samples = result.samples
+        o = self.options
+        ids = list(range(self._next_test_id, self._next_test_id + len(results)))
+        self._next_test_id += len(results)
+        stage = "connection set-up"
+        try:
+            for rank in self._ranks.values():
+                rank.ready = None
+            self._broadcast(
+                protocol.schedule(
+                    [
+                        {
+                            "id": test_id,
+                            "collective": r.test.collective,
+                            "algorithm": r.test.algorithm,
+                            "count": r.count,
+                            "warmup": o.warmup,
+                            "iterations": o.iterations,
+                        }
+                        for test_id, r in zip(ids, results, strict=True)
+                    ]
+                )
+            )
+            self._await("ready", lambda r: r.ready is not None, o.setup_timeout * 2, stage)
+            result.connections = self._connections()
+            for test_id, test_result in zip(ids, results, strict=True):
+                result.tests.append(test_result)
+                for iteration in range(o.warmup + o.iterations):
+                    stage = f"{test_result.test.label} iteration {iteration}"
+                    test_result.iterations.append(
+                        self._operate(test_id, iteration, iteration < o.warmup, stage)
+                    )
+            self._await_samples()
+        except _Abort as abort:
+            self._fail(abort.failure)
+            result.failure = abort.failure
+        return result
+
+    def _operate(self, test_id: int, iteration: int, warmup: bool, stage: str) -> IterationResult:
+        for rank in self._ranks.values():
+            rank.done = None
+        self._awaiting_done = True
+        self._broadcast(protocol.start(test_id, iteration))
+        self._await("done", lambda r: r.done is not None, None, stage)
+        self._awaiting_done = False
+        out = IterationResult(iteration, warmup)
+        for r, rank in self._ranks.items():
+            message = rank.done
+            assert message is not None
+            if (message["test"], message["iteration"]) != (test_id, iteration):
+                problem = Problem(r, rank.spec.host, "error", "answered the wrong operation")
+                raise _Abort(Failure(stage, (problem,)))
+            traffic = tuple(
+                (rank.connections[index], sent, received)
+                for index, sent, received in message["traffic"]
+                if index in rank.connections
+            )
+            out.ranks[r] = RankIteration(
+                rank=r,
+                start=float(message["start"]),
+                time_us=float(message["time_us"]),
+                wrong=int(message["wrong"]),
+                sent=sum(t[1] for t in traffic),
+                received=sum(t[2] for t in traffic),
+                phases=tuple(PhaseRecord(p[0], int(p[1]), p[2], p[3]) for p in message["phases"]),
+                traffic=traffic,
+            )
+        return out
+
+    def _await_samples(self) -> None:
+        """Wait (briefly) for a heartbeat sent after the last operation from every rank:
+        the samples of that operation travel ahead of it."""
+        after = time.monotonic()
+        deadline = after + 2 * self.options.heartbeat_interval + 0.5
+        while time.monotonic() < deadline:
+            if all(r.heartbeat_at > after for r in self._ranks.values()):
+                return
+            self._pump(0.02)
+
+    def _connections(self) -> list[ConnectionInfo]:
+        seen: dict[tuple[int, int, int], ConnectionInfo] = {}
+        for rank in self._ranks.values():
+            assert rank.ready is not None
+            for c in rank.ready["connections"]:
+                info = ConnectionInfo(
+                    src=int(c["src"]),
+                    dst=int(c["dst"]),
+                    channel=int(c["channel"]),
+                    link=str(c["link"]),
+                    five_tuple=FiveTuple(*c["five_tuple"]),
+                )
+                rank.connections[int(c["index"])] = info
+                if c["outgoing"]:
+                    seen[(info.src, info.dst, info.channel)] = info
+        return [seen[key] for key in sorted(seen)]
+
+    # --- the event loop -------------------------------------------------------------------------
+
+    def _broadcast(self, message: Message) -> None:
+        data = protocol.encode(message)
+        for rank in self._ranks.values():
+            if rank.link is not None and rank.closed_at is None:
+                try:
+                    rank.link.sock.sendall(data)
+                except OSError:
+                    rank.closed_at = time.monotonic()
+
+    def _await(
+        self,
+        what: str,
+        arrived: Callable[[_Rank], bool],
+        timeout: float | None,
+        stage: str,
+    ) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._pump(0.05)
+            missing = [r for r in self._ranks.values() if not arrived(r)]
+            if not missing:
+                return
+            if self._problems(setup_phase=self._setup_sent_at is None):
+                failure = self._diagnose(stage)
+                if failure is not None:
+                    raise _Abort(failure)
+            if deadline is not None and time.monotonic() > deadline:
+                culprits = tuple(
+                    Problem(r.spec.rank, r.spec.host, "timeout", f"sent no {what} in {timeout} s")
+                    for r in missing
+                )
+                raise _Abort(Failure(stage, culprits))
+
+    def _pump(self, timeout: float) -> None:
+        """Accept and read whatever is waiting (everything, so that timestamps are fresh)."""
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:
+                assert self._server is not None
+                with contextlib.suppress(BlockingIOError):
+                    sock, _ = self._server.accept()
+                    sock.setblocking(False)
+                    self._selector.register(sock, selectors.EVENT_READ, _Link(sock))
+                continue
+            self._read(key.data)
+
+    def _read(self, link: _Link) -> None:
+        while True:
+            try:
+                data = link.sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._selector.unregister(link.sock)
+                if link.rank is not None:
+                    self._ranks[link.rank].closed_at = time.monotonic()
+                else:
+                    link.sock.close()
+                return
+            try:
+                for message in link.buffer.feed(data):
+                    self._handle(link, message)
+            except ProtocolError:
+                if link.rank is not None:
+                    self._ranks[link.rank].failed = protocol.failed(link.rank, "garbled messages")
+                return
+
+    def _handle(self, link: _Link, message: Message) -> None:
+        kind = message["type"]
+        rank_id = message.get("rank")
+        if kind == protocol.HELLO:
+            if not isinstance(rank_id, int) or rank_id not in self._ranks:
+                return
+            rank = self._ranks[rank_id]
+            if rank.link is not None or message.get("version") != protocol.VERSION:
+                rank.failed = protocol.failed(rank_id, "a second or incompatible hello")
+                return
+            link.rank, rank.link, rank.hello = rank_id, link, message
+        if link.rank is None:
+            return
+        rank = self._ranks[link.rank]
+        now = time.monotonic()
+        rank.seen_at = now
+        if kind == protocol.HEARTBEAT:
+            rank.heartbeat, rank.heartbeat_at = message, now
+        elif kind == protocol.SAMPLES:
+            for t, index, nbytes in message["samples"]:
+                connection = rank.connections.get(int(index))
+                if connection is not None:
+                    self._samples.append(ThroughputSample(link.rank, connection, t, int(nbytes)))
+        elif kind == protocol.READY:
+            rank.ready = message
+        elif kind == protocol.DONE:
+            rank.done = message
+        elif kind == protocol.FAILED:
+            rank.failed = message
+        elif kind == protocol.BYE:
+            rank.bye = True
+
+    # --- failure detection ----------------------------------------------------------------------
+
+    def _problems(self, setup_phase: bool) -> list[Problem]:
+        """Everything wrong right now, by rank (empty when all is well)."""
+        o, now = self.options, time.monotonic()
+        problems: list[Problem] = []
+        for r, rank in self._ranks.items():
+            host = rank.spec.host
+            status = rank.process.poll()
+            if status is not None and not rank.bye:
+                problems.append(Problem(r, host, "exited", self._exit_detail(rank, status)))
+                continue
+            if rank.closed_at is not None and not rank.bye and now - rank.closed_at > 1.0:
+                problems.append(Problem(r, host, "exited", "closed its control connection"))
+                continue
+            if rank.failed is not None:
+                problems.append(Problem(r, host, "error", f"reported: {rank.failed['error']}"))
+            if setup_phase or rank.bye:
+                continue
+            silent = now - max(rank.heartbeat_at, rank.seen_at)
+            if silent > o.heartbeat_timeout:
+                problems.append(
+                    Problem(r, host, "unresponsive", f"sent no heartbeat for {silent:.1f} s")
+                )
+        if self._awaiting_done:
+            problems += self._stalls(now)
+        return problems
+
+    def _stalls(self, now: float) -> list[Problem]:
+        """Ranks whose current step has outlived ``step_deadline``, by the heartbeats."""
+        states = {}
+        for r, rank in self._ranks.items():
+            beat = rank.heartbeat
+            if rank.done is None and beat is not None and beat["busy"]:
+                states[r] = (
+                    float(beat["elapsed"]) + now - rank.heartbeat_at,
+                    list(beat["waiting_on"]),
+                    beat,
+                )
+        return diagnose_stalls(
+            states, self.options.step_deadline, {r: k.spec.host for r, k in self._ranks.items()}
+        )
+
+    def _diagnose(self, stage: str) -> Failure | None:
+        """Gather evidence for ``settle_time``, then blame: exited > unresponsive > hung >
+        stalled > error reports. None if the problem went away (a late heartbeat)."""
+        deadline = time.monotonic() + self.options.settle_time
+        while time.monotonic() < deadline:
+            self._pump(0.05)
+        problems = self._problems(setup_phase=self._setup_sent_at is None)
+        for kind in ("exited", "unresponsive", "hung", "stalled", "error"):
+            culprits = tuple(p for p in problems if p.kind == kind)
+            if culprits:
+                others = tuple(p for p in problems if p.kind != kind)
+                return Failure(stage, culprits, others)
+        return Failure(stage, tuple(problems)) if problems else None
+
+    def _exit_detail(self, rank: _Rank, status: int) -> str:
+        detail = f"exited with status {status}"
+        with contextlib.suppress(OSError):
+            rank.log.flush()
+            tail = rank.log_path.read_bytes()[-400:].decode(errors="replace").strip()
+            if tail:
+                detail += f" (log: ...{tail.splitlines()[-1]})"
+        return detail
+
+
+def diagnose_stalls(
+    states: Mapping[int, tuple[float, list[int], Message]],
+    deadline: float,
+    hosts: Mapping[int, str],
+) -> list[Problem]:
+    """Blame for steps that outlived ``deadline``. ``states[r]``: (seconds in the current
+    step, peers it waits for, its heartbeat).
+
+    A late rank that waits for nobody is hung (it stopped working). If every late rank
+    waits for someone, nothing is hung: the transfers between them are stalled, and each
+    late rank is reported with whom it waits for.
+    """
+    late = {r: s for r, s in states.items() if s[0] > deadline}
+    if not late:
+        return []
+    hung = [
+        Problem(
+            r,
+            hosts.get(r, "?"),
+            "hung",
+            f"made no progress for {elapsed:.1f} s in iteration {beat['iteration']} "
+            f"({beat['phase']}, step {beat['step']})",
+        )
+        for r, (elapsed, waiting, beat) in sorted(late.items())
+        if not waiting
+    ]
+    if hung:
+        return hung
+    return [
+        Problem(
+            r,
+            hosts.get(r, "?"),
+            "stalled",
+            f"waited {elapsed:.1f} s for rank(s) {', '.join(map(str, waiting))} in "
+            f"iteration {beat['iteration']} ({beat['phase']}, step {beat['step']})",
+        )
+        for r, (elapsed, waiting, beat) in sorted(late.items())
+    ]

@@ -1,0 +1,334 @@
+"""Workers as real processes over real TCP on 127.0.0.x, coordinated by the launcher.
+
+Every collective with 2, 3 and 4 ranks (and 8 for the all-reduces and PXN) must verify
+with #wrong == 0 and move exactly the bytes its plan prescribes on every rank in every
+iteration; faults (a corrupted chunk, a killed, hung or frozen worker) must be detected
+and blamed on the right rank within seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from functools import cache
+
+import pytest
+
+from orchestrator.nccl_table import format_row, format_table
+from orchestrator.worker.collectives import ELEMENT_BYTES, default_registry
+from orchestrator.worker.launcher import (
+    CollectiveResult,
+    CollectiveTest,
+    IterationResult,
+    Launcher,
+    LaunchOptions,
+    RankIteration,
+    RunResult,
+    loopback_workers,
+)
+from topologies.errors import EmulationError, ExperimentError
+
+ALGORITHMS = [tuple(name.split("/")) for name in default_registry().names()]
+SIZES = (3 << 14, 40_004)  # a multiple of 2, 3, 4 and 8 ranks x 4 bytes, and not
+LAYOUTS = {2: 1, 3: 1, 4: 2}  # ranks -> GPUs per server (3 x 1 is fabric only, 2 x 2 both)
+
+
+def fast(**overrides: object) -> LaunchOptions:
+    defaults: dict[str, object] = {
+        "warmup": 1,
+        "iterations": 2,
+        "heartbeat_interval": 0.1,
+        "heartbeat_timeout": 1.5,
+        "step_deadline": 1.5,
+        "settle_time": 0.3,
+    }
+    defaults.update(overrides)
+    return LaunchOptions(**defaults)  # type: ignore[arg-type]
+
+
+@cache
+def run_everything(ranks: int, gpus_per_server: int) -> RunResult:
+    tests = [
+        CollectiveTest(c, a, size)
+        for c, a in ALGORITHMS
+        if c != "p2p" or ranks == 2
+        for size in SIZES
+    ]
+    with Launcher(loopback_workers(ranks, gpus_per_server), options=fast()) as launcher:
+        result = launcher.run(tests)
+    return result  # closed: the final samples are in
+
+
+@cache
+def run_eight() -> RunResult:
+    tests = [
+        CollectiveTest("all-reduce", "ring", 1 << 18),
+        CollectiveTest("all-reduce", "hierarchical", 1 << 18),
+        CollectiveTest("all-to-all", "pxn", 1 << 18),
+    ]
+    with Launcher(loopback_workers(8, 4), options=fast()) as launcher:
+        return launcher.run(tests)
+
+
+def results() -> Iterator[tuple[int, CollectiveResult, RunResult]]:
+    for ranks, g in LAYOUTS.items():
+        run = run_everything(ranks, g)
+        for test in run.tests:
+            yield ranks, test, run
+    run = run_eight()
+    for test in run.tests:
+        yield 8, test, run
+
+
+def case_ids() -> list[str]:
+    ids = [
+        f"n{n}-{c}-{a}-{s}"
+        for n in LAYOUTS
+        for c, a in ALGORITHMS
+        if c != "p2p" or n == 2
+        for s in SIZES
+    ]
+    return [*ids, "n8-all-reduce-ring", "n8-all-reduce-hierarchical", "n8-all-to-all-pxn"]
+
+
+@pytest.mark.parametrize("index", range(len(case_ids())), ids=case_ids())
+def test_collective_verifies_and_moves_the_prescribed_bytes(index: int) -> None:
+    ranks, test, run = list(results())[index]
+    assert run.failure is None, str(run.failure)
+    assert len(test.iterations) == 3
+    for iteration in test.iterations:
+        assert sorted(iteration.ranks) == list(range(ranks))
+        for r in iteration.ranks.values():
+            assert r.wrong == 0, f"rank {r.rank} iteration {iteration.iteration}"
+            assert r.sent == test.expected_sent[r.rank]
+            assert r.time_us > 0
+            assert [p.step for p in r.phases] == list(range(len(r.phases)))
+        total_sent = sum(r.sent for r in iteration.ranks.values())
+        assert total_sent == sum(r.received for r in iteration.ranks.values())
+    row = test.row()
+    assert row.wrong == 0 and row.size == test.size and row.algbw > 0
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_ring_all_reduce_sends_2_n_minus_1_over_n_of_the_buffer(ranks: int) -> None:
+    run = run_eight() if ranks == 8 else run_everything(ranks, LAYOUTS[ranks])
+    test = next(
+        t for t in run.tests if t.test.collective == "all-reduce" and t.test.algorithm == "ring"
+    )
+    assert test.size % (ranks * ELEMENT_BYTES) == 0
+    for iteration in test.iterations:
+        assert {r.sent for r in iteration.ranks.values()} == {2 * (ranks - 1) * test.size // ranks}
+
+
+def test_connections_use_nvlink_inside_a_server_and_report_five_tuples() -> None:
+    run = run_everything(4, 2)
+    workers = {w.rank: w for w in loopback_workers(4, 2)}
+    assert run.connections
+    for c in run.connections:
+        same_server = workers[c.src].server == workers[c.dst].server
+        assert c.link == ("nvlink" if same_server else "fabric")
+        src, dst = workers[c.src], workers[c.dst]
+        ips = (src.nvlink_ip, dst.nvlink_ip) if same_server else (src.fabric_ip, dst.fabric_ip)
+        assert (c.five_tuple.src_ip, c.five_tuple.dst_ip) == ips
+        assert c.five_tuple.src_port > 0 and c.five_tuple.dst_port > 0
+
+
+def test_throughput_samples_add_up_to_the_bytes_moved() -> None:
+    run = run_everything(4, 2)
+    app_sent: dict[tuple[int, int, int], int] = {}
+    app_received: dict[tuple[int, int, int], int] = {}
+    for test in run.tests:
+        for iteration in test.iterations:
+            for r in iteration.ranks.values():
+                for c, sent, received in r.traffic:
+                    key = (c.src, c.dst, c.channel)
+                    app_sent[key] = app_sent.get(key, 0) + sent
+                    app_received[key] = app_received.get(key, 0) + received
+    sampled_tx: dict[tuple[int, int, int], int] = {}
+    sampled_rx: dict[tuple[int, int, int], int] = {}
+    last_t: dict[tuple[int, int, int, int], float] = {}
+    for s in run.samples:
+        key = (s.connection.src, s.connection.dst, s.connection.channel)
+        side = sampled_tx if s.rank == s.connection.src else sampled_rx
+        side[key] = side.get(key, 0) + s.bytes
+        assert s.t >= last_t.get((s.rank, *key), 0.0)
+        last_t[(s.rank, *key)] = s.t
+    # Kernel counters since the connection opened: the sender's include the SYN and the
+    # 16-byte connection hello, the receiver's the hello; a FIN adds one more.
+    for key, sent in app_sent.items():
+        assert sent + 17 <= sampled_tx[key] <= sent + 18, key
+    for key, received in app_received.items():
+        assert received + 16 <= sampled_rx[key] <= received + 17, key
+
+
+def test_corrupted_chunk_is_counted_in_that_iteration_only() -> None:
+    options = fast(
+        warmup=0, iterations=3, worker_args=("--corrupt-rank", "1", "--corrupt-iteration", "1")
+    )
+    with Launcher(loopback_workers(3), options=options) as launcher:
+        result = launcher.run([CollectiveTest("all-reduce", "ring", 1 << 16)])
+    assert result.failure is None
+    wrong = [i.wrong for i in result.tests[0].iterations]
+    assert wrong[0] == 0 and wrong[1] > 0 and wrong[2] == 0
+    assert result.rows()[0].wrong == wrong[1]
+    assert "FAILED" in result.table()
+
+
+def _long_run() -> list[CollectiveTest]:
+    return [CollectiveTest("all-reduce", "ring", 1 << 16)]
+
+
+def test_killed_worker_is_detected_within_seconds_and_named() -> None:
+    options = fast(warmup=0, iterations=100_000)
+    with Launcher(loopback_workers(3), options=options) as launcher:
+        pid = launcher.process(1).pid
+        killed_at: list[float] = []
+
+        def kill() -> None:
+            killed_at.append(time.monotonic())
+            os.kill(pid, signal.SIGKILL)
+
+        threading.Timer(0.5, kill).start()
+        result = launcher.run(_long_run())
+        detected = time.monotonic() - killed_at[0]
+    assert result.failure is not None
+    assert result.failure.kind == "exited" and result.failure.ranks == [1]
+    assert "rank 1 (lo1) exited with status -9" in str(result.failure)
+    assert detected < 3.0
+    assert result.tests[0].iterations  # what completed is kept
+    with pytest.raises(EmulationError, match="rank 1"):
+        result.raise_for_failure()
+
+
+def test_hung_worker_is_detected_by_the_step_deadline() -> None:
+    options = fast(
+        warmup=0, iterations=10, worker_args=("--hang-rank", "2", "--hang-at-iteration", "3")
+    )
+    start = time.monotonic()
+    with Launcher(loopback_workers(4, 2), options=options) as launcher:
+        result = launcher.run(_long_run())
+    assert result.failure is not None
+    assert result.failure.kind == "hung" and result.failure.ranks == [2]
+    assert "iteration 3" in str(result.failure)
+    assert len(result.tests[0].iterations) == 3
+    assert time.monotonic() - start < 8.0
+
+
+def test_frozen_worker_is_detected_by_missing_heartbeats() -> None:
+    options = fast(warmup=0, iterations=100_000, heartbeat_timeout=1.0, step_deadline=30.0)
+    with Launcher(loopback_workers(3), options=options) as launcher:
+        pid = launcher.process(2).pid
+        threading.Timer(0.5, os.kill, (pid, signal.SIGSTOP)).start()
+        result = launcher.run(_long_run())
+        status = launcher.process(2)
+    assert result.failure is not None
+    assert result.failure.kind == "unresponsive" and result.failure.ranks == [2]
+    assert status.poll() is not None  # killed on close, although stopped
+
+
+def test_worker_that_cannot_start_fails_the_launch_with_its_log() -> None:
+    options = fast(worker_args=("--no-such-flag",))
+    with (
+        pytest.raises(EmulationError, match=r"exited with status 2 .*unrecognized arguments"),
+        Launcher(loopback_workers(2), options=options),
+    ):
+        pass
+
+
+def test_unknown_algorithm_or_unsupported_layout_is_an_experiment_error() -> None:
+    launcher = Launcher(loopback_workers(3), options=fast())  # prepare needs no process
+    with pytest.raises(ExperimentError, match="all-reduce/tree"):
+        launcher.prepare([CollectiveTest("all-reduce", "tree", 1 << 10)])
+    with pytest.raises(ExperimentError, match="at least 12 bytes"):
+        launcher.prepare([CollectiveTest("all-gather", "ring", 8)])
+    uneven = Launcher(
+        [*loopback_workers(2, 2), *loopback_workers(3, 1)[2:]], options=fast()
+    )  # servers s0 = {0, 1}, s2 = {2}
+    with pytest.raises(ExperimentError, match="same rails"):
+        uneven.prepare([CollectiveTest("all-reduce", "hierarchical", 1 << 10)])
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_channels_and_pinned_source_ports() -> None:
+    workers = loopback_workers(2)
+    pins = {
+        (0, 1, 0): _free_port(workers[0].fabric_ip),
+        (0, 1, 1): _free_port(workers[0].fabric_ip),
+        (1, 0, 1): _free_port(workers[1].fabric_ip),
+    }
+    options = fast(channels=2, source_ports=pins)
+    with Launcher(workers, options=options) as launcher:
+        result = launcher.run([CollectiveTest("all-reduce", "ring", 1 << 16 | 4)])
+    assert result.failure is None
+    by_key = {(c.src, c.dst, c.channel): c for c in result.connections}
+    assert sorted(by_key) == [(0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
+    for key, port in pins.items():
+        assert by_key[key].five_tuple.src_port == port
+    test = result.tests[0]
+    for iteration in test.iterations:
+        for r in iteration.ranks.values():
+            assert r.wrong == 0 and r.sent == test.expected_sent[r.rank]
+            assert {c.channel for c, sent, _ in r.traffic if sent} == {0, 1}
+
+
+def test_nccl_row_uses_the_slowest_rank_and_the_worst_iteration() -> None:
+    def iteration(i: int, warmup: bool, times: list[float], wrong: list[int]) -> IterationResult:
+        ranks = {
+            r: RankIteration(r, 0.0, t, w, 0, 0, (), ())
+            for r, (t, w) in enumerate(zip(times, wrong, strict=True))
+        }
+        return IterationResult(i, warmup, ranks)
+
+    test = CollectiveResult(CollectiveTest("all-reduce", "ring", 1 << 20), 4, 262144, {})
+    test.iterations = [
+        iteration(0, True, [5000, 5000, 5000, 5000], [0, 3, 0, 0]),
+        iteration(1, False, [900, 1000, 950, 990], [0, 0, 0, 0]),
+        iteration(2, False, [1100, 1200, 1000, 1000], [0, 0, 0, 0]),
+    ]
+    # time = mean(1000, 1200) = 1100 us; algbw = 1048576 B / 1100 us = 0.953251 GB/s;
+    # busbw = algbw * 2 * 3 / 4 = 1.429876 GB/s; #wrong = 3 (warm-up counts)
+    row = test.row()
+    assert format_row(row) == (
+        "     1048576        262144    uint32     sum      -1      1100.0    0.953251"
+        "    1.429876       3"
+    )
+    gather = CollectiveResult(CollectiveTest("all-gather", "ring", 1 << 20), 4, 262144, {})
+    gather.iterations = [iteration(0, False, [2000, 2000, 2000, 2000], [0, 0, 0, 0])]
+    # per-rank count column; algbw = 0.524288 GB/s; busbw = algbw * 3 / 4 = 0.393216
+    assert format_row(gather.row()).split() == [
+        "1048576",
+        "65536",
+        "uint32",
+        "none",
+        "-1",
+        "2000.0",
+        "0.524288",
+        "0.393216",
+        "0",
+    ]
+    table = format_table([row, gather.row()])
+    assert table.splitlines()[-1] == "# Avg bus bandwidth    : 0.911546"
+
+
+def test_worker_process_imports_only_what_it_needs() -> None:
+    code = (
+        "import sys, orchestrator.worker.worker\n"
+        "heavy = {'mininet', 'os_ken', 'matplotlib', 'networkx', 'yaml', 'topologies'}\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in heavy\n"
+        "       or m in ('orchestrator.worker.launcher', 'orchestrator.nccl_table')]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
