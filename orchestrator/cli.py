@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -51,6 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("astral: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`astral topo show | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush doesn't raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return status
 
 
