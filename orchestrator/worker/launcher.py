@@ -426,13 +426,8 @@ class Launcher:
         self.options = options or LaunchOptions()
         self.registry = registry or default_registry()
         self._own_dir = run_dir is None
-        self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="astral-workers-"))
-        self.socket_path = str(self.run_dir.resolve() / SOCKET_NAME)
-        if len(self.socket_path.encode()) > _UNIX_PATH_MAX:
-            raise EmulationError(
-                f"worker socket path {self.socket_path} is longer than {_UNIX_PATH_MAX} bytes; "
-                "use a shorter run directory"
-            )
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.socket_path = ""
         self._ranks: dict[int, _Rank] = {}
         self._server: socket.socket | None = None
         self._selector = selectors.DefaultSelector()
@@ -458,7 +453,15 @@ class Launcher:
 
     def start(self) -> None:
         """Spawn every worker, wait for their hellos, send the peer table."""
+        if self.run_dir is None:
+            self.run_dir = Path(tempfile.mkdtemp(prefix="astral-workers-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.socket_path = str(self.run_dir.resolve() / SOCKET_NAME)
+        if len(self.socket_path.encode()) > _UNIX_PATH_MAX:
+            raise EmulationError(
+                f"worker socket path {self.socket_path} is longer than {_UNIX_PATH_MAX} bytes; "
+                "use a shorter run directory"
+            )
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -543,9 +546,10 @@ class Launcher:
         self._selector.close()
         if self._server is not None:
             self._server.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-        if self._own_dir:
+        if self.socket_path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+        if self._own_dir and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def process(self, rank: int) -> WorkerProcess:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -320,6 +321,40 @@ def test_nccl_row_uses_the_slowest_rank_and_the_worst_iteration() -> None:
     ]
     table = format_table([row, gather.row()])
     assert table.splitlines()[-1] == "# Avg bus bandwidth    : 0.911546"
+
+
+def test_workers_exit_when_their_launcher_dies(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from orchestrator.worker.launcher import *\n"
+        "options = LaunchOptions(iterations=10**6)\n"
+        f"launcher = Launcher(loopback_workers(2), options=options, run_dir={str(tmp_path)!r})\n"
+        "launcher.start()\n"
+        "print(*(launcher.process(r).pid for r in (0, 1)), flush=True)\n"
+        "launcher.run([CollectiveTest('all-reduce', 'ring', 1 << 16)])\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        time.sleep(0.3)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 5.0
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in pids if _running(pid)]
+    assert not alive
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_worker_process_imports_only_what_it_needs() -> None:
