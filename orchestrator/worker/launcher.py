@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import shutil
 import socket
@@ -710,7 +711,7 @@ class Launcher:
         for rank in self._ranks.values():
             if rank.link is not None and rank.closed_at is None:
                 try:
-                    rank.link.sock.sendall(data)
+                    _send_all(rank.link.sock, data, timeout=1.0)
                 except OSError:
                     rank.closed_at = time.monotonic()
 
@@ -870,6 +871,19 @@ class Launcher:
             if tail:
                 detail += f" (log: ...{tail.splitlines()[-1]})"
         return detail
+
+
+def _send_all(sock: socket.socket, data: bytes, timeout: float) -> None:
+    """sendall for a non-blocking socket: a worker that stops reading (a frozen process)
+    fails the send after ``timeout`` instead of blocking the launcher."""
+    view, deadline = memoryview(data), time.monotonic() + timeout
+    while view:
+        try:
+            view = view[sock.send(view) :]
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [sock], [], left)[1]:
+                raise TimeoutError("worker control socket full") from None
 
 
 def diagnose_stalls(

@@ -32,8 +32,12 @@ from orchestrator.worker.launcher import (
     RankIteration,
     RunResult,
     loopback_workers,
+    workers_from_description,
 )
+from topologies.description import FabricDescription
 from topologies.errors import EmulationError, ExperimentError
+from topologies.generators import build_fabric
+from topologies.spec import load_fabric_spec
 
 ALGORITHMS = [tuple(name.split("/")) for name in default_registry().names()]
 SIZES = (3 << 14, 40_004)  # a multiple of 2, 3, 4 and 8 ranks x 4 bytes, and not
@@ -367,3 +371,23 @@ def test_worker_process_imports_only_what_it_needs() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_workers_from_a_fabric_description_use_its_address_plan() -> None:
+    spec = load_fabric_spec(Path(__file__).parents[2] / "topologies/presets/astral-small.yaml")
+    description = FabricDescription.of(build_fabric(spec))
+    workers = workers_from_description(description)
+    fabric = description.fabric
+    assert [w.rank for w in workers] == list(range(len(fabric.gpus)))
+    for w in workers:
+        gpu, addresses = fabric.gpus[w.host], description.addresses[w.host]
+        assert (w.server, w.local_rank) == (gpu.server, gpu.local_rank)
+        assert (w.fabric_ip, w.nvlink_ip) == (addresses.fabric_ip, addresses.nvlink.ip)
+    # the rail-aware algorithms accept the generated layout
+    launcher = Launcher(workers)
+    launcher.prepare(
+        [
+            CollectiveTest("all-reduce", "hierarchical", 1 << 20),
+            CollectiveTest("all-to-all", "pxn", 1 << 20),
+        ]
+    )
