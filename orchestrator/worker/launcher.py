@@ -55,7 +55,6 @@ from orchestrator.worker import protocol
 from orchestrator.worker.buffers import TYPE_NAME
 from orchestrator.worker.collectives import (
     ELEMENT_BYTES,
-    AlgorithmRegistry,
     Layout,
     PlanError,
     default_registry,
@@ -253,6 +252,18 @@ class RankIteration:
     traffic: tuple[tuple[ConnectionInfo, int, int], ...]  # (connection, sent, received)
 
 
+def phase_spans(phases: Sequence[PhaseRecord]) -> list[PhaseRecord]:
+    """Consecutive steps of the same phase merged into one span (step: the first one's)."""
+    spans: list[PhaseRecord] = []
+    for p in phases:
+        if spans and spans[-1].phase == p.phase:
+            last = spans[-1]
+            spans[-1] = PhaseRecord(last.phase, last.step, last.start, p.end)
+        else:
+            spans.append(p)
+    return spans
+
+
 @dataclass
 class IterationResult:
     iteration: int
@@ -415,7 +426,6 @@ class Launcher:
         spawn: Spawn = local_spawn,
         options: LaunchOptions | None = None,
         run_dir: str | Path | None = None,
-        registry: AlgorithmRegistry | None = None,
     ) -> None:
         self.workers = sorted(workers, key=lambda w: w.rank)
         if [w.rank for w in self.workers] != list(range(len(self.workers))):
@@ -425,7 +435,7 @@ class Launcher:
         )
         self.spawn = spawn
         self.options = options or LaunchOptions()
-        self.registry = registry or default_registry()
+        self.registry = default_registry()  # the same algorithms the workers know
         self._own_dir = run_dir is None
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.socket_path = ""

@@ -54,16 +54,16 @@ def simulate(plans: list[Plan], test: int = 0, iteration: int = 0, corrupt: int 
             if k >= len(plan.steps):
                 continue
             step = plan.steps[k]
-            written = [
-                (t.region.buffer, t.region.offset, t.region.offset + t.region.count)
-                for t in step.recvs
-            ]
+            written = [t.region for t in step.recvs] + [c.dst for c in step.copies]
+            read = [t.region for t in step.sends] + [c.src for c in step.copies]
+            for w, r in itertools.product(written, read):
+                assert not (
+                    w.buffer == r.buffer
+                    and w.offset < r.offset + r.count
+                    and r.offset < w.offset + w.count
+                ), f"rank {plan.rank} step {k} reads elements it also writes"
             for t in step.sends:
                 r = t.region
-                for buf, lo, hi in written:
-                    assert not (buf == r.buffer and lo < r.offset + r.count and r.offset < hi), (
-                        f"rank {plan.rank} step {k} sends elements it receives"
-                    )
                 data = b.arrays[r.buffer][r.offset : r.offset + r.count].copy()
                 if plan.rank == corrupt and len(data):
                     data[0] += np.uint32(1)

@@ -8,6 +8,7 @@ and blamed on the right rank within seconds.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -32,6 +33,7 @@ from orchestrator.worker.launcher import (
     RankIteration,
     RunResult,
     loopback_workers,
+    phase_spans,
     workers_from_description,
 )
 from topologies.description import FabricDescription
@@ -114,6 +116,8 @@ def test_collective_verifies_and_moves_the_prescribed_bytes(index: int) -> None:
             assert r.sent == test.expected_sent[r.rank]
             assert r.time_us > 0
             assert [p.step for p in r.phases] == list(range(len(r.phases)))
+            spans = phase_spans(r.phases)
+            assert all(a.end <= b.start for a, b in itertools.pairwise(spans))
         total_sent = sum(r.sent for r in iteration.ranks.values())
         assert total_sent == sum(r.received for r in iteration.ranks.values())
     row = test.row()
