@@ -10,13 +10,19 @@ Architecture (one process, started by ``python -m controllers``)::
                                                      <-- OFPBarrierReply: "programmed"
                                                      --> status file (controllers.status)
 
-What a switch goes through: connect -> ``EventOFPSwitchFeatures``: wipe every flow and group
-(the switch may keep state from an earlier controller), install the table-miss entry (drop:
-nothing is ever flooded) and one entry sending ARP to the controller -> the port description
-reply (os-ken's ofp_handler asks for it) tells which ports are down -> install the plan's
-entries for this switch, then a barrier; its reply marks the switch programmed. A port
-status message that changes the set of failed links makes the policy render a new plan;
-every connected switch gets the difference (delete / add / modify-strict), then a barrier.
+What a switch goes through: connect -> ``EventOFPSwitchFeatures``: install the table-miss
+entry (drop: nothing is ever flooded) and one entry sending ARP to the controller, and ask
+for the switch's flow table -> the port description reply (os-ken's ofp_handler asks for
+it) tells which ports are down, the flow stats reply what the switch already has -> delete
+what is not ours, send the difference between the plan and what is there (after a
+controller restart: nothing, so the data plane is not disturbed), then a barrier; its reply
+marks the switch programmed. A port status message that changes the set of failed links
+makes the policy render a new plan; every programmed switch gets the difference (delete /
+add / modify-strict), then a barrier.
+
+A link counts as failed while a switch at either end reports its port down (link down,
+administratively down, or deleted). A switch that disconnects is not a failure by itself:
+its neighbours' ports tell.
 
 Handlers run on the app's one event thread (os-ken's native hub), so the state below needs no
 lock; only the status file is also written from the main thread (start, stop), under a lock.
@@ -26,9 +32,11 @@ app's constructor. ``controllers.__main__`` builds a :class:`ControllerSettings`
 object, STYLE.md item 11) and passes it as ``astral_settings``; os-ken's global ``CONF``
 carries only os-ken's own options (listen address and port).
 
-ARP: GPUs have a static neighbour entry for the gateway, so ARP should not happen; if it does
-(someone flushed the neighbour table), requests for the gateway address are answered with the
-gateway MAC. Every other packet that reaches the controller is dropped.
+ARP: GPUs have a permanent neighbour entry for the gateway, but the kernel flushes even
+permanent entries of a device that is set administratively down (a link failure emulated with
+``ip link set DEV down``), and then the GPU ARPs on that port once it is up again. Requests
+for the gateway address are answered with the gateway MAC; every other packet that reaches
+the controller is dropped.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +65,8 @@ from controllers.policies import Policy
 from controllers.routing import (
     ARP_PRIORITY,
     MISS_PRIORITY,
+    ROUTE_PRIORITY,
+    Action,
     FlowEntry,
     ForwardingPlan,
     Output,
@@ -149,7 +159,7 @@ class FabricController(app_manager.OSKenApp):
         self.datapaths: dict[int, Any] = {}
         self.ready: set[int] = set()  # port states known, plan pushed at least once
         self.down: dict[str, set[int]] = {}  # switch -> model ports that are down
-        self._port_desc: dict[int, set[int]] = {}  # ports down, while a reply is multipart
+        self._connecting: dict[int, _Connecting] = {}  # switches not programmed yet
         self.installed: dict[int, dict[tuple[int, str], FlowEntry]] = {}
         self.generation: dict[int, int] = {}  # bumped on every push to a switch
         self.barriers: dict[int, tuple[int, int]] = {}  # dpid -> (xid, generation)
@@ -214,25 +224,38 @@ class FabricController(app_manager.OSKenApp):
         dp = ev.msg.datapath
         dpid = ev.msg.datapath_id
         name = self.switch_names.get(dpid)
-        if name is None:
-            LOG.warning("switch with unknown dpid %d connected; it only gets a drop rule", dpid)
-        else:
-            LOG.info("switch %s (dpid %d) connected from %s", name, dpid, dp.address)
         self.datapaths[dpid] = dp
         self.ready.discard(dpid)
         self.barriers.pop(dpid, None)
-        self._port_desc[dpid] = set()
         self.installed[dpid] = {}
         st = self._switch_status(dpid)
         st.connected, st.programmed, st.connected_at = True, False, time.time()
-        st.programmed_at, st.rules, st.flows = None, 0, 0
-        self._install_base(dp, arp_to_controller=name is not None)
-        st.flows = BASE_FLOWS if name is not None else 1
+        st.programmed_at, st.rules = None, 0
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        if name is None:
+            LOG.warning("switch with unknown dpid %d connected; it only gets a drop rule", dpid)
+            self._send_wipe(dp)
+            self._send_base(dp, arp_to_controller=False)
+            st.flows = 1
+            self.write_status()
+            return
+        LOG.info("switch %s (dpid %d) connected from %s", name, dpid, dp.address)
+        # Base entries first: adding an identical entry replaces it without a gap.
+        self._send_base(dp, arp_to_controller=True)
+        st.flows = BASE_FLOWS
+        # Before programming: which ports are down (os-ken's ofp_handler asks for the port
+        # descriptions) and what the switch already has (kept across a controller restart:
+        # only the difference is sent, so a restart does not disturb the data plane).
+        self._connecting[dpid] = _Connecting()
+        dp.send_msg(
+            parser.OFPFlowStatsRequest(
+                dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch()
+            )
+        )
         self.write_status()
 
-    def _install_base(self, dp: Any, arp_to_controller: bool) -> None:
+    def _send_wipe(self, dp: Any) -> None:
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        # Wipe what an earlier controller (or an earlier run of this one) left behind.
         dp.send_msg(
             parser.OFPFlowMod(
                 dp,
@@ -246,6 +269,9 @@ class FabricController(app_manager.OSKenApp):
         dp.send_msg(
             parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, type_=0, group_id=ofp.OFPG_ALL)
         )
+
+    def _send_base(self, dp: Any, arp_to_controller: bool) -> None:
+        ofp, parser = dp.ofproto, dp.ofproto_parser
         # Table-miss: no instructions = drop. Nothing is ever flooded.
         dp.send_msg(
             parser.OFPFlowMod(
@@ -264,25 +290,75 @@ class FabricController(app_manager.OSKenApp):
                 )
             )
 
-    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, CONFIG_DISPATCHER)
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def port_desc_reply(self, ev: Any) -> None:
         dp = ev.msg.datapath
         dpid = self._dpid_of(dp)
-        if dpid is None:
+        connecting = self._connecting.get(dpid) if dpid is not None else None
+        if dpid is None or connecting is None or connecting.ports_done:
             return
         ofp = dp.ofproto
-        collected = self._port_desc.setdefault(dpid, set())
         for port in ev.msg.body:
             if port.port_no <= ofp.OFPP_MAX and _is_down(ofp, port):
-                collected.add(port.port_no)
-        if ev.msg.flags & ofp.OFPMPF_REPLY_MORE:
+                connecting.down.add(port.port_no)
+        if not ev.msg.flags & ofp.OFPMPF_REPLY_MORE:
+            connecting.ports_done = True
+            self._connected(dpid)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def flow_stats_reply(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        dpid = self._dpid_of(dp)
+        connecting = self._connecting.get(dpid) if dpid is not None else None
+        if dpid is None or connecting is None or connecting.flows_done:
             return
-        name = self.switch_names.get(dpid)
-        if name is None:
+        connecting.flows.extend(ev.msg.body)
+        if not ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+            connecting.flows_done = True
+            self._connected(dpid)
+
+    def _connected(self, dpid: int) -> None:
+        """Port states and flow table known: remove what is not ours, then program."""
+        connecting = self._connecting[dpid]
+        if not (connecting.ports_done and connecting.flows_done):
             return
-        self.down[name] = {self.ports.model_port(name, p) for p in self._port_desc.pop(dpid)}
-        if self.down[name]:
-            LOG.info("%s: ports down at connection: %s", name, sorted(self.down[name]))
+        del self._connecting[dpid]
+        dp = self.datapaths[dpid]
+        name = self.switch_names[dpid]
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        installed: dict[tuple[int, str], FlowEntry] = {}
+        stale = []
+        for stat in connecting.flows:
+            entry = entry_from_flow_stats(stat, dpid, name, self.ports)
+            if entry is not None and entry.key not in installed:
+                installed[entry.key] = entry
+            elif not _is_base(stat):
+                stale.append(stat)
+        for stat in stale:  # left by another controller, or by a policy that ran before
+            dp.send_msg(
+                parser.OFPFlowMod(
+                    dp,
+                    table_id=stat.table_id,
+                    command=ofp.OFPFC_DELETE_STRICT,
+                    priority=stat.priority,
+                    out_port=ofp.OFPP_ANY,
+                    out_group=ofp.OFPG_ANY,
+                    match=stat.match,
+                )
+            )
+        # No policy uses groups yet: any group is stale (the flows using one are gone).
+        dp.send_msg(
+            parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, type_=0, group_id=ofp.OFPG_ALL)
+        )
+        self.installed[dpid] = installed
+        self.down[name] = {self.ports.model_port(name, p) for p in connecting.down}
+        LOG.info(
+            "%s: %d route entries found, %d stale entries removed, ports down: %s",
+            name,
+            len(installed),
+            len(stale),
+            sorted(self.down[name]) or "none",
+        )
         self._update_failures()  # pushes to the switches already programmed, if changed
         self.ready.add(dpid)
         self._push(dpid)
@@ -296,7 +372,7 @@ class FabricController(app_manager.OSKenApp):
             return
         LOG.info("switch %s (dpid %d) disconnected", self.switch_names.get(dpid, "?"), dpid)
         del self.datapaths[dpid]
-        self._port_desc.pop(dpid, None)
+        self._connecting.pop(dpid, None)
         self.ready.discard(dpid)
         self.barriers.pop(dpid, None)
         self.installed.pop(dpid, None)
@@ -326,8 +402,9 @@ class FabricController(app_manager.OSKenApp):
             return
         port = self.ports.model_port(name, msg.desc.port_no)
         down = msg.reason == ofp.OFPPR_DELETE or _is_down(ofp, msg.desc)
-        if dpid in self._port_desc:  # port description still being collected
-            (self._port_desc[dpid].add if down else self._port_desc[dpid].discard)(msg.desc.port_no)
+        connecting = self._connecting.get(dpid)
+        if connecting is not None:  # not programmed yet: remember for then
+            (connecting.down.add if down else connecting.down.discard)(msg.desc.port_no)
             return
         ports = self.down.setdefault(name, set())
         if down == (port in ports):
@@ -490,3 +567,47 @@ class FabricController(app_manager.OSKenApp):
 
 def _is_down(ofp: Any, desc: Any) -> bool:
     return bool(desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN)
+
+
+@dataclass
+class _Connecting:
+    """What the controller learns about a switch between connecting and programming it."""
+
+    down: set[int] = field(default_factory=set)  # OpenFlow port numbers
+    flows: list[Any] = field(default_factory=list)  # OFPFlowStats
+    ports_done: bool = False
+    flows_done: bool = False
+
+
+def _is_base(stat: Any) -> bool:
+    """One of the entries every switch gets (table-miss, ARP), installed by us."""
+    return bool(
+        stat.cookie == COOKIE
+        and stat.table_id == 0
+        and stat.priority in (MISS_PRIORITY, ARP_PRIORITY)
+    )
+
+
+def entry_from_flow_stats(stat: Any, dpid: int, switch: str, ports: PortMap) -> FlowEntry | None:
+    """The route entry an OFPFlowStats describes, if it is exactly one we would install."""
+    match = dict(stat.match.items())
+    if (
+        stat.cookie != COOKIE
+        or stat.table_id != 0
+        or stat.priority != ROUTE_PRIORITY
+        or set(match) != {"eth_type", "ipv4_dst"}
+        or match["eth_type"] != ether_types.ETH_TYPE_IP
+        or not isinstance(match["ipv4_dst"], str)  # a (value, mask) pair is not ours
+        or len(stat.instructions) != 1
+        or not hasattr(stat.instructions[0], "actions")
+    ):
+        return None
+    actions: list[Action] = []
+    for action in stat.instructions[0].actions:
+        if getattr(action, "key", None) in ("eth_src", "eth_dst"):
+            actions.append(SetField(action.key, str(action.value)))
+        elif hasattr(action, "port") and hasattr(action, "max_len"):
+            actions.append(Output(ports.model_port(switch, action.port)))
+        else:
+            return None
+    return FlowEntry(dpid, switch, match["ipv4_dst"], tuple(actions), stat.priority)

@@ -237,13 +237,15 @@ def shortest_path_plan(
     """
     fabric = description.fabric
     graph = RoutingGraph(fabric, failed_links)
-    flows: dict[int, list[FlowEntry]] = {s.dpid: [] for s in programmable_switches(fabric)}
+    switches = {s.name: s for s in programmable_switches(fabric)}
+    flows: dict[int, list[FlowEntry]] = {s.dpid: [] for s in switches.values()}
     for gpu in fabric.gpus_by_rank():
         ip = description.addresses[gpu.name].fabric_ip
         dist = graph.distances_to(gpu.name)
-        for switch in programmable_switches(fabric):
-            hops = graph.next_hops(switch.name, gpu.name, dist)
-            if not hops:
+        for name in dist:  # the switches that reach the GPU (and the GPU itself)
+            switch = switches.get(name)
+            hops = graph.next_hops(name, gpu.name, dist) if switch is not None else []
+            if switch is None or not hops:
                 continue
             hop = hops[tie_break(switch.name, ip, len(hops))]
             if hop.neighbor == gpu.name:
@@ -253,7 +255,7 @@ def shortest_path_plan(
             flows[switch.dpid].append(FlowEntry(switch.dpid, switch.name, ip, tuple(actions)))
     tables = {
         s.dpid: SwitchTable(s.dpid, s.name, tuple(sorted(flows[s.dpid], key=_flow_order)))
-        for s in programmable_switches(fabric)
+        for s in switches.values()
     }
     return ForwardingPlan(policy, tables, graph.failed)
 

@@ -1,13 +1,16 @@
-"""Pieces of the controller that need no switch: status file, flow diff, gateway ARP."""
+"""Pieces of the controller that need no switch: status, flow diff, flow stats, gateway ARP."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from os_ken.lib.packet import arp, ether_types, ethernet, packet
+from os_ken.ofproto import ofproto_v1_3
+from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controllers.app import diff_flows, gateway_arp_reply
-from controllers.routing import FlowEntry, Output
+from controllers.app import COOKIE, diff_flows, entry_from_flow_stats, gateway_arp_reply
+from controllers.routing import FlowEntry, Output, PortMap, SetField
 from controllers.status import ControllerStatus, SwitchStatus, read_status, write_status
 from topologies.addressing import GATEWAY_IP, GATEWAY_MAC
 
@@ -88,3 +91,45 @@ def test_gateway_answers_arp_for_itself_only() -> None:
         "10.0.0.1",
     )
     assert gateway_arp_reply(arp_request("10.0.0.2")) is None
+
+
+def wire(obj: Any) -> Any:
+    """``obj`` serialized and parsed back, as a switch's reply would carry it."""
+    buf = bytearray()
+    obj.serialize(buf, 0)
+    return type(obj).parser(bytes(buf), 0)
+
+
+def flow_stats(entry: FlowEntry, *, cookie: int = COOKIE, priority: int | None = None) -> Any:
+    actions: list[Any] = []
+    for action in entry.actions:
+        if isinstance(action, SetField):
+            actions.append(wire(parser.OFPActionSetField(**{action.field: action.value})))
+        else:
+            assert isinstance(action, Output)
+            actions.append(wire(parser.OFPActionOutput(action.port + 10)))
+    return parser.OFPFlowStats(
+        table_id=0,
+        priority=entry.priority if priority is None else priority,
+        cookie=cookie,
+        match=wire(parser.OFPMatch(eth_type=0x0800, ipv4_dst=entry.ipv4_dst)),
+        instructions=[parser.OFPInstructionActions(ofproto_v1_3.OFPIT_APPLY_ACTIONS, actions)],
+    )
+
+
+def test_flow_stats_are_read_back_into_entries_through_the_port_map() -> None:
+    ports = PortMap({"s": {str(p): p + 10 for p in range(1, 5)}})
+    last_hop = FlowEntry(
+        1,
+        "s",
+        "10.0.0.1",
+        (SetField("eth_src", GATEWAY_MAC), SetField("eth_dst", HOST_MAC), Output(2)),
+    )
+    for entry in (last_hop, entry_at("10.0.0.2", 3)):
+        assert entry_from_flow_stats(flow_stats(entry), 1, "s", ports) == entry
+    assert entry_from_flow_stats(flow_stats(last_hop, cookie=7), 1, "s", ports) is None
+    assert entry_from_flow_stats(flow_stats(last_hop, priority=5), 1, "s", ports) is None
+
+
+def entry_at(ip: str, port: int) -> FlowEntry:
+    return FlowEntry(1, "s", ip, (Output(port),))
