@@ -34,6 +34,10 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+# How a size's time is reduced over iterations and ranks, wherever astral prints numbers
+# (the launcher's rows, the results summary, ``astral run``): nccl-tests' default ``-a 1``.
+TIME_DEFINITION = "time: mean over ranks of each rank's mean timed iteration (nccl-tests -a 1)"
+
 # Element sizes of the nccl-tests type names (``-d``).
 ELEMENT_SIZES = {
     "int8": 1,

@@ -22,7 +22,14 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from orchestrator.nccl_table import CSV_COLUMNS, NcclRow, average_busbw, csv_record, format_table
+from orchestrator.nccl_table import (
+    CSV_COLUMNS,
+    TIME_DEFINITION,
+    NcclRow,
+    average_busbw,
+    csv_record,
+    format_table,
+)
 from orchestrator.results.store import (
     SCHEMA_VERSION,
     SUMMARY,
@@ -151,6 +158,7 @@ def format_group(
     title = [
         f"astral run {bundle.run.experiment!r} ({bundle.run.status}), {bundle.run.started}",
         group_title(group, results, bundle),
+        TIME_DEFINITION,
     ]
     return format_table([r.row for r in results], title=title, scale=bundle.scale)
 

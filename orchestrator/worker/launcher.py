@@ -27,9 +27,10 @@ rather than the peers that saw its connections close. Then every worker is told 
 and any still running after ``exit_timeout`` is killed; only processes this launcher
 spawned are touched.
 
-Timing follows nccl-tests, with the reduction over ranks the slowest rank's time (nccl-tests
-``-a 3``; its default ``-a 1`` averages): an iteration's time is the largest time over
-ranks, a size's time the mean of that over timed iterations.
+Timing follows nccl-tests' default (``-a 1``), as everywhere astral prints numbers
+(orchestrator.nccl_table.TIME_DEFINITION): an iteration's time is the mean over ranks, a
+size's time the mean of that over timed iterations (= the mean over ranks of each rank's
+mean when every rank reports every iteration, as orchestrator.results.summary computes it).
 """
 
 from __future__ import annotations
@@ -272,8 +273,8 @@ class IterationResult:
 
     @property
     def time_us(self) -> float:
-        """The slowest rank's time."""
-        return max(r.time_us for r in self.ranks.values())
+        """The mean over ranks (nccl-tests ``-a 1``)."""
+        return fmean(r.time_us for r in self.ranks.values())
 
     @property
     def wrong(self) -> int:
