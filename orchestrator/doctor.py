@@ -308,10 +308,13 @@ def render(results: Sequence[CheckResult], demand: Demand) -> str:
     width = max(len(result.name) for result in results)
     lines = [f"astral doctor: {demand.describe()}", ""]
     lines += [f"{r.verdict.value:<4}  {r.name:<{width}}  {r.detail}" for r in results]
-    fixes = [r for r in results if r.verdict is not Verdict.OK and r.fix]
+    fixes: dict[str, list[str]] = {}  # fix -> the checks it fixes, each fix said once
+    for r in results:
+        if r.verdict is not Verdict.OK and r.fix:
+            fixes.setdefault(r.fix, []).append(r.name)
     if fixes:
         lines += ["", "To fix:"]
-        lines += [f"  {r.name}: {r.fix}" for r in fixes]
+        lines += [f"  {', '.join(names)}: {fix}" for fix, names in fixes.items()]
     failed = sum(not r.ok for r in results)
     lines += [
         "",

@@ -166,6 +166,13 @@ def test_render_lists_fixes_for_what_is_not_ok() -> None:
     )
 
 
+def test_render_says_a_shared_fix_once() -> None:
+    facts = replace(HEALTHY, ovs=OvsFacts(error="Open vSwitch is not running"))
+    text = doctor.render(doctor.evaluate(facts, SMALL), SMALL)
+    assert "  open vswitch, datapath, userspace TSO: run `sudo ./setup.sh`" in text
+    assert text.count("run `sudo ./setup.sh`") == 1
+
+
 def test_fabric_argument_is_a_preset_or_a_path() -> None:
     assert doctor_command.fabric_path("astral-small").name == "astral-small.yaml"
     assert str(doctor_command.fabric_path("my/fabric.yaml")) == "my/fabric.yaml"
