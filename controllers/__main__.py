@@ -2,7 +2,8 @@
 
     python -m controllers --fabric runs/x/fabric.json --policy shortest \\
         --listen-host 127.0.0.1 --port 6653 --status runs/x/controller-status.json \\
-        [--log runs/x/controller.log] [--log-level INFO]
+        [--log runs/x/controller.log] [--log-level INFO] \\
+        [--telemetry runs/x/telemetry.jsonl] [--telemetry-interval 0.5]
 
 Starts os-ken in this process the way os-ken 4.x wants it (it ships no ``osken-manager``):
 ``os_ken.cfg.CONF(args=[...])`` for os-ken's own options, then what
@@ -21,6 +22,10 @@ the main thread:
   the process exits 0 with ``os._exit``: os-ken's native listener and per-switch threads block
   in ``accept``/``recv`` and cannot be stopped; exiting closes their sockets. A second signal
   exits at once.
+
+Two os-ken apps run in this process: ``controllers.app.FabricController`` (programs the
+switches) and ``controllers.telemetry.TelemetryMonitor`` (polls their counters; idle unless
+``--telemetry`` is given or the policy reacts to load; format in docs/telemetry.md).
 
 Exit statuses: ``controllers.status.EXIT_*``.
 """
@@ -56,6 +61,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=6653, help="OpenFlow listen port")
     parser.add_argument("--status", type=Path, help="status file to keep up to date (JSON)")
     parser.add_argument("--log", type=Path, help="log file (default: standard error)")
+    parser.add_argument(
+        "--paths",
+        type=Path,
+        help="paths file of policies that publish paths (path-pinned; format in "
+        "controllers/pinning.py; default: paths.json next to --status)",
+    )
+    parser.add_argument(
+        "--telemetry", type=Path, help="telemetry file to append to (JSON Lines, docs/telemetry.md)"
+    )
+    parser.add_argument(
+        "--telemetry-interval",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="poll every switch's port, group and flow counters this often (default 0.5)",
+    )
+    parser.add_argument(
+        "--telemetry-max-mb",
+        type=float,
+        default=64.0,
+        metavar="MB",
+        help="rotate the telemetry file at this size (default 64)",
+    )
+    parser.add_argument(
+        "--telemetry-keep",
+        type=int,
+        default=3,
+        metavar="N",
+        help="rotated telemetry files to keep (FILE.1 .. FILE.N; default 3)",
+    )
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -99,6 +134,20 @@ def listening(port: int) -> bool:
     return False
 
 
+def _telemetry_problem(args: argparse.Namespace) -> str | None:
+    from controllers.telemetry import MIN_INTERVAL
+
+    if not args.telemetry_interval >= MIN_INTERVAL:
+        return (
+            f"--telemetry-interval must be at least {MIN_INTERVAL} s, not {args.telemetry_interval}"
+        )
+    if not args.telemetry_max_mb >= 0.01:
+        return f"--telemetry-max-mb must be at least 0.01, not {args.telemetry_max_mb}"
+    if args.telemetry_keep < 1:
+        return f"--telemetry-keep must be at least 1, not {args.telemetry_keep}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.log, args.log_level)
@@ -117,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as err:
         LOG.error("cannot read the fabric description %s: %s", args.fabric, err)
         return EXIT_CONFIG
+    problem = _telemetry_problem(args)
+    if problem is not None:
+        LOG.error("%s", problem)
+        return EXIT_CONFIG
     if args.status is not None:
         args.status.parent.mkdir(parents=True, exist_ok=True)
 
@@ -127,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from os_ken.base.app_manager import AppManager
 
     from controllers.app import ControllerSettings, EventListenerBound
+    from controllers.telemetry import TelemetrySettings
 
     cfg.CONF(
         args=["--ofp-tcp-listen-port", str(args.port), "--ofp-listen-host", args.listen_host],
@@ -141,6 +195,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         listen_host=args.listen_host,
         listen_port=args.port,
         status_path=args.status,
+        paths_path=args.paths
+        if args.paths is not None or args.status is None
+        else args.status.parent / "paths.json",
+    )
+    telemetry = TelemetrySettings(
+        description=description,
+        policy=policy.name,
+        interval=args.telemetry_interval,
+        path=args.telemetry,
+        max_bytes=int(args.telemetry_max_mb * 2**20),
+        keep=args.telemetry_keep,
+        # A policy that reacts to load says so (controllers.policies.Policy).
+        publish=bool(getattr(policy, "needs_load", False)),
     )
 
     stop = threading.Event()
@@ -155,9 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     manager = AppManager.get_instance()
-    manager.load_apps(["controllers.app"])
+    manager.load_apps(["controllers.app", "controllers.telemetry"])
     contexts = manager.create_contexts()
-    services = manager.instantiate_apps(astral_settings=settings, **contexts)
+    services = manager.instantiate_apps(
+        astral_settings=settings, astral_telemetry=telemetry, **contexts
+    )
     app = manager.applications["FabricController"]
 
     code = EXIT_OK

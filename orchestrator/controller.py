@@ -39,6 +39,7 @@ from topologies.errors import EmulationError
 
 LOG_NAME = "controller.log"
 STATUS_NAME = "controller-status.json"
+TELEMETRY_NAME = "telemetry.jsonl"  # format: docs/telemetry.md; reader: orchestrator.telemetry
 START_TIMEOUT = 30.0  # import os-ken, read the description, bind: about 1 s here
 STOP_TIMEOUT = 5.0
 PORT_ATTEMPTS = 3
@@ -110,6 +111,7 @@ class ControllerProcess:
         python: str = sys.executable,
         start_timeout: float = START_TIMEOUT,
         on_start: Callable[[ControllerProcess], None] | None = None,
+        telemetry_interval: float | None = None,
     ) -> None:
         self.description = Path(description)
         self.run_dir = Path(run_dir)
@@ -123,6 +125,9 @@ class ControllerProcess:
         self.on_start = on_start
         self.log_path = self.run_dir / LOG_NAME
         self.status_path = self.run_dir / STATUS_NAME
+        # Poll the switches' counters this often into telemetry_path (None: no file).
+        self.telemetry_interval = telemetry_interval
+        self.telemetry_path = self.run_dir / TELEMETRY_NAME
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self.starttime: int | None = None
@@ -202,6 +207,16 @@ class ControllerProcess:
             str(self.status_path),
             "--log-level",
             self.log_level,
+            *(
+                ()
+                if self.telemetry_interval is None
+                else (
+                    "--telemetry",
+                    str(self.telemetry_path),
+                    "--telemetry-interval",
+                    str(self.telemetry_interval),
+                )
+            ),
         ]
 
     def _spawn(self) -> None:

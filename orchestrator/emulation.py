@@ -126,9 +126,13 @@ class Emulation:
         ready_timeout: float = 60.0,
         handle_signals: bool = True,
         log: Log | None = None,
+        telemetry_interval: float | None = None,
     ) -> None:
         self.fabric_source = fabric if fabric is not None else DEFAULT_FABRIC
         self.policy = policy
+        # Seconds between the controller's counter polls into run_dir/telemetry.jsonl
+        # (docs/telemetry.md); None: no telemetry file.
+        self.telemetry_interval = telemetry_interval
         self.state_base = state_base
         self.ready_timeout = ready_timeout
         self.handle_signals = handle_signals
@@ -308,6 +312,7 @@ class Emulation:
                 host=CONTROLLER_HOST,
                 port=port,
                 on_start=record,
+                telemetry_interval=self.telemetry_interval,
             )
             try:
                 self.controller = controller.start()
