@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.report",
     "orchestrator.commands.compare",
     "orchestrator.commands.up",
+    "orchestrator.commands.run",
     "orchestrator.commands.clean",
     "orchestrator.commands.doctor",
 )

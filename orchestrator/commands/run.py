@@ -1,0 +1,89 @@
+"""``astral run [EXPERIMENT.yaml]``: run an experiment and write its results bundle.
+
+    astral run                              experiments/default.yaml
+    astral run experiments/mine.yaml        any experiment file
+    astral run EXP --out /tmp/bundle        the bundle there instead of results/<time>-<name>/
+    astral run EXP --force                  run even above the emulator's safe load
+    astral run EXP --quiet                  no progress bar and no status lines
+
+Brings the experiment's fabric up once, runs every policy x collective x size (policies
+vary slowest: each is one controller reprogramming), prints an nccl-tests table per policy
+and collective with bandwidths also scaled back to real link speeds, tears down, and writes
+results/<timestamp>-<name>/ (results.sqlite, summary.json, tables/, plots/, run.json).
+A progress bar with the current step and an ETA shows on a terminal.
+
+Exit status: 0; 2 a bad experiment file or a load the emulator cannot carry (nothing is
+created); 3 environment; 4 the emulation or a worker failed (the failing rank and host are
+named, the bundle is kept and marked failed); 5 another run holds the lock; 130/143
+interrupted (the bundle is marked interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run an experiment (default: experiments/default.yaml) and write its results",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "experiment",
+        nargs="?",
+        type=Path,
+        default=None,
+        metavar="EXPERIMENT",
+        help="experiment YAML file (default: experiments/default.yaml)",
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="bundle directory (default results/<time>-<name>)"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="run even if the offered load exceeds the emulator's calibrated safe share",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar and no status messages"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (faster)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long bring-up and reprogramming may take",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from orchestrator.runner import DEFAULT_EXPERIMENT, Runner, RunOptions, load
+
+    path = args.experiment or DEFAULT_EXPERIMENT
+    spec = load(path)  # ConfigError (exit 2) before anything is created
+    text = Path(path).read_text(encoding="utf-8")
+    quiet = args.quiet
+
+    def say(message: str) -> None:
+        if not quiet:
+            print(f"astral: {message}", file=sys.stderr, flush=True)
+
+    options = RunOptions(
+        out=args.out,
+        force=args.force,
+        progress=not quiet and sys.stderr.isatty(),
+        plots=not args.no_plots,
+        ready_timeout=args.timeout,
+    )
+    runner = Runner(spec, options, text=text, say=say, command=sys.argv)
+    outcome = runner.run()
+    if outcome.status != "ok" and outcome.error:
+        print(f"astral: run {outcome.status}: {outcome.error}", file=sys.stderr, flush=True)
+    return outcome.exit_status

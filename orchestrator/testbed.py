@@ -1,0 +1,265 @@
+"""A testbed: one emulated fabric, brought up once, on which collectives run under policies.
+
+What ``astral run`` (orchestrator.runner) and the pytest plugin (orchestrator.pytest_plugin)
+hold while they work. It ties three owners together and owns nothing else itself:
+
+- :class:`~orchestrator.emulation.Emulation`: the Mininet fabric, the controller process,
+  the run record, readiness and teardown (also on Ctrl-C and SIGTERM);
+- the controller's load-balancing policy: :meth:`Testbed.use_policy` restarts the
+  controller process with another policy on the same OpenFlow port. The switches keep
+  forwarding while it is away (fail-secure), reconnect within a second, and the new process
+  reads each switch's table and sends only the difference (controllers/app.py), so the
+  switch is hitless; the call returns once every switch is programmed again;
+- :class:`~orchestrator.worker.launcher.Launcher`: one worker per GPU, spawned inside the
+  GPU's namespace (``host.popen``, recorded in the run record so that teardown stops it),
+  talking to each other on fabric addresses across servers and NVLink addresses inside a
+  server, to the launcher over a Unix socket in the run directory.
+
+Workers listen on one fixed port (:data:`WORKER_PORT`; every GPU has its own namespace, so
+they do not clash), which makes each connection's destination port known before it opens:
+under ``path-pinned`` the source port of every (src, dst, channel) connection is chosen
+from the paths the controller publishes (:mod:`orchestrator.pinning`), so the whole
+five-tuple, and with it the path, is decided in advance.
+
+Usage::
+
+    with Testbed("astral-small", policy="ecmp") as bed:
+        result = bed.run([CollectiveTest("all-reduce", "ring", 1 << 20)])
+        print(result.table())
+        bed.use_policy("path-pinned")
+        with bed.launch(options=LaunchOptions(iterations=5)) as launcher:   # several runs,
+            launcher.run([...]); launcher.run([...])                         # one start-up
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from controllers.policies import default_registry as policy_registry
+from orchestrator.emulation import REPO, Emulation, Log
+from orchestrator.results import PortCounter
+from orchestrator.telemetry import read_telemetry
+from orchestrator.worker.launcher import (
+    CollectiveTest,
+    Launcher,
+    LaunchOptions,
+    RunResult,
+    WorkerProcess,
+    WorkerSpec,
+    workers_from_description,
+)
+from topologies.description import FabricDescription
+from topologies.errors import ConfigError, EmulationError
+from topologies.spec import FabricSpec
+
+WORKER_PORT = 47000  # every worker listens here, in its own namespace
+TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)
+
+
+def policy_names() -> list[str]:
+    """The policies the controller knows (its registry is the authority)."""
+    return policy_registry().names()
+
+
+class Testbed:
+    """An emulated fabric plus its controller and workers; a context manager.
+
+    ``fabric``: a preset name, a fabric file, a FabricSpec or a FabricDescription (as
+    :class:`Emulation` takes it). ``policy``: the controller's policy at bring-up.
+    ``telemetry_interval``: the controller polls every switch's counters this often into
+    the run directory's telemetry file (:meth:`port_counters` reads it); None: no polling.
+    """
+
+    def __init__(
+        self,
+        fabric: str | Path | FabricSpec | FabricDescription | None = None,
+        *,
+        policy: str = "shortest",
+        state_base: Path | None = None,
+        ready_timeout: float = 60.0,
+        handle_signals: bool = True,
+        log: Log | None = None,
+        telemetry_interval: float | None = TELEMETRY_INTERVAL,
+    ) -> None:
+        self._check_policy(policy)
+        self.emulation = Emulation(
+            fabric,
+            policy=policy,
+            state_base=state_base,
+            ready_timeout=ready_timeout,
+            handle_signals=handle_signals,
+            log=log,
+            telemetry_interval=telemetry_interval,
+        )
+        self.ready_timeout = ready_timeout
+        self.policy = policy
+        self.policy_switches: dict[str, float] = {}  # policy -> seconds to reprogram
+        self._launches = 0
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> Testbed:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Testbed:
+        self.emulation.start()
+        return self
+
+    def stop(self) -> None:
+        self.emulation.stop()
+
+    @property
+    def description(self) -> FabricDescription:
+        if self.emulation.description is None:
+            raise EmulationError("the testbed has not been started")
+        return self.emulation.description
+
+    @property
+    def run_dir(self) -> Path:
+        return self.emulation.run_dir
+
+    @property
+    def scale(self) -> float:
+        return self.description.fabric.spec.emulation.scale
+
+    @property
+    def nic_ports(self) -> int:
+        return self.description.fabric.spec.nic_ports
+
+    def rail_bandwidth(self) -> float:
+        """One GPU's emulated NIC bandwidth, bytes/s: NIC ports x the NIC links' rate."""
+        spec = self.description.fabric.spec
+        return spec.nic_ports * spec.emulation.emulated(spec.speeds.nic) / 8
+
+    # --- policies -----------------------------------------------------------------------
+
+    @staticmethod
+    def _check_policy(name: str) -> None:
+        known = policy_names()
+        if name not in known:
+            raise ConfigError("testbed", "policy", "one of " + ", ".join(known), name)
+
+    def use_policy(self, name: str, timeout: float | None = None) -> float:
+        """Reprogram the fabric with policy ``name``; returns the seconds it took (0 if it
+        is the current one). Restarts the controller on its port and waits until every
+        switch is programmed under the new policy."""
+        self._check_policy(name)
+        if name == self.policy:
+            return 0.0
+        controller = self.emulation.controller
+        if controller is None:
+            raise EmulationError("the testbed has no controller: start it first")
+        began = time.monotonic()
+        self.policy = name
+        controller.policy = name
+        self.description.extra["policy"] = name
+        controller.restart()
+        controller.wait_programmed(timeout=timeout or self.ready_timeout)
+        seconds = time.monotonic() - began
+        self.policy_switches[name] = seconds
+        return seconds
+
+    # --- workers ------------------------------------------------------------------------
+
+    def workers(self, gpus: Sequence[str] | None = None) -> list[WorkerSpec]:
+        """Rank i on ``gpus[i]`` (default: every GPU in rank order)."""
+        return workers_from_description(self.description, gpus)
+
+    def spawn(self, worker: WorkerSpec, argv: list[str], log: IO[bytes]) -> WorkerProcess:
+        """Start a worker inside its GPU's namespace (recorded: teardown stops it)."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        return self.emulation.popen(
+            worker.host,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(REPO),
+            env=env,
+        )
+
+    def launch_options(self, options: LaunchOptions | None = None) -> LaunchOptions:
+        """``options`` completed for this fabric: one channel per NIC port unless given,
+        the fixed listening port."""
+        options = options or LaunchOptions(channels=self.nic_ports)
+        return replace(options, worker_args=("--port", str(WORKER_PORT), *options.worker_args))
+
+    def launch(
+        self, gpus: Sequence[str] | None = None, options: LaunchOptions | None = None
+    ) -> Launcher:
+        """A launcher for workers on ``gpus`` (use it as a context manager). Under
+        ``path-pinned``, every connection's source port comes from the controller's paths."""
+        from orchestrator.pinning import source_ports
+
+        workers = self.workers(gpus)
+        options = self.launch_options(options)
+        if self.policy == "path-pinned" and not options.source_ports:
+            ports = source_ports(self, workers, options.channels, WORKER_PORT)
+            options = replace(options, source_ports=ports)
+        self._launches += 1
+        run_dir = self.run_dir / f"workers-{self._launches}"
+        return Launcher(workers, spawn=self.spawn, options=options, run_dir=run_dir)
+
+    def run(
+        self,
+        tests: Sequence[CollectiveTest],
+        gpus: Sequence[str] | None = None,
+        options: LaunchOptions | None = None,
+    ) -> RunResult:
+        """Start workers, run ``tests``, stop them. A worker failure is in the result's
+        ``failure`` (by rank and host); nothing of the fabric is touched by it."""
+        with self.launch(gpus, options) as launcher:
+            return launcher.run(tests)
+
+    # --- telemetry ----------------------------------------------------------------------
+
+    @property
+    def telemetry_path(self) -> Path | None:
+        """The controller's telemetry file (docs/telemetry.md), None without telemetry."""
+        controller = self.emulation.controller
+        if controller is None or controller.telemetry_interval is None:
+            return None
+        return controller.telemetry_path
+
+    def port_counters(self, since: float | None = None) -> list[PortCounter]:
+        """Switch port counters the controller published (cumulative, model port numbers),
+        those sampled after ``since`` (epoch seconds) if given; empty without telemetry."""
+        path = self.telemetry_path
+        if path is None or not path.exists():
+            return []
+        counters = []
+        for stats in read_telemetry(path).rounds:
+            for switch in stats.switches.values():
+                if since is not None and switch.t <= since:
+                    continue
+                counters += [
+                    PortCounter(
+                        t=switch.t,
+                        switch=switch.name,
+                        port=p.port,
+                        rx_bytes=p.rx_bytes,
+                        tx_bytes=p.tx_bytes,
+                        rx_packets=p.rx_packets,
+                        tx_packets=p.tx_packets,
+                        drops=p.rx_dropped + p.tx_dropped,
+                    )
+                    for p in switch.ports
+                ]
+        return counters
