@@ -46,7 +46,7 @@ from os_ken.base import app_manager
 from os_ken.controller import event, ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib import hub
-from os_ken.ofproto import ofproto_v1_3
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
 from controllers.counters import (
     FlowRoute,
@@ -180,7 +180,8 @@ class _Round:
 
 
 class TelemetryMonitor(app_manager.OSKenApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    # os-ken speaks the intersection of its apps' versions: both the FabricController's.
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION, ofproto_v1_5.OFP_VERSION]
     _EVENTS = [EventLinkLoadUpdated]
 
     def __init__(
@@ -312,9 +313,7 @@ class TelemetryMonitor(app_manager.OSKenApp):
             requests = {
                 "ports": parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY),
                 "groups": parser.OFPGroupStatsRequest(dp, 0, ofp.OFPG_ALL),
-                "flows": parser.OFPFlowStatsRequest(
-                    dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch()
-                ),
+                "flows": flow_stats_request(dp),
             }
             current.waiting[dpid] = set(KINDS)
             current.parts[dpid] = {kind: [] for kind in KINDS}
@@ -354,6 +353,10 @@ class TelemetryMonitor(app_manager.OSKenApp):
     def flow_stats_reply(self, ev: Any) -> None:
         self._reply(ev.msg, "flows")
 
+    @set_ev_cls(ofp_event.EventOFPFlowDescStatsReply, MAIN_DISPATCHER)
+    def flow_desc_reply(self, ev: Any) -> None:
+        self._reply(ev.msg, "flows")
+
     def _finish(self) -> None:
         current = self.round
         assert current is not None and self.settings is not None
@@ -385,47 +388,16 @@ class TelemetryMonitor(app_manager.OSKenApp):
     def _sample(self, dpid: int, name: str, current: _Round) -> SwitchSample:
         parts = current.parts[dpid]
         dp = self.datapaths.get(dpid)
-        ofp_max = dp.ofproto.OFPP_MAX if dp is not None else 0xFFFFFF00
+        ofp_max = dp.ofproto.OFPP_MAX if dp is not None else ofproto_v1_3.OFPP_MAX
         ports = tuple(
-            PortSample(
-                self.ports.model_port(name, p.port_no),
-                p.rx_packets,
-                p.tx_packets,
-                p.rx_bytes,
-                p.tx_bytes,
-                p.rx_dropped,
-                p.tx_dropped,
-                p.rx_errors,
-                p.tx_errors,
-                p.duration_sec + p.duration_nsec / 1e9,
-            )
+            port_sample(p, self.ports.model_port(name, p.port_no))
             for p in sorted(parts["ports"], key=lambda p: p.port_no)
             if p.port_no <= ofp_max
         )
-        groups = tuple(
-            GroupSample(
-                g.group_id,
-                g.packet_count,
-                g.byte_count,
-                g.duration_sec + g.duration_nsec / 1e9,
-                tuple((b.packet_count, b.byte_count) for b in g.bucket_stats),
-            )
-            for g in sorted(parts["groups"], key=lambda g: g.group_id)
-        )
+        groups = tuple(group_sample(g) for g in sorted(parts["groups"], key=lambda g: g.group_id))
         flows = tuple(
             sorted(
-                (
-                    FlowSample(
-                        f.table_id,
-                        f.priority,
-                        match_of(f.match.items()),
-                        f.packet_count,
-                        f.byte_count,
-                        f.duration_sec + f.duration_nsec / 1e9,
-                    )
-                    for f in parts["flows"]
-                    if f.priority > 0  # the table-miss entry
-                ),
+                (flow_sample(f) for f in parts["flows"] if f.priority > 0),  # not table-miss
                 key=lambda f: (f.table, -f.priority, repr(f.match)),
             )
         )
@@ -443,3 +415,63 @@ class TelemetryMonitor(app_manager.OSKenApp):
             except OSError as err:
                 LOG.error("telemetry: cannot write %s: %s", self.log.path, err)
                 return
+
+
+# --- OpenFlow 1.3 / 1.5 stats bodies as samples ----------------------------------------------
+
+
+def flow_stats_request(dp: Any) -> Any:
+    """Every flow entry with its counters: 1.3 flow stats, 1.5 flow descriptions.
+
+    Open vSwitch answers OpenFlow 1.5's flow-description request (type 1) with entries and
+    their counters (OXS ``duration``, ``packet_count``, ``byte_count``).
+    """
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    request = (
+        parser.OFPFlowDescStatsRequest
+        if ofp.OFP_VERSION >= ofproto_v1_5.OFP_VERSION
+        else parser.OFPFlowStatsRequest
+    )
+    return request(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch())
+
+
+def port_sample(stat: Any, model_port: int) -> PortSample:
+    """An OFPPortStats (same fields in 1.3 and 1.5) as a sample."""
+    return PortSample(
+        model_port,
+        stat.rx_packets,
+        stat.tx_packets,
+        stat.rx_bytes,
+        stat.tx_bytes,
+        stat.rx_dropped,
+        stat.tx_dropped,
+        stat.rx_errors,
+        stat.tx_errors,
+        stat.duration_sec + stat.duration_nsec / 1e9,
+    )
+
+
+def group_sample(stat: Any) -> GroupSample:
+    """An OFPGroupStats (same in 1.3 and 1.5) as a sample."""
+    return GroupSample(
+        stat.group_id,
+        stat.packet_count,
+        stat.byte_count,
+        stat.duration_sec + stat.duration_nsec / 1e9,
+        tuple((b.packet_count, b.byte_count) for b in stat.bucket_stats),
+    )
+
+
+def flow_sample(stat: Any) -> FlowSample:
+    """An OFPFlowStats (1.3: fields) or OFPFlowDesc (1.5: OXS ``stats``) as a sample."""
+    if hasattr(stat, "packet_count"):
+        packets, nbytes = stat.packet_count, stat.byte_count
+        duration = stat.duration_sec + stat.duration_nsec / 1e9
+    else:
+        fields = dict(stat.stats.fields) if stat.stats is not None else {}
+        packets, nbytes = fields.get("packet_count", 0), fields.get("byte_count", 0)
+        seconds, nanoseconds = fields.get("duration", (0, 0))
+        duration = seconds + nanoseconds / 1e9
+    return FlowSample(
+        stat.table_id, stat.priority, match_of(stat.match.items()), packets, nbytes, duration
+    )

@@ -252,3 +252,29 @@ def test_reader_rejects_an_unknown_version_and_counts_junk() -> None:
         parse_line(tel, json.dumps({**header, "version": 99}))
     with pytest.raises(ValueError, match="port columns"):
         parse_line(tel, json.dumps({**header, "columns": {**header["columns"], "port": ["x"]}}))
+
+
+def test_stats_bodies_of_both_openflow_versions_become_the_same_samples() -> None:
+    from os_ken.ofproto import ofproto_v1_3_parser as p13
+    from os_ken.ofproto import ofproto_v1_5_parser as p15
+
+    from controllers.telemetry import flow_sample, group_sample, port_sample
+
+    port13 = p13.OFPPortStats(3, 10, 20, 1000, 2000, 1, 2, 0, 0, 0, 0, 0, 0, 5, 500_000_000)
+    assert port_sample(port13, 3) == PortSample(3, 10, 20, 1000, 2000, 1, 2, 0, 0, 5.5)
+    port15 = p15.OFPPortStats(None, 3, 5, 500_000_000, 10, 20, 1000, 2000, 1, 2, 0, 0, [])
+    assert port_sample(port15, 3) == port_sample(port13, 3)
+
+    match13 = p13.OFPMatch(eth_type=2048, ipv4_dst="10.1.0.1")
+    flow13 = p13.OFPFlowStats(0, 2, 250_000_000, 100, 0, 0, 0, 0, 7, 700, match13, [])
+    match15 = p15.OFPMatch(eth_type=2048, ipv4_dst="10.1.0.1")
+    stats15 = p15.OFPStats(duration=(2, 250_000_000), packet_count=7, byte_count=700)
+    flow15 = p15.OFPFlowDesc(0, 100, 0, 0, 0, 0, 0, match15, stats15, [])
+    expected = FlowSample(0, 100, (("eth_type", 2048), ("ipv4_dst", "10.1.0.1")), 7, 700, 2.25)
+    assert flow_sample(flow13) == expected
+    assert flow_sample(flow15) == expected
+
+    group = p13.OFPGroupStats(
+        None, 17, 1, 9, 900, 1, 0, [p13.OFPBucketCounter(4, 400), p13.OFPBucketCounter(5, 500)]
+    )
+    assert group_sample(group) == GroupSample(17, 9, 900, 1.0, ((4, 400), (5, 500)))
