@@ -12,13 +12,30 @@ Architecture (one process, started by ``python -m controllers``)::
 
 What a switch goes through: connect -> ``EventOFPSwitchFeatures``: install the table-miss
 entry (drop: nothing is ever flooded) and one entry sending ARP to the controller, and ask
-for the switch's flow table -> the port description reply (os-ken's ofp_handler asks for
-it) tells which ports are down, the flow stats reply what the switch already has -> delete
-what is not ours, send the difference between the plan and what is there (after a
-controller restart: nothing, so the data plane is not disturbed), then a barrier; its reply
-marks the switch programmed. A port status message that changes the set of failed links
-makes the policy render a new plan; every programmed switch gets the difference (delete /
-add / modify-strict), then a barrier.
+for the switch's flow table and group table -> the port description reply (os-ken's
+ofp_handler asks for it) tells which ports are down, the flow and group replies what the
+switch already has -> delete what is not ours, send the difference between the plan and
+what is there (after a controller restart: nothing, so the data plane is not disturbed),
+then a barrier; its reply marks the switch programmed. A port status message that changes
+the set of failed links makes the policy render a new plan; every programmed switch gets
+the difference, then a barrier.
+
+Order of a difference (a flow may only point at a group that exists, and deleting a group
+deletes the flows that point at it)::
+
+    add / modify groups  -> barrier -> delete / add / modify flows -> barrier
+    -> delete groups     -> barrier (its reply: "programmed")
+
+Modify keeps an entry's counters. A group whose buckets change is modified in place (one
+message, atomic in the switch); group ids are stable across renders
+(``controllers.routing.stable_group_id``).
+
+OpenFlow versions: the app offers 1.3 and 1.5 and works with either (``controllers.openflow``
+holds the differences). Select groups need 1.5 for Open vSwitch's ``selection_method=hash``
+(deterministic bucket choice); a switch that speaks only 1.3 gets its select groups with
+the switch's default method (``dp_hash``) and a warning. Bridges should allow both:
+``protocols=OpenFlow13,OpenFlow15``. os-ken intersects the ``OFP_VERSIONS`` of every app in
+the process, so every app loaded with this one must offer 1.5 too (``OFP_VERSIONS`` here).
 
 A link counts as failed while a switch at either end reports its port down (link down,
 administratively down, or deleted). A switch that disconnects is not a failure by itself:
@@ -59,19 +76,20 @@ from os_ken.controller.handler import (
     set_ev_cls,
 )
 from os_ken.lib.packet import arp, ether_types, ethernet, packet
-from os_ken.ofproto import ofproto_v1_3
 
+from controllers import openflow
+from controllers.openflow import COOKIE, OFP15, OFP_VERSIONS, entry_from_flow_stats
+from controllers.pinning import write_json
 from controllers.policies import Policy
 from controllers.routing import (
     ARP_PRIORITY,
     MISS_PRIORITY,
-    ROUTE_PRIORITY,
-    Action,
     FlowEntry,
+    FlowKey,
     ForwardingPlan,
-    Output,
+    GroupEntry,
+    GroupType,
     PortMap,
-    SetField,
     failed_links_at,
     programmable_switches,
 )
@@ -82,8 +100,6 @@ from topologies.model import Link
 
 LOG = logging.getLogger(__name__)
 
-# Every entry this controller installs carries this cookie (a5 = "astral").
-COOKIE = 0xA5A5_0000_0000_0001
 # Entries of table 0 besides the plan's: table-miss (drop) and ARP to the controller.
 BASE_FLOWS = 2
 
@@ -97,6 +113,7 @@ class ControllerSettings:
     listen_host: str
     listen_port: int
     status_path: Path | None = None
+    paths_path: Path | None = None  # where a policy's publish() document goes
 
 
 class EventListenerBound(event.EventBase):
@@ -128,19 +145,34 @@ def gateway_arp_reply(data: bytes) -> bytes | None:
 
 
 def diff_flows(
-    installed: dict[tuple[int, str], FlowEntry], desired: dict[tuple[int, str], FlowEntry]
+    installed: dict[FlowKey, FlowEntry], desired: dict[FlowKey, FlowEntry]
 ) -> tuple[list[FlowEntry], list[FlowEntry], list[FlowEntry]]:
     """(to delete, to add, to modify) to turn ``installed`` into ``desired`` (keyed by match)."""
-    delete = [installed[k] for k in sorted(installed.keys() - desired.keys())]
-    add = [desired[k] for k in sorted(desired.keys() - installed.keys())]
+    return _diff(installed, desired)
+
+
+def diff_groups(
+    installed: dict[int, GroupEntry], desired: dict[int, GroupEntry]
+) -> tuple[list[GroupEntry], list[GroupEntry], list[GroupEntry]]:
+    """(to delete, to add, to modify) to turn ``installed`` into ``desired`` (by group id)."""
+    return _diff(installed, desired)
+
+
+def _diff(
+    installed: dict[Any, Any], desired: dict[Any, Any]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    delete = [installed[k] for k in sorted(installed.keys() - desired.keys(), key=repr)]
+    add = [desired[k] for k in sorted(desired.keys() - installed.keys(), key=repr)]
     modify = [
-        desired[k] for k in sorted(desired.keys() & installed.keys()) if desired[k] != installed[k]
+        desired[k]
+        for k in sorted(desired.keys() & installed.keys(), key=repr)
+        if desired[k] != installed[k]
     ]
     return delete, add, modify
 
 
 class FabricController(app_manager.OSKenApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    OFP_VERSIONS = OFP_VERSIONS
 
     def __init__(
         self, *args: Any, astral_settings: ControllerSettings | None = None, **kwargs: Any
@@ -151,6 +183,7 @@ class FabricController(app_manager.OSKenApp):
                 "FabricController needs astral_settings; start it with python -m controllers"
             )
         self.settings = astral_settings
+        openflow.fix_os_ken_group_parsing()
         self.description = astral_settings.description
         self.fabric = self.description.fabric
         self.policy = astral_settings.policy
@@ -160,7 +193,9 @@ class FabricController(app_manager.OSKenApp):
         self.ready: set[int] = set()  # port states known, plan pushed at least once
         self.down: dict[str, set[int]] = {}  # switch -> model ports that are down
         self._connecting: dict[int, _Connecting] = {}  # switches not programmed yet
-        self.installed: dict[int, dict[tuple[int, str], FlowEntry]] = {}
+        self.installed: dict[int, dict[FlowKey, FlowEntry]] = {}
+        self.installed_groups: dict[int, dict[int, GroupEntry]] = {}
+        self.warned_v13: set[int] = set()  # switches told their select groups use dp_hash
         self.generation: dict[int, int] = {}  # bumped on every push to a switch
         self.barriers: dict[int, tuple[int, int]] = {}  # dpid -> (xid, generation)
         self.failed: frozenset[Link] = frozenset()
@@ -177,7 +212,10 @@ class FabricController(app_manager.OSKenApp):
             expected_dpids=sorted(self.switch_names),
         )
         self._status_lock = threading.Lock()
+        self._paths_lock = threading.Lock()
+        self._paths_generation = 0
         self.write_status()
+        self.publish_paths()
 
     # --- status file ---------------------------------------------------------------------
 
@@ -192,6 +230,40 @@ class FabricController(app_manager.OSKenApp):
                 write_status(path, self.status)
             except OSError as err:
                 LOG.error("cannot write the status file %s: %s", path, err)
+
+    def publish_paths(self) -> None:
+        """Write the policy's published document (path-pinned's paths) for the current
+        failures, in a background thread: it can take seconds on a large fabric, and the
+        event thread must keep programming switches. A newer render's document wins.
+        """
+        publish = getattr(self.policy, "publish", None)
+        path = self.settings.paths_path
+        if publish is None or path is None:
+            return
+        with self._paths_lock:
+            self._paths_generation += 1
+            generation = self._paths_generation
+        failed = self.failed
+
+        def work() -> None:
+            started = time.monotonic()
+            try:
+                document = publish(self.description, failed)
+                with self._paths_lock:
+                    if generation != self._paths_generation:
+                        return
+                    write_json(path, document)
+            except Exception:
+                LOG.exception("cannot write the paths file %s", path)
+                return
+            LOG.info(
+                "paths file %s written in %.2f s (%d failed links)",
+                path,
+                time.monotonic() - started,
+                len(failed),
+            )
+
+        threading.Thread(target=work, name="publish-paths", daemon=True).start()
 
     def _switch_status(self, dpid: int) -> SwitchStatus:
         if dpid not in self.status.switches:
@@ -228,10 +300,11 @@ class FabricController(app_manager.OSKenApp):
         self.ready.discard(dpid)
         self.barriers.pop(dpid, None)
         self.installed[dpid] = {}
+        self.installed_groups[dpid] = {}
         st = self._switch_status(dpid)
         st.connected, st.programmed, st.connected_at = True, False, time.time()
-        st.programmed_at, st.rules = None, 0
-        ofp, parser = dp.ofproto, dp.ofproto_parser
+        st.programmed_at, st.rules, st.groups = None, 0, 0
+        st.openflow = dp.ofproto.OFP_VERSION
         if name is None:
             LOG.warning("switch with unknown dpid %d connected; it only gets a drop rule", dpid)
             self._send_wipe(dp)
@@ -239,7 +312,13 @@ class FabricController(app_manager.OSKenApp):
             st.flows = 1
             self.write_status()
             return
-        LOG.info("switch %s (dpid %d) connected from %s", name, dpid, dp.address)
+        LOG.info(
+            "switch %s (dpid %d) connected from %s, OpenFlow version %#x",
+            name,
+            dpid,
+            dp.address,
+            dp.ofproto.OFP_VERSION,
+        )
         # Base entries first: adding an identical entry replaces it without a gap.
         self._send_base(dp, arp_to_controller=True)
         st.flows = BASE_FLOWS
@@ -247,11 +326,8 @@ class FabricController(app_manager.OSKenApp):
         # descriptions) and what the switch already has (kept across a controller restart:
         # only the difference is sent, so a restart does not disturb the data plane).
         self._connecting[dpid] = _Connecting()
-        dp.send_msg(
-            parser.OFPFlowStatsRequest(
-                dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch()
-            )
-        )
+        dp.send_msg(openflow.flow_table_request(dp))
+        dp.send_msg(openflow.group_table_request(dp))
         self.write_status()
 
     def _send_wipe(self, dp: Any) -> None:
@@ -266,9 +342,7 @@ class FabricController(app_manager.OSKenApp):
                 match=parser.OFPMatch(),
             )
         )
-        dp.send_msg(
-            parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, type_=0, group_id=ofp.OFPG_ALL)
-        )
+        dp.send_msg(openflow.group_delete(dp, ofp.OFPG_ALL))
 
     def _send_base(self, dp: Any, arp_to_controller: bool) -> None:
         ofp, parser = dp.ofproto, dp.ofproto_parser
@@ -305,32 +379,62 @@ class FabricController(app_manager.OSKenApp):
             connecting.ports_done = True
             self._connected(dpid)
 
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    # OpenFlow 1.3 answers a flow-stats request, 1.5 a flow-desc request (controllers.openflow).
+    @set_ev_cls(
+        [ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPFlowDescStatsReply],
+        [CONFIG_DISPATCHER, MAIN_DISPATCHER],
+    )
     def flow_stats_reply(self, ev: Any) -> None:
         dp = ev.msg.datapath
         dpid = self._dpid_of(dp)
         connecting = self._connecting.get(dpid) if dpid is not None else None
         if dpid is None or connecting is None or connecting.flows_done:
             return
+        if dp.ofproto.OFP_VERSION >= OFP15 and isinstance(ev, ofp_event.EventOFPFlowStatsReply):
+            return  # another app's counters, not the table read at connection
         connecting.flows.extend(ev.msg.body)
         if not ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
             connecting.flows_done = True
             self._connected(dpid)
 
+    @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def group_desc_reply(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        dpid = self._dpid_of(dp)
+        connecting = self._connecting.get(dpid) if dpid is not None else None
+        if dpid is None or connecting is None or connecting.groups_done:
+            return
+        connecting.groups.extend(ev.msg.body)
+        if not ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+            connecting.groups_done = True
+            self._connected(dpid)
+
     def _connected(self, dpid: int) -> None:
-        """Port states and flow table known: remove what is not ours, then program."""
+        """Port states, flow and group tables known: remove what is not ours, then program."""
         connecting = self._connecting[dpid]
-        if not (connecting.ports_done and connecting.flows_done):
+        if not (connecting.ports_done and connecting.flows_done and connecting.groups_done):
             return
         del self._connecting[dpid]
         dp = self.datapaths[dpid]
         name = self.switch_names[dpid]
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        installed: dict[tuple[int, str], FlowEntry] = {}
+        groups: dict[int, GroupEntry] = {}
+        stale_groups = []
+        for stat in connecting.groups:
+            group = openflow.group_from_desc(stat, ofp.OFP_VERSION, dpid, name, self.ports)
+            if group is None:
+                stale_groups.append(int(stat.group_id))
+            else:
+                groups[group.group_id] = group
+        installed: dict[FlowKey, FlowEntry] = {}
         stale = []
         for stat in connecting.flows:
-            entry = entry_from_flow_stats(stat, dpid, name, self.ports)
-            if entry is not None and entry.key not in installed:
+            entry = entry_from_flow_stats(stat, dpid, name, self.ports, COOKIE)
+            if (
+                entry is not None
+                and entry.key not in installed
+                and all(g in groups for g in _groups_used(entry))
+            ):
                 installed[entry.key] = entry
             elif not _is_base(stat):
                 stale.append(stat)
@@ -346,17 +450,21 @@ class FabricController(app_manager.OSKenApp):
                     match=stat.match,
                 )
             )
-        # No policy uses groups yet: any group is stale (the flows using one are gone).
-        dp.send_msg(
-            parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, type_=0, group_id=ofp.OFPG_ALL)
-        )
+        # Groups this controller would not have installed (their flows were just deleted;
+        # ours that point at them were counted as stale above).
+        for group_id in stale_groups:
+            dp.send_msg(openflow.group_delete(dp, group_id))
         self.installed[dpid] = installed
+        self.installed_groups[dpid] = groups
         self.down[name] = {self.ports.model_port(name, p) for p in connecting.down}
         LOG.info(
-            "%s: %d route entries found, %d stale entries removed, ports down: %s",
+            "%s: %d route entries and %d groups found, %d stale entries and %d groups "
+            "removed, ports down: %s",
             name,
             len(installed),
+            len(groups),
             len(stale),
+            len(stale_groups),
             sorted(self.down[name]) or "none",
         )
         self._update_failures()  # pushes to the switches already programmed, if changed
@@ -376,6 +484,7 @@ class FabricController(app_manager.OSKenApp):
         self.ready.discard(dpid)
         self.barriers.pop(dpid, None)
         self.installed.pop(dpid, None)
+        self.installed_groups.pop(dpid, None)
         st = self._switch_status(dpid)
         st.connected = st.programmed = False
         self.write_status()
@@ -431,76 +540,77 @@ class FabricController(app_manager.OSKenApp):
         )
         for dpid in sorted(self.ready):
             self._push(dpid)
+        self.publish_paths()
         return True
 
     # --- programming ---------------------------------------------------------------------
 
     def _push(self, dpid: int) -> None:
-        """Bring ``dpid`` to the current plan, then ask for a barrier."""
+        """Bring ``dpid`` to the current plan, then ask for a barrier (order: module doc)."""
         dp = self.datapaths[dpid]
         name = self.switch_names[dpid]
         table = self.plan.tables.get(dpid)
         desired = {e.key: e for e in table.flows} if table else {}
+        desired_groups = {g.group_id: g for g in table.groups} if table else {}
         installed = self.installed.setdefault(dpid, {})
+        installed_groups = self.installed_groups.setdefault(dpid, {})
         delete, add, modify = diff_flows(installed, desired)
+        g_delete, g_add, g_modify = diff_groups(installed_groups, desired_groups)
         st = self._switch_status(dpid)
-        if not (delete or add or modify) and (st.programmed or dpid in self.barriers):
+        changes = delete or add or modify or g_delete or g_add or g_modify
+        if not changes and (st.programmed or dpid in self.barriers):
             return
-        ofp = dp.ofproto
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        if (
+            ofp.OFP_VERSION < OFP15
+            and dpid not in self.warned_v13
+            and any(g.type is GroupType.SELECT and g.selection for g in desired_groups.values())
+        ):
+            self.warned_v13.add(dpid)
+            LOG.warning(
+                "%s speaks OpenFlow 1.3 only: its select groups use the switch's default "
+                "selection method (dp_hash), not hash with a per-switch basis; allow "
+                "OpenFlow15 on the bridge",
+                name,
+            )
+        for group in g_add:
+            dp.send_msg(openflow.group_mod(dp, group, ofp.OFPGC_ADD, self.ports))
+        for group in g_modify:
+            dp.send_msg(openflow.group_mod(dp, group, ofp.OFPGC_MODIFY, self.ports))
+        if g_add or g_modify:
+            dp.send_msg(parser.OFPBarrierRequest(dp))
         for entry in delete:
-            dp.send_msg(self._flow_mod(dp, entry, ofp.OFPFC_DELETE_STRICT))
+            dp.send_msg(openflow.flow_mod(dp, entry, ofp.OFPFC_DELETE_STRICT, self.ports, COOKIE))
         for entry in add:
-            dp.send_msg(self._flow_mod(dp, entry, ofp.OFPFC_ADD))
+            dp.send_msg(openflow.flow_mod(dp, entry, ofp.OFPFC_ADD, self.ports, COOKIE))
         for entry in modify:
-            # Modify keeps the entry's counters (later policies read them).
-            dp.send_msg(self._flow_mod(dp, entry, ofp.OFPFC_MODIFY_STRICT))
+            # Modify keeps the entry's counters (telemetry and adaptive policies read them).
+            dp.send_msg(openflow.flow_mod(dp, entry, ofp.OFPFC_MODIFY_STRICT, self.ports, COOKIE))
+        if g_delete:
+            dp.send_msg(parser.OFPBarrierRequest(dp))
+            for group in g_delete:
+                dp.send_msg(openflow.group_delete(dp, group.group_id))
         self.installed[dpid] = desired
+        self.installed_groups[dpid] = desired_groups
         generation = self.generation.get(dpid, 0) + 1
         self.generation[dpid] = generation
-        barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
+        barrier = parser.OFPBarrierRequest(dp)
         dp.send_msg(barrier)
         self.barriers[dpid] = (barrier.xid, generation)
         st.programmed = False
         st.rules = len(desired)
+        st.groups = len(desired_groups)
         st.flows = len(desired) + BASE_FLOWS
         LOG.debug(
-            "%s: -%d +%d ~%d entries (generation %d)",
+            "%s: flows -%d +%d ~%d, groups -%d +%d ~%d (generation %d)",
             name,
             len(delete),
             len(add),
             len(modify),
+            len(g_delete),
+            len(g_add),
+            len(g_modify),
             generation,
-        )
-
-    def _flow_mod(self, dp: Any, entry: FlowEntry, command: int) -> Any:
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        match = parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=entry.ipv4_dst)
-        if command == ofp.OFPFC_DELETE_STRICT:
-            return parser.OFPFlowMod(
-                dp,
-                cookie=COOKIE,
-                cookie_mask=0xFFFF_FFFF_FFFF_FFFF,
-                command=command,
-                priority=entry.priority,
-                out_port=ofp.OFPP_ANY,
-                out_group=ofp.OFPG_ANY,
-                match=match,
-            )
-        actions: list[Any] = []
-        for action in entry.actions:
-            if isinstance(action, SetField):
-                actions.append(parser.OFPActionSetField(**{action.field: action.value}))
-            elif isinstance(action, Output):
-                actions.append(parser.OFPActionOutput(self.ports.ofport(entry.switch, action.port)))
-            else:  # pragma: no cover - a new action type without support here
-                raise TypeError(f"cannot install action {action!r}")
-        return parser.OFPFlowMod(
-            dp,
-            cookie=COOKIE,
-            command=command,
-            priority=entry.priority,
-            match=match,
-            instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)],
         )
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
@@ -551,17 +661,8 @@ class FabricController(app_manager.OSKenApp):
         reply = gateway_arp_reply(bytes(msg.data))
         if reply is None:
             return  # dropped: the controller never floods
-        ofp, parser = dp.ofproto, dp.ofproto_parser
         in_port = msg.match["in_port"]
-        dp.send_msg(
-            parser.OFPPacketOut(
-                dp,
-                buffer_id=ofp.OFP_NO_BUFFER,
-                in_port=ofp.OFPP_CONTROLLER,
-                actions=[parser.OFPActionOutput(in_port)],
-                data=reply,
-            )
-        )
+        dp.send_msg(openflow.packet_out(dp, in_port, reply))
         LOG.debug("answered ARP for the gateway on dpid %s port %d", self._dpid_of(dp), in_port)
 
 
@@ -574,9 +675,15 @@ class _Connecting:
     """What the controller learns about a switch between connecting and programming it."""
 
     down: set[int] = field(default_factory=set)  # OpenFlow port numbers
-    flows: list[Any] = field(default_factory=list)  # OFPFlowStats
+    flows: list[Any] = field(default_factory=list)  # OFPFlowStats (1.3) / OFPFlowDesc (1.5)
+    groups: list[Any] = field(default_factory=list)  # OFPGroupDescStats
     ports_done: bool = False
     flows_done: bool = False
+    groups_done: bool = False
+
+
+def _groups_used(entry: FlowEntry) -> tuple[int, ...]:
+    return entry.group_ids
 
 
 def _is_base(stat: Any) -> bool:
@@ -586,28 +693,3 @@ def _is_base(stat: Any) -> bool:
         and stat.table_id == 0
         and stat.priority in (MISS_PRIORITY, ARP_PRIORITY)
     )
-
-
-def entry_from_flow_stats(stat: Any, dpid: int, switch: str, ports: PortMap) -> FlowEntry | None:
-    """The route entry an OFPFlowStats describes, if it is exactly one we would install."""
-    match = dict(stat.match.items())
-    if (
-        stat.cookie != COOKIE
-        or stat.table_id != 0
-        or stat.priority != ROUTE_PRIORITY
-        or set(match) != {"eth_type", "ipv4_dst"}
-        or match["eth_type"] != ether_types.ETH_TYPE_IP
-        or not isinstance(match["ipv4_dst"], str)  # a (value, mask) pair is not ours
-        or len(stat.instructions) != 1
-        or not hasattr(stat.instructions[0], "actions")
-    ):
-        return None
-    actions: list[Action] = []
-    for action in stat.instructions[0].actions:
-        if getattr(action, "key", None) in ("eth_src", "eth_dst"):
-            actions.append(SetField(action.key, str(action.value)))
-        elif hasattr(action, "port") and hasattr(action, "max_len"):
-            actions.append(Output(ports.model_port(switch, action.port)))
-        else:
-            return None
-    return FlowEntry(dpid, switch, match["ipv4_dst"], tuple(actions), stat.priority)

@@ -627,11 +627,13 @@ def _trace(
     else:
         down_ends = set(down)
     done: list[list[str]] = []
-    # Depth-first over (path so far, port it arrived on); select groups branch.
-    stack: list[tuple[list[str], int | None]] = [([switch], None)]
+    # Depth-first over (path so far, (node, port it arrived on) states visited); select
+    # groups branch. A loop is a state seen twice: a packet may pass a switch twice when it
+    # comes back by another port (a fast-failover detour: ToR -> agg -> other ToR).
+    stack: list[tuple[list[str], list[tuple[str, int | None]]]] = [([switch], [(switch, None)])]
     while stack:
-        path, in_port = stack.pop()
-        node = path[-1]
+        path, states = stack.pop()
+        node, in_port = states[-1]
         if node not in fabric.switches:
             if (
                 description.addresses.get(node) is None
@@ -654,9 +656,10 @@ def _trace(
             if link is None:
                 raise RoutingError(f"{node} port {port} has no link")
             nxt = link.other(node)
-            if nxt in path:
+            state = (nxt, link.port_of(nxt))
+            if state in states:
                 raise RoutingError(f"loop for {ipv4_dst}: {[*path, nxt]}")
-            stack.append(([*path, nxt], link.port_of(nxt)))
+            stack.append(([*path, nxt], [*states, state]))
     return done
 
 

@@ -26,6 +26,8 @@ Format (version 1)::
          "rules": 8,                    # route entries of the latest plan on this switch
          "flows": 10,                   # entries the controller installed (rules + ARP +
                                         # table-miss)
+         "groups": 2,                   # groups of the latest plan on this switch
+         "openflow": 6,                 # negotiated OpenFlow version (4 = 1.3, 6 = 1.5)
          "errors": 0,                   # OpenFlow error messages from this switch
          "connected_at": 1732900000.80, "programmed_at": 1732900000.95}, ...]}
 
@@ -65,6 +67,8 @@ class SwitchStatus:
     errors: int = 0
     connected_at: float | None = None
     programmed_at: float | None = None
+    groups: int = 0
+    openflow: int | None = None
 
 
 @dataclass

@@ -7,13 +7,22 @@ installs the difference. Policies never talk OpenFlow themselves.
 
 Built in:
 
-    shortest   one next hop per (switch, destination) on a shortest path, static tie-break
-               (controllers.routing.shortest_path_plan)
+    shortest        one next hop per (switch, destination) on a shortest path, static
+                    tie-break (controllers.routing.shortest_path_plan)
+    ecmp            select groups hashing the five-tuple (OVS selection_method=hash), a
+                    different basis (salt) per switch (controllers.policies.ecmp)
+    ecmp-polarized  the same, one basis on every switch: polarization on purpose
+    path-pinned     the TCP source port picks the path, rules per destination and hop
+                    (controllers.policies.path_pinned, controllers.pinning)
 
-Planned (later issue): ecmp (select groups), path-pinned, adaptive, fast-failover,
-telemetry. They extend the contract without breaking it: richer plans (``SwitchTable``
-grows a ``groups`` field) and, for policies that react to load, optional extra methods the
-app looks for (e.g. ``on_port_stats``); ``render`` stays the one required entry point.
+Options: ``NAME:key=value,...`` (``controllers.policies.options``), passed to the policy's
+factory as keyword arguments; every built-in policy takes ``fast_failover=on|off``
+(fast-failover groups so the data plane recovers before the controller re-routes;
+default on, except for ``shortest``, the plain baseline).
+
+Optional methods the app looks for besides ``render``: ``publish(description, failed)``
+returns a JSON document the app writes to the paths file after each render
+(path-pinned's paths); policies that react to load may add more (e.g. ``on_port_stats``).
 
 The registry is an explicit object held by whoever needs it (STYLE.md item 4): no import-time
 registration, no mutable class state. :func:`default_registry` returns a fresh one.
@@ -22,8 +31,9 @@ registration, no mutable class state. :func:`default_registry` returns a fresh o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
+from controllers.policies.options import split_policy
 from controllers.routing import ForwardingPlan
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError
@@ -47,7 +57,7 @@ class Policy(Protocol):
         ...
 
 
-PolicyFactory = Callable[[], Policy]
+PolicyFactory = Callable[..., Policy]  # keyword arguments: the policy's options (strings)
 
 
 class PolicyRegistry:
@@ -64,19 +74,39 @@ class PolicyRegistry:
     def names(self) -> list[str]:
         return sorted(self._factories)
 
-    def create(self, name: str, source: str = "command line") -> Policy:
-        """A new instance of the policy ``name`` (policies may keep per-run state)."""
+    def create(self, spec: str, source: str = "command line") -> Policy:
+        """A new instance of the policy ``spec`` names (policies may keep per-run state).
+
+        ``spec`` is a name, optionally with options: ``ecmp:fast_failover=off``.
+        """
+        try:
+            name, options = split_policy(spec)
+        except ValueError as err:
+            raise ConfigError(source, "policy", "NAME or NAME:key=value,...", spec) from err
         try:
             factory = self._factories[name]
         except KeyError:
             raise ConfigError(source, "policy", "one of " + ", ".join(self.names()), name) from None
-        return factory()
+        try:
+            policy: Policy = factory(**options)
+        except TypeError as err:
+            raise ConfigError(
+                source, "policy", f"options the policy {name} takes ({err})", spec
+            ) from None
+        except ValueError as err:
+            raise ConfigError(source, "policy", f"valid options ({err})", spec) from None
+        return policy
 
 
 def default_registry() -> PolicyRegistry:
     """A fresh registry holding the built-in policies."""
+    from controllers.policies.ecmp import EcmpPolicy
+    from controllers.policies.ecmp_polarized import EcmpPolarizedPolicy
+    from controllers.policies.path_pinned import PathPinnedPolicy
     from controllers.policies.shortest import ShortestPathPolicy
 
     registry = PolicyRegistry()
-    registry.register(ShortestPathPolicy.name, ShortestPathPolicy)
+    factories: list[Any] = [ShortestPathPolicy, EcmpPolicy, EcmpPolarizedPolicy, PathPinnedPolicy]
+    for factory in factories:
+        registry.register(factory.name, factory)
     return registry

@@ -5,11 +5,30 @@ it; among equal-cost next hops it takes the one ``controllers.routing.tie_break`
 static per-switch hash of the destination address), so destinations spread over the
 parallel aggregation and core switches but every flow to one destination follows one path.
 A failed link is routed around on the next render (the app re-renders on port status).
+
+Option ``fast_failover`` (default off, so that the baseline stays one plain entry per
+destination): the chosen hop goes into a fast-failover group with the other equal-cost
+hops (and, on a dual-homed GPU's last hop, the detour through its other ToR) as backups,
+so the data plane recovers before the controller re-routes (``controllers.multipath``).
 """
 
 from __future__ import annotations
 
-from controllers.routing import ForwardingPlan, shortest_path_plan
+from controllers.multipath import (
+    PlanBuilder,
+    add_detour_guards,
+    detour_hops,
+    failover_actions,
+    routes,
+)
+from controllers.policies.options import flag
+from controllers.routing import (
+    FlowEntry,
+    ForwardingPlan,
+    RoutingGraph,
+    shortest_path_plan,
+    tie_break,
+)
 from topologies.description import FabricDescription
 from topologies.model import Link
 
@@ -17,7 +36,21 @@ from topologies.model import Link
 class ShortestPathPolicy:
     name = "shortest"
 
+    def __init__(self, fast_failover: str | bool = False) -> None:
+        self.fast_failover = flag("fast_failover", fast_failover)
+
     def render(
         self, description: FabricDescription, failed_links: frozenset[Link]
     ) -> ForwardingPlan:
-        return shortest_path_plan(description, failed_links, policy=self.name)
+        if not self.fast_failover:
+            return shortest_path_plan(description, failed_links, policy=self.name)
+        graph = RoutingGraph(description.fabric, failed_links)
+        builder = PlanBuilder(description, graph, self.name)
+        for route in routes(builder):
+            hops = list(route.hops)
+            chosen = hops.pop(tie_break(route.switch.name, route.ip, len(hops)))
+            detours = detour_hops(builder, route)
+            actions = failover_actions(builder, route, [chosen, *hops], detours)
+            builder.add_flow(FlowEntry(route.switch.dpid, route.switch.name, route.ip, actions))
+            add_detour_guards(builder, route, detours)
+        return builder.plan()
