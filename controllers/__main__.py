@@ -68,12 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
         "controllers/pinning.py; default: paths.json next to --status)",
     )
     parser.add_argument(
-        "--paths",
-        type=Path,
-        help="paths file of policies that publish paths (path-pinned; format in "
-        "controllers/pinning.py; default: paths.json next to --status)",
-    )
-    parser.add_argument(
         "--telemetry", type=Path, help="telemetry file to append to (JSON Lines, docs/telemetry.md)"
     )
     parser.add_argument(
@@ -201,9 +195,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         listen_host=args.listen_host,
         listen_port=args.port,
         status_path=args.status,
-        paths_path=args.paths
-        if args.paths is not None or args.status is None
-        else args.status.parent / "paths.json",
         paths_path=args.paths
         if args.paths is not None or args.status is None
         else args.status.parent / "paths.json",
