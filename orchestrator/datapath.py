@@ -37,7 +37,7 @@ Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,10 @@ class Datapath:
 def check_ovs_running(run: Runner = _run) -> str:
     """Return the OVS version, or raise EnvironmentProblem saying how to start it."""
     for argv in (
-        ["ovs-vsctl", "--timeout=5", "show"],
-        ["ovs-appctl", "--timeout=5", "-t", "ovs-vswitchd", "version"],
+        ["ovs-vsctl", "--timeout=60", "show"],
+        # Busy (applying a large change) it may take a while to answer; dead, it fails at
+        # once (no control socket).
+        ["ovs-appctl", "--timeout=60", "-t", "ovs-vswitchd", "version"],
     ):
         try:
             result = run(argv)
@@ -105,7 +107,7 @@ def kernel_datapath_works(
         created = run(
             [
                 "ovs-vsctl",
-                "--timeout=5",
+                "--timeout=60",
                 "--may-exist",
                 "add-br",
                 bridge,
@@ -119,18 +121,18 @@ def kernel_datapath_works(
         )
         if created.returncode != 0 or "Error detected" in created.stderr:
             return False
-        ofport = run(["ovs-vsctl", "--timeout=5", "get", "Interface", bridge, "ofport"])
+        ofport = run(["ovs-vsctl", "--timeout=60", "get", "Interface", bridge, "ofport"])
         value = ofport.stdout.strip()
         return value.lstrip("-").isdigit() and int(value) >= 0
     finally:
-        run(["ovs-vsctl", "--timeout=5", "--if-exists", "del-br", bridge])
+        run(["ovs-vsctl", "--timeout=60", "--if-exists", "del-br", bridge])
 
 
 def userspace_tso_enabled(run: Runner = _run) -> bool:
     result = run(
         [
             "ovs-vsctl",
-            "--timeout=5",
+            "--timeout=60",
             "--if-exists",
             "get",
             "Open_vSwitch",

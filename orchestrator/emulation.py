@@ -17,9 +17,12 @@ Bring-up, in order (``Emulation.timings`` has the seconds of each step):
    planned bridges and interfaces may exist yet
 4. everything about to be created goes into the record, then: the description file in the
    run directory, the controller process (orchestrator.controller), GPU namespaces (one
-   Mininet host shell each), all veth pairs in one ``ip -batch``, OVS bridges with their
-   ports in one ``ovs-vsctl`` transaction, NVLink Linux bridges, shapers on the root
-   namespace ends (one ``tc -batch``), every GPU's namespace configured in parallel
+   Mininet host shell each), all veth pairs in one ``ip -batch``, every GPU namespace
+   configured (one ``sh`` each, all at once), OVS bridges with their ports in one
+   ``ovs-vsctl`` transaction (after the GPUs' ports are up, so that each switch meets the
+   controller with every port up), NVLink Linux bridges, then the shapers of the root
+   namespace ends (one ``tc -batch``; after the bridges, as OVS deletes a root qdisc it
+   finds on a port it adds)
 5. readiness: the controller reports every switch programmed, then every GPU reaches every
    other one through every NIC port and its server-mates over NVLink (orchestrator.readiness)
 
@@ -77,11 +80,16 @@ from topologies.generators import build_fabric
 from topologies.spec import FabricSpec, load_fabric_spec
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_FABRIC = REPO / "topologies" / "presets" / "astral-small.yaml"
+PRESETS = REPO / "topologies" / "presets"
+DEFAULT_FABRIC = PRESETS / "astral-small.yaml"
 DESCRIPTION_FILE = "fabric.json"
 CONTROLLER_HOST = "127.0.0.1"
 CONTROLLER_ATTEMPTS = 3
 NOFILE_WANTED = 65536
+# OVS drops a controller that has not answered an echo for this long (default 5 s). On a
+# loaded 2-core machine a controller programming a hundred switches can be that busy; a
+# reconnect then costs more than the wait.
+INACTIVITY_PROBE_MS = 30_000
 
 
 class Terminated(BaseException):
@@ -110,7 +118,7 @@ def _quiet(_: str) -> None:
 class Emulation:
     """One emulated fabric; a context manager (bring up on enter, tear down on exit).
 
-    ``fabric``: a fabric file (YAML), a :class:`FabricSpec` or a ready
+    ``fabric``: a fabric file (YAML) or a preset's name, a :class:`FabricSpec` or a ready
     :class:`FabricDescription`; default the astral-small preset. After :meth:`start`:
     ``net`` (the Mininet object), ``hosts`` (GPU name -> Mininet host), ``description``
     (with ``extra`` holding datapath, controller and run directory), ``run_dir``,
@@ -224,11 +232,16 @@ class Emulation:
             self._create_nodes()
         with self._step("links"):
             self._create_links()
+        # GPU namespaces before the switches: their ports are then up when each switch first
+        # meets its controller, instead of coming up one by one (each a port-status event
+        # the controller answers with a new plan).
+        with self._step("configure"):
+            self._configure_hosts()
         with self._step("switches"):
             self._create_bridges()
-        with self._step("configure"):
+            # After the ports joined their bridges: Open vSwitch deletes a root qdisc it
+            # finds on a port it adds.
             self._shape_root_ends()
-            self._configure_hosts()
         with self._step("programmed"):
             assert self.controller is not None
             dpids = [b.dpid for b in self.wiring.ovs_bridges()]
@@ -245,7 +258,7 @@ class Emulation:
         if isinstance(source, FabricDescription):
             description = FabricDescription(source.fabric, source.addresses, dict(source.extra))
         else:
-            spec = source if isinstance(source, FabricSpec) else load_fabric_spec(source)
+            spec = source if isinstance(source, FabricSpec) else load_fabric_spec(_path(source))
             description = FabricDescription.of(build_fabric(spec))
         assert self.datapath is not None and self.state is not None
         description.extra.update(
@@ -411,6 +424,7 @@ class Emulation:
                 argv += [
                     "--", f"--id={controller_id}", "create", "Controller",
                     f"target=\"{self.controller.target}\"", "max_backoff=1000",
+                    f"inactivity_probe={INACTIVITY_PROBE_MS}",
                     "--", "add-br", bridge.name,
                     "--", "set", "Bridge", bridge.name,
                     f"datapath_type={self.datapath.ovs_type}",
@@ -609,6 +623,15 @@ class Emulation:
             for signum, handler in saved.items():
                 with contextlib.suppress(ValueError, TypeError):
                     signal.signal(signum, handler)
+
+
+def _path(source: str | Path) -> Path:
+    """A fabric file as given, or a preset's when ``source`` is a preset name."""
+    path = Path(source)
+    preset = PRESETS / f"{source}.yaml"
+    if not path.exists() and "/" not in str(source) and preset.exists():
+        return preset
+    return path
 
 
 def _netns_inode(pid: int) -> int | None:

@@ -60,9 +60,15 @@ def parse_reply(packet: bytes) -> tuple[str, int, int] | None:
 
 
 def probe(
-    targets: list[dict[str, Any]], timeout: float = 2.0, interval: float = 0.2
+    targets: list[dict[str, Any]], timeout: float = 3.0, interval: float = 0.3
 ) -> list[dict[str, Any]]:
-    """Echo every target; resend unanswered ones every ``interval`` until ``timeout``."""
+    """Echo every target; resend unanswered ones after ``interval``, doubling it each time
+    (at most 1 s), until ``timeout``.
+
+    The back-off matters: every GPU probes every other at once, and a userspace datapath on
+    a small machine drops what arrives faster than it forwards; resending at a fixed short
+    interval would keep it saturated.
+    """
     ident = os.getpid() & 0xFFFF
     receiver = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     senders: dict[str | None, socket.socket] = {None: receiver}
@@ -90,6 +96,7 @@ def probe(
                     except OSError:
                         pass  # no route yet (port down): counts as unanswered
                 next_round = now + interval
+                interval = min(1.0, interval * 2)
             wait = max(0.0, min(next_round, start + timeout) - time.monotonic())
             readable, _, _ = select.select([receiver], [], [], wait)
             if not readable:
@@ -115,8 +122,8 @@ def probe(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestrator.probe")
-    parser.add_argument("--timeout", type=float, default=2.0)
-    parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--timeout", type=float, default=3.0)
+    parser.add_argument("--interval", type=float, default=0.3)
     args = parser.parse_args(argv)
     targets = json.load(sys.stdin)
     json.dump(probe(targets, args.timeout, args.interval), sys.stdout)

@@ -82,11 +82,21 @@ def probe_once(
         for gpu, targets in plan.items():
             if targets:
                 running[gpu] = spawn(gpu, argv)
+        # Every probe gets its targets before any result is read: they run concurrently.
+        for gpu, process in running.items():
+            request = json.dumps([{"target": t.address, "dev": t.dev} for t in plan[gpu]])
+            assert process.stdin is not None
+            try:
+                process.stdin.write(request.encode())
+                process.stdin.close()
+            except OSError:
+                pass  # it died: no results, all its targets count as failed
+            process.stdin = None  # written: communicate() below only reads
+        deadline = time.monotonic() + timeout + 30
         for gpu, process in running.items():
             targets = plan[gpu]
-            request = json.dumps([{"target": t.address, "dev": t.dev} for t in targets])
             try:
-                out, _ = process.communicate(request.encode(), timeout=timeout + 10)
+                out, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
                 results: list[dict[str, Any]] = json.loads(out.decode() or "null") or []
             except (subprocess.TimeoutExpired, ValueError):
                 process.kill()
@@ -110,7 +120,7 @@ def wait_reachable(
     plan: Mapping[str, list[Target]],
     spawn: Spawner,
     timeout: float = 30.0,
-    round_timeout: float = 1.5,
+    round_timeout: float = 3.0,
 ) -> int:
     """Probe until every target answered; return the number of rounds it took.
 

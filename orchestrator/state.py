@@ -33,7 +33,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -293,7 +293,7 @@ class System(Protocol):
     def netns_inode(self, pid: int) -> int | None: ...
     def net_devices(self, pid: int) -> set[str]: ...
     def ovs_bridges(self) -> dict[str, dict[str, str]]: ...
-    def delete_ovs_bridges(self, names: list[str]) -> list[str]: ...
+    def delete_ovs_bridges(self, names: list[str]) -> Callable[[], list[str]]: ...
     def links(self) -> set[str]: ...
     def delete_links(self, names: list[str]) -> list[str]: ...
     def link_group_members(self, group: int) -> set[str]: ...
@@ -355,14 +355,22 @@ class LinuxSystem:
             bridges[name] = {k: v for k, v in ids[1]} if isinstance(ids, list) else {}
         return bridges
 
-    def delete_ovs_bridges(self, names: list[str]) -> list[str]:
+    def delete_ovs_bridges(self, names: list[str]) -> Callable[[], list[str]]:
+        """Start deleting; the returned function waits until ovs-vswitchd has applied it."""
         if not names:
-            return []
-        argv = ["ovs-vsctl", "--timeout=30", "--no-wait"]
+            return list
+        argv = ["ovs-vsctl", "--timeout=120"]
         for i, name in enumerate(names):
             argv += ([] if i == 0 else ["--"]) + ["--if-exists", "del-br", name]
-        result = _run(argv)
-        return [] if result.returncode == 0 else [f"ovs-vsctl del-br: {result.stderr.strip()}"]
+        process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+
+        def wait() -> list[str]:
+            _, err = process.communicate()
+            return [] if process.returncode == 0 else [f"ovs-vsctl del-br: {err.strip()}"]
+
+        return wait
 
     def links(self) -> set[str]:
         return _link_names(_run(["ip", "-o", "link", "show"]).stdout)
@@ -488,10 +496,11 @@ def clean(
     report.killed += [f"{name} ({pid})" for name, pid in hosts]
 
     # 2. OVS bridges carrying our tag (a bridge of the same name without it is not ours).
-    #    Without waiting for ovs-vswitchd: it removes ports and bridge devices at its own
-    #    pace (about 75 ms per userspace bridge), while step 3 deletes them in one go.
+    #    ovs-vswitchd removes their ports one by one (tens of ms each on the userspace
+    #    datapath); step 3 runs meanwhile, and step 4 waits for it.
     ovs = [b["name"] for b in state.bridges if b["kind"] == "ovs"]
     ours: list[str] = []
+    wait_for_ovs: Callable[[], list[str]] = list
     if ovs:
         existing = system.ovs_bridges()
         for name in ovs:
@@ -501,7 +510,7 @@ def clean(
                 ours.append(name)
             else:
                 report.skipped.append(f"bridge {name} (not tagged {RUN_TAG}={state.run_id})")
-        report.errors += system.delete_ovs_bridges(ours)
+        wait_for_ovs = system.delete_ovs_bridges(ours)
         report.bridges += ours
 
     # 3. Interfaces: root veth ends, Linux bridges and (userspace datapath) the OVS bridges'
@@ -525,8 +534,9 @@ def clean(
     report.interfaces += veths
     report.qdiscs += [name for name in state.qdiscs if name in links]
 
-    # 4. Wait until the kernel and ovs-vswitchd are done: a name still present would make
+    # 4. Wait until ovs-vswitchd and the kernel are done: a name still present would make
     #    the next run's preflight refuse to start.
+    report.errors += wait_for_ovs()
     waited = 0.0
     pending = [n for n in veths + linux + taps if n in system.links()]
     while pending and waited < settle:

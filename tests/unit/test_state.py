@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,11 +63,11 @@ class FakeSystem:
     def ovs_bridges(self) -> dict[str, dict[str, str]]:
         return {name: dict(ids) for name, ids in self.bridges.items()}
 
-    def delete_ovs_bridges(self, names: list[str]) -> list[str]:
+    def delete_ovs_bridges(self, names: list[str]) -> Callable[[], list[str]]:
         for name in names:
             self.bridges.pop(name, None)
             self.deleted_bridges.append(name)
-        return []
+        return list
 
     def links(self) -> set[str]:
         return set(self.link_set)

@@ -1,0 +1,114 @@
+"""Whole runs as a user starts them (``astral up`` in a subprocess): nothing is left behind
+after Ctrl-C, SIGTERM, or kill -9 followed by ``astral clean``, and a second concurrent run is
+refused with exit status 5.
+
+Needs root and Open vSwitch (tests/conftest.py skips or, under CI, fails without them).
+A run waits for the astral run lock if another run holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.state import RunState
+from tests.integration.assertions import leftovers, snapshot
+from topologies.description import FabricDescription
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+LOCK_WAIT = 300.0
+
+
+def astral(*args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator.cli", *args]
+
+
+def start_up(*args: str) -> tuple[subprocess.Popen[str], RunState]:
+    """``astral up ARGS`` in the background, once it printed ``ready:``; its run record."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        process = subprocess.Popen(
+            astral("up", *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=REPO,
+        )  # fmt: skip
+        output = []
+        assert process.stdout is not None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stdout], [], [], 1.0)
+            if not ready:
+                continue
+            line = process.stdout.readline()
+            if not line:
+                break
+            output.append(line)
+            if line.startswith("ready:"):
+                run_dir = Path(line.rsplit(" ", 1)[1].strip())
+                return process, RunState.load(run_dir)
+        process.wait()
+        text = "".join(output)
+        if "another astral run is in progress" in text and time.monotonic() < deadline:
+            time.sleep(2)
+            continue
+        raise AssertionError(f"astral up did not get ready:\n{text}")
+
+
+def fabric_nodes(state: RunState) -> list[str]:
+    return list(FabricDescription.read(state.run_dir / "fabric.json").fabric.nodes())
+
+
+def test_kill_9_leaves_a_record_that_astral_clean_removes_exactly() -> None:
+    before = snapshot()
+    process, state = start_up("--hold", "120")
+    process.kill()  # SIGKILL: no teardown at all
+    process.wait()
+    left = leftovers(before, RunState.load(state.run_dir), fabric_nodes(state))
+    assert any(item.startswith("recorded bridge") for item in left), left
+    cleaned = subprocess.run(astral("clean"), capture_output=True, text=True, cwd=REPO)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert f"run {state.run_id}" in cleaned.stdout
+    assert "deleted bridges" in cleaned.stdout
+    state = RunState.load(state.run_dir)
+    assert state.status == "clean"
+    assert leftovers(before, state, fabric_nodes(state)) == []
+    again = subprocess.run(astral("clean"), capture_output=True, text=True, cwd=REPO)
+    assert again.returncode == 0 and "nothing to clean" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"]
+)
+def test_signal_tears_everything_down(signum: int, status: int) -> None:
+    before = snapshot()
+    process, state = start_up("--hold", "120")
+    os.kill(process.pid, signum)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == status, out
+    assert "torn down in" in out
+    state = RunState.load(state.run_dir)
+    assert state.status == "clean"
+    assert leftovers(before, state, fabric_nodes(state)) == []
+
+
+def test_second_concurrent_run_is_refused_with_status_5() -> None:
+    process, state = start_up("--hold", "120")
+    try:
+        second = subprocess.run(
+            astral("up", "--hold", "0"), capture_output=True, text=True, cwd=REPO, timeout=60
+        )
+        assert second.returncode == 5
+        assert f"pid {process.pid}" in second.stderr
+        assert "another astral run is in progress" in second.stderr
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+    assert json.loads((state.run_dir / "state.json").read_text())["status"] == "clean"
