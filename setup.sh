@@ -15,7 +15,7 @@
 # Why each dependency is needed: docs/dependencies.md.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 VENV="$REPO/.venv"
 STAMP="$VENV/.astral-setup-stamp"
 SYSTEM_PYTHON=/usr/bin/python3 # the distribution's, never pyenv's: it must match apt's mnexec
@@ -98,31 +98,33 @@ ovs_answers || die "Open vSwitch runs but does not answer; see $OVS_LOG"
 
 # 3. Userspace TSO ----------------------------------------------------------------------
 # Without it TCP over the userspace datapath (used where the openvswitch kernel module is
-# missing) runs about 9x slower (/work/shared/ENVIRONMENT.md). It does nothing for the
+# missing) runs about 9x slower (docs/dependencies.md). It does nothing for the
 # kernel datapath. ovs-vswitchd applies it to ports opened after it reads the setting, so
 # restart it once to apply it to every port; ovsdb-server and the flows stay (ovs-ctl saves
 # and restores them).
-tso="$(ovs-vsctl --timeout=5 --if-exists get Open_vSwitch . other_config:userspace-tso-enable)"
+tso="$(ovs-vsctl --timeout=20 --if-exists get Open_vSwitch . other_config:userspace-tso-enable)"
 if [[ ${tso//\"/} == true ]]; then
     say "userspace TSO: enabled"
 else
     say "enabling userspace TSO (restarts ovs-vswitchd once)"
     log_size=0
     [[ -r $OVS_LOG ]] && log_size="$(stat -c %s "$OVS_LOG")"
-    ovs-vsctl --timeout=5 set Open_vSwitch . other_config:userspace-tso-enable=true
+    ovs-vsctl --timeout=20 set Open_vSwitch . other_config:userspace-tso-enable=true
     if with_systemd && systemctl is-active --quiet ovs-vswitchd.service; then
         systemctl restart ovs-vswitchd.service
     else
         "$OVS_CTL" --no-ovsdb-server restart
     fi
     ovs_running && ovs_answers || die "ovs-vswitchd did not come back after the restart; see $OVS_LOG"
+    # What the restarted ovs-vswitchd logged (read whole: `tail | grep -q` under pipefail
+    # can fail with SIGPIPE even when grep finds the line).
+    logged_tso() { grep -qF "$TSO_LOG_LINE" <(tail -c +"$((log_size + 1))" "$OVS_LOG"); }
     if [[ -r $OVS_LOG ]]; then
         for _ in $(seq 50); do
-            tail -c +"$((log_size + 1))" "$OVS_LOG" | grep -q "$TSO_LOG_LINE" && break
+            logged_tso && break
             sleep 0.2
         done
-        tail -c +"$((log_size + 1))" "$OVS_LOG" | grep -q "$TSO_LOG_LINE" ||
-            die "ovs-vswitchd restarted without enabling userspace TSO; see $OVS_LOG"
+        logged_tso || die "ovs-vswitchd restarted without enabling userspace TSO; see $OVS_LOG"
         say "userspace TSO: active (confirmed in $OVS_LOG)"
     else
         say "userspace TSO: set, but $OVS_LOG is not readable to confirm it"
@@ -135,8 +137,8 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1) $("$SYSTEM_PYTHON" -V 2>&1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 # The project counts as installed when this checkout (not another one) is what imports.
 project_importable() {
-    "$VENV/bin/python" -c "import sys, orchestrator.cli as m; \
-sys.exit(not m.__file__.startswith(sys.argv[1] + '/'))" "$REPO" 2>/dev/null
+    "$VENV/bin/python" -c "import os, sys, orchestrator.cli as m; \
+sys.exit(not os.path.realpath(m.__file__).startswith(sys.argv[1] + '/'))" "$REPO" 2>/dev/null
 }
 why="pyproject.toml changed or the project is not installed"
 if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c '' 2>/dev/null; then

@@ -64,6 +64,7 @@ PYTHON_MODULES = {
     "networkx": "networkx",
     "matplotlib": "matplotlib",
     "tqdm": "tqdm",
+    "numpy": "numpy",
 }
 # Command -> apt package that provides it.
 TOOLS = {"mnexec": "mininet", "iperf3": "iperf3", "tc": "iproute2"}
