@@ -62,6 +62,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,9 +76,10 @@ from os_ken.controller.handler import (
     MAIN_DISPATCHER,
     set_ev_cls,
 )
-from os_ken.lib.packet import arp, ether_types, ethernet, packet
+from os_ken.lib.packet import arp, ether_types, ethernet, ipv4, packet, tcp
 
 from controllers import openflow
+from controllers.counters import FlowRoute
 from controllers.openflow import COOKIE, OFP15, OFP_VERSIONS, entry_from_flow_stats
 from controllers.pinning import write_json
 from controllers.policies import Policy
@@ -89,11 +91,13 @@ from controllers.routing import (
     ForwardingPlan,
     GroupEntry,
     GroupType,
+    Packet,
     PortMap,
     failed_links_at,
     programmable_switches,
 )
 from controllers.status import ControllerStatus, SwitchStatus, write_status
+from controllers.telemetry import EventFlowRouted, EventLinkLoadUpdated
 from topologies.addressing import GATEWAY_IP, GATEWAY_MAC
 from topologies.description import FabricDescription
 from topologies.model import Link
@@ -144,6 +148,16 @@ def gateway_arp_reply(data: bytes) -> bytes | None:
     return bytes(reply.data)
 
 
+def tcp_packet(data: bytes) -> Packet | None:
+    """The five-tuple of an IPv4 TCP packet in ``data`` (an Ethernet frame), else None."""
+    pkt = packet.Packet(data)
+    ip = pkt.get_protocol(ipv4.ipv4)
+    segment = pkt.get_protocol(tcp.tcp)
+    if ip is None or segment is None:
+        return None
+    return Packet.tcp(ip.src, ip.dst, segment.src_port, segment.dst_port)
+
+
 def diff_flows(
     installed: dict[FlowKey, FlowEntry], desired: dict[FlowKey, FlowEntry]
 ) -> tuple[list[FlowEntry], list[FlowEntry], list[FlowEntry]]:
@@ -173,6 +187,7 @@ def _diff(
 
 class FabricController(app_manager.OSKenApp):
     OFP_VERSIONS = OFP_VERSIONS
+    _EVENTS = [EventFlowRouted]  # to the telemetry app (controllers.telemetry)
 
     def __init__(
         self, *args: Any, astral_settings: ControllerSettings | None = None, **kwargs: Any
@@ -325,8 +340,9 @@ class FabricController(app_manager.OSKenApp):
         # Before programming: which ports are down (os-ken's ofp_handler asks for the port
         # descriptions) and what the switch already has (kept across a controller restart:
         # only the difference is sent, so a restart does not disturb the data plane).
-        self._connecting[dpid] = _Connecting()
-        dp.send_msg(openflow.flow_table_request(dp))
+        table_request = openflow.flow_table_request(dp)
+        dp.send_msg(table_request)  # sets its xid
+        self._connecting[dpid] = _Connecting(flows_xid=table_request.xid)
         dp.send_msg(openflow.group_table_request(dp))
         self.write_status()
 
@@ -390,8 +406,8 @@ class FabricController(app_manager.OSKenApp):
         connecting = self._connecting.get(dpid) if dpid is not None else None
         if dpid is None or connecting is None or connecting.flows_done:
             return
-        if dp.ofproto.OFP_VERSION >= OFP15 and isinstance(ev, ofp_event.EventOFPFlowStatsReply):
-            return  # another app's counters, not the table read at connection
+        if ev.msg.xid != connecting.flows_xid:
+            return  # another app's counters (telemetry), not the table read at connection
         connecting.flows.extend(ev.msg.body)
         if not ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
             connecting.flows_done = True
@@ -660,10 +676,42 @@ class FabricController(app_manager.OSKenApp):
         dp = msg.datapath
         reply = gateway_arp_reply(bytes(msg.data))
         if reply is None:
+            self._packet_to_policy(dp, msg)
             return  # dropped: the controller never floods
         in_port = msg.match["in_port"]
         dp.send_msg(openflow.packet_out(dp, in_port, reply))
         LOG.debug("answered ARP for the gateway on dpid %s port %d", self._dpid_of(dp), in_port)
+
+    # --- policies that react to traffic (controllers.policies.adaptive) ------------------
+
+    def _packet_to_policy(self, dp: Any, msg: Any) -> None:
+        """A TCP packet a policy's entry copied here: the policy may steer its connection."""
+        react = getattr(self.policy, "on_packet_in", None)
+        dpid = self._dpid_of(dp)
+        if react is None or dpid is None or dpid not in self.ready:
+            return
+        found = tcp_packet(bytes(msg.data))
+        if found is None:
+            return
+        name = self.switch_names[dpid]
+        in_port = self.ports.model_port(name, msg.match["in_port"])
+        self._routes_changed(react(name, in_port, found, time.time()))
+
+    @set_ev_cls(EventLinkLoadUpdated)
+    def link_load_updated(self, ev: EventLinkLoadUpdated) -> None:
+        react = getattr(self.policy, "on_link_load", None)
+        if react is not None:
+            self._routes_changed(react(ev.load, time.time()))
+
+    def _routes_changed(self, routes: Sequence[FlowRoute]) -> None:
+        """The policy placed, moved or forgot connections: re-render, push the difference,
+        tell the telemetry app (it writes them to the telemetry file)."""
+        if not routes:
+            return
+        self.plan = self.policy.render(self.description, self.failed)
+        for dpid in sorted(self.ready):
+            self._push(dpid)
+        self.send_event_to_observers(EventFlowRouted(routes))
 
 
 def _is_down(ofp: Any, desc: Any) -> bool:
@@ -675,6 +723,7 @@ class _Connecting:
     """What the controller learns about a switch between connecting and programming it."""
 
     down: set[int] = field(default_factory=set)  # OpenFlow port numbers
+    flows_xid: int | None = None  # of the flow table request (replies to others' are not it)
     flows: list[Any] = field(default_factory=list)  # OFPFlowStats (1.3) / OFPFlowDesc (1.5)
     groups: list[Any] = field(default_factory=list)  # OFPGroupDescStats
     ports_done: bool = False

@@ -14,15 +14,24 @@ Built in:
     ecmp-polarized  the same, one basis on every switch: polarization on purpose
     path-pinned     the TCP source port picks the path, rules per destination and hop
                     (controllers.policies.path_pinned, controllers.pinning)
+    adaptive        TCP connections placed per connection, long ones moved off hot links
+                    (Hedera-like; controllers.policies.adaptive)
 
 Options: ``NAME:key=value,...`` (``controllers.policies.options``), passed to the policy's
-factory as keyword arguments; every built-in policy takes ``fast_failover=on|off``
-(fast-failover groups so the data plane recovers before the controller re-routes;
-default on, except for ``shortest``, the plain baseline).
+factory as keyword arguments; every built-in policy but ``adaptive`` takes
+``fast_failover=on|off`` (fast-failover groups so the data plane recovers before the
+controller re-routes; default on, except for ``shortest``, the plain baseline); adaptive's
+options are its thresholds (``adaptive:hot=0.8,cooldown=5``).
 
 Optional methods the app looks for besides ``render``: ``publish(description, failed)``
 returns a JSON document the app writes to the paths file after each render
-(path-pinned's paths); policies that react to load may add more (e.g. ``on_port_stats``).
+(path-pinned's paths). Policies that react to traffic (adaptive) declare ``needs_load =
+True`` (the telemetry app then polls and publishes even without a telemetry file) and
+implement ``on_link_load(load, now)`` (every poll round, ``controllers.counters.LinkLoad``)
+and ``on_packet_in(switch, in_port, packet, now)`` (a TCP packet one of their entries
+copied to the controller); both return the connections they placed, moved or forgot
+(``controllers.counters.FlowRoute``): if any, the app re-renders, pushes the difference and
+hands the records to the telemetry file.
 
 The registry is an explicit object held by whoever needs it (STYLE.md item 4): no import-time
 registration, no mutable class state. :func:`default_registry` returns a fresh one.
@@ -100,13 +109,20 @@ class PolicyRegistry:
 
 def default_registry() -> PolicyRegistry:
     """A fresh registry holding the built-in policies."""
+    from controllers.policies.adaptive import AdaptivePolicy
     from controllers.policies.ecmp import EcmpPolicy
     from controllers.policies.ecmp_polarized import EcmpPolarizedPolicy
     from controllers.policies.path_pinned import PathPinnedPolicy
     from controllers.policies.shortest import ShortestPathPolicy
 
     registry = PolicyRegistry()
-    factories: list[Any] = [ShortestPathPolicy, EcmpPolicy, EcmpPolarizedPolicy, PathPinnedPolicy]
+    factories: list[Any] = [
+        ShortestPathPolicy,
+        EcmpPolicy,
+        EcmpPolarizedPolicy,
+        PathPinnedPolicy,
+        AdaptivePolicy,
+    ]
     for factory in factories:
         registry.register(factory.name, factory)
     return registry

@@ -323,3 +323,22 @@ def test_packets_that_are_not_catch_copies_are_ignored(description: FabricDescri
     limited.render(description, frozenset())
     assert len(limited.on_packet_in(tor, port, Packet.tcp(src, dst, 1, 2), 0.0)) == 1
     assert limited.on_packet_in(tor, port, Packet.tcp(src, dst, 3, 4), 0.0) == []
+
+
+def test_the_app_reads_the_five_tuple_of_a_copied_tcp_packet() -> None:
+    from os_ken.lib.packet import ethernet, ipv4, packet, tcp, udp
+
+    from controllers.app import tcp_packet
+
+    def frame(l4: object) -> bytes:
+        pkt = packet.Packet()
+        pkt.add_protocol(ethernet.ethernet(src="02:00:00:00:00:01", dst="02:00:00:00:00:02"))
+        proto = 6 if isinstance(l4, tcp.tcp) else 17
+        pkt.add_protocol(ipv4.ipv4(src="10.0.0.1", dst="10.1.0.1", proto=proto))
+        pkt.add_protocol(l4)
+        pkt.serialize()
+        return bytes(pkt.data)
+
+    syn = frame(tcp.tcp(src_port=40001, dst_port=5201, bits=tcp.TCP_SYN))
+    assert tcp_packet(syn) == Packet.tcp("10.0.0.1", "10.1.0.1", 40001, 5201)
+    assert tcp_packet(frame(udp.udp(src_port=1, dst_port=2))) is None

@@ -44,7 +44,7 @@ from topologies.model import Link, LinkKind, Tier
 from topologies.spec import load_fabric_spec
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "topologies" / "presets"
-POLICIES = ["shortest", "ecmp", "ecmp-polarized", "path-pinned"]
+POLICIES = ["shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive"]
 WORKER_PORT = 29500
 
 
@@ -66,7 +66,7 @@ def plan(
 def test_unknown_policy_is_a_config_error_naming_the_known_ones() -> None:
     with pytest.raises(
         ConfigError,
-        match="expected one of ecmp, ecmp-polarized, path-pinned, shortest, found 'hedera'",
+        match="expected one of adaptive, ecmp, ecmp-polarized, path-pinned, shortest, found 'hedera'",
     ):
         default_registry().create("hedera")
 
