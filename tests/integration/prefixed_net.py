@@ -227,6 +227,11 @@ class PrefixedFabric:
         assert out.returncode == 0, out.stderr
         return out.stdout
 
+    def group_types(self, switch: str) -> dict[int, str]:
+        """Type of every group of ``switch`` (``select``, ``ff``, ...), by group id."""
+        found = re.findall(r"group_id=(\d+),type=(\w+)", self.dump_groups(switch))
+        return {int(gid): kind for gid, kind in found}
+
     def group_stats(self, switch: str) -> dict[int, list[int]]:
         """Packets per bucket of every group of ``switch``, by group id."""
         out = run(["ovs-ofctl", "-O", "OpenFlow15", "dump-group-stats", self.node(switch)])
