@@ -66,7 +66,8 @@ def plan(
 def test_unknown_policy_is_a_config_error_naming_the_known_ones() -> None:
     with pytest.raises(
         ConfigError,
-        match="expected one of adaptive, ecmp, ecmp-polarized, path-pinned, shortest, found 'hedera'",
+        match="expected one of adaptive, ecmp, ecmp-polarized, path-pinned, shortest, "
+        "found 'hedera'",
     ):
         default_registry().create("hedera")
 
