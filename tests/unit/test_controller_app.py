@@ -9,8 +9,14 @@ from os_ken.lib.packet import arp, ether_types, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controllers.app import COOKIE, diff_flows, entry_from_flow_stats, gateway_arp_reply
-from controllers.routing import FlowEntry, Output, PortMap, SetField
+from controllers.app import (
+    COOKIE,
+    diff_flows,
+    diff_groups,
+    entry_from_flow_stats,
+    gateway_arp_reply,
+)
+from controllers.routing import Bucket, FlowEntry, GroupEntry, GroupType, Output, PortMap, SetField
 from controllers.status import ControllerStatus, SwitchStatus, read_status, write_status
 from topologies.addressing import GATEWAY_IP, GATEWAY_MAC
 
@@ -56,6 +62,18 @@ def test_diff_flows_deletes_adds_and_modifies_by_match() -> None:
     assert add == [entry("10.0.0.3", 1)]
     assert modify == [entry("10.0.0.2", 3)]
     assert diff_flows(desired, desired) == ([], [], [])
+
+
+def group(gid: int, *ports: int) -> GroupEntry:
+    buckets = tuple(Bucket((Output(p),), watch_port=p) for p in ports)
+    return GroupEntry(1, "s", gid, GroupType.FAST_FAILOVER, buckets)
+
+
+def test_diff_groups_by_id() -> None:
+    installed = {g.group_id: g for g in [group(1, 1, 2), group(2, 3, 4)]}
+    desired = {g.group_id: g for g in [group(2, 4, 3), group(3, 1, 2)]}
+    assert diff_groups(installed, desired) == ([group(1, 1, 2)], [group(3, 1, 2)], [group(2, 4, 3)])
+    assert diff_groups(desired, desired) == ([], [], [])
 
 
 def arp_request(target: str) -> bytes:
