@@ -429,7 +429,7 @@ class Emulation:
                     "--", "set", "Bridge", bridge.name,
                     f"datapath_type={self.datapath.ovs_type}",
                     "fail_mode=secure",
-                    "protocols=OpenFlow13",
+                    "protocols=OpenFlow13,OpenFlow15",  # 1.5: OVS selection_method
                     f"other_config:datapath-id={bridge.dpid_hex}",
                     "other_config:disable-in-band=true",
                     f"other_config:dp-desc={bridge.name}",

@@ -142,7 +142,7 @@ class FabricSwitch(_LazyShellSwitch, OVSSwitch):
         self.failMode = "secure"
         self.datapath = datapath
         self.inband = False
-        self.protocols = "OpenFlow13"
+        self.protocols = "OpenFlow13,OpenFlow15"  # 1.5: select groups with selection_method
         self.reconnectms = 1000
         self.stp = False
         self._uuids: list[str] = []
