@@ -465,3 +465,50 @@ def test_a_controller_restart_does_not_interrupt_a_transfer(
     resync = log[log.rfind("starting:") :]
     assert " 0 stale entries and 0 groups removed" in resync
     assert "stale entries and" in resync and "groups removed" in resync
+
+
+def test_a_tcp_transfer_survives_a_link_failure_on_its_path_under_ecmp(
+    controller: Controller, fabric: PrefixedFabric, description: FabricDescription
+) -> None:
+    """Select-group buckets watch their ports: the flows of a dead uplink move to the others
+    in the data plane, then the controller re-renders; TCP carries on."""
+    process = controller.start("ecmp")
+    src, dst = "p0s1g1", "p1s1g1"
+    receiver = probe(
+        fabric,
+        dst,
+        "tcp-recv",
+        *("--bind", ip(description, dst), "--port", TCP_PORT, "--duration", 7),
+    )
+    time.sleep(0.3)
+    rate = 2 << 20
+    sender = probe(
+        fabric,
+        src,
+        "tcp-send",
+        *("--src", ip(description, src), "--dst", ip(description, dst), "--port", TCP_PORT),
+        *("--sport", 20003, "--rate", rate, "--duration", 5),
+    )
+    time.sleep(1.0)
+    tors = {n.peer for n in description.addresses[src].nics}
+    uplinks = [
+        (x.a, x.a_port) for x in description.fabric.links_of_kind(LinkKind.TOR_AGG) if x.a in tors
+    ]
+    link = link_at(description, *busiest_port(fabric, uplinks))
+    fabric.set_link(link.a, link.a_port, link.b, link.b_port, "down")
+    try:
+        sent = report(sender)["sent"]
+        got = report(receiver)
+    finally:
+        fabric.set_link(link.a, link.a_port, link.b, link.b_port, "up")
+    wait_for(
+        lambda: (s := process.status()) is not None and not s.failed_links and s.programmed(),
+        10,
+        "the link to be back",
+    )
+    print(
+        f"\necmp, {link.a}:{link.a_port}-{link.b}:{link.b_port} down under a "
+        f"{rate >> 20} MiB/s TCP transfer: longest gap {got['max_gap'] * 1e3:.0f} ms"
+    )
+    assert got["bytes"] == sent >= 4 * rate
+    assert got["max_gap"] < 1.0, got
