@@ -40,6 +40,7 @@ behind; the only limit raised is this process's open-file limit.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -195,6 +196,7 @@ class Emulation:
             raise EmulationError("an Emulation object can be started once")
         self._started = True
         began = time.monotonic()
+        atexit.register(self.stop)  # a safety net for callers that never call stop()
         try:
             self._start()
         except BaseException:
@@ -567,6 +569,7 @@ class Emulation:
                     prune_runs(self.state_base)
             self.lock.release()
         self._restore_signal_handlers()
+        atexit.unregister(self.stop)
         self.timings["teardown"] = time.monotonic() - began
         for line in report.errors:
             self.log(f"teardown: {line}")

@@ -26,7 +26,8 @@ from topologies.description import FabricDescription
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-LOCK_WAIT = 300.0
+LOCK_WAIT = 600.0  # another run (a person, another test session) may hold the lock
+READY_WAIT = 300.0
 
 
 def astral(*args: str) -> list[str]:
@@ -34,8 +35,11 @@ def astral(*args: str) -> list[str]:
 
 
 def start_up(*args: str) -> tuple[subprocess.Popen[str], RunState]:
-    """``astral up ARGS`` in the background, once it printed ``ready:``; its run record."""
-    deadline = time.monotonic() + LOCK_WAIT
+    """``astral up ARGS`` in the background, once it printed ``ready:``; its run record.
+
+    Another run holding the lock (exit status 5) is waited for, up to LOCK_WAIT seconds.
+    """
+    lock_deadline = time.monotonic() + LOCK_WAIT
     while True:
         process = subprocess.Popen(
             astral("up", *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -43,9 +47,10 @@ def start_up(*args: str) -> tuple[subprocess.Popen[str], RunState]:
         )  # fmt: skip
         output = []
         assert process.stdout is not None
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([process.stdout], [], [], 1.0)
-            if not ready:
+        ready_deadline = time.monotonic() + READY_WAIT
+        while time.monotonic() < ready_deadline:
+            readable, _, _ = select.select([process.stdout], [], [], 1.0)
+            if not readable:
                 continue
             line = process.stdout.readline()
             if not line:
@@ -54,12 +59,14 @@ def start_up(*args: str) -> tuple[subprocess.Popen[str], RunState]:
             if line.startswith("ready:"):
                 run_dir = Path(line.rsplit(" ", 1)[1].strip())
                 return process, RunState.load(run_dir)
-        process.wait()
-        text = "".join(output)
-        if "another astral run is in progress" in text and time.monotonic() < deadline:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        status = process.wait()
+        text = "".join(output) + (process.stdout.read() or "")
+        if status == 5 and time.monotonic() < lock_deadline:
             time.sleep(2)
             continue
-        raise AssertionError(f"astral up did not get ready:\n{text}")
+        raise AssertionError(f"astral up did not get ready (exit status {status}):\n{text}")
 
 
 def fabric_nodes(state: RunState) -> list[str]:
