@@ -1,44 +1,143 @@
 """How an emulated link is shaped: rendered as tc argument lists, applied by the emulation.
 
 Pure data (STYLE.md: render, then check, then start). Each end of a link shapes its own
-egress, so both directions carry the configured rate.
+egress, so each direction of the link is shaped exactly once, by its sender, and carries the
+configured rate. docs/fidelity.md holds the measurements behind every number below.
 
-Recipe (provisional; docs/fidelity.md holds the measurements that justify it): one HTB class
-per interface at the link rate with burst and cburst of 15 kB, and a pfifo leaf. Measured
-here, this held 0.92 of the configured rate with 8 flows and fairness 1.00, where Mininet's
-TCLink set-up gave 0.77.
+The recipe, per interface::
+
+    root  htb (default class 1:1)
+    1:1   htb rate R ceil R burst B cburst B quantum Q     B = max(R * burst_s, n frames)
+    10:   leaf FIFO                                        switch side: bfifo, R * queue_s
+                                                           host side:   pfifo, 1000 packets
+
+Why each piece is there:
+
+- **One HTB class, rate = ceil = R.** A token bucket that queues rather than drops (an
+  ingress policer would drop, and TCP over a policer reaches well under its rate; this
+  kernel has no police action anyway). TBF would do for one class as well; HTB is kept
+  because it is what Mininet uses and it counts GSO packets correctly.
+- **burst = cburst = max(R x 4 ms, 8 full frames).** HTB sends while *both* buckets are
+  non-negative and caps each at its depth. Tokens that arrive while the qdisc waits for
+  a late timer or softirq beyond the depth are lost for good, so the depth is the
+  scheduling delay the shaper tolerates without losing rate. Mininet's TCLink sets
+  ``burst 15k`` but no cburst; tc then derives cburst = ceil/HZ + MTU, and with
+  high-resolution psched (HZ reported as 10^9) that is 1600 bytes, a single frame:
+  0.5 ms of tolerance at 25 Mbit/s, which a loaded 2-core machine overruns often. A
+  depth in *time* (scaled with the rate) keeps the tolerance the same on every link;
+  the floor in frames matters only for very slow links. A deeper bucket lets an idle
+  link send that many bytes back to back, which the next hop's queue must absorb:
+  4 ms is well inside the 10 ms queue below.
+- **quantum = one frame.** Only one class, so it never matters; setting it keeps tc from
+  warning ``quantum of class is big`` (r2q=10 gives R/80 bytes, over 200000 above
+  16 Mbit/s), which Mininet reports as ``*** Error``.
+- **Switch side: bfifo of R x 10 ms (at least 16 frames).** The leaf is the switch's
+  buffer, so it decides when and whom TCP loses packets from. Bytes, not packets: with
+  userspace TSO, Open vSwitch forwards GSO packets of up to 64 kB, and a packet-count
+  limit would hold anywhere between 1.5 kB and 64 kB per slot. 10 ms is several times the
+  emulator's own RTT (about 1-3 ms through 5 userspace bridges, more under load), enough
+  for TCP to keep the link busy across a loss, and short enough that 8 CUBIC or Reno
+  flows sharing a link lose packets often enough to converge to equal shares (Jain >= 0.98
+  measured; a 1000-packet pfifo gave 0.34-0.6 and 50-60 ms of standing queue). It also
+  keeps the bytes queued at Open vSwitch's egress small: ovs-vswitchd sends on every
+  port through one AF_PACKET socket, and when the packets queued in all its egress
+  qdiscs together exceed that socket's send buffer (net.core.wmem_default, 208 kB) it
+  drops packets on *any* port without counting them anywhere; a byte limit per queue
+  makes the qdisc the place that drops (counted by tc) in all but heavily congested
+  fabrics (see docs/fidelity.md).
+- **Host side: pfifo of 1000 packets.** The GPU's own egress is its NIC: a real NIC
+  backpressures the stack instead of dropping, and TCP Small Queues keeps each socket's
+  share of this queue to about a millisecond of data, so a deep queue here never drops;
+  a shallow one drops locally, which TCP treats as congestion and which BBR in
+  particular recovers from badly.
+- **overhead_bytes** (default 0) adds tc's per-frame ``overhead``: 24 emulates preamble,
+  inter-frame gap and FCS, making the shaped rate a true line rate. With 0, R counts
+  Ethernet frames as tc sees them (header + IP packet), and the best TCP goodput over
+  1500-byte frames is R x 1448/1514 = 0.956 R.
+
+Apply after the interface has joined its Open vSwitch bridge: ovs-vswitchd deletes a root
+qdisc it finds on a port when the port is added (and so again when ovs-vswitchd restarts).
+Mininet works around the same conflict by re-running TCIntf.config after ``add-port``.
+:func:`check_shaping` tells whether an interface still carries the recipe.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+#: Ethernet header bytes on top of the MTU (tc accounts dst+src+ethertype, no FCS).
+ETH_HEADER = 14
 
 
 @dataclass(frozen=True)
 class ShapingRecipe:
-    """Parameters of the HTB shaper. Defaults are the measured recipe."""
+    """Parameters of the shaper. Defaults are the measured recipe (docs/fidelity.md)."""
 
-    burst_bytes: int = 15_000
-    cburst_bytes: int = 15_000
-    leaf_limit_packets: int = 1000
+    #: HTB bucket depth (burst and cburst) as time at the link rate, seconds.
+    burst_s: float = 0.004
+    #: ... but never fewer than this many full frames.
+    min_burst_frames: int = 8
+    #: Switch-side leaf FIFO (bfifo) depth as time at the link rate, seconds.
+    queue_s: float = 0.010
+    #: ... but never fewer than this many full frames.
+    min_queue_frames: int = 16
+    #: Host-side (NIC) leaf FIFO depth, packets.
+    host_queue_packets: int = 1000
+    #: Extra bytes per frame HTB charges (tc ``overhead``): 24 = preamble + gap + FCS.
+    overhead_bytes: int = 0
+
+    def frame_bytes(self, mtu: int) -> int:
+        """A full frame as tc counts it."""
+        return mtu + ETH_HEADER
+
+    def burst_bytes(self, rate_bps: float, mtu: int = 1500) -> int:
+        """HTB burst and cburst for a link of ``rate_bps``."""
+        by_time = rate_bps / 8 * self.burst_s
+        return max(round(by_time), self.min_burst_frames * self.frame_bytes(mtu))
+
+    def queue_bytes(self, rate_bps: float, mtu: int = 1500) -> int:
+        """Byte limit of the switch-side leaf FIFO for a link of ``rate_bps``."""
+        by_time = rate_bps / 8 * self.queue_s
+        return max(round(by_time), self.min_queue_frames * self.frame_bytes(mtu))
 
 
 DEFAULT_RECIPE = ShapingRecipe()
 
 
-def _kbit(rate_bps: float) -> str:
-    return f"{max(1, round(rate_bps / 1000))}kbit"
+def _rate(rate_bps: float) -> str:
+    """tc rate in bit/s (exact; tc accepts ``25000000bit``)."""
+    return f"{max(1, round(rate_bps))}bit"
 
 
 def shaping_commands(
-    intf: str, rate_bps: float, recipe: ShapingRecipe = DEFAULT_RECIPE
+    intf: str,
+    rate_bps: float,
+    recipe: ShapingRecipe = DEFAULT_RECIPE,
+    *,
+    mtu: int = 1500,
+    host_side: bool = False,
 ) -> list[list[str]]:
     """tc commands (argv lists) that shape ``intf``'s egress to ``rate_bps``.
 
-    Run them in the namespace that owns ``intf``. The root qdisc replaces whatever is
-    there, so applying twice is harmless.
+    Run them in the namespace that owns ``intf``, after the interface has joined its
+    bridge if it is a switch port. ``host_side`` is True for the emulated GPU's (NIC's)
+    end of a link: it gets a deep packet FIFO instead of the switch buffer. ``mtu`` is
+    the interface's MTU (it sets the frame-count floors and the quantum). Every command
+    replaces what is there, so applying twice is harmless.
     """
-    rate = _kbit(rate_bps)
+    if rate_bps <= 0:
+        raise ValueError(f"rate must be positive, got {rate_bps!r}")
+    rate = _rate(rate_bps)
+    burst = str(recipe.burst_bytes(rate_bps, mtu))
+    htb_class = ["rate", rate, "ceil", rate, "burst", burst, "cburst", burst]
+    htb_class += ["quantum", str(recipe.frame_bytes(mtu))]
+    if recipe.overhead_bytes:
+        htb_class += ["overhead", str(recipe.overhead_bytes)]
+    if host_side:
+        leaf = ["pfifo", "limit", str(recipe.host_queue_packets)]
+    else:
+        leaf = ["bfifo", "limit", str(recipe.queue_bytes(rate_bps, mtu))]
     return [
         ["tc", "qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
         [
@@ -52,32 +151,35 @@ def shaping_commands(
             "classid",
             "1:1",
             "htb",
-            "rate",
-            rate,
-            "ceil",
-            rate,
-            "burst",
-            str(recipe.burst_bytes),
-            "cburst",
-            str(recipe.cburst_bytes),
+            *htb_class,
         ],
-        [
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            intf,
-            "parent",
-            "1:1",
-            "handle",
-            "10:",
-            "pfifo",
-            "limit",
-            str(recipe.leaf_limit_packets),
-        ],
+        ["tc", "qdisc", "replace", "dev", intf, "parent", "1:1", "handle", "10:", *leaf],
     ]
 
 
 def unshaping_commands(intf: str) -> list[list[str]]:
     """Remove the shaper (ignore the error if the interface is already gone)."""
     return [["tc", "qdisc", "del", "dev", intf, "root"]]
+
+
+def check_command(intf: str) -> list[str]:
+    """tc command whose output :func:`check_shaping` reads (iproute2 6.1 prints HTB
+    classes as text even with ``-j``, so the text form is what is parsed)."""
+    return ["tc", "class", "show", "dev", intf]
+
+
+_TC_CLASS = re.compile(r"class htb 1:1 .*?\brate (\d+(?:\.\d+)?)([KMGT]?)bit\b")
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def check_shaping(tc_class_output: str, rate_bps: float) -> str | None:
+    """None if ``tc class show`` output has HTB class 1:1 at ``rate_bps`` (within the 1%
+    that tc's printing rounds to), else a sentence saying what is wrong. No HTB at all is
+    what Open vSwitch leaves when it removed the qdisc."""
+    match = _TC_CLASS.search(tc_class_output)
+    if match is None:
+        return "no HTB class 1:1 (the shaper is missing; applied before add-port?)"
+    got = float(match.group(1)) * _PREFIX[match.group(2)]
+    if abs(got - rate_bps) > rate_bps * 0.01:
+        return f"HTB class 1:1 shapes to {got:.0f} bit/s, not {rate_bps:.0f}"
+    return None
