@@ -1,6 +1,6 @@
 """Bring-up and teardown time and peak memory of the emulation, per fabric.
 
-    sudo .venv/bin/python benchmarks/bringup.py [FABRIC ...] [--repeat N]
+    sudo .venv/bin/python benchmarks/bringup.py [FABRIC ...] [--repeat N] [--lock-wait S]
 
 Default fabrics: ``astral-small`` (the default fabric, 8 GPUs) and ``astral-64`` (64 GPUs).
 For each run it brings the fabric up with :class:`orchestrator.emulation.Emulation` (which
@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from orchestrator.emulation import Emulation  # noqa: E402
+from orchestrator.lock import RunLock  # noqa: E402
+from topologies.errors import ConcurrentRunError  # noqa: E402
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -133,7 +135,21 @@ class Row:
     detail: str
 
 
-def measure(fabric: str, timeout: float) -> Row:
+def wait_for_lock(seconds: float) -> None:
+    """Return once no other run holds the lock (or raise after ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with RunLock(purpose="benchmark probe"):
+                return
+        except ConcurrentRunError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def measure(fabric: str, timeout: float, lock_wait: float) -> Row:
+    wait_for_lock(lock_wait)
     emulation = Emulation(fabric, ready_timeout=timeout)
     with PeakSampler() as peak:
         try:
@@ -181,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("fabrics", nargs="*", default=["astral-small", "astral-64"])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--lock-wait", type=float, default=0.0, help="wait this long for another run's lock"
+    )
     args = parser.parse_args(argv)
     for line in conditions():
         print(line)
@@ -193,7 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     details = []
     for fabric in args.fabrics:
         for _ in range(args.repeat):
-            row = measure(fabric, args.timeout)
+            deadline = time.monotonic() + args.lock_wait
+            while True:
+                try:
+                    row = measure(fabric, args.timeout, max(0.0, deadline - time.monotonic()))
+                    break
+                except ConcurrentRunError:  # taken between the wait and the start
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(2)
             print(
                 f"{row.fabric:14} {row.gpus:>4} {row.switches:>4} {row.links:>5} "
                 f"{row.up:>7.2f} {row.build:>6.2f} {row.program:>7.2f} {row.ready:>6.2f} "

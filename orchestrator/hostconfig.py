@@ -174,7 +174,13 @@ def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
         routes += _rail_routes(description, addresses)
 
     rates = _link_rates(description, gpu)
-    shaping = [argv for port in ports for argv in shaping_commands(port.intf, rates[port.port])]
+    # host_side: the GPU's own egress is its NIC (or NVLink port), which backpressures
+    # instead of dropping (orchestrator.shaping explains the recipe).
+    shaping = [
+        argv
+        for port in ports
+        for argv in shaping_commands(port.intf, rates[port.port], host_side=True)
+    ]
 
     return HostConfig(
         gpu=gpu,

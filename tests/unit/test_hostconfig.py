@@ -8,7 +8,8 @@ import pytest
 
 from orchestrator.batch import plan_steps, script
 from orchestrator.hostconfig import render_all, render_host_config
-from orchestrator.readiness import probe_plan
+from orchestrator.probe import checksum, echo_request, parse_reply
+from orchestrator.readiness import probe_argv, probe_plan
 from orchestrator.shaping import shaping_commands
 from orchestrator.wiring import check_name, plan_wiring
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC
@@ -106,11 +107,14 @@ def test_every_port_is_shaped_to_its_emulated_rate(astral: FabricDescription) ->
     nvlink = astral.fabric.spec.speeds.nvlink * scale
     nic = astral.fabric.spec.speeds.nic * scale
     expected = [
-        *shaping_commands("p0s0g0-eth0", nvlink),
-        *shaping_commands("p0s0g0-eth1", nic),
-        *shaping_commands("p0s0g0-eth2", nic),
+        *shaping_commands("p0s0g0-eth0", nvlink, host_side=True),
+        *shaping_commands("p0s0g0-eth1", nic, host_side=True),
+        *shaping_commands("p0s0g0-eth2", nic, host_side=True),
     ]
     assert list(config.shaping) == expected
+    # the switch ends get the switch-side recipe (orchestrator.wiring)
+    shapers = {s.intf: s for s in plan_wiring(astral).shapers}
+    assert shapers["p0r0t0-eth1"].commands() == shaping_commands("p0r0t0-eth1", nic)
 
 
 def test_commands_order_sysctls_first_routes_after_links(astral: FabricDescription) -> None:
@@ -218,3 +222,23 @@ def test_inline_spec_renders_without_a_file() -> None:
     description = FabricDescription.of(build_fabric(spec))
     config = render_host_config(description, "p0s0g0")
     assert config.routes[0][:4] == ["ip", "route", "replace", FABRIC_PREFIX]
+
+
+def test_probes_share_one_echo_rate_and_get_time_to_send_theirs() -> None:
+    argv = probe_argv(targets=133, gpus=64, timeout=3.0, rate=2000.0)
+    rate = float(argv[argv.index("--rate") + 1])
+    seconds = float(argv[argv.index("--timeout") + 1])
+    assert rate == pytest.approx(31.25, abs=0.1)
+    assert seconds == pytest.approx(3.0 + 133 / 31.25, abs=0.01)
+    few = probe_argv(targets=15, gpus=8, timeout=3.0, rate=2000.0)
+    assert float(few[few.index("--rate") + 1]) == 250.0
+
+
+def test_echo_request_checksums_and_replies_parse() -> None:
+    request = echo_request(0x1234, 7)
+    assert checksum(request) == 0  # a valid checksum makes the sum over the message zero
+    ip_header = bytes([0x45]) + bytes(11) + bytes([10, 1, 1, 2]) + bytes([10, 0, 0, 1])
+    reply = bytes([0, 0]) + request[2:]
+    assert parse_reply(ip_header + reply) == ("10.1.1.2", 0x1234, 7)
+    assert parse_reply(ip_header + request) is None  # a request is not a reply
+    assert parse_reply(b"short") is None
