@@ -250,7 +250,7 @@ class Emulation:
             self.controller.wait_programmed(dpids, timeout=self.ready_timeout)
         with self._step("reachable"):
             rounds = wait_reachable(
-                probe_plan(self.description), self._spawn_probe, timeout=self.ready_timeout
+                probe_plan(self.description), self.netns_paths(), timeout=self.ready_timeout
             )
             self.timings["reachable_rounds"] = rounds
         state.set_status("up")
@@ -513,12 +513,10 @@ class Emulation:
                 f"configuring {len(failures)} GPU namespaces failed: " + " | ".join(failures[:6])
             )
 
-    def _spawn_probe(self, gpu: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        process: subprocess.Popen[bytes] = self.hosts[gpu].popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=str(REPO),
-        )  # fmt: skip
-        return process
+    def netns_paths(self) -> dict[str, str]:
+        """GPU -> its network namespace (``/proc/<shell pid>/ns/net``), for setns(2) or
+        ``nsenter --net=PATH``; valid while the emulation is up."""
+        return {name: f"/proc/{host.pid}/ns/net" for name, host in self.hosts.items()}
 
     # -- running things in GPUs ----------------------------------------------------------
 

@@ -8,26 +8,21 @@
   another rail are reached through NVLink, so they are probed unbound;
 - every server-mate's NVLink address, through the NVLink port.
 
-:func:`wait_reachable` runs ``python -m orchestrator.probe`` in every GPU's namespace at
-once, re-probes what failed until everything answered or the timeout passes, then raises
+:func:`wait_reachable` probes from every GPU's namespace at once (orchestrator.probe: one
+process, sockets opened inside each namespace, paced), re-probes what failed until
+everything answered or the timeout passes, then raises
 :class:`~topologies.errors.EmulationError` naming the failing pairs.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
+from orchestrator.probe import probe_namespaces
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -67,81 +62,42 @@ def probe_plan(description: FabricDescription) -> dict[str, list[Target]]:
     return plan
 
 
-# Echoes per second all GPUs together send. Open vSwitch's userspace datapath forwards
-# every echo and reply through up to five bridges and drops, without counting, what it
-# cannot keep up with (ovs-vswitchd sends on all ports through one socket whose buffer
-# also holds what waits in the shapers): 64 GPUs probing unpaced lost nine echoes in ten.
+# Echoes per second all GPUs together send (orchestrator.probe explains the pacing).
 PROBE_RATE = 2000.0
-MIN_PROBE_RATE = 20.0
-
-# Starts ``argv`` inside a GPU's namespace with stdin/stdout pipes (Mininet: host.popen).
-Spawner = Callable[[str, list[str]], "subprocess.Popen[bytes]"]
 
 
-def probe_argv(targets: int, gpus: int, timeout: float, rate: float = PROBE_RATE) -> list[str]:
-    """The probe command for one of ``gpus`` GPUs probing at once: its share of ``rate``
-    echoes per second, and long enough to send ``targets`` echoes at that pace."""
-    share = max(MIN_PROBE_RATE, rate / max(1, gpus))
-    seconds = timeout + targets / share
-    return [
-        sys.executable, "-m", "orchestrator.probe",
-        "--timeout", f"{seconds:.3f}", "--rate", f"{share:.1f}",
-    ]  # fmt: skip
+def round_timeout(plan: Mapping[str, list[Target]], base: float, rate: float) -> float:
+    """Long enough to send every echo at ``rate`` and still wait ``base`` for the last."""
+    return base + sum(len(targets) for targets in plan.values()) / rate
 
 
 def probe_once(
-    plan: Mapping[str, list[Target]], spawn: Spawner, timeout: float, rate: float = PROBE_RATE
+    plan: Mapping[str, list[Target]],
+    netns: Mapping[str, str],
+    timeout: float = 3.0,
+    rate: float = PROBE_RATE,
 ) -> dict[str, list[Target]]:
-    """Probe every GPU's targets in parallel; return the unanswered ones per GPU.
-
-    All GPUs together send at most ``rate`` echoes per second (see PROBE_RATE).
-    """
-    running: dict[str, subprocess.Popen[bytes]] = {}
-    failed: dict[str, list[Target]] = {}
-    probing = [gpu for gpu, targets in plan.items() if targets]
-    longest = max((len(plan[gpu]) for gpu in probing), default=0)
-    try:
-        for gpu in probing:
-            running[gpu] = spawn(gpu, probe_argv(len(plan[gpu]), len(probing), timeout, rate))
-        # Every probe gets its targets before any result is read: they run concurrently.
-        for gpu, process in running.items():
-            request = json.dumps([{"target": t.address, "dev": t.dev} for t in plan[gpu]])
-            assert process.stdin is not None
-            try:
-                process.stdin.write(request.encode())
-                process.stdin.close()
-            except OSError:
-                pass  # it died: no results, all its targets count as failed
-            process.stdin = None  # written: communicate() below only reads
-        deadline = time.monotonic() + timeout + 30 + longest * len(probing) / rate
-        for gpu, process in running.items():
-            targets = plan[gpu]
-            try:
-                out, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
-                results: list[dict[str, Any]] = json.loads(out.decode() or "null") or []
-            except (subprocess.TimeoutExpired, ValueError):
-                process.kill()
-                process.communicate()
-                results = []
-            if len(results) != len(targets):
-                failed[gpu] = list(targets)
-                continue
-            missed = [t for t, r in zip(targets, results, strict=True) if r.get("rtt") is None]
-            if missed:
-                failed[gpu] = missed
-    finally:
-        for process in running.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+    """Probe every GPU's targets at once, from inside the GPUs' namespaces (``netns``: GPU
+    -> its /proc/<pid>/ns/net); return the unanswered ones per GPU."""
+    echoes = {
+        gpu: [{"target": t.address, "dev": t.dev} for t in targets]
+        for gpu, targets in plan.items()
+        if targets
+    }
+    rtts = probe_namespaces(echoes, netns, round_timeout(plan, timeout, rate), rate)
+    failed = {}
+    for gpu, results in rtts.items():
+        missed = [t for t, rtt in zip(plan[gpu], results, strict=True) if rtt is None]
+        if missed:
+            failed[gpu] = missed
     return failed
 
 
 def wait_reachable(
     plan: Mapping[str, list[Target]],
-    spawn: Spawner,
+    netns: Mapping[str, str],
     timeout: float = 30.0,
-    round_timeout: float = 3.0,
+    rate: float = PROBE_RATE,
 ) -> int:
     """Probe until every target answered; return the number of rounds it took.
 
@@ -152,7 +108,7 @@ def wait_reachable(
     rounds = 0
     while remaining:
         rounds += 1
-        remaining = probe_once(remaining, spawn, round_timeout)
+        remaining = probe_once(remaining, netns, rate=rate)
         if remaining and time.monotonic() >= deadline:
             failing = [t for targets in remaining.values() for t in targets]
             shown = "; ".join(t.describe() for t in failing[:12])

@@ -104,7 +104,7 @@ def assert_reachable(emulation: Emulation, timeout: float = 30.0) -> None:
     plan = probe_plan(emulation.description)
     deadline = time.monotonic() + timeout
     while True:
-        failed = probe_once(plan, emulation._spawn_probe, 3.0)
+        failed = probe_once(plan, emulation.netns_paths())
         missing = [t.describe() for targets in failed.values() for t in targets]
         if not missing:
             return

@@ -9,7 +9,7 @@ import pytest
 from orchestrator.batch import plan_steps, script
 from orchestrator.hostconfig import render_all, render_host_config
 from orchestrator.probe import checksum, echo_request, parse_reply
-from orchestrator.readiness import probe_argv, probe_plan
+from orchestrator.readiness import probe_plan, round_timeout
 from orchestrator.shaping import shaping_commands
 from orchestrator.wiring import check_name, plan_wiring
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC
@@ -224,14 +224,13 @@ def test_inline_spec_renders_without_a_file() -> None:
     assert config.routes[0][:4] == ["ip", "route", "replace", FABRIC_PREFIX]
 
 
-def test_probes_share_one_echo_rate_and_get_time_to_send_theirs() -> None:
-    argv = probe_argv(targets=133, gpus=64, timeout=3.0, rate=2000.0)
-    rate = float(argv[argv.index("--rate") + 1])
-    seconds = float(argv[argv.index("--timeout") + 1])
-    assert rate == pytest.approx(31.25, abs=0.1)
-    assert seconds == pytest.approx(3.0 + 133 / 31.25, abs=0.01)
-    few = probe_argv(targets=15, gpus=8, timeout=3.0, rate=2000.0)
-    assert float(few[few.index("--rate") + 1]) == 250.0
+def test_a_probe_round_lasts_long_enough_to_send_every_echo_at_the_rate(
+    astral: FabricDescription,
+) -> None:
+    plan = probe_plan(astral)
+    echoes = sum(len(t) for t in plan.values())
+    assert echoes == 8 * (7 * 2 + 1)
+    assert round_timeout(plan, 3.0, 2000.0) == pytest.approx(3.0 + echoes / 2000.0)
 
 
 def test_echo_request_checksums_and_replies_parse() -> None:
