@@ -292,6 +292,13 @@ class AdaptivePolicy:
         self._nic_ports: set[Hop] = set()  # (ToR, port) facing a GPU
         self._dpid: dict[str, int] = {}
 
+    def paths(self, switch: str, gpu: str) -> list[Path]:
+        """The equal-cost paths a connection entering at ``switch`` may take to ``gpu`` (as
+        of the last render), sorted: it starts on ``placement_index(flow, len(paths))``."""
+        if self._fabric is None:
+            raise RuntimeError("render() first")
+        return list(self._fabric.shortest(switch, gpu))
+
     # --- rendering -----------------------------------------------------------------------
 
     def render(

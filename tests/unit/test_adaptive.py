@@ -240,16 +240,15 @@ def test_policy_catches_tcp_places_connections_and_moves_one_off_a_hot_uplink(
     other_src = description.addresses["p0s1g0"].fabric_ip
     assert nic(description, "p0s1g0", 1)[0] == tor
     other_dst = description.addresses["p1s1g0"].fabric_ip
-    paths = policy._fabric.shortest(tor, "p1s0g0")  # type: ignore[union-attr]
+    paths = policy.paths(tor, "p1s0g0")
     assert len(paths) == 8  # 2 aggs x 2 cores x 2 ToRs of the destination
     first = FiveTuple("tcp", src, 40001, dst, 5201)
     uplink = paths[placement_index(first, 8)].hops[0]
+    others = policy.paths(tor, "p1s1g0")
     sport = next(
         p
         for p in range(40000, 41000)
-        if policy._fabric.shortest(tor, "p1s1g0")[  # type: ignore[union-attr]
-            placement_index(FiveTuple("tcp", other_src, p, other_dst, 5201), 8)
-        ].hops[0]
+        if others[placement_index(FiveTuple("tcp", other_src, p, other_dst, 5201), 8)].hops[0]
         == uplink
     )
     second = FiveTuple("tcp", other_src, sport, other_dst, 5201)
