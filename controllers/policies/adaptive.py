@@ -40,9 +40,12 @@ per-connection entries are removed as stale and the catch entries re-learn the l
 Options (``adaptive:hot=0.8,cooldown=5``): ``hot``, ``hot_polls``, ``margin``,
 ``cooldown``, ``min_share``, ``idle``, ``max_flows`` (:class:`AdaptiveParams`).
 
-The copy to the controller is an ``Output`` to OpenFlow's reserved CONTROLLER port (the app
-sends the whole packet: a SYN, or a few data packets of a connection that was running before
-it was tracked).
+The copy to the controller is an ``Output`` to OpenFlow's reserved CONTROLLER port (the plan
+has no action with a ``max_len``, so the switch sends the whole packet: a SYN, or the few
+data packets of an untracked connection that pass before its entries are installed).
+Measured on astral-small (tests/integration/test_adaptive.py): two 20 Mbit/s flows hashed
+onto one uplink are split 1.8-2.5 s after they start (three hot polls at 0.5 s), then run at
+17-18.5 Mbit/s each.
 """
 
 from __future__ import annotations
