@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.run",
     "orchestrator.commands.clean",
     "orchestrator.commands.doctor",
+    "orchestrator.commands.calibrate",
 )
 
 

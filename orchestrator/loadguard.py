@@ -6,8 +6,11 @@ of it measures the emulator, not the fabric. ``astral calibrate`` (orchestrator.
 where it exists) measures that capacity and stores it; this module compares an experiment
 against it before anything starts:
 
-    offered load = sum over the placement's GPUs of NIC ports x emulated NIC rate (bits/s):
-                   the most the GPUs can inject into the fabric at once
+    offered load = placement's GPUs x NIC ports x emulated NIC rate x mean switch hops:
+                   the most the GPUs can inject into the fabric at once, in the
+                   calibration's unit, hop-bit/s (bit/s summed over the Open vSwitch
+                   switches each bit crosses: the datapath's work is per packet per
+                   switch; orchestrator.calibration.offered_load)
 
 - calibrated, offered <= safe share x capacity: run;
 - above it: refuse (ExperimentError on ``load_limit.force``, exit 2), unless the experiment
@@ -22,6 +25,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.calibration import offered_load as calibrated_load
 from orchestrator.experiment import ExperimentSpec
 from topologies.errors import ExperimentError
 
@@ -114,13 +118,13 @@ class LoadVerdict:
 
 
 def _mbps(bps: float) -> str:
-    return f"{bps / 1e6:.0f} Mbit/s"
+    return f"{bps / 1e6:.0f} hop-Mbit/s"
 
 
 def offered_load(spec: ExperimentSpec) -> float:
-    """Bits/s the placement's GPUs can inject at most: NIC ports x emulated NIC rate each."""
-    fabric = spec.fabric
-    return spec.ranks * fabric.nic_ports * fabric.emulation.emulated(fabric.speeds.nic)
+    """hop-bit/s the placement's GPUs can inject at most: NIC ports x emulated NIC rate
+    each, carried over the mean number of switches between them."""
+    return calibrated_load(spec.fabric, spec.gpus).hop_bps
 
 
 def machine_capacity() -> Capacity | None:

@@ -1,0 +1,136 @@
+"""``astral calibrate``: how much traffic this machine's emulator carries before fidelity drops.
+
+    sudo astral calibrate                     default fabric (astral-small), about a minute
+    sudo astral calibrate --quick             two steps, well under a minute
+    sudo astral calibrate FABRIC --out FILE   another fabric, another file
+    astral calibrate --show                   print the stored calibration, measure nothing
+
+It brings up the fabric with trunks faster than its NICs, runs 1, 2, 4, ... TCP flows at
+the emulated NIC rate across it (the longest paths), then all of them with every link
+re-shaped 2x, 4x, 8x faster, until the goodput falls below 0.9 of what a perfect emulator
+would carry. The capacity is in hop-bit/s: bit/s summed over the Open vSwitch switches each
+bit crosses (the userspace datapath's work is per packet per switch). It is stored with the
+conditions it was measured under (cores, load, datapath, TSO, OVS version, date) in
+``/var/lib/astral/calibration.json`` (``$ASTRAL_CALIBRATION`` or ``--out`` to change it).
+``astral run`` compares each experiment's offered load (GPUs x NIC ports x emulated NIC
+rate x mean switch hops) against the safe share (default 0.7) of it and refuses above,
+unless forced (``--force``; the results are then marked emulator-bound).
+orchestrator/calibration.py has the details; docs/fidelity.md the measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from orchestrator import calibration as cal
+from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
+from topologies.spec import load_fabric_spec
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="measure how much traffic the emulator carries faithfully here (needs root)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "fabric",
+        nargs="?",
+        default=str(DEFAULT_FABRIC),
+        metavar="FABRIC",
+        help="fabric YAML file or preset name to calibrate on (default: astral-small)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"calibration file (default: ${cal.ENV_VAR} or {cal.DEFAULT_PATH})",
+    )
+    parser.add_argument("--quick", action="store_true", help="two short steps (tests, a glance)")
+    parser.add_argument("--show", action="store_true", help="print the stored calibration and exit")
+    parser.add_argument(
+        "--safe-share",
+        type=_share,
+        default=cal.DEFAULT_SAFE_SHARE,
+        metavar="SHARE",
+        help=f"share of the capacity runs may offer (default {cal.DEFAULT_SAFE_SHARE})",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="measuring window of each step (default 4, --quick 2.5)",
+    )
+    parser.add_argument(
+        "--lock-wait",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to wait for another astral run to finish (default 600)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, found {value:g}")
+    return value
+
+
+def say(message: str) -> None:
+    print(f"astral: {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = cal.calibration_path(args.out)
+    spec = load_fabric_spec(resolve_fabric_path(args.fabric))
+    if args.show:
+        stored = cal.load_calibration(path)
+        if stored is None:
+            print(f"no calibration at {path}: run `sudo astral calibrate`")
+            return 1
+        print_calibration(stored, spec)
+        return 0
+    plan = cal.QUICK_PLAN if args.quick else cal.DEFAULT_PLAN
+    if args.duration is not None:
+        plan = replace(plan, duration=args.duration)
+    began = time.monotonic()
+    result = cal.calibrate(
+        spec, plan, safe_share=args.safe_share, lock_wait=args.lock_wait, log=say
+    )
+    where = cal.save_calibration(result, path)
+    result = cal.load_calibration(where) or result  # what a run will read
+    print_calibration(result, spec)
+    print(f"took {time.monotonic() - began:.0f} s; written to {where}")
+    return 0
+
+
+def print_calibration(calibration: cal.Calibration, spec: Any) -> None:
+    fabric = calibration.fabric
+    print(
+        f"# astral calibrate: fabric {fabric.get('name', '?')} with trunks "
+        f"{fabric.get('trunk_factor', '?')}x the NIC rate, policy {fabric.get('policy', '?')}, "
+        f"{fabric.get('duration_s', '?')} s per step; ratio = goodput / (flows x rate x "
+        f"{cal.TCP_PAYLOAD_SHARE:.3f})"
+    )
+    for line in cal.step_lines(calibration.steps):
+        print(f"  {line}")
+    for line in calibration.lines():
+        print(line)
+    assessment = cal.assess(spec, calibration=calibration)
+    print(f"example    {spec.name}, every GPU: {assessment.line()}")
+    if calibration.source and os.environ.get(cal.ENV_VAR):
+        print(f"(file from ${cal.ENV_VAR}: {calibration.source})")

@@ -1,0 +1,293 @@
+"""The calibration's pure parts: file round trip and validation, switch hops and offered
+load, the verdict thresholds, finding the capacity from steps, and the load guard reading
+a calibration. No root: nothing here measures."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator import calibration as cal
+from orchestrator.cli import main as cli_main
+from orchestrator.experiment import load_experiment
+from orchestrator.loadguard import Capacity, load_guard, machine_capacity
+from orchestrator.traffic import TCP_PAYLOAD_SHARE, Flow, FlowResult, TrafficResult
+from topologies.errors import ConfigError, ExperimentError
+from topologies.generators import build_fabric
+from topologies.spec import load_fabric_spec
+
+REPO = Path(__file__).resolve().parents[2]
+PRESETS = REPO / "topologies" / "presets"
+SMALL = load_fabric_spec(PRESETS / "astral-small.yaml")
+DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
+
+
+def step(flows: int, factor: float, ratio: float, hops: float = 5.0) -> cal.Step:
+    rate = 20e6 * factor
+    offered = flows * rate
+    return cal.Step(
+        flows=flows,
+        rate_bps=rate,
+        hops=hops,
+        offered_bps=offered,
+        offered_hop_bps=offered * hops,
+        achieved_bps=ratio * offered * TCP_PAYLOAD_SHARE,
+        ratio=ratio,
+    )
+
+
+def sample(**changes: object) -> cal.Calibration:
+    calibration = cal.Calibration(
+        capacity_bps=9.5e8,
+        bound="bracketed",
+        measured_at="2026-01-01T00:00:00Z",
+        conditions={"cpus": 2, "loadavg_start": [1.0, 2.0, 3.0], "datapath": "userspace"},
+        fabric={"name": "astral-small", "nic_rate_bps": 2e7},
+        steps=(step(1, 1, 0.98), step(8, 1, 0.85)),
+    )
+    return replace(calibration, **changes)
+
+
+@pytest.fixture(autouse=True)
+def no_machine_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Never read this machine's real calibration file."""
+    monkeypatch.setenv(cal.ENV_VAR, str(tmp_path / "absent.json"))
+
+
+# --- file -------------------------------------------------------------------------------------
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    written = cal.save_calibration(sample(), tmp_path / "sub" / "cal.json")
+    loaded = cal.load_calibration(written)
+    assert loaded is not None
+    assert loaded.source == str(written)
+    assert replace(loaded, source="") == sample()
+    assert json.loads(written.read_text())["unit"] == "hop-bit/s"
+
+
+def test_missing_file_is_no_calibration(tmp_path: Path) -> None:
+    assert cal.load_calibration(tmp_path / "nothing.json") is None
+    assert cal.load_calibration() is None  # $ASTRAL_CALIBRATION points nowhere
+
+
+def test_path_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert cal.calibration_path(tmp_path / "x.json") == tmp_path / "x.json"
+    monkeypatch.setenv(cal.ENV_VAR, str(tmp_path / "env.json"))
+    assert cal.calibration_path() == tmp_path / "env.json"
+    monkeypatch.delenv(cal.ENV_VAR)
+    assert cal.calibration_path() == cal.DEFAULT_PATH
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("", "", "an empty file"),
+        ("{not json", "", "invalid JSON"),
+        ("[1, 2]", "", "a JSON object"),
+        ('{"version": 7}', "version", "7"),
+    ],
+)
+def test_damaged_file_says_what_and_how_to_fix(
+    tmp_path: Path, text: str, key: str, words: str
+) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        cal.load_calibration(path)
+    message = str(caught.value)
+    assert str(path) in message and words in message and "astral calibrate" in message
+    assert caught.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"capacity_bps": -1}, "capacity_bps"),
+        ({"capacity_bps": "fast"}, "capacity_bps"),
+        ({"capacity_bps": 0}, "capacity_bps"),
+        ({"safe_share": 1.5}, "safe_share"),
+        ({"threshold": 0}, "threshold"),
+        ({"bound": "roughly"}, "bound"),
+        ({"unit": "bit/s"}, "unit"),
+        ({"conditions": []}, "conditions"),
+        ({"steps": {}}, "steps"),
+        ({"steps": [{"flows": 1}]}, "steps[0].rate_bps"),
+        ({"steps": [{**vars(step(1, 1, 0.9)), "ratio": "x"}]}, "steps[0].ratio"),
+    ],
+)
+def test_invalid_fields_are_named(tmp_path: Path, change: dict[str, object], key: str) -> None:
+    document = sample().to_dict() | change
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError) as caught:
+        cal.load_calibration(path)
+    assert caught.value.key == key
+    assert str(path) in str(caught.value)
+
+
+def test_summary_lines_name_capacity_safe_load_and_conditions() -> None:
+    text = "\n".join(sample().lines())
+    assert "950 hop-Mbit/s" in text and "665 hop-Mbit/s" in text and "70%" in text
+    assert "2 CPUs" in text and "userspace" in text
+
+
+# --- hops and offered load --------------------------------------------------------------------
+
+
+def test_switch_hops_on_astral_small() -> None:
+    fabric = build_fabric(SMALL)
+    hops = cal.switch_hops(fabric, "p0s0g0")
+    assert hops["p0s1g0"] == 1  # same dual-ToR pair
+    assert hops["p0s1g1"] == 5  # another rail: up through a core and down
+    assert hops["p1s1g0"] == 5  # another pod
+    assert "p0s0g0" not in hops
+
+
+def test_mean_hops_skips_server_mates_and_handles_subsets() -> None:
+    fabric = build_fabric(SMALL)
+    # per GPU: 1 peer at 1 hop, 5 at 5 hops (its server-mate talks over NVLink)
+    assert cal.mean_hops(fabric) == pytest.approx(26 / 6)
+    assert cal.mean_hops(fabric, ["p0s0g0", "p0s1g0"]) == 1
+    assert cal.mean_hops(fabric, ["p0s0g0", "p0s0g1"]) == 0.0  # one server: no fabric
+
+
+def test_rail_only_reaches_other_rails_through_a_server_mate() -> None:
+    fabric = build_fabric(load_fabric_spec(PRESETS / "rail-only-small.yaml"))
+    assert fabric.gpu_forwarding
+    hops = cal.switch_hops(fabric, "p0s0g0")
+    others = [g for g in fabric.gpus if fabric.gpus[g].server != "p0s0"]
+    assert all(hops[g] >= 1 for g in others)
+
+
+def test_offered_load() -> None:
+    load = cal.offered_load(SMALL)
+    assert (load.gpus, load.nic_ports, load.nic_rate_bps) == (8, 2, 20e6)
+    assert load.gpu_bps == 320e6
+    assert load.hop_bps == pytest.approx(320e6 * 26 / 6)
+    pair = cal.offered_load(SMALL, ["p0s0g0", "p0s1g0"])
+    assert pair.hop_bps == pytest.approx(2 * 2 * 20e6 * 1)
+
+
+# --- verdict ----------------------------------------------------------------------------------
+
+
+def test_verdict_thresholds() -> None:
+    calibration = sample(capacity_bps=1000.0)
+    assert cal.verdict(700.0, calibration) is cal.Verdict.OK  # exactly the safe share
+    assert cal.verdict(700.1, calibration) is cal.Verdict.OVER
+    assert cal.verdict(900.0, calibration, safe_share=0.95) is cal.Verdict.OK
+    assert cal.verdict(1.0, None) is cal.Verdict.UNCALIBRATED
+
+
+def test_assess_reports_share_and_says_when_uncalibrated() -> None:
+    offered = cal.offered_load(SMALL).hop_bps
+    assessment = cal.assess(SMALL, calibration=sample(capacity_bps=offered * 2))
+    assert assessment.verdict is cal.Verdict.OK and assessment.share == pytest.approx(0.5)
+    assert "within" in assessment.line()
+    over = cal.assess(SMALL, calibration=sample(capacity_bps=offered))
+    assert over.verdict is cal.Verdict.OVER and "EXCEEDS" in over.line()
+    none = cal.assess(SMALL)
+    assert none.verdict is cal.Verdict.UNCALIBRATED and "no calibration" in none.line()
+
+
+# --- capacity from steps ----------------------------------------------------------------------
+
+
+def test_capacity_is_interpolated_where_the_ratio_crosses_the_threshold() -> None:
+    steps = [step(1, 1, 0.98), step(2, 1, 0.95), step(4, 1, 0.85)]
+    capacity, bound = cal.find_capacity(steps)
+    assert bound == "bracketed"
+    assert 200e6 < capacity < 400e6  # between the 2- and the 4-flow step (x 5 hops)
+    # half-way in ratio -> geometric mean of the loads
+    assert capacity == pytest.approx((200e6 * 400e6) ** 0.5)
+
+
+def test_capacity_bounds() -> None:
+    assert cal.find_capacity([step(1, 1, 0.97), step(8, 2, 0.93)]) == (1600e6, "lower")
+    capacity, bound = cal.find_capacity([step(2, 1, 0.5)])
+    assert bound == "upper" and capacity == pytest.approx(0.5 * TCP_PAYLOAD_SHARE * 200e6)
+    with pytest.raises(ValueError):
+        cal.find_capacity([])
+
+
+def test_step_ratios_come_from_the_measured_goodputs() -> None:
+    flows = [Flow("a", "b"), Flow("b", "a")]
+    result = TrafficResult(
+        window_s=4.0, flows=[FlowResult(flows[0], 18e6, 3), FlowResult(flows[1], 16e6, 1)]
+    )
+    made = cal.step_of(result, flows, 20e6, {flows[0]: 5, flows[1]: 3})
+    assert made.achieved_bps == 34e6
+    assert made.ratio == pytest.approx(34e6 / (40e6 * TCP_PAYLOAD_SHARE))
+    assert made.offered_hop_bps == 20e6 * 5 + 20e6 * 3 and made.hops == 4
+    assert made.retransmits == 4 and made.jain == pytest.approx(34**2 / (2 * (18**2 + 16**2)))
+    merged = cal.merge_steps(made, replace(made, ratio=0.5, achieved_bps=10e6))
+    assert merged.runs == 2 and merged.ratio == pytest.approx((made.ratio + 0.5) / 2)
+
+
+def test_calibration_fabric_and_flows() -> None:
+    spec = cal.calibration_fabric(SMALL)
+    assert spec.speeds.tor_agg == spec.speeds.agg_core == 4 * SMALL.speeds.nic
+    fabric = build_fabric(spec)
+    flows = cal.calibration_flows(fabric)
+    assert len(flows) == 8
+    assert sorted(f.src for f in flows) == sorted(fabric.gpus)  # one sending flow per GPU
+    assert sorted(f.dst for f in flows) == sorted(fabric.gpus)  # one receiving flow per GPU
+    assert all(fabric.gpus[f.src].pod != fabric.gpus[f.dst].pod for f in flows)
+    assert {cal.switch_hops(fabric, f.src)[f.dst] for f in flows} == {5}
+
+
+# --- the load guard reads it ------------------------------------------------------------------
+
+
+def test_load_guard_uses_the_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    spec = load_experiment(DEFAULT_EXPERIMENT)
+    offered = cal.offered_load(spec.fabric, spec.gpus).hop_bps
+    path = tmp_path / "cal.json"
+    monkeypatch.setenv(cal.ENV_VAR, str(path))
+    assert machine_capacity() is None
+    assert load_guard(spec).summary()[0].startswith("load guard: no calibration")
+
+    cal.save_calibration(sample(capacity_bps=offered * 2), path)
+    capacity = machine_capacity()
+    assert capacity == Capacity(offered * 2, 0.7, str(path))
+    verdict = load_guard(spec)
+    assert verdict.offered_bps == pytest.approx(offered)
+    assert not verdict.over and not verdict.refused
+
+    cal.save_calibration(sample(capacity_bps=offered), path)
+    refused = load_guard(spec)
+    assert refused.refused and isinstance(refused.error(), ExperimentError)
+    forced = load_guard(spec, force=True)
+    assert forced.emulator_bound and forced.to_dict()["emulator_bound"] is True
+
+
+def test_load_guard_stops_on_a_damaged_calibration(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text("{")
+    monkeypatch.setenv(cal.ENV_VAR, str(path))
+    with pytest.raises(ConfigError):
+        load_guard(load_experiment(DEFAULT_EXPERIMENT))
+
+
+# --- the command's --show ---------------------------------------------------------------------
+
+
+def test_show(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cal.json"
+    assert cli_main(["calibrate", "--show", "--out", str(path)]) == 1
+    assert "no calibration" in capsys.readouterr().out
+    cal.save_calibration(sample(), path)
+    assert cli_main(["calibrate", "--show", "--out", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "950 hop-Mbit/s" in out and "astral-small" in out and "offered" in out
+    path.write_text("[]")
+    assert cli_main(["calibrate", "--show", "--out", str(path)]) == 2
+    assert "a JSON object" in capsys.readouterr().err
