@@ -1,0 +1,504 @@
+"""The load-balancing policies side by side: a cross-core permutation, and recovery times.
+
+    sudo .venv/bin/python benchmarks/policies.py [--fabric astral-small|PATH]
+        [--duration S] [--omit S] [--repeats N] [--seed N] [--policies a,b,...]
+        [--no-recovery] [--lock-wait S]
+
+One fabric is brought up once (:class:`orchestrator.testbed.Testbed`); every policy of the
+controller's registry (controllers/policies/: shortest, ecmp, ecmp-polarized, path-pinned,
+adaptive) is switched in by :meth:`Testbed.use_policy` (a controller restart on the same
+port, hitless) and measured on the same traffic:
+
+- a permutation in which every GPU sends one long TCP flow to a GPU of another pod (so
+  every flow crosses the core); a different random permutation per repeat (``--seed`` +
+  repeat), the same one for every policy within a repeat;
+- flows are iperf3 clients in the GPUs' namespaces, measured by
+  :func:`orchestrator.traffic.run_flows`: goodput at the receivers over one common window
+  (``--duration`` s, after ``--omit`` s of start-up; adaptive moves flows 2-3 s after they
+  start), link loads from the HTB counters of every switch egress (tc);
+- under ``path-pinned`` each flow's source port is chosen from the paths the controller
+  publishes (orchestrator.pinning: the least loaded (NIC port, path value) per flow, then a
+  source port whose kernel multipath hash picks that NIC port, checked with ``ip route get``
+  for the flow's exact five-tuple); the other policies use the kernel's ephemeral ports.
+
+Ideal (printed with the results): every flow at min(the emulated NIC port rate, its fair
+share of a non-blocking fabric: the pod's core uplink capacity over the flows leaving the
+pod), times the TCP payload share of a frame (1448/1514): one flow per GPU leaves by one of
+its NIC ports, and every receiver gets one flow, so on a non-blocking fabric nothing else
+limits it. ``achieved/ideal`` is the sum of the goodputs over the sum of the ideals. With
+random hashing of n flows over n equal paths, a share 1 - (1 - 1/n)^n of the paths carries
+traffic (about 0.6-0.66 of ideal); ``path-pinned`` should reach at least 0.9; polarized ECMP
+(every tier hashes alike) should stay below salted ECMP.
+
+``core links`` counts the directed aggregation-core links that carried at least a quarter
+of a flow's ideal rate during the window (tc counters of the switch egress), out of those
+that exist.
+
+Recovery (unless ``--no-recovery``): a 1000 packet/s UDP stream between the first GPUs of
+two pods (tests/integration/stream_probe.py, as the policies' integration tests use it)
+under ``shortest``; after 1 s the ToR uplink it uses goes down. (a) data plane: fast-failover
+groups (``shortest:fast_failover=on``) with the controller stopped; (b) controller-driven:
+no fast-failover, the controller re-routes on the port status. Printed: the longest gap
+the receiver saw, packets lost, and (b) when every switch was re-programmed.
+
+Conditions (load average, datapath, TSO, emulated rates, CPU use during the window) are
+printed with the results; a result is flagged emulator-bound when the offered load exceeds
+the calibrated safe share (orchestrator.calibration; ``sudo astral calibrate``) or the
+machine's CPUs were over 90 % busy during a window. Measured figures: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from controllers.pinning import PortLayout  # noqa: E402
+from orchestrator.calibration import (  # noqa: E402
+    OfferedLoad,
+    Verdict,
+    load_calibration,
+    machine_conditions,
+    mean_hops,
+    verdict,
+)
+from orchestrator.pinning import (  # noqa: E402
+    CANDIDATES,
+    PATHS_FILE,
+    assign,
+    candidates,
+    route_devices,
+    wait_for_paths,
+)
+from orchestrator.testbed import Testbed, policy_names  # noqa: E402
+from orchestrator.traffic import (  # noqa: E402
+    BASE_PORT,
+    TCP_PAYLOAD_SHARE,
+    Flow,
+    TrafficResult,
+    parse_qdiscs,
+    run_flows,
+)
+from orchestrator.wiring import Veth  # noqa: E402
+from topologies.errors import ConcurrentRunError  # noqa: E402
+from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
+
+PROBE = REPO / "tests" / "integration" / "stream_probe.py"
+UDP_PORT = 5005
+STREAM_RATE = 1000  # packets/s
+CORE_SHARE = 0.25  # a core link "used": at least this share of a flow's ideal rate
+BUSY_CPU = 0.9  # CPU share above which a window is flagged emulator-bound
+
+
+# --- pure helpers ---------------------------------------------------------------------------
+
+
+def cross_pod_permutation(fabric: Fabric, seed: int) -> list[tuple[str, str]]:
+    """A random permutation of the GPUs in which nobody sends inside its own pod."""
+    gpus = fabric.gpus_by_rank()
+    rng = random.Random(seed)
+    for _ in range(10_000):
+        targets = gpus[:]
+        rng.shuffle(targets)
+        if all(s.pod != d.pod for s, d in zip(gpus, targets, strict=True)):
+            return [(s.name, d.name) for s, d in zip(gpus, targets, strict=True)]
+    raise RuntimeError("no cross-pod permutation found (one pod holds over half the GPUs?)")
+
+
+def ideal_flow_bps(fabric: Fabric, pairs: Sequence[tuple[str, str]]) -> float:
+    """min(NIC port rate, a pod's core uplink capacity / flows leaving it), payload only."""
+    spec = fabric.spec
+    nic = spec.emulation.emulated(spec.speeds.nic)
+    share = nic
+    for pod in {fabric.gpus[s].pod for s, _ in pairs}:
+        leaving = sum(
+            1
+            for s, d in pairs
+            if fabric.gpus[s].pod == pod and fabric.gpus[d].pod != fabric.gpus[s].pod
+        )
+        uplink = sum(
+            spec.emulation.emulated(spec.speeds.agg_core)
+            for link in fabric.links_of_kind(LinkKind.AGG_CORE)
+            for end in (link.a, link.b)
+            if fabric.switches[end].tier is Tier.AGG and fabric.switches[end].pod == pod
+        )
+        if leaving:
+            share = min(share, uplink / leaving)
+    return share * TCP_PAYLOAD_SHARE
+
+
+def hashing_expectation(n: int) -> float:
+    """Share of n equal paths that n randomly hashed flows use: 1 - (1 - 1/n)^n."""
+    return 1 - (1 - 1 / n) ** n if n else 0.0
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    repeat: int
+    result: TrafficResult
+    ideal_bps: float  # per flow
+    core_used: int
+    core_total: int
+    switch_s: float
+    unpinned: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.result.aggregate_bps / (self.ideal_bps * len(self.result.flows))
+
+    @property
+    def rates(self) -> list[float]:
+        return [f.goodput_bps for f in self.result.flows]
+
+
+@dataclass
+class Recovery:
+    mode: str
+    link: str
+    max_gap_s: float
+    lost: int
+    packets: int
+    rerouted_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def core_links_used(result: TrafficResult, ideal_bps: float) -> tuple[int, int]:
+    core = [x for x in result.links if x.kind == LinkKind.AGG_CORE.value]
+    return sum(1 for x in core if x.sent_bps >= CORE_SHARE * ideal_bps), len(core)
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def start_testbed(fabric: str, policy: str, lock_wait: float) -> Testbed:
+    """A started Testbed, waiting up to ``lock_wait`` s for another run's lock."""
+    deadline = time.monotonic() + lock_wait
+    said = False
+    while True:
+        bed = Testbed(fabric, policy=policy, ready_timeout=120.0)
+        try:
+            return bed.start()
+        except ConcurrentRunError:
+            if time.monotonic() > deadline:
+                raise
+            if not said:
+                print(f"another run holds the lock; waiting up to {lock_wait:.0f} s", flush=True)
+                said = True
+            time.sleep(3)
+
+
+def pinned_flows(bed: Testbed, pairs: Sequence[tuple[str, str]], since: float) -> list[Flow]:
+    """Flows with source ports on disjoint published paths (module docstring); a flow
+    whose port was not found keeps an ephemeral one (cport None)."""
+    document = wait_for_paths(bed.run_dir / PATHS_FILE, since)
+    layout = PortLayout.from_dict(document["layout"])
+    workers = bed.workers()
+    rank = {w.host: w.rank for w in workers}
+    keys = [(rank[s], rank[d], 0) for s, d in pairs]
+    chosen = assign([keys], workers, candidates(document))
+    addresses = bed.description.addresses
+    ports: dict[int, int] = {}
+    for gpu in {s for s, _ in pairs}:
+        tries = [
+            (i, layout.source_port(chosen[keys[i]].value, j))
+            for i, (s, _) in enumerate(pairs)
+            if s == gpu and keys[i] in chosen
+            for j in range(CANDIDATES)
+        ]
+        queries = [
+            (addresses[pairs[i][0]].fabric_ip, addresses[pairs[i][1]].fabric_ip, p, BASE_PORT + i)
+            for i, p in tries
+        ]
+        devices = route_devices(bed, gpu, queries)
+        nic_of = {nic.intf: nic.port for nic in addresses[gpu].nics}
+        for (i, port), device in zip(tries, devices, strict=True):
+            if i in ports or port in ports.values():
+                continue
+            if device is not None and nic_of.get(device) == chosen[keys[i]].nic:
+                ports[i] = port
+    return [Flow(s, d, ports.get(i)) for i, (s, d) in enumerate(pairs)]
+
+
+def measure_policy(
+    bed: Testbed,
+    policy: str,
+    repeat: int,
+    pairs: Sequence[tuple[str, str]],
+    duration: float,
+    omit: float,
+) -> PolicyRun:
+    since = time.time()
+    switch_s = bed.use_policy(policy)
+    if policy == "path-pinned":
+        flows = pinned_flows(bed, pairs, since if switch_s else 0.0)
+    else:
+        flows = [Flow(s, d) for s, d in pairs]
+    result = run_flows(bed.emulation, flows, duration=duration, omit=omit)
+    ideal = ideal_flow_bps(bed.description.fabric, pairs)
+    used, total = core_links_used(result, ideal)
+    unpinned = sum(1 for f in flows if f.cport is None) if policy == "path-pinned" else 0
+    return PolicyRun(policy, repeat, result, ideal, used, total, switch_s, unpinned)
+
+
+def root_tx(intfs: Sequence[str]) -> dict[str, int]:
+    out = subprocess.run(
+        ["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=False
+    ).stdout
+    counters = parse_qdiscs(out)
+    return {i: counters.get(i, (0, 0))[0] for i in intfs}
+
+
+def set_veth(veth: Veth, state: str) -> None:
+    """Both ends of a switch-to-switch link (both in the root namespace) up or down."""
+    for intf in (veth.a_intf, veth.b_intf):
+        subprocess.run(["ip", "link", "set", "dev", intf, state], check=True)
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def probe_argv(*args: object) -> list[str]:
+    """tests/integration/stream_probe.py with ``args``, run by this interpreter."""
+    return [sys.executable, str(PROBE), *map(str, args)]
+
+
+def stream_gap(bed: Testbed, mode: str) -> Recovery:
+    """The receiver's longest gap when the source ToR's uplink the stream uses fails
+    (module docstring); ``mode`` ``data-plane`` or ``controller``."""
+    emu = bed.emulation
+    controller = emu.controller
+    assert controller is not None and emu.wiring is not None
+    with_controller = mode == "controller"
+    controller.policy = "shortest" if with_controller else "shortest:fast_failover=on"
+    controller.restart()
+    controller.wait_programmed(timeout=120.0)
+    bed.policy = "shortest"  # what use_policy compares with; restored before it is used
+    if not with_controller:
+        controller.stop()
+    gpus = bed.description.fabric.gpus_by_rank()
+    src = gpus[0].name
+    dst = next(g.name for g in gpus if g.pod != gpus[0].pod)
+    addresses = bed.description.addresses
+    recv_args = ["--bind", addresses[dst].fabric_ip, "--port", UDP_PORT, "--duration", 5]
+    receiver = emu.popen(
+        dst, probe_argv("udp-recv", *recv_args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    time.sleep(0.3)
+    send_args = [
+        *("--src", addresses[src].fabric_ip, "--dst", addresses[dst].fabric_ip),
+        *("--port", UDP_PORT, "--sport", 20001, "--rate", STREAM_RATE, "--duration", 4),
+    ]
+    sender = emu.popen(
+        src, probe_argv("udp-send", *send_args), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    time.sleep(0.5)
+    tors = {n.peer for n in addresses[src].nics}
+    uplinks = [
+        (v, v.a_intf if v.a_node in tors else v.b_intf)
+        for v in emu.wiring.veths
+        if v.kind is LinkKind.TOR_AGG and (v.a_node in tors or v.b_node in tors)
+    ]
+    before = root_tx([i for _, i in uplinks])
+    time.sleep(0.5)
+    after = root_tx([i for _, i in uplinks])
+    veth = max(uplinks, key=lambda x: after[x[1]] - before[x[1]])[0]
+    failed_at = time.monotonic()
+    set_veth(veth, "down")
+    rerouted = None
+    try:
+        if with_controller:
+
+            def rerouted_ok() -> bool:
+                s = controller.status()
+                return s is not None and len(s.failed_links) == 1 and s.programmed()
+
+            wait_until(rerouted_ok, 10, "the controller to re-route")
+            rerouted = time.monotonic() - failed_at
+        sender.communicate(timeout=30)
+        out, err = receiver.communicate(timeout=30)
+        if receiver.returncode != 0:
+            raise RuntimeError(f"udp-recv failed: {err.decode()[:300]}")
+        report = json.loads(out)
+    finally:
+        set_veth(veth, "up")
+    if not with_controller:
+        controller.policy = "shortest"
+        controller.start()
+    controller.wait_programmed(timeout=120.0)
+
+    def back() -> bool:
+        s = controller.status()
+        return s is not None and not s.failed_links and s.programmed()
+
+    wait_until(back, 15, "the link to be back")
+    return Recovery(
+        mode,
+        f"{veth.a_node}:{veth.a_port}-{veth.b_node}:{veth.b_port}",
+        float(report["max_gap"]),
+        int(report.get("lost", 0)),
+        int(report.get("packets", 0)),
+        rerouted,
+    )
+
+
+# --- reporting ------------------------------------------------------------------------------
+
+
+def mbps(bps: float) -> str:
+    return f"{bps / 1e6:.2f}"
+
+
+def table(runs: Sequence[PolicyRun]) -> list[str]:
+    head = (
+        f"{'policy':<15}{'rep':>4}{'ach/ideal':>10}{'agg Mb/s':>10}{'min':>7}{'mean':>7}"
+        f"{'Jain':>6}{'core links':>12}{'retx':>6}{'cpu':>6}{'switch s':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for run in runs:
+        rates = run.rates
+        note = f"  ({run.unpinned} unpinned)" if run.unpinned else ""
+        lines.append(
+            f"{run.policy:<15}{run.repeat:>4}{run.ratio:>10.2f}"
+            f"{mbps(run.result.aggregate_bps):>10}{mbps(min(rates)):>7}"
+            f"{mbps(sum(rates) / len(rates)):>7}{run.result.jain:>6.2f}"
+            f"{f'{run.core_used}/{run.core_total}':>12}{run.result.retransmits:>6}"
+            f"{run.result.cpu_busy:>6.0%}{run.switch_s:>9.1f}{note}"
+        )
+    return lines
+
+
+def summary(runs: Sequence[PolicyRun], policies: Sequence[str]) -> list[str]:
+    lines = []
+    for policy in policies:
+        mine = [r for r in runs if r.policy == policy]
+        if not mine:
+            continue
+        ratios = [r.ratio for r in mine]
+        lines.append(
+            f"  {policy:<15} achieved/ideal mean {sum(ratios) / len(ratios):.2f} "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f}) over {len(mine)} repeat(s)"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fabric", default="astral-small", help="preset name or fabric file")
+    parser.add_argument("--duration", type=float, default=8.0, help="measured window, s")
+    parser.add_argument("--omit", type=float, default=3.0, help="start-up not measured, s")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="permutation seed of repeat 0")
+    parser.add_argument("--policies", default="", help="comma-separated (default: all)")
+    parser.add_argument("--no-recovery", action="store_true", help="skip the failure test")
+    parser.add_argument("--lock-wait", type=float, default=1800.0)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        parser.error("run as root (sudo .venv/bin/python benchmarks/policies.py)")
+    known = policy_names()
+    policies = [p for p in args.policies.split(",") if p] or known
+    unknown = sorted(set(policies) - set(known))
+    if unknown:
+        parser.error(f"unknown policies {unknown}; known: {', '.join(known)}")
+
+    began = time.monotonic()
+    bed = start_testbed(args.fabric, policies[0], args.lock_wait)
+    runs: list[PolicyRun] = []
+    recoveries: list[Recovery] = []
+    try:
+        fabric = bed.description.fabric
+        spec = fabric.spec
+        conditions = machine_conditions(bed.emulation)
+        nic = spec.emulation.emulated(spec.speeds.nic)
+        gpus = [g.name for g in fabric.gpus_by_rank()]
+        offered = OfferedLoad(len(gpus), 1, nic, mean_hops(fabric, gpus))
+        calibration = load_calibration()
+        load_verdict = verdict(offered.hop_bps, calibration)
+        for repeat in range(args.repeats):
+            pairs = cross_pod_permutation(fabric, args.seed + repeat)
+            print(f"repeat {repeat}: permutation " + ", ".join(f"{s}->{d}" for s, d in pairs))
+            for policy in policies:
+                run = measure_policy(bed, policy, repeat, pairs, args.duration, args.omit)
+                runs.append(run)
+                print("  " + table([run])[-1].strip(), flush=True)
+        if not args.no_recovery:
+            for mode in ("data-plane", "controller"):
+                recoveries.append(stream_gap(bed, mode))
+    finally:
+        bed.stop()
+    elapsed = time.monotonic() - began
+
+    ideal = runs[0].ideal_bps if runs else 0.0
+    n_paths = runs[0].core_total // 2 if runs else 0
+    print()
+    print(
+        f"fabric {spec.name}: {len(gpus)} GPUs x {spec.nic_ports} NIC ports at "
+        f"{nic / 1e6:g} Mbit/s emulated (scale {spec.emulation.scale:g}); "
+        f"one cross-pod TCP flow per GPU, window {args.duration:g} s after {args.omit:g} s"
+    )
+    print(
+        f"ideal per flow = min(NIC port rate, pod core uplinks / flows leaving the pod) x "
+        f"1448/1514 = {mbps(ideal)} Mbit/s goodput; random hashing of n flows on n paths "
+        f"expects {hashing_expectation(len(gpus) // 2 if n_paths else 0):.2f} of the paths "
+        f"used (n = {len(gpus) // 2} flows per pod)"
+    )
+    print(
+        f"conditions: {conditions.get('cpus')} CPUs, load average at start "
+        f"{conditions.get('loadavg_start')}, datapath {conditions.get('datapath')}, "
+        f"userspace TSO {conditions.get('userspace_tso')}, OVS {conditions.get('ovs_version')}, "
+        f"{conditions.get('datapath_ports')} datapath ports (all bridges on the machine)"
+    )
+    busy = [r for r in runs if r.result.cpu_busy > BUSY_CPU]
+    bound = load_verdict is Verdict.OVER or bool(busy)
+    print(
+        f"offered load {offered.describe()}: calibration verdict {load_verdict.value}"
+        + (f"; {len(busy)} window(s) with CPUs > {BUSY_CPU:.0%} busy" if busy else "")
+        + ("  => EMULATOR-BOUND: the figures below understate the fabric" if bound else "")
+    )
+    print()
+    print("\n".join(table(runs)))
+    print("core links: directed agg-core links carrying >= 1/4 of a flow's ideal, of all")
+    print("\n".join(summary(runs, policies)))
+    if recoveries:
+        print()
+        print(
+            f"recovery: {STREAM_RATE} packet/s UDP stream under shortest, the source ToR's "
+            "uplink it uses goes down"
+        )
+        for rec in recoveries:
+            what = (
+                "data plane (fast-failover, controller stopped)"
+                if rec.mode == "data-plane"
+                else "controller-driven (no fast-failover)"
+            )
+            extra = (
+                f", every switch re-programmed {rec.rerouted_s * 1e3:.0f} ms after the failure"
+                if rec.rerouted_s is not None
+                else ""
+            )
+            print(
+                f"  {what:<48} link {rec.link}: longest gap {rec.max_gap_s * 1e3:.0f} ms, "
+                f"{rec.lost} of {rec.packets + rec.lost} packets lost{extra}"
+            )
+    print(f"\ntotal {elapsed:.0f} s; load average at the end {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
