@@ -52,6 +52,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -91,25 +92,11 @@ def tclink_shaper(intf: str, rate_bps: float, host_side: bool = False) -> list[l
     """What Mininet 2.3.0 ``TCLink(bw=...)`` runs on each interface (link.py, TCIntf.config
     and bwCmds, HTB branch), for comparison: note no ceil, no cburst, no leaf qdisc."""
     mbit = f"{rate_bps / 1e6:f}Mbit"
+    htb_class = ["parent", "5:0", "classid", "5:1", "htb", "rate", mbit, "burst", "15k"]
     return [
         ["ethtool", "-K", intf, "gro", "off", "tx", "on", "rx", "on"],
         ["tc", "qdisc", "add", "dev", intf, "root", "handle", "5:0", "htb", "default", "1"],
-        [
-            "tc",
-            "class",
-            "add",
-            "dev",
-            intf,
-            "parent",
-            "5:0",
-            "classid",
-            "5:1",
-            "htb",
-            "rate",
-            mbit,
-            "burst",
-            "15k",
-        ],
+        ["tc", "class", "add", "dev", intf, *htb_class],
     ]
 
 
@@ -501,6 +488,7 @@ class RawChain:
         ports = datapath_ports(self.ovs)
         watched = self.trunk_intfs + self.switch_host_intfs
         with self._servers(chosen):
+            start = time.monotonic()  # no client can finish before start + omit + duration
             clients = []
             for i in chosen:
                 argv = ["iperf3", "-c", self.ip("r", i), "-p", str(IPERF_PORT), "-J"]
@@ -513,12 +501,16 @@ class RawChain:
                 count = str(max(1, int((duration - 1) / 0.2)))
                 ping = ["ping", "-q", "-i", "0.2", "-c", count, self.ip("r", 0)]
                 pinger = self._spawn(ping, self.ns("s", 0))
-            time.sleep(omit)
+            time.sleep(max(0.0, start + omit - time.monotonic()))
             c0, v0 = _cpu_times(), _proc_ticks(self.ovs.pidfile())
             q0, r0 = self._qdisc_counters(watched), [self.received(i) for i in chosen]
-            time.sleep(max(0.5, duration - 1.0))
+            # close the window a second before the first flow can end, however long the
+            # sampling itself took on a busy machine
+            time.sleep(max(0.5, start + omit + duration - 1.0 - time.monotonic()))
             c1, v1 = _cpu_times(), _proc_ticks(self.ovs.pidfile())
             q1, r1 = self._qdisc_counters(watched), [self.received(i) for i in chosen]
+            if any(bb <= ba for (_, ba), (_, bb) in zip(r0, r1, strict=True)):
+                raise EmulationError("a flow received nothing in the window (ended early?)")
             flows = []
             for (i, proc), (ta, ba), (tb, bb) in zip(clients, r0, r1, strict=True):
                 report = self._report(i, proc, duration + omit + 30)
@@ -585,6 +577,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ovs-rundir", default=None)
     args = parser.parse_args(argv)
     rate = parse_rate(args.rate)
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through RawChain.close()
+
+    signal.signal(signal.SIGTERM, terminate)
     chain = RawChain(
         switches=args.switches,
         pairs=args.pairs,
