@@ -509,7 +509,8 @@ class Runner:
     @contextmanager
     def _launcher(self, testbed: Testbed, launch: LaunchOptions) -> Iterator[Any]:
         """The policy's workers; a start-up failure becomes _WorkersFailed with its ranks."""
-        launcher = testbed.launch(self.spec.gpus, launch)
+        collectives = [(c.op, c.algorithm) for c in self.spec.collectives]
+        launcher = testbed.launch(self.spec.gpus, launch, collectives)
         try:
             launcher.start()
         except EmulationError:

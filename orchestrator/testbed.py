@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from controllers.policies import default_registry as policy_registry
 from orchestrator.emulation import REPO, Emulation, Log
@@ -58,6 +58,9 @@ from orchestrator.worker.launcher import (
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError, EmulationError
 from topologies.spec import FabricSpec
+
+if TYPE_CHECKING:
+    from orchestrator.pinning import Pinning
 
 WORKER_PORT = 47000  # every worker listens here, in its own namespace
 TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)
@@ -101,6 +104,8 @@ class Testbed:
         self.ready_timeout = ready_timeout
         self.policy = policy
         self.policy_switches: dict[str, float] = {}  # policy -> seconds to reprogram
+        self.pinning: Pinning | None = None  # the last path-pinned launch's source ports
+        self._policy_since = 0.0  # epoch seconds of the last controller (re)start
         self._launches = 0
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -168,6 +173,7 @@ class Testbed:
         self.policy = name
         controller.policy = name
         self.description.extra["policy"] = name
+        self._policy_since = time.time()
         controller.restart()
         controller.wait_programmed(timeout=timeout or self.ready_timeout)
         seconds = time.monotonic() - began
@@ -202,17 +208,25 @@ class Testbed:
         return replace(options, worker_args=("--port", str(WORKER_PORT), *options.worker_args))
 
     def launch(
-        self, gpus: Sequence[str] | None = None, options: LaunchOptions | None = None
+        self,
+        gpus: Sequence[str] | None = None,
+        options: LaunchOptions | None = None,
+        collectives: Sequence[tuple[str, str]] | None = None,
     ) -> Launcher:
         """A launcher for workers on ``gpus`` (use it as a context manager). Under
-        ``path-pinned``, every connection's source port comes from the controller's paths."""
+        ``path-pinned``, every fabric connection's source port is chosen from the
+        controller's paths (orchestrator.pinning), balanced for each of ``collectives``
+        ((op, algorithm), in the order they will run; default: every one)."""
         from orchestrator.pinning import source_ports
 
         workers = self.workers(gpus)
         options = self.launch_options(options)
         if self.policy == "path-pinned" and not options.source_ports:
-            ports = source_ports(self, workers, options.channels, WORKER_PORT)
-            options = replace(options, source_ports=ports)
+            pinning = source_ports(
+                self, workers, options.channels, WORKER_PORT, collectives, self._policy_since
+            )
+            self.pinning = pinning
+            options = replace(options, source_ports=pinning.ports)
         self._launches += 1
         run_dir = self.run_dir / f"workers-{self._launches}"
         return Launcher(workers, spawn=self.spawn, options=options, run_dir=run_dir)
@@ -225,7 +239,8 @@ class Testbed:
     ) -> RunResult:
         """Start workers, run ``tests``, stop them. A worker failure is in the result's
         ``failure`` (by rank and host); nothing of the fabric is touched by it."""
-        with self.launch(gpus, options) as launcher:
+        collectives = list(dict.fromkeys((t.collective, t.algorithm) for t in tests))
+        with self.launch(gpus, options, collectives) as launcher:
             return launcher.run(tests)
 
     # --- telemetry ----------------------------------------------------------------------

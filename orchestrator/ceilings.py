@@ -1,0 +1,67 @@
+"""How fast a collective can possibly go on a fabric: busbw ceilings from the plans.
+
+nccl-tests' busbw (``algbw x factor``) is comparable to one GPU's link rate for flat
+algorithms, where every byte the formula counts crosses the network. Algorithms that move
+part of the data over NVLink inside a server (hierarchical all-reduce, PXN all-to-all, and
+even direct all-to-all, whose server-mate's block stays on NVLink) can exceed the NIC rate
+in busbw. The physical ceiling follows from the plans, which say exactly which bytes go
+to which peer (orchestrator/worker/collectives.py)::
+
+    fabric share = max over ranks of max(bytes sent, bytes received) to/from peers on
+                   other servers, per operation, divided by S x factor(collective, n)
+    ceiling      = NIC ports x emulated NIC rate / fabric share      (NVLink taken as free)
+
+Shares with n ranks on k servers of g GPUs: ring all-reduce, all-gather, reduce-scatter 1
+(some rank sends all of its ring traffic on the fabric); direct, shifted and PXN all-to-all
+(n - g) / (n - 1); hierarchical all-reduce (2(k-1)/k x S/g) / (2(n-1)/n x S). On
+astral-small (k = 4, g = 2): 1, 0.857 and 0.429. Pure: no root needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.nccl_table import bus_factor
+from orchestrator.worker.collectives import (
+    ELEMENT_BYTES,
+    Layout,
+    default_registry,
+    element_count,
+)
+from orchestrator.worker.launcher import WorkerSpec
+
+REFERENCE_SIZE = 1 << 22  # large enough that rounding to elements does not matter
+
+
+def layout_of(workers: Sequence[WorkerSpec]) -> Layout:
+    ordered = sorted(workers, key=lambda w: w.rank)
+    return Layout(tuple(w.server for w in ordered), tuple(w.local_rank for w in ordered))
+
+
+def fabric_share(
+    workers: Sequence[WorkerSpec], collective: str, algorithm: str, size: int = REFERENCE_SIZE
+) -> float:
+    """The busiest rank's fabric bytes per operation over S x factor (see the module doc)."""
+    layout = layout_of(workers)
+    n = layout.size
+    count = element_count(collective, size, n)
+    algo = default_registry().get(collective, algorithm)
+    busiest = 0
+    for rank in range(n):
+        plan = algo.plan(layout, rank, count)
+        sent = sum(b for p, b in plan.bytes_sent().items() if not layout.same_server(rank, p))
+        received = sum(
+            b for p, b in plan.bytes_received().items() if not layout.same_server(rank, p)
+        )
+        busiest = max(busiest, sent, received)
+    counted = count * ELEMENT_BYTES * bus_factor(collective, n)
+    return busiest / counted if counted else 1.0
+
+
+def busbw_ceiling(
+    workers: Sequence[WorkerSpec], collective: str, algorithm: str, rail_bandwidth: float
+) -> float:
+    """busbw (same unit as ``rail_bandwidth``) at which the busiest rank's fabric bytes
+    move at ``rail_bandwidth``; infinite when nothing crosses the fabric."""
+    share = fabric_share(workers, collective, algorithm)
+    return rail_bandwidth / share if share > 0 else float("inf")

@@ -1,0 +1,342 @@
+"""pytest plugin: emulated fabrics as fixtures, for integration tests of your own.
+
+Installed with the package (entry point ``pytest11``), so every pytest run in the
+environment has it; a project that vendors astral lists it in its top-level conftest.py
+instead (``pytest_plugins = ["orchestrator.pytest_plugin"]``). docs/pytest-plugin.md has
+the guide. The fixture::
+
+    def test_ring(astral_fabric):
+        fabric = astral_fabric("astral-small", policy="ecmp")       # up once per module
+        result = fabric.run("all-reduce", "ring", sizes=["64K", "1M"])
+        assert result.wrong == 0
+        assert all(0 < row.busbw < fabric.busbw_ceiling("all-reduce", "ring") for row in result)
+        fabric.port_counters()                                       # controller telemetry
+        bundle = fabric.bundle()                                     # results bundle dir
+
+``astral_fabric`` is module-scoped: the first call in a test module brings the fabric up
+(about 2 s for astral-small), later calls with the same fabric reuse it (switching the
+policy if another is asked for: a controller restart, about 1 s), a call with another
+fabric tears the first down. Everything is torn down when the module's tests are done,
+whether they passed, failed or were interrupted (pytest runs fixture finalizers in every
+case); one fabric at a time, because runs take a machine-wide lock.
+
+Needs root and a running Open vSwitch: without them the fixture skips the test with the
+reason (our own conftest turns that into a failure under CI).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from orchestrator.experiment import ExperimentSpec
+    from orchestrator.results import PortCounter, ResultsWriter
+    from orchestrator.runner import RunOptions, RunOutcome
+    from orchestrator.testbed import Testbed
+    from orchestrator.worker.launcher import Failure, RunResult
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """One row of an nccl-tests table. Bandwidths in GB/s (10^9 bytes/s), emulated;
+    ``busbw_real`` and ``algbw_real`` scaled back to real link speeds."""
+
+    size: int
+    count: int
+    time_us: float
+    algbw: float
+    busbw: float
+    wrong: int
+    scale: float
+
+    @property
+    def busbw_real(self) -> float:
+        return self.busbw / self.scale
+
+    @property
+    def algbw_real(self) -> float:
+        return self.algbw / self.scale
+
+
+@dataclass
+class CollectiveRun:
+    """What :meth:`FabricHandle.run` returns: one row per size (iterate it), #wrong, the
+    failure if a worker died or hung (rank and host), and the launcher's full result."""
+
+    collective: str
+    algorithm: str
+    policy: str
+    rows: list[SizeResult]
+    result: RunResult
+    table_text: str = ""
+
+    def __iter__(self) -> Iterator[SizeResult]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def wrong(self) -> int:
+        """Wrong elements over all sizes (warm-up included)."""
+        return sum(row.wrong for row in self.rows)
+
+    @property
+    def failure(self) -> Failure | None:
+        return self.result.failure
+
+    @property
+    def average_busbw(self) -> float:
+        values = [r.busbw for r in self.rows if not math.isnan(r.busbw)]
+        return sum(values) / len(values) if values else math.nan
+
+    def raise_for_failure(self) -> None:
+        self.result.raise_for_failure()
+
+    def table(self) -> str:
+        """The nccl-tests table, real-speed columns included."""
+        return self.table_text
+
+
+@dataclass
+class FabricHandle:
+    """A fabric that is up, for tests: run collectives, switch policies, read results."""
+
+    testbed: Testbed
+    bundle_root: Path
+    _writer: ResultsWriter | None = None
+    _bundles: int = 0
+    bundles: list[Path] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.testbed.description.fabric.name
+
+    @property
+    def policy(self) -> str:
+        return self.testbed.policy
+
+    @property
+    def gpus(self) -> list[str]:
+        return [g.name for g in self.testbed.description.fabric.gpus_by_rank()]
+
+    def use_policy(self, policy: str) -> float:
+        """Reprogram the fabric under ``policy``; seconds it took."""
+        return self.testbed.use_policy(policy)
+
+    def rail_bandwidth(self) -> float:
+        """One GPU's emulated NIC bandwidth, GB/s (NIC ports x emulated rate)."""
+        return self.testbed.rail_bandwidth() / 1e9
+
+    def busbw_ceiling(
+        self, collective: str, algorithm: str, gpus: Sequence[str] | None = None
+    ) -> float:
+        """The physical busbw ceiling, GB/s emulated: the busbw at which the busiest rank's
+        fabric bytes (NVLink bytes taken as free) would move at full NIC bandwidth. Equals
+        the rail bandwidth for flat algorithms; higher where NVLink carries a share
+        (hierarchical all-reduce, PXN all-to-all)."""
+        from orchestrator.ceilings import fabric_share
+
+        share = fabric_share(self.testbed.workers(gpus), collective, algorithm)
+        return self.rail_bandwidth() / share
+
+    def run(
+        self,
+        collective: str,
+        algorithm: str | None = None,
+        sizes: Sequence[int | str] = (1 << 20,),
+        *,
+        iterations: int = 3,
+        warmup: int = 1,
+        gpus: Sequence[str] | None = None,
+        channels: int | None = None,
+        step_deadline: float = 30.0,
+        worker_args: Sequence[str] = (),
+        record: bool = True,
+    ) -> CollectiveRun:
+        """Run ``collective`` (its default algorithm unless given) at each size on ``gpus``
+        (default all, rank order); recorded into the current bundle unless ``record`` is
+        false. A worker failure does not raise: see ``.failure`` (``raise_for_failure()``)."""
+        from orchestrator.experiment import COLLECTIVES, parse_size
+        from orchestrator.nccl_table import TIME_DEFINITION, format_table
+        from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
+
+        algorithm = algorithm or COLLECTIVES[collective][0]
+        testbed = self.testbed
+        options = LaunchOptions(
+            warmup=warmup,
+            iterations=iterations,
+            channels=channels or testbed.nic_ports,
+            step_deadline=step_deadline,
+            worker_args=tuple(worker_args),
+        )
+        tests = [CollectiveTest(collective, algorithm, parse_size(s)) for s in sizes]
+        result = testbed.run(tests, gpus, options)
+        rows = [
+            SizeResult(
+                size=row.size,
+                count=row.count,
+                time_us=row.time_us,
+                algbw=row.algbw,
+                busbw=row.busbw,
+                wrong=row.wrong,
+                scale=testbed.scale,
+            )
+            for row in result.rows()
+        ]
+        title = [f"{collective} ({algorithm}), policy {testbed.policy}", TIME_DEFINITION]
+        text = format_table(result.rows(), title=title, scale=testbed.scale)
+        if record:
+            self._record(result, iterations, warmup)
+        return CollectiveRun(collective, algorithm, testbed.policy, rows, result, text)
+
+    def run_experiment(
+        self, spec: ExperimentSpec | str | Path, options: RunOptions | None = None, **kwargs: Any
+    ) -> RunOutcome:
+        """Run an experiment (a spec or a file) the way ``astral run`` does, on this fabric
+        (its fabric must be this one); ``kwargs`` go to :class:`Runner`."""
+        from orchestrator.runner import Runner, RunOptions, load
+
+        text = None
+        if not hasattr(spec, "steps"):
+            text = Path(str(spec)).read_text(encoding="utf-8")
+            spec = load(str(spec))
+        assert not isinstance(spec, (str, Path))
+        if spec.fabric.name != self.name:
+            raise ValueError(f"experiment fabric {spec.fabric.name} is not {self.name}")
+        if options is None:
+            self._bundles += 1
+            options = RunOptions(out=self.bundle_root / f"experiment-{self._bundles}")
+        return Runner(spec, options, text=text, **kwargs).run(self.testbed)
+
+    # --- results ------------------------------------------------------------------------
+
+    def port_counters(self, since: float | None = None) -> list[PortCounter]:
+        """Switch port counters from the controller's telemetry (cumulative)."""
+        return self.testbed.port_counters(since)
+
+    def _record(self, result: RunResult, iterations: int, warmup: int) -> None:
+        from orchestrator.results import ResultsWriter
+        from orchestrator.runner import record_test, software_versions
+
+        if self._writer is None:
+            self._bundles += 1
+            path = self.bundle_root / f"bundle-{self._bundles}"
+            self._writer = ResultsWriter(path, self.testbed.description)
+            self._writer.add_run(
+                experiment="pytest", host=socket.gethostname(), versions=software_versions()
+            )
+        for test in result.tests:
+            record_test(
+                self._writer,
+                self.testbed.policy,
+                test,
+                result,
+                iterations=iterations,
+                warmup=warmup,
+            )
+
+    def bundle(self, *, plots: bool = False) -> Path:
+        """Close the results bundle of the runs so far (port counters included) and render
+        its summary and tables (``plots``: also the PNGs); later runs start a new one."""
+        writer = self._writer
+        if writer is None:
+            raise ValueError("no collective has been recorded since the last bundle()")
+        self._writer = None
+        counters = self.testbed.port_counters()
+        if counters:
+            writer.add_port_counters(counters)
+        writer.finish(render=False)
+        from orchestrator.results.report import render_bundle
+
+        render_bundle(writer.path, plots=plots)
+        self.bundles.append(writer.path)
+        return writer.path
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.finish(status="failed", render=False)
+            self._writer = None
+        self.testbed.stop()
+
+
+class FabricFactory:
+    """What the ``astral_fabric`` fixture yields: call it to get a fabric that is up."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.current: FabricHandle | None = None
+        self._key: str | None = None
+        self._count = 0
+
+    def __call__(
+        self,
+        fabric: str | Path = "astral-small",
+        policy: str = "shortest",
+        *,
+        ready_timeout: float = 60.0,
+        telemetry_interval: float | None = 0.5,
+    ) -> FabricHandle:
+        key = f"{fabric}|{telemetry_interval}"
+        if self.current is not None and self._key == key:
+            self.current.use_policy(policy)
+            return self.current
+        self.close()
+        from orchestrator.testbed import Testbed
+
+        testbed = Testbed(
+            fabric,
+            policy=policy,
+            ready_timeout=ready_timeout,
+            telemetry_interval=telemetry_interval,
+        )
+        testbed.start()
+        self._count += 1
+        handle = FabricHandle(testbed, self.root / f"fabric-{self._count}")
+        handle.bundle_root.mkdir(parents=True, exist_ok=True)
+        self.current, self._key = handle, key
+        return handle
+
+    def close(self) -> None:
+        if self.current is not None:
+            current, self.current, self._key = self.current, None, None
+            current.close()
+
+
+def missing_requirements() -> str | None:
+    """Why a fabric cannot come up here (None if it can)."""
+    if os.geteuid() != 0:
+        return "astral_fabric needs root"
+    if shutil.which("ovs-vsctl") is None or shutil.which("mnexec") is None:
+        return "astral_fabric needs Open vSwitch and Mininet's mnexec"
+    try:
+        subprocess.run(
+            ["ovs-vsctl", "--timeout=20", "show"], capture_output=True, check=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "astral_fabric needs Open vSwitch running (ovs-vsctl show failed)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def astral_fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricFactory]:
+    """A factory: ``astral_fabric(fabric="astral-small", policy="shortest")`` returns a
+    :class:`FabricHandle` on a fabric that is up; torn down after the module's tests."""
+    missing = missing_requirements()
+    if missing is not None:
+        pytest.skip(missing)
+    factory = FabricFactory(tmp_path_factory.mktemp("astral"))
+    try:
+        yield factory
+    finally:
+        factory.close()
