@@ -18,6 +18,10 @@ import pytest
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
+# The astral_fabric fixture; also an installed pytest11 plugin under the same name, in
+# which case this line finds it registered already.
+pytest_plugins = ["orchestrator.pytest_plugin"]
+
 
 def _is_integration(item: pytest.Item) -> bool:
     return item.get_closest_marker("integration") is not None
