@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/policies.py [--fabric astral-small|PATH]
         [--duration S] [--omit S] [--repeats N] [--seed N] [--policies a,b,...]
-        [--no-recovery] [--lock-wait S]
+        [--scale X] [--no-recovery] [--lock-wait S]
 
 One fabric is brought up once (:class:`orchestrator.testbed.Testbed`); every policy of the
 controller's registry (controllers/policies/: shortest, ecmp, ecmp-polarized, path-pinned,
@@ -12,6 +12,7 @@ port, hitless) and measured on the same traffic:
 - a permutation in which every GPU sends one long TCP flow to a GPU of another pod (so
   every flow crosses the core); a different random permutation per repeat (``--seed`` +
   repeat), the same one for every policy within a repeat;
+- the policies' order rotates by one per repeat (the machine's load drifts during a run);
 - flows are iperf3 clients in the GPUs' namespaces, measured by
   :func:`orchestrator.traffic.run_flows`: goodput at the receivers over one common window
   (``--duration`` s, after ``--omit`` s of start-up; adaptive moves flows 2-3 s after they
@@ -41,6 +42,10 @@ groups (``shortest:fast_failover=on``) with the controller stopped; (b) controll
 no fast-failover, the controller re-routes on the port status. Printed: the longest gap
 the receiver saw, packets lost, and (b) when every switch was re-programmed.
 
+``--scale X`` overrides the fabric's emulation scale (emulated = real x X; astral-small's
+is 1e-4: 200G -> 20 Mbit/s): a lower rate lowers the load on the userspace datapath, so the
+policies are compared on the fabric rather than on the machine's CPUs.
+
 Conditions (load average, datapath, TSO, emulated rates, CPU use during the window) are
 printed with the results; a result is flagged emulator-bound when the offered load exceeds
 the calibrated safe share (orchestrator.calibration; ``sudo astral calibrate``) or the
@@ -50,6 +55,7 @@ machine's CPUs were over 90 % busy during a window. Measured figures: docs/bench
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -73,6 +79,7 @@ from orchestrator.calibration import (  # noqa: E402
     mean_hops,
     verdict,
 )
+from orchestrator.emulation import PRESETS  # noqa: E402
 from orchestrator.pinning import (  # noqa: E402
     CANDIDATES,
     PATHS_FILE,
@@ -93,6 +100,7 @@ from orchestrator.traffic import (  # noqa: E402
 from orchestrator.wiring import Veth  # noqa: E402
 from topologies.errors import ConcurrentRunError  # noqa: E402
 from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
+from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec  # noqa: E402
 
 PROBE = REPO / "tests" / "integration" / "stream_probe.py"
 UDP_PORT = 5005
@@ -182,7 +190,17 @@ def core_links_used(result: TrafficResult, ideal_bps: float) -> tuple[int, int]:
 # --- measuring ------------------------------------------------------------------------------
 
 
-def start_testbed(fabric: str, policy: str, lock_wait: float) -> Testbed:
+def fabric_spec(fabric: str, scale: float | None) -> FabricSpec:
+    """The fabric (preset name or file), with its emulation scale replaced if given."""
+    preset = PRESETS / f"{fabric}.yaml"
+    path = preset if "/" not in fabric and not Path(fabric).exists() else Path(fabric)
+    spec = load_fabric_spec(path)
+    if scale is None:
+        return spec
+    return dataclasses.replace(spec, emulation=EmulationSpec(scale=scale))
+
+
+def start_testbed(fabric: FabricSpec, policy: str, lock_wait: float) -> Testbed:
     """A started Testbed, waiting up to ``lock_wait`` s for another run's lock."""
     deadline = time.monotonic() + lock_wait
     said = False
@@ -406,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1, help="permutation seed of repeat 0")
     parser.add_argument("--policies", default="", help="comma-separated (default: all)")
+    parser.add_argument("--scale", type=float, help="emulation scale (default: the fabric's)")
     parser.add_argument("--no-recovery", action="store_true", help="skip the failure test")
     parser.add_argument("--lock-wait", type=float, default=1800.0)
     args = parser.parse_args(argv)
@@ -418,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown policies {unknown}; known: {', '.join(known)}")
 
     began = time.monotonic()
-    bed = start_testbed(args.fabric, policies[0], args.lock_wait)
+    bed = start_testbed(fabric_spec(args.fabric, args.scale), policies[0], args.lock_wait)
     runs: list[PolicyRun] = []
     recoveries: list[Recovery] = []
     try:
@@ -433,7 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for repeat in range(args.repeats):
             pairs = cross_pod_permutation(fabric, args.seed + repeat)
             print(f"repeat {repeat}: permutation " + ", ".join(f"{s}->{d}" for s, d in pairs))
-            for policy in policies:
+            # the order rotates per repeat: the machine's load drifts over a run
+            shift = repeat % len(policies)
+            for policy in policies[shift:] + policies[:shift]:
                 run = measure_policy(bed, policy, repeat, pairs, args.duration, args.omit)
                 runs.append(run)
                 print("  " + table([run])[-1].strip(), flush=True)
@@ -472,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ("  => EMULATOR-BOUND: the figures below understate the fabric" if bound else "")
     )
     print()
-    print("\n".join(table(runs)))
+    print("\n".join(table(sorted(runs, key=lambda r: (policies.index(r.policy), r.repeat)))))
     print("core links: directed agg-core links carrying >= 1/4 of a flow's ideal, of all")
     print("\n".join(summary(runs, policies)))
     if recoveries:
