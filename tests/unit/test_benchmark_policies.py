@@ -1,0 +1,57 @@
+"""The pure parts of benchmarks/policies.py: the permutation, the ideal, the expectation."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from topologies.generators import build_fabric
+from topologies.model import Fabric
+from topologies.spec import load_fabric_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_policies", REPO / "benchmarks" / "policies.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Fabric:
+    return build_fabric(load_fabric_spec(REPO / "topologies" / "presets" / "astral-small.yaml"))
+
+
+def test_the_permutation_crosses_pods_and_depends_on_the_seed(
+    bench: ModuleType, fabric: Fabric
+) -> None:
+    pairs = bench.cross_pod_permutation(fabric, 1)
+    gpus = [g.name for g in fabric.gpus_by_rank()]
+    assert [s for s, _ in pairs] == gpus
+    assert sorted(d for _, d in pairs) == sorted(gpus)
+    assert all(fabric.gpus[s].pod != fabric.gpus[d].pod for s, d in pairs)
+    assert pairs == bench.cross_pod_permutation(fabric, 1)
+    assert any(bench.cross_pod_permutation(fabric, k) != pairs for k in range(2, 6))
+
+
+def test_ideal_is_the_nic_rate_on_a_non_blocking_fabric(bench: ModuleType, fabric: Fabric) -> None:
+    pairs = bench.cross_pod_permutation(fabric, 3)
+    nic = fabric.spec.emulation.emulated(fabric.spec.speeds.nic)
+    assert bench.ideal_flow_bps(fabric, pairs) == pytest.approx(nic * 1448 / 1514)
+
+
+def test_random_hashing_expectation(bench: ModuleType) -> None:
+    assert bench.hashing_expectation(1) == 1.0
+    assert bench.hashing_expectation(4) == pytest.approx(1 - 0.75**4)
+    assert bench.hashing_expectation(1000) == pytest.approx(1 - 1 / 2.718281828, abs=1e-3)
