@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -38,6 +40,9 @@ def start_up(*args: str) -> tuple[subprocess.Popen[str], RunState]:
     """``astral up ARGS`` in the background, once it printed ``ready:``; its run record.
 
     Another run holding the lock (exit status 5) is waited for, up to LOCK_WAIT seconds.
+    The output is read by a thread (select() on a buffered pipe misses lines already
+    buffered), and the thread keeps draining it so that the process never blocks on a full
+    pipe.
     """
     lock_deadline = time.monotonic() + LOCK_WAIT
     while True:
@@ -45,28 +50,58 @@ def start_up(*args: str) -> tuple[subprocess.Popen[str], RunState]:
             astral("up", *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             cwd=REPO,
         )  # fmt: skip
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
         output = []
-        assert process.stdout is not None
         ready_deadline = time.monotonic() + READY_WAIT
         while time.monotonic() < ready_deadline:
-            readable, _, _ = select.select([process.stdout], [], [], 1.0)
-            if not readable:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
                 continue
-            line = process.stdout.readline()
-            if not line:
+            if line is None:
                 break
             output.append(line)
             if line.startswith("ready:"):
                 run_dir = Path(line.rsplit(" ", 1)[1].strip())
+                _OUTPUT[process.pid] = lines
                 return process, RunState.load(run_dir)
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         status = process.wait()
-        text = "".join(output) + (process.stdout.read() or "")
+        text = "".join(output) + "".join(_drain(lines))
         if status == 5 and time.monotonic() < lock_deadline:
             time.sleep(2)
             continue
         raise AssertionError(f"astral up did not get ready (exit status {status}):\n{text}")
+
+
+_OUTPUT: dict[int, queue.Queue[str | None]] = {}  # pid of a started run -> its output
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _drain(lines: queue.Queue[str | None], timeout: float = 5.0) -> list[str]:
+    """The rest of a started run's output, until it closed its stdout."""
+    rest: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            return rest
+        if line is None:
+            return rest
+        rest.append(line)
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    """Wait for a run started by :func:`start_up` to exit; the output after ``ready:``."""
+    process.wait(timeout=timeout)
+    return "".join(_drain(_OUTPUT.pop(process.pid)))
 
 
 def fabric_nodes(state: RunState) -> list[str]:
@@ -77,7 +112,7 @@ def test_kill_9_leaves_a_record_that_astral_clean_removes_exactly() -> None:
     before = snapshot()
     process, state = start_up("--hold", "120")
     process.kill()  # SIGKILL: no teardown at all
-    process.wait()
+    finish(process)
     left = leftovers(before, RunState.load(state.run_dir), fabric_nodes(state))
     assert any(item.startswith("recorded bridge") for item in left), left
     cleaned = subprocess.run(astral("clean"), capture_output=True, text=True, cwd=REPO)
@@ -98,7 +133,7 @@ def test_signal_tears_everything_down(signum: int, status: int) -> None:
     before = snapshot()
     process, state = start_up("--hold", "120")
     os.kill(process.pid, signum)
-    out, _ = process.communicate(timeout=60)
+    out = finish(process)
     assert process.returncode == status, out
     assert "torn down in" in out
     state = RunState.load(state.run_dir)
@@ -117,5 +152,5 @@ def test_second_concurrent_run_is_refused_with_status_5() -> None:
         assert "another astral run is in progress" in second.stderr
     finally:
         process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=60)
+        finish(process)
     assert json.loads((state.run_dir / "state.json").read_text())["status"] == "clean"
