@@ -46,9 +46,10 @@ Why each piece is there:
   keeps the bytes queued at Open vSwitch's egress small: ovs-vswitchd sends on every
   port through one AF_PACKET socket, and when the packets queued in all its egress
   qdiscs together exceed that socket's send buffer (net.core.wmem_default, 208 kB) it
-  drops packets on *any* port without counting them anywhere; a byte limit per queue
-  makes the qdisc the place that drops (counted by tc) in all but heavily congested
-  fabrics (see docs/fidelity.md).
+  drops packets on *any* port without counting them anywhere. A byte limit per queue
+  keeps that from happening while few ports are congested (two full queues at 100 Mbit/s
+  already exceed it); beyond, the emulation has to raise that socket's buffer
+  (docs/fidelity.md).
 - **Host side: pfifo of 1000 packets.** The GPU's own egress is its NIC: a real NIC
   backpressures the stack instead of dropping, and TCP Small Queues keeps each socket's
   share of this queue to about a millisecond of data, so a deep queue here never drops;
