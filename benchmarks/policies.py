@@ -416,6 +416,24 @@ def summary(runs: Sequence[PolicyRun], policies: Sequence[str]) -> list[str]:
     return lines
 
 
+def expectations(runs: Sequence[PolicyRun]) -> list[str]:
+    """The issue's expectations, each checked against the mean achieved/ideal."""
+    means: dict[str, float] = {}
+    for policy in dict.fromkeys(r.policy for r in runs):
+        ratios = [r.ratio for r in runs if r.policy == policy]
+        means[policy] = sum(ratios) / len(ratios)
+    lines = []
+    if "path-pinned" in means:
+        ok = means["path-pinned"] >= 0.9
+        lines.append(f"  path-pinned >= 0.9 of ideal: {'yes' if ok else 'NO'}")
+    if "ecmp" in means and "ecmp-polarized" in means:
+        ok = means["ecmp-polarized"] < means["ecmp"]
+        lines.append(f"  ecmp-polarized below ecmp: {'yes' if ok else 'NO'}")
+    if "ecmp" in means:
+        lines.append(f"  ecmp about 0.6 of ideal (random hashing): {means['ecmp']:.2f}")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fabric", default="astral-small", help="preset name or fabric file")
@@ -496,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(table(sorted(runs, key=lambda r: (policies.index(r.policy), r.repeat)))))
     print("core links: directed agg-core links carrying >= 1/4 of a flow's ideal, of all")
     print("\n".join(summary(runs, policies)))
+    print("expected (issue 4), on the means:")
+    print("\n".join(expectations(runs)))
     if recoveries:
         print()
         print(
