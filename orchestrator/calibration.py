@@ -308,7 +308,8 @@ class Calibration:
             f"{c.get('cpus', '?')} CPUs, load average {_loads(load[0])} -> {_loads(load[1])}",
             f"datapath   {c.get('datapath', '?')}, userspace TSO "
             f"{_onoff(c.get('userspace_tso'))}, OVS {c.get('ovs_version', '?')}, kernel "
-            f"{c.get('kernel', '?')}, {c.get('datapath_ports', '?')} datapath ports",
+            f"{c.get('kernel', '?')}, {c.get('datapath_ports', '?')} datapath ports, TCP "
+            f"{c.get('tcp_congestion_control', '?')}",
         ]
 
 
@@ -651,6 +652,11 @@ def machine_conditions(emu: Emulation | None = None) -> dict[str, Any]:
             userspace_tso=emu.datapath.tso,
             ovs_version=emu.datapath.ovs_version,
         )
+    if emu is not None and emu.hosts:
+        # what the GPUs' TCP uses unless a program picks its own (they inherit the host's)
+        gpu = next(iter(emu.hosts))
+        cc = emu.cmd(gpu, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).strip()
+        conditions["tcp_congestion_control"] = cc
     return conditions
 
 

@@ -13,7 +13,7 @@ import pytest
 from orchestrator import calibration as cal
 from orchestrator.cli import main as cli_main
 from orchestrator.experiment import load_experiment
-from orchestrator.loadguard import Capacity, load_guard, machine_capacity
+from orchestrator.loadguard import load_guard
 from orchestrator.traffic import TCP_PAYLOAD_SHARE, Flow, FlowResult, TrafficResult
 from topologies.errors import ConfigError, ExperimentError
 from topologies.generators import build_fabric
@@ -248,14 +248,15 @@ def test_load_guard_uses_the_calibration(monkeypatch: pytest.MonkeyPatch, tmp_pa
     offered = cal.offered_load(spec.fabric, spec.gpus).hop_bps
     path = tmp_path / "cal.json"
     monkeypatch.setenv(cal.ENV_VAR, str(path))
-    assert machine_capacity() is None
-    assert load_guard(spec).summary()[0].startswith("load guard: no calibration")
+    uncalibrated = load_guard(spec)
+    assert not uncalibrated.calibrated and not uncalibrated.refused
+    assert "no calibration" in uncalibrated.summary()[0]
 
     cal.save_calibration(sample(capacity_bps=offered * 2), path)
-    capacity = machine_capacity()
-    assert capacity == Capacity(offered * 2, 0.7, str(path))
     verdict = load_guard(spec)
-    assert verdict.offered_bps == pytest.approx(offered)
+    assert verdict.calibrated and verdict.assessment.calibration is not None
+    assert verdict.assessment.calibration.source == str(path)
+    assert verdict.assessment.offered.hop_bps == pytest.approx(offered)
     assert not verdict.over and not verdict.refused
 
     cal.save_calibration(sample(capacity_bps=offered), path)
