@@ -21,7 +21,9 @@ whether they passed, failed or were interrupted (pytest runs fixture finalizers 
 case); one fabric at a time, because runs take a machine-wide lock.
 
 Needs root and a running Open vSwitch: without them the fixture skips the test with the
-reason (our own conftest turns that into a failure under CI).
+reason (our own conftest turns that into a failure under CI). While another run holds the
+machine-wide lock, bring-up waits for it (``lock_wait``, default ``$ASTRAL_LOCK_WAIT`` or
+600 s) instead of failing.
 """
 
 from __future__ import annotations
@@ -31,12 +33,16 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+# Seconds a fixture waits for another run to release the machine-wide run lock.
+LOCK_WAIT = float(os.environ.get("ASTRAL_LOCK_WAIT", "600"))
 
 if TYPE_CHECKING:
     from orchestrator.experiment import ExperimentSpec
@@ -286,6 +292,7 @@ class FabricFactory:
         *,
         ready_timeout: float = 60.0,
         telemetry_interval: float | None = 0.5,
+        lock_wait: float = LOCK_WAIT,
     ) -> FabricHandle:
         key = f"{fabric}|{telemetry_interval}"
         if self.current is not None and self._key == key:
@@ -293,14 +300,23 @@ class FabricFactory:
             return self.current
         self.close()
         from orchestrator.testbed import Testbed
+        from topologies.errors import ConcurrentRunError
 
-        testbed = Testbed(
-            fabric,
-            policy=policy,
-            ready_timeout=ready_timeout,
-            telemetry_interval=telemetry_interval,
-        )
-        testbed.start()
+        deadline = time.monotonic() + lock_wait
+        while True:  # another run (a colleague's, another test session) may hold the lock
+            testbed = Testbed(
+                fabric,
+                policy=policy,
+                ready_timeout=ready_timeout,
+                telemetry_interval=telemetry_interval,
+            )
+            try:
+                testbed.start()
+                break
+            except ConcurrentRunError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         self._count += 1
         handle = FabricHandle(testbed, self.root / f"fabric-{self._count}")
         handle.bundle_root.mkdir(parents=True, exist_ok=True)
