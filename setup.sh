@@ -162,8 +162,9 @@ command="${1:-}"
 (($#)) && shift
 case "$command" in
     run)
-        # `astral run` is the default experiment once it exists; until then show the default
-        # fabric, which at least proves the installed CLI works.
+        # `astral run` with no experiment runs experiments/default.yaml (astral-small,
+        # all-reduce + all-to-all, ecmp vs path-pinned). The fallback only matters in a
+        # checkout too old to have `astral run`.
         if "$VENV/bin/astral" run --help >/dev/null 2>&1; then
             exec "$VENV/bin/astral" run "$@"
         fi

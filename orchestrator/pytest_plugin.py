@@ -182,7 +182,7 @@ class FabricHandle:
         options = LaunchOptions(
             warmup=warmup,
             iterations=iterations,
-            channels=channels or testbed.nic_ports,
+            channels=channels or testbed.default_channels(gpus, [(collective, algorithm)]),
             step_deadline=step_deadline,
             worker_args=tuple(worker_args),
         )

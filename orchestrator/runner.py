@@ -13,10 +13,12 @@ What :meth:`Runner.run` does, in order:
 2. brings the fabric up once (:class:`~orchestrator.testbed.Testbed`: Mininet, controller,
    readiness; it takes the run lock) under the first policy;
 3. per policy (policies vary slowest, :meth:`ExperimentSpec.steps`): reprograms the fabric
-   (a controller restart on the same port, hitless), starts one worker per GPU of the
-   placement (source ports pinned under ``path-pinned``), then per collective and size runs
-   ``warmup + iterations`` operations and records them; after each collective it prints
-   the nccl-tests table (real-speed columns included);
+   (a controller restart on the same port, hitless); then per collective starts one worker
+   per GPU of the placement, with the connections that collective needs (as many per peer
+   as spread its fabric traffic over the NIC ports, orchestrator.ceilings.default_channels;
+   source ports pinned to disjoint paths under ``path-pinned``), runs ``warmup +
+   iterations`` operations per size, records them and prints the nccl-tests table
+   (real-speed columns included);
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions.
 
@@ -49,13 +51,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator.emulation import Terminated
-from orchestrator.experiment import ExperimentSpec, Step, format_size, load_experiment
+from orchestrator.experiment import (
+    Collective,
+    ExperimentSpec,
+    Step,
+    format_size,
+    load_experiment,
+)
 from orchestrator.loadguard import LoadVerdict, load_guard
 from orchestrator.nccl_table import TIME_DEFINITION, average_busbw, bus_factor, format_table
 from orchestrator.results import (
@@ -106,7 +114,8 @@ class RunOptions:
     ready_timeout: float = 60.0
     state_base: Path | None = None
     step_deadline: float = 30.0  # a step running longer than this is hung (launcher)
-    channels: int | None = None  # connections per peer pair; None: one per NIC port
+    channels: int | None = None  # connections per peer pair; None: per collective
+    # (orchestrator.ceilings.default_channels: enough to spread over the NIC ports)
     worker_args: tuple[str, ...] = ()  # extra worker argv (tests: fault injection)
 
 
@@ -424,11 +433,14 @@ class Runner:
         launch = LaunchOptions(
             warmup=spec.warmup,
             iterations=spec.iterations,
-            channels=options.channels or testbed.nic_ports,
             step_deadline=options.step_deadline,
             worker_args=options.worker_args,
         )
-        self.run_file["channels"] = launch.channels
+        channels = {
+            c: options.channels or testbed.default_channels(spec.gpus, [(c.op, c.algorithm)])
+            for c in spec.collectives
+        }
+        self.run_file["channels"] = {c.label: n for c, n in channels.items()}
         path = self.bundle_path()
         writer = ResultsWriter(path, testbed.description, experiment_text=self.text)
         outcome.bundle = writer.path
@@ -450,10 +462,12 @@ class Runner:
                 outcome.timings["policy_switch"][policy] = round(seconds, 3)
                 if seconds:
                     self.say(f"policy {policy}: fabric reprogrammed in {seconds:.1f} s")
-                with self._launcher(testbed, launch) as launcher:
-                    for collective in spec.collectives:
-                        group = [s for s in policy_steps if s.collective == collective]
-                        results = []
+                for collective in spec.collectives:
+                    group = [s for s in policy_steps if s.collective == collective]
+                    results = []
+                    with self._launcher(
+                        testbed, replace(launch, channels=channels[collective]), collective
+                    ) as launcher:
                         for step in group:
                             self.progress.step(step)
                             began = time.monotonic()
@@ -484,8 +498,8 @@ class Runner:
                             if result.failure is not None:
                                 raise _WorkersFailed(result.failure)
                             self.progress.done(step)
-                        outcome.results += results
-                        self.emit(self._table(testbed, policy, collective.label, results))
+                    outcome.results += results
+                    self.emit(self._table(testbed, policy, collective.label, results))
             outcome.status = "ok"
         except _WorkersFailed as failed:
             outcome.status = "failed"
@@ -507,10 +521,13 @@ class Runner:
         writer.finish(status=outcome.status, render=False)
 
     @contextmanager
-    def _launcher(self, testbed: Testbed, launch: LaunchOptions) -> Iterator[Any]:
-        """The policy's workers; a start-up failure becomes _WorkersFailed with its ranks."""
-        collectives = [(c.op, c.algorithm) for c in self.spec.collectives]
-        launcher = testbed.launch(self.spec.gpus, launch, collectives)
+    def _launcher(
+        self, testbed: Testbed, launch: LaunchOptions, collective: Collective
+    ) -> Iterator[Any]:
+        """Workers for one collective under one policy (its own connections: channels and,
+        under path-pinned, paths chosen for it); a start-up failure becomes _WorkersFailed
+        with its ranks."""
+        launcher = testbed.launch(self.spec.gpus, launch, [(collective.op, collective.algorithm)])
         try:
             launcher.start()
         except EmulationError:

@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING
 
 from controllers.policies import default_registry as policy_registry
+from orchestrator.ceilings import default_channels
 from orchestrator.emulation import REPO, Emulation, Log
 from orchestrator.results import PortCounter
 from orchestrator.telemetry import read_telemetry
@@ -201,10 +202,26 @@ class Testbed:
             env=env,
         )
 
-    def launch_options(self, options: LaunchOptions | None = None) -> LaunchOptions:
-        """``options`` completed for this fabric: one channel per NIC port unless given,
-        the fixed listening port."""
-        options = options or LaunchOptions(channels=self.nic_ports)
+    def default_channels(
+        self, gpus: Sequence[str] | None, collectives: Sequence[tuple[str, str]] | None
+    ) -> int:
+        """Connections per peer pair for ``collectives`` on ``gpus``: the most any of them
+        needs to spread over the NIC ports (orchestrator.ceilings.default_channels)."""
+        if not collectives:
+            return self.nic_ports
+        workers = self.workers(gpus)
+        return max(default_channels(workers, op, alg, self.nic_ports) for op, alg in collectives)
+
+    def launch_options(
+        self,
+        options: LaunchOptions | None = None,
+        gpus: Sequence[str] | None = None,
+        collectives: Sequence[tuple[str, str]] | None = None,
+    ) -> LaunchOptions:
+        """``options`` completed for this fabric: the default channels of ``collectives``
+        when no options are given, and the fixed listening port."""
+        if options is None:
+            options = LaunchOptions(channels=self.default_channels(gpus, collectives))
         return replace(options, worker_args=("--port", str(WORKER_PORT), *options.worker_args))
 
     def launch(
@@ -220,7 +237,7 @@ class Testbed:
         from orchestrator.pinning import source_ports
 
         workers = self.workers(gpus)
-        options = self.launch_options(options)
+        options = self.launch_options(options, gpus, collectives)
         if self.policy == "path-pinned" and not options.source_ports:
             pinning = source_ports(
                 self, workers, options.channels, WORKER_PORT, collectives, self._policy_since

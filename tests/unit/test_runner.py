@@ -24,7 +24,7 @@ import pytest
 
 from controllers.pinning import PinnedPaths, paths_document
 from orchestrator.calibration import Calibration
-from orchestrator.ceilings import fabric_share
+from orchestrator.ceilings import default_channels, fabric_share
 from orchestrator.experiment import ExperimentSpec, parse_experiment
 from orchestrator.loadguard import load_guard
 from orchestrator.pinning import assign, candidates, fabric_flows
@@ -84,6 +84,10 @@ class LoopbackTestbed:
     def rail_bandwidth(self) -> float:
         return 5e6
 
+    def default_channels(self, gpus: Any, collectives: Any) -> int:
+        workers = loopback_workers(8, 2)
+        return max(default_channels(workers, op, alg, 2) for op, alg in collectives)
+
     def use_policy(self, name: str) -> float:
         if name == self.policy:
             return 0.0
@@ -139,7 +143,10 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
     spec = experiment()
     outcome, bed, printed = run(spec, tmp_path, description)
     assert outcome.status == "ok" and outcome.exit_status == 0, outcome.error
-    assert bed.switches == ["path-pinned"] and bed.launches == 2  # one launch per policy
+    assert bed.switches == ["path-pinned"]
+    assert bed.launches == 4  # one launch per policy and collective
+    run_channels = json.loads((tmp_path / "bundle" / "run.json").read_text())["channels"]
+    assert run_channels == {"all-reduce (ring)": 2, "all-to-all (direct)": 1}
     assert len(outcome.results) == len(spec.steps()) == 8
     assert all(r.row.wrong == 0 and r.row.busbw > 0 for r in outcome.results)
     # one table per policy and collective, nccl-tests style, real speeds and the time rule
@@ -225,11 +232,16 @@ def test_pinning_puts_the_ring_on_disjoint_links(description: FabricDescription)
         assert {chosen[(rank, (rank + 1) % 8, c)].nic for c in (0, 1)} == {1, 2}
 
 
-def test_fabric_shares_of_the_algorithms(description: FabricDescription) -> None:
-    workers = loopback_workers(8, 2)
+def test_fabric_shares_and_channels_of_the_algorithms() -> None:
+    workers = loopback_workers(8, 2)  # 4 servers of 2 GPUs, as astral-small
     assert fabric_share(workers, "all-reduce", "ring") == pytest.approx(1.0)
     assert fabric_share(workers, "all-reduce", "hierarchical") == pytest.approx(0.75 / 1.75)
     assert fabric_share(workers, "all-to-all", "direct") == pytest.approx(6 / 7)
+    # enough connections per peer to use both NIC ports, no more
+    assert default_channels(workers, "all-reduce", "ring", 2) == 2  # one fabric peer
+    assert default_channels(workers, "all-to-all", "direct", 2) == 1  # six
+    assert default_channels(workers, "all-to-all", "pxn", 2) == 2  # three
+    assert default_channels(loopback_workers(8, 1), "all-to-all", "direct", 2) == 2  # seven
 
 
 def test_step_weights_grow_with_the_traffic() -> None:
