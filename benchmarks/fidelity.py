@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -61,7 +62,7 @@ sys.path.insert(0, str(REPO))
 from orchestrator import batch  # noqa: E402
 from orchestrator.calibration import datapath_ports, start_emulation, switch_hops  # noqa: E402
 from orchestrator.commands.topo import resolve_fabric_path  # noqa: E402
-from orchestrator.emulation import Emulation  # noqa: E402
+from orchestrator.emulation import Emulation, Terminated  # noqa: E402
 from orchestrator.shaping import DEFAULT_RECIPE  # noqa: E402
 from orchestrator.traffic import (  # noqa: E402
     TCP_PAYLOAD_SHARE,
@@ -428,29 +429,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("# before")
     for line in conditions():
         print(line)
-    for variant, cases in by_variant.items():
-        vspec = variant_spec(spec, variant)
-        print(f"# {rates_line(vspec, variant)}", flush=True)
-        emu = start_emulation(vspec, args.lock_wait, lambda m: print(f"  ({m})", flush=True))
-        try:
-            print(
-                f"  up in {emu.timings.get('total', 0):.1f} s; {conditions(emu)[-1]}; "
-                f"datapath ports (everyone's) {datapath_ports()}; TCP default in the GPUs: "
-                f"{namespace_cc(emu)}"
-            )
-            for _ in range(args.repeat):
-                for queue in queues:
-                    if len(queues) > 1 or queue != "recipe":
-                        set_switch_queues(emu, queue)
-                    for case in cases:
-                        for cc in ccs:
-                            run = measure(emu, case, cc, queue, args.duration, args.omit)
-                            summaries[case.name, cc, queue].runs.append(run)
-                            print(run_line(run), flush=True)
-        finally:
-            emu.stop()
+    status = 0
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, terminate)  # also while waiting for another run's lock
+    try:
+        for variant, cases in by_variant.items():
+            measure_variant(spec, variant, cases, summaries, queues, ccs, args)
+    except (KeyboardInterrupt, Terminated) as stop:
+        # the emulation is down already (its own handlers); keep what was measured
+        status = stop.exit_status if isinstance(stop, Terminated) else 130
+        print(f"# interrupted ({stop or 'Ctrl-C'}): the table has the runs measured so far")
     print()
-    print(f"# fidelity, {args.repeat} runs per case, {args.duration:g} s windows")
+    print(f"# fidelity, up to {args.repeat} runs per case, {args.duration:g} s windows")
     rows = [summaries[c, cc, q] for c in wanted for cc, q in combos if (c, cc, q) in summaries]
     for line in table(rows):
         print(line)
@@ -465,7 +458,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             for (name, cc, q), s in summaries.items()
         ]
         args.json.write_text(json.dumps(document, indent=1) + "\n")
-    return 0
+    return status
+
+
+def measure_variant(
+    spec: FabricSpec,
+    variant: str,
+    cases: Sequence[Case],
+    summaries: dict[tuple[str, str, str], Summary],
+    queues: Sequence[str],
+    ccs: Sequence[str],
+    args: argparse.Namespace,
+) -> None:
+    """Bring ``variant`` of ``spec`` up, run its cases ``args.repeat`` times, tear down."""
+    vspec = variant_spec(spec, variant)
+    print(f"# {rates_line(vspec, variant)}", flush=True)
+    emu = start_emulation(vspec, args.lock_wait, lambda m: print(f"  ({m})", flush=True))
+    try:
+        print(
+            f"  up in {emu.timings.get('total', 0):.1f} s; {conditions(emu)[-1]}; "
+            f"datapath ports (everyone's) {datapath_ports()}; TCP default in the GPUs: "
+            f"{namespace_cc(emu)}"
+        )
+        for _ in range(args.repeat):
+            for queue in queues:
+                if len(queues) > 1 or queue != "recipe":
+                    set_switch_queues(emu, queue)
+                for case in cases:
+                    for cc in ccs:
+                        run = measure(emu, case, cc, queue, args.duration, args.omit)
+                        summaries[case.name, cc, queue].runs.append(run)
+                        print(run_line(run), flush=True)
+    finally:
+        emu.stop()
 
 
 if __name__ == "__main__":
