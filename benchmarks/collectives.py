@@ -1,0 +1,229 @@
+"""Collective bus bandwidth against the rail bandwidth, policies side by side, in one run.
+
+    sudo .venv/bin/python benchmarks/collectives.py [--size 4M] [--iterations 3] [--rounds 3]
+        [--policies path-pinned,ecmp] [--order rank|topology-aware] [--scale 1e-4]
+        [--channels 2] [--iperf] [--fabric astral-small]
+
+Brings the fabric up once (telemetry off: the controller's polling costs CPU the emulator
+needs), then per round and per policy (interleaved, so that the machine's load hits every
+policy alike) runs all-reduce (ring, hierarchical) and all-to-all (direct, PXN) at one size
+and prints busbw / rail bandwidth, where the rail bandwidth is one GPU's NIC ports x the
+emulated NIC rate (2 x 20 Mbit/s on astral-small). Targets (issue 5), under path-pinned:
+all-reduce >= 0.90, all-to-all >= 0.85; TCP over 1500-byte frames caps a flat algorithm
+near 0.956. The "ceiling" column is the physical one of each algorithm
+(orchestrator.ceilings: NVLink bytes free), which is above 1 where NVLink carries a share.
+
+``--iperf`` adds, per policy, iperf3 on exactly the fabric connections of the ring and of
+direct all-to-all (the same paths under path-pinned), all at once for 8 s: what long-lived
+TCP flows get from the emulator in the same pattern right now, the reference for the
+collectives' figures.
+
+The conditions that decide the figures are printed with them: load average before and
+after, the CPU share ovs-vswitchd got during the collectives, other Open vSwitch bridges
+on the machine (other users of the emulator), datapath, TSO and the emulated rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrator.ceilings import busbw_ceiling
+from orchestrator.experiment import parse_size, topology_aware_order
+from orchestrator.pinning import fabric_flows, source_ports
+from orchestrator.testbed import Testbed
+from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
+from topologies.errors import ConcurrentRunError
+from topologies.generators import build_fabric
+from topologies.spec import EmulationSpec, load_fabric_spec
+
+PRESETS = Path(__file__).resolve().parents[1] / "topologies" / "presets"
+ALGORITHMS = [
+    ("all-reduce", "ring", 0.90),
+    ("all-reduce", "hierarchical", 0.90),
+    ("all-to-all", "direct", 0.85),
+    ("all-to-all", "pxn", 0.85),
+]
+TCP_GOODPUT = 1448 / 1514
+IPERF_PORT = 5301
+IPERF_PATTERNS = [("all-reduce", "ring"), ("all-to-all", "direct")]
+VSWITCHD_PID = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def vswitchd_pid() -> int | None:
+    try:
+        return int(VSWITCHD_PID.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def foreign_bridges(ours: set[str]) -> int:
+    out = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=False)
+    return len([b for b in out.stdout.split() if b not in ours])
+
+
+def iperf_flows(bed: Testbed, gpus: list[str], op: str, alg: str, seconds: int) -> float:
+    """iperf3 on the fabric connections of ``op``/``alg`` (one per peer pair and channel),
+    all at once for ``seconds``, from the same source ports under path-pinned; the mean per
+    sending GPU, over the rail bandwidth. What TCP gets from the emulator on those paths
+    right now: the reference for the collective's figure."""
+    workers = bed.workers(gpus)
+    channels = bed.nic_ports
+    flows = fabric_flows(workers, [(op, alg)], channels)[0]
+    emu = bed.emulation
+    # one iperf3 server per (destination, source, channel): a server runs one test at a time
+    port_of = {f: IPERF_PORT + 10 * f[0] + f[2] for f in flows}
+    ports: dict[tuple[int, int, int], int] = {}
+    if bed.policy == "path-pinned":  # the kernel's NIC choice depends on the server port
+        for server_port in sorted(set(port_of.values())):
+            pinned = source_ports(bed, workers, channels, server_port, [(op, alg)])
+            ports.update({f: p for f, p in pinned.ports.items() if port_of.get(f) == server_port})
+    servers = [
+        emu.popen(workers[d].host, ["iperf3", "-s", "-1", "-p", str(port_of[(s, d, c)])],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for s, d, c in flows
+    ]  # fmt: skip
+    time.sleep(0.5)
+    clients = []
+    for s, d, c in flows:
+        argv = ["iperf3", "-c", workers[d].fabric_ip, "-p", str(port_of[(s, d, c)]), "-J"]
+        argv += ["-t", str(seconds), "-B", workers[s].fabric_ip]
+        if ports.get((s, d, c)):
+            argv += ["--cport", str(ports[(s, d, c)])]
+        clients.append((s, emu.popen(workers[s].host, argv, stdout=subprocess.PIPE)))
+    per_rank: dict[int, float] = {}
+    for s, process in clients:
+        out, _ = process.communicate(timeout=seconds + 60)
+        try:
+            bps = json.loads(out)["end"]["sum_received"]["bits_per_second"]
+        except (ValueError, KeyError):
+            bps = 0.0
+        per_rank[s] = per_rank.get(s, 0.0) + bps / 8
+    for server in servers:
+        server.wait(timeout=10)
+    return statistics.fmean(per_rank.values()) / bed.rail_bandwidth()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fabric", default="astral-small", help="preset name or fabric file")
+    parser.add_argument("--size", default="4M", help="message size (default 4M)")
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--policies", default="path-pinned,ecmp")
+    parser.add_argument("--order", default="rank", choices=["rank", "topology-aware"])
+    parser.add_argument("--scale", type=float, help="emulation scale (default: the fabric's)")
+    parser.add_argument("--channels", type=int, help="connections per peer (default NIC ports)")
+    parser.add_argument("--iperf", action="store_true", help="iperf3 on the ring's connections")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    policies = args.policies.split(",")
+    path = Path(args.fabric)
+    spec = load_fabric_spec(path if path.exists() else PRESETS / f"{args.fabric}.yaml")
+    if args.scale:
+        spec = dataclasses.replace(spec, emulation=EmulationSpec(scale=args.scale))
+    fabric = build_fabric(spec)
+    gpus = fabric.gpus_by_rank()
+    if args.order == "topology-aware":
+        gpus = topology_aware_order(gpus)
+    names = [g.name for g in gpus]
+    channels = args.channels or spec.nic_ports
+
+    bed = Testbed(spec, policy=policies[0], telemetry_interval=None)
+    try:
+        bed.start()
+    except ConcurrentRunError as error:
+        print(f"benchmark: {error}", file=sys.stderr)
+        return 5
+    ratios: dict[tuple[str, str, str], list[float]] = {}
+    wrong = 0
+    iperf: dict[tuple[str, str, str], list[float]] = {}
+    vswitchd = vswitchd_pid()
+    cpu_used = elapsed = 0.0
+    load_before = os.getloadavg()
+    try:
+        others = foreign_bridges({s for s in fabric.switches})
+        rail = bed.rail_bandwidth()
+        workers = bed.workers(names)
+        ceilings = {
+            (op, alg): busbw_ceiling(workers, op, alg, rail) / rail for op, alg, _ in ALGORITHMS
+        }
+        options = LaunchOptions(iterations=args.iterations, warmup=1, channels=channels)
+        collectives = [(op, alg) for op, alg, _ in ALGORITHMS]
+        for round_ in range(args.rounds):
+            for policy in policies:
+                bed.use_policy(policy)
+                line = []
+                with bed.launch(names, options, collectives) as launcher:
+                    for op, alg, _ in ALGORITHMS:
+                        c0, t0 = (cpu_seconds(vswitchd) if vswitchd else 0.0), time.monotonic()
+                        result = launcher.run([CollectiveTest(op, alg, size)])
+                        elapsed += time.monotonic() - t0
+                        cpu_used += (cpu_seconds(vswitchd) - c0) if vswitchd else 0.0
+                        result.raise_for_failure()
+                        row = result.rows()[0]
+                        wrong += row.wrong
+                        ratio = row.busbw * 1e9 / rail
+                        ratios.setdefault((policy, op, alg), []).append(ratio)
+                        line.append(f"{op}/{alg} {ratio:.3f}")
+                if args.iperf:
+                    for op, alg in IPERF_PATTERNS:
+                        ratio = iperf_flows(bed, names, op, alg, 8)
+                        iperf.setdefault((policy, op, alg), []).append(ratio)
+                        line.append(f"iperf3 {op}/{alg} flows {ratio:.3f}")
+                print(f"# round {round_ + 1} {policy:>12}: " + ", ".join(line), flush=True)
+        load_after = os.getloadavg()
+        datapath = bed.emulation.datapath
+    finally:
+        bed.stop()
+
+    nic = spec.emulation.emulated(spec.speeds.nic)
+    print(
+        f"\n# busbw / rail bandwidth, median of {args.rounds} rounds; {fabric.name}, "
+        f"{len(names)} ranks (order {args.order}), {args.size} per operation, "
+        f"{args.iterations} iterations (+1 warm-up), {channels} connections per peer"
+    )
+    print(
+        f"# rail bandwidth = {spec.nic_ports} NIC ports x {nic / 1e6:g} Mbit/s emulated "
+        f"(scale {spec.emulation.scale:g} of {spec.speeds.nic / 1e9:g}G) = "
+        f"{rail / 1e6:.2f} MB/s; TCP over 1500-byte frames caps flat algorithms at "
+        f"{TCP_GOODPUT:.3f}"
+    )
+    head = "".join(f"{p:>14}" for p in policies)
+    print(f"#{'collective':<27}{head}{'target':>12}{'ceiling':>10}")
+    for op, alg, target in ALGORITHMS:
+        cells = "".join(f"{statistics.median(ratios[(p, op, alg)]):>14.3f}" for p in policies)
+        print(f" {op + ' (' + alg + ')':<27}{cells}{'>= ' + format(target, '.2f'):>12}"
+              f"{ceilings[(op, alg)]:>10.2f}")  # fmt: skip
+    if args.iperf:
+        for op, alg in IPERF_PATTERNS:
+            cells = "".join(f"{statistics.median(iperf[(p, op, alg)]):>14.3f}" for p in policies)
+            print(f" {'iperf3, ' + alg + ' flows':<27}{cells}")
+    print(f"# #wrong over all operations: {wrong}")
+    share = cpu_used / elapsed if elapsed else float("nan")
+    tso = {True: "on", False: "off", None: "n/a"}[datapath.tso if datapath else None]
+    print(
+        f"# conditions: load average {load_before[0]:.2f} -> {load_after[0]:.2f} "
+        f"on {os.cpu_count()} CPUs; ovs-vswitchd used {share:.0%} of a CPU during the "
+        f"collectives; {others} other Open vSwitch bridges on this machine; datapath "
+        f"{datapath.kind if datapath else '?'}, userspace TSO {tso}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
