@@ -67,6 +67,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import time
@@ -561,11 +562,22 @@ def reshape(emu: Emulation, scale: float) -> None:
     spec = replace(fabric.spec, emulation=EmulationSpec(scale=scale))
     description = FabricDescription.of(build_fabric(spec))
     wiring = plan_wiring(description)
+    # The kernel refuses to `change` an existing htb root ("Change operation not supported"),
+    # which is what `tc qdisc replace` does when the root is already htb: remove the old
+    # shaper first (between load steps, so the brief unshaped moment carries no traffic).
+    for shaper in wiring.shapers:
+        subprocess.run(
+            ["tc", "qdisc", "del", "dev", shaper.intf, "root"], capture_output=True, check=False
+        )
     batch.run_steps([a for s in wiring.shapers for a in s.commands()], "re-shaping switch ports")
     processes = {}
     for gpu, config in render_all(description).items():
+        unshape = "".join(
+            f"tc qdisc del dev {shlex.quote(nic.intf)} root 2>/dev/null || true\n"
+            for nic in description.addresses[gpu].nics
+        )
         processes[gpu] = emu.host(gpu).popen(
-            ["sh", "-c", batch.script(config.shaping)],
+            ["sh", "-c", unshape + batch.script(config.shaping)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
