@@ -25,9 +25,9 @@ QUICK_SECONDS = 60.0  # the calibration itself, lock waits excluded
 
 
 @pytest.mark.xfail(
-    reason="known bug, open: calibration.reshape re-applies the shaper with `tc qdisc replace` "
-    "on an existing htb root, which this kernel refuses ('Change operation not supported'); "
-    "the second load step then fails",
+    reason="known bug, open: the quick calibration fails on its second load step, where it "
+    "re-shapes every link (first seen as tc refusing to change an htb root; removing the old "
+    "shaper first did not yet make it pass)",
     strict=False,
 )
 def test_quick_calibration_writes_a_sane_file(
