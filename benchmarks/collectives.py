@@ -76,13 +76,14 @@ def foreign_bridges(ours: set[str]) -> int:
     return len([b for b in out.stdout.split() if b not in ours])
 
 
-def iperf_flows(bed: Testbed, gpus: list[str], op: str, alg: str, seconds: int) -> float:
+def iperf_flows(
+    bed: Testbed, gpus: list[str], op: str, alg: str, channels: int, seconds: int
+) -> float:
     """iperf3 on the fabric connections of ``op``/``alg`` (one per peer pair and channel),
     all at once for ``seconds``, from the same source ports under path-pinned; the mean per
     sending GPU, over the rail bandwidth. What TCP gets from the emulator on those paths
     right now: the reference for the collective's figure."""
     workers = bed.workers(gpus)
-    channels = bed.nic_ports
     flows = fabric_flows(workers, [(op, alg)], channels)[0]
     emu = bed.emulation
     # one iperf3 server per (destination, source, channel): a server runs one test at a time
@@ -106,13 +107,17 @@ def iperf_flows(bed: Testbed, gpus: list[str], op: str, alg: str, seconds: int) 
             argv += ["--cport", str(ports[(s, d, c)])]
         clients.append((s, emu.popen(workers[s].host, argv, stdout=subprocess.PIPE)))
     per_rank: dict[int, float] = {}
+    failed = []
     for s, process in clients:
         out, _ = process.communicate(timeout=seconds + 60)
         try:
             bps = json.loads(out)["end"]["sum_received"]["bits_per_second"]
-        except (ValueError, KeyError):
-            bps = 0.0
+        except (ValueError, KeyError, TypeError):
+            failed.append(f"rank {s}: {out.decode(errors='replace')[-200:]}")
+            continue
         per_rank[s] = per_rank.get(s, 0.0) + bps / 8
+    if failed:
+        print(f"# iperf3: {len(failed)} of {len(clients)} flows failed: {failed[0]}")
     for server in servers:
         server.wait(timeout=10)
     return statistics.fmean(per_rank.values()) / bed.rail_bandwidth()
@@ -127,7 +132,9 @@ def main() -> int:
     parser.add_argument("--policies", default="path-pinned,ecmp")
     parser.add_argument("--order", default="rank", choices=["rank", "topology-aware"])
     parser.add_argument("--scale", type=float, help="emulation scale (default: the fabric's)")
-    parser.add_argument("--channels", type=int, help="connections per peer (default NIC ports)")
+    parser.add_argument(
+        "--channels", type=int, help="connections per peer (default: as astral run chooses)"
+    )
     parser.add_argument("--iperf", action="store_true", help="iperf3 on the ring's connections")
     args = parser.parse_args()
     size = parse_size(args.size)
@@ -141,7 +148,6 @@ def main() -> int:
     if args.order == "topology-aware":
         gpus = topology_aware_order(gpus)
     names = [g.name for g in gpus]
-    channels = args.channels or spec.nic_ports
 
     bed = Testbed(spec, policy=policies[0], telemetry_interval=None)
     try:
@@ -162,27 +168,32 @@ def main() -> int:
         ceilings = {
             (op, alg): busbw_ceiling(workers, op, alg, rail) / rail for op, alg, _ in ALGORITHMS
         }
-        options = LaunchOptions(iterations=args.iterations, warmup=1, channels=channels)
-        collectives = [(op, alg) for op, alg, _ in ALGORITHMS]
+        channels = {
+            (op, alg): args.channels or bed.default_channels(names, [(op, alg)])
+            for op, alg, _ in ALGORITHMS
+        }
         for round_ in range(args.rounds):
             for policy in policies:
                 bed.use_policy(policy)
                 line = []
-                with bed.launch(names, options, collectives) as launcher:
-                    for op, alg, _ in ALGORITHMS:
+                for op, alg, _ in ALGORITHMS:  # one launch each, as astral run does
+                    options = LaunchOptions(
+                        iterations=args.iterations, warmup=1, channels=channels[(op, alg)]
+                    )
+                    with bed.launch(names, options, [(op, alg)]) as launcher:
                         c0, t0 = (cpu_seconds(vswitchd) if vswitchd else 0.0), time.monotonic()
                         result = launcher.run([CollectiveTest(op, alg, size)])
                         elapsed += time.monotonic() - t0
                         cpu_used += (cpu_seconds(vswitchd) - c0) if vswitchd else 0.0
-                        result.raise_for_failure()
-                        row = result.rows()[0]
-                        wrong += row.wrong
-                        ratio = row.busbw * 1e9 / rail
-                        ratios.setdefault((policy, op, alg), []).append(ratio)
-                        line.append(f"{op}/{alg} {ratio:.3f}")
+                    result.raise_for_failure()
+                    row = result.rows()[0]
+                    wrong += row.wrong
+                    ratio = row.busbw * 1e9 / rail
+                    ratios.setdefault((policy, op, alg), []).append(ratio)
+                    line.append(f"{op}/{alg} {ratio:.3f}")
                 if args.iperf:
                     for op, alg in IPERF_PATTERNS:
-                        ratio = iperf_flows(bed, names, op, alg, 8)
+                        ratio = iperf_flows(bed, names, op, alg, channels[(op, alg)], 8)
                         iperf.setdefault((policy, op, alg), []).append(ratio)
                         line.append(f"iperf3 {op}/{alg} flows {ratio:.3f}")
                 print(f"# round {round_ + 1} {policy:>12}: " + ", ".join(line), flush=True)
@@ -195,7 +206,8 @@ def main() -> int:
     print(
         f"\n# busbw / rail bandwidth, median of {args.rounds} rounds; {fabric.name}, "
         f"{len(names)} ranks (order {args.order}), {args.size} per operation, "
-        f"{args.iterations} iterations (+1 warm-up), {channels} connections per peer"
+        f"{args.iterations} iterations (+1 warm-up); connections per peer: "
+        + ", ".join(f"{alg} {n}" for (_, alg), n in channels.items())
     )
     print(
         f"# rail bandwidth = {spec.nic_ports} NIC ports x {nic / 1e6:g} Mbit/s emulated "
