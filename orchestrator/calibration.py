@@ -67,7 +67,6 @@ import json
 import math
 import os
 import platform
-import shlex
 import socket
 import subprocess
 import time
@@ -551,7 +550,12 @@ def calibration_flows(fabric: Fabric) -> list[Flow]:
 
 def reshape(emu: Emulation, scale: float) -> None:
     """Re-shape every link of ``emu`` to its rates at ``scale`` (the same recipe, the
-    same interfaces: only the rates, bursts and queue limits change)."""
+    same interfaces: only the rates, bursts and queue limits change).
+
+    Only the HTB class and the leaf queue are replaced: the root (``htb default 1``) stays as
+    it is, because this kernel refuses to change an existing htb root in place ("Change
+    operation not supported"); class and leaf change in place, so no link is ever unshaped.
+    """
     from orchestrator import batch
     from orchestrator.hostconfig import render_all
     from orchestrator.wiring import plan_wiring
@@ -562,22 +566,12 @@ def reshape(emu: Emulation, scale: float) -> None:
     spec = replace(fabric.spec, emulation=EmulationSpec(scale=scale))
     description = FabricDescription.of(build_fabric(spec))
     wiring = plan_wiring(description)
-    # The kernel refuses to `change` an existing htb root ("Change operation not supported"),
-    # which is what `tc qdisc replace` does when the root is already htb: remove the old
-    # shaper first (between load steps, so the brief unshaped moment carries no traffic).
-    for shaper in wiring.shapers:
-        subprocess.run(
-            ["tc", "qdisc", "del", "dev", shaper.intf, "root"], capture_output=True, check=False
-        )
-    batch.run_steps([a for s in wiring.shapers for a in s.commands()], "re-shaping switch ports")
+    root_commands = [a for s in wiring.shapers for a in s.commands()]
+    batch.run_steps(rate_commands(root_commands), "re-shaping switch ports")
     processes = {}
     for gpu, config in render_all(description).items():
-        unshape = "".join(
-            f"tc qdisc del dev {shlex.quote(nic.intf)} root 2>/dev/null || true\n"
-            for nic in description.addresses[gpu].nics
-        )
         processes[gpu] = emu.host(gpu).popen(
-            ["sh", "-c", unshape + batch.script(config.shaping)],
+            ["sh", "-c", batch.script(rate_commands(config.shaping))],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -589,6 +583,12 @@ def reshape(emu: Emulation, scale: float) -> None:
             failed.append(f"{gpu}: {batch.errors_of(err.decode(errors='replace'))}")
     if failed:
         raise EmulationError("re-shaping GPU ports failed: " + " | ".join(failed[:4]))
+
+
+def rate_commands(commands: Iterable[Sequence[str]]) -> list[list[str]]:
+    """The shaping commands that change a shaped link's rate in place: all but the root
+    qdisc (``tc qdisc ... root ...``), which stays."""
+    return [list(argv) for argv in commands if not (argv[:2] == ["tc", "qdisc"] and "root" in argv)]
 
 
 def step_of(

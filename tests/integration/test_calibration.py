@@ -24,12 +24,6 @@ pytestmark = pytest.mark.integration
 QUICK_SECONDS = 60.0  # the calibration itself, lock waits excluded
 
 
-@pytest.mark.xfail(
-    reason="known bug, open: the quick calibration fails on its second load step, where it "
-    "re-shapes every link (first seen as tc refusing to change an htb root; removing the old "
-    "shaper first did not yet make it pass)",
-    strict=False,
-)
 def test_quick_calibration_writes_a_sane_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

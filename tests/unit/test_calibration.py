@@ -292,3 +292,14 @@ def test_show(
     path.write_text("[]")
     assert cli_main(["calibrate", "--show", "--out", str(path)]) == 2
     assert "a JSON object" in capsys.readouterr().err
+
+
+def test_rate_commands_keep_the_htb_root() -> None:
+    """Re-shaping changes class and leaf in place: this kernel refuses to change an htb root."""
+    from orchestrator.shaping import shaping_commands
+
+    commands = shaping_commands("p0r0t0-eth3", 40e6)
+    kept = cal.rate_commands(commands)
+    assert kept == commands[1:]
+    assert [argv[1] for argv in kept] == ["class", "qdisc"]
+    assert all("root" not in argv for argv in kept)
