@@ -2,7 +2,14 @@
 
     sudo .venv/bin/python benchmarks/fidelity.py [--fabric astral-small] [--repeat 3]
         [--duration 8] [--omit 2] [--cases longest,nic-down,nic-up,tor-agg,agg-core]
-        [--json FILE] [--lock-wait SECONDS]
+        [--cc default,cubic,...] [--queue recipe,head-drop] [--json FILE]
+        [--lock-wait SECONDS]
+
+``--cc`` runs every case under each TCP congestion control (``default``: what the GPU
+namespaces inherit from the machine, which is what experiments get); ``--queue`` under
+each switch-side leaf queue (``recipe``: orchestrator.shaping's bfifo, as the emulation
+builds it; ``head-drop``: a pfifo_head_drop of as many full frames, put in place of it on
+every switch port of the running fabric). Results and findings: docs/calibration.md.
 
 Every case runs on a real fabric brought up by orchestrator.emulation.Emulation (controller
 policy ``shortest``: one path per destination at every switch, so flows into one GPU share
