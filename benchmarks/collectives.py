@@ -38,13 +38,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.ceilings import busbw_ceiling
+from orchestrator.emulation import Terminated
 from orchestrator.experiment import parse_size, topology_aware_order
 from orchestrator.pinning import fabric_flows, source_ports
 from orchestrator.testbed import Testbed
 from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
 from topologies.errors import ConcurrentRunError
 from topologies.generators import build_fabric
-from topologies.spec import EmulationSpec, load_fabric_spec
+from topologies.model import Fabric
+from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
 
 PRESETS = Path(__file__).resolve().parents[1] / "topologies" / "presets"
 ALGORITHMS = [
@@ -90,9 +92,13 @@ def iperf_flows(
     port_of = {f: IPERF_PORT + 10 * f[0] + f[2] for f in flows}
     ports: dict[tuple[int, int, int], int] = {}
     if bed.policy == "path-pinned":  # the kernel's NIC choice depends on the server port
+        taken: dict[int, set[int]] = {}  # a source port once per GPU (iperf3 binds it)
         for server_port in sorted(set(port_of.values())):
-            pinned = source_ports(bed, workers, channels, server_port, [(op, alg)])
-            ports.update({f: p for f, p in pinned.ports.items() if port_of.get(f) == server_port})
+            pinned = source_ports(bed, workers, channels, server_port, [(op, alg)], taken=taken)
+            for f, p in pinned.ports.items():
+                if port_of.get(f) == server_port:
+                    ports[f] = p
+                    taken.setdefault(f[0], set()).add(p)
     servers = [
         emu.popen(workers[d].host, ["iperf3", "-s", "-1", "-p", str(port_of[(s, d, c)])],
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -155,52 +161,68 @@ def main() -> int:
     except ConcurrentRunError as error:
         print(f"benchmark: {error}", file=sys.stderr)
         return 5
+    try:
+        return measure(args, bed, spec, fabric, names, size, policies)
+    except (KeyboardInterrupt, Terminated) as stop:
+        print(f"benchmark: interrupted ({stop or 'SIGINT'}); torn down", file=sys.stderr)
+        return 130 if isinstance(stop, KeyboardInterrupt) else stop.exit_status
+    finally:
+        bed.stop()
+
+
+def measure(
+    args: argparse.Namespace,
+    bed: Testbed,
+    spec: FabricSpec,
+    fabric: Fabric,
+    names: list[str],
+    size: int,
+    policies: list[str],
+) -> int:
     ratios: dict[tuple[str, str, str], list[float]] = {}
     wrong = 0
     iperf: dict[tuple[str, str, str], list[float]] = {}
     vswitchd = vswitchd_pid()
     cpu_used = elapsed = 0.0
     load_before = os.getloadavg()
-    try:
-        others = foreign_bridges({s for s in fabric.switches})
-        rail = bed.rail_bandwidth()
-        workers = bed.workers(names)
-        ceilings = {
-            (op, alg): busbw_ceiling(workers, op, alg, rail) / rail for op, alg, _ in ALGORITHMS
-        }
-        channels = {
-            (op, alg): args.channels or bed.default_channels(names, [(op, alg)])
-            for op, alg, _ in ALGORITHMS
-        }
-        for round_ in range(args.rounds):
-            for policy in policies:
-                bed.use_policy(policy)
-                line = []
-                for op, alg, _ in ALGORITHMS:  # one launch each, as astral run does
-                    options = LaunchOptions(
-                        iterations=args.iterations, warmup=1, channels=channels[(op, alg)]
-                    )
-                    with bed.launch(names, options, [(op, alg)]) as launcher:
-                        c0, t0 = (cpu_seconds(vswitchd) if vswitchd else 0.0), time.monotonic()
-                        result = launcher.run([CollectiveTest(op, alg, size)])
-                        elapsed += time.monotonic() - t0
-                        cpu_used += (cpu_seconds(vswitchd) - c0) if vswitchd else 0.0
-                    result.raise_for_failure()
-                    row = result.rows()[0]
-                    wrong += row.wrong
-                    ratio = row.busbw * 1e9 / rail
-                    ratios.setdefault((policy, op, alg), []).append(ratio)
-                    line.append(f"{op}/{alg} {ratio:.3f}")
-                if args.iperf:
-                    for op, alg in IPERF_PATTERNS:
-                        ratio = iperf_flows(bed, names, op, alg, channels[(op, alg)], 8)
-                        iperf.setdefault((policy, op, alg), []).append(ratio)
-                        line.append(f"iperf3 {op}/{alg} flows {ratio:.3f}")
-                print(f"# round {round_ + 1} {policy:>12}: " + ", ".join(line), flush=True)
-        load_after = os.getloadavg()
-        datapath = bed.emulation.datapath
-    finally:
-        bed.stop()
+    others = foreign_bridges({s for s in fabric.switches})
+    rail = bed.rail_bandwidth()
+    workers = bed.workers(names)
+    ceilings = {
+        (op, alg): busbw_ceiling(workers, op, alg, rail) / rail for op, alg, _ in ALGORITHMS
+    }
+    channels = {
+        (op, alg): args.channels or bed.default_channels(names, [(op, alg)])
+        for op, alg, _ in ALGORITHMS
+    }
+    for round_ in range(args.rounds):
+        for policy in policies:
+            bed.use_policy(policy)
+            line = []
+            for op, alg, _ in ALGORITHMS:  # one launch each, as astral run does
+                options = LaunchOptions(
+                    iterations=args.iterations, warmup=1, channels=channels[(op, alg)]
+                )
+                with bed.launch(names, options, [(op, alg)]) as launcher:
+                    c0, t0 = (cpu_seconds(vswitchd) if vswitchd else 0.0), time.monotonic()
+                    result = launcher.run([CollectiveTest(op, alg, size)])
+                    elapsed += time.monotonic() - t0
+                    cpu_used += (cpu_seconds(vswitchd) - c0) if vswitchd else 0.0
+                result.raise_for_failure()
+                row = result.rows()[0]
+                wrong += row.wrong
+                ratio = row.busbw * 1e9 / rail
+                ratios.setdefault((policy, op, alg), []).append(ratio)
+                line.append(f"{op}/{alg} {ratio:.3f}")
+            if args.iperf:
+                for op, alg in IPERF_PATTERNS:
+                    ratio = iperf_flows(bed, names, op, alg, channels[(op, alg)], 8)
+                    iperf.setdefault((policy, op, alg), []).append(ratio)
+                    line.append(f"iperf3 {op}/{alg} flows {ratio:.3f}")
+            print(f"# round {round_ + 1} {policy:>12}: " + ", ".join(line), flush=True)
+    load_after = os.getloadavg()
+    datapath = bed.emulation.datapath
+    bed.stop()
 
     nic = spec.emulation.emulated(spec.speeds.nic)
     print(

@@ -200,9 +200,11 @@ def source_ports(
     dst_port: int,
     collectives: Iterable[tuple[str, str]] | None = None,
     since: float = 0.0,
+    taken: Mapping[int, set[int]] | None = None,
 ) -> Pinning:
     """Steps 1-3 of the module docstring for ``workers`` running ``collectives`` (default:
-    every collective algorithm the workers know)."""
+    every collective algorithm the workers know). ``taken``: source ports already in use,
+    per rank, not to hand out again."""
     if collectives is None:
         collectives = [(op, alg) for op, algs in COLLECTIVES.items() for alg in algs]
     document = wait_for_paths(testbed.run_dir / PATHS_FILE, since)
@@ -225,7 +227,8 @@ def source_ports(
         ]
         devices = route_devices(testbed, gpu, queries)
         nic_of = {nic.intf: nic.port for nic in description.addresses[gpu].nics}
-        used: set[int] = set()
+        rank = tries[0][0][0]
+        used: set[int] = set((taken or {}).get(rank, set()))
         for (flow, port), device in zip(tries, devices, strict=True):
             if flow in result.ports or port in used:
                 continue
