@@ -78,6 +78,19 @@ def foreign_bridges(ours: set[str]) -> int:
     return len([b for b in out.stdout.split() if b not in ours])
 
 
+def bound_ports(bed: Testbed, gpu: str) -> set[int]:
+    """Local TCP ports of every socket in ``gpu``'s namespace (TIME_WAIT included)."""
+    out = bed.emulation.cmd(gpu, ["ss", "-Htan"])
+    ports = set()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and ":" in fields[3]:
+            port = fields[3].rsplit(":", 1)[1]
+            if port.isdigit():
+                ports.add(int(port))
+    return ports
+
+
 def iperf_flows(
     bed: Testbed, gpus: list[str], op: str, alg: str, channels: int, seconds: int
 ) -> float:
@@ -92,7 +105,9 @@ def iperf_flows(
     port_of = {f: IPERF_PORT + 10 * f[0] + f[2] for f in flows}
     ports: dict[tuple[int, int, int], int] = {}
     if bed.policy == "path-pinned":  # the kernel's NIC choice depends on the server port
-        taken: dict[int, set[int]] = {}  # a source port once per GPU (iperf3 binds it)
+        # iperf3 binds without SO_REUSEADDR: no port another socket holds (the workers'
+        # connections linger in TIME_WAIT on the same pinned ports), none twice
+        taken = {w.rank: bound_ports(bed, w.host) for w in workers}
         for server_port in sorted(set(port_of.values())):
             pinned = source_ports(bed, workers, channels, server_port, [(op, alg)], taken=taken)
             for f, p in pinned.ports.items():
