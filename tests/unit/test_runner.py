@@ -9,11 +9,13 @@ runner does with results (records, tables, the bundle, failures) runs for real.
 
 from __future__ import annotations
 
+import _thread
 import json
 import math
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -262,3 +264,22 @@ def test_a_malformed_experiment_exits_2_and_creates_nothing(tmp_path: Path) -> N
     assert result.returncode == 2
     assert f"{bad}: key 'policy'" in result.stderr and "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"], iterations=10**6)
+    timer = threading.Timer(3.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        outcome, _, printed = run(spec, tmp_path, description)
+    finally:
+        timer.cancel()
+    assert outcome.status == "interrupted" and outcome.exit_status == 130
+    assert "# astral run 'unit': interrupted" in printed
+    run_file = json.loads((tmp_path / "bundle" / "run.json").read_text())
+    assert run_file["status"] == "interrupted"
+    summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
+    assert summary["run"]["status"] == "interrupted"
+    assert not list((tmp_path / "run").glob("w*/workers.sock"))  # the launcher closed
