@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.ceilings import busbw_ceiling
 from orchestrator.emulation import Terminated
 from orchestrator.experiment import parse_size, topology_aware_order
+from orchestrator.hostconfig import TCP_PAYLOAD_SHARE
 from orchestrator.pinning import fabric_flows, source_ports
 from orchestrator.testbed import Testbed
 from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
@@ -55,7 +56,7 @@ ALGORITHMS = [
     ("all-to-all", "direct", 0.85),
     ("all-to-all", "pxn", 0.85),
 ]
-TCP_GOODPUT = 1448 / 1514
+TCP_GOODPUT = TCP_PAYLOAD_SHARE  # the GPUs' TCP: 1500 MTU, no timestamps (hostconfig)
 IPERF_PORT = 5301
 IPERF_PATTERNS = [("all-reduce", "ring"), ("all-to-all", "direct")]
 VSWITCHD_PID = Path("/var/run/openvswitch/ovs-vswitchd.pid")

@@ -24,12 +24,12 @@ port, hitless) and measured on the same traffic:
 
 Ideal (printed with the results): every flow at min(the emulated NIC port rate, its fair
 share of a non-blocking fabric: the pod's core uplink capacity over the flows leaving the
-pod), times the TCP payload share of a frame (1448/1514): one flow per GPU leaves by one of
-its NIC ports, and every receiver gets one flow, so on a non-blocking fabric nothing else
-limits it. ``achieved/ideal`` is the sum of the goodputs over the sum of the ideals. With
-random hashing of n flows over n equal paths, a share 1 - (1 - 1/n)^n of the paths carries
-traffic (about 0.6-0.66 of ideal); ``path-pinned`` should reach at least 0.9; polarized ECMP
-(every tier hashes alike) should stay below salted ECMP.
+pod), times the TCP payload share of a frame (1460/1514, no timestamps): one flow per GPU
+leaves by one of its NIC ports, and every receiver gets one flow, so on a non-blocking
+fabric nothing else limits it. ``achieved/ideal`` is the sum of the goodputs over the sum of
+the ideals. With random hashing of n flows over n equal paths, a share 1 - (1 - 1/n)^n of
+the paths carries traffic (about 0.6-0.66 of ideal); ``path-pinned`` should reach at least
+0.9; polarized ECMP (every tier hashes alike) should stay below salted ECMP.
 
 ``core links`` counts the directed aggregation-core links that carried at least a quarter
 of a flow's ideal rate during the window (tc counters of the switch egress), out of those
@@ -493,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"ideal per flow = min(NIC port rate, pod core uplinks / flows leaving the pod) x "
-        f"1448/1514 = {mbps(ideal)} Mbit/s goodput; random hashing of n flows on n paths "
+        f"1460/1514 = {mbps(ideal)} Mbit/s goodput; random hashing of n flows on n paths "
         f"expects {hashing_expectation(len(gpus) // 2 if n_paths else 0):.2f} of the paths "
         f"used (n = {len(gpus) // 2} flows per pod)"
     )

@@ -65,6 +65,7 @@ from orchestrator.hostconfig import HostConfig, render_all
 from orchestrator.lock import RunLock
 from orchestrator.nodes import FabricSwitch, GpuHost, NvlinkBridge, PrecreatedLink
 from orchestrator.readiness import probe_plan, wait_reachable
+from orchestrator.sendbuffer import SendBuffer, raise_send_buffer
 from orchestrator.state import (
     RUN_TAG,
     CleanReport,
@@ -152,6 +153,9 @@ class Emulation:
         self.wiring: Wiring | None = None
         self.host_configs: dict[str, HostConfig] = {}
         self.datapath: Datapath | None = None
+        #: ovs-vswitchd's send buffer as raised for this run (userspace datapath), or why not.
+        self.send_buffer: SendBuffer | None = None
+        self.send_buffer_problem: str | None = None
         self.controller: ControllerProcess | None = None
         self.net: Any = None
         self.hosts: dict[str, GpuHost] = {}
@@ -221,6 +225,8 @@ class Emulation:
         with self._step("plan"):
             state.add_bridges([(PROBE_BRIDGE, "ovs")])
             self.datapath = detect_datapath(probe_tag={RUN_TAG: state.run_id})
+            if self.datapath.kind == "userspace":
+                self._raise_send_buffer()
             self.description = self._describe()
             self.wiring = plan_wiring(self.description)
             for gpu in self.description.fabric.gpus:
@@ -273,6 +279,17 @@ class Emulation:
             }
         )
         return description
+
+    def _raise_send_buffer(self) -> None:
+        """Keep ovs-vswitchd from dropping packets unseen once our queues fill its socket's
+        send buffer (orchestrator.sendbuffer). Not fatal: the run goes on, and says so."""
+        try:
+            self.send_buffer = raise_send_buffer()
+        except OSError as exc:
+            self.send_buffer_problem = (
+                f"could not raise ovs-vswitchd's send buffer ({exc}); with several congested "
+                "links it may drop packets without counting them (docs/fidelity.md)"
+            )
 
     def _preflight(self, wiring: Wiring) -> None:
         """Refuse to start over bridges or interfaces that exist already: not ours to touch."""

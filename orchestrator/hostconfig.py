@@ -27,11 +27,40 @@ Sysctls, and why:
 - ``arp_ignore=1``, ``arp_announce=2``: with one address on two ports, answer ARP only on the
   port the request came in on and announce the address of the outgoing port.
 - IPv6 off: no router solicitations, DAD or MLD noise on the emulated links.
+The TCP stack, tuned for a faithful NIC (docs/fidelity.md, "The GPU's TCP"):
+
+- ``tcp_timestamps=0``: 12 fewer option bytes in every segment, so a 1500-byte frame carries
+  1460 bytes of payload: TCP can reach 1460/1514 = 0.964 of a link's rate (0.956 with
+  timestamps). RoCE, which the emulated fabric stands for, spends about 1.5 % on headers
+  with 4 kB frames; this keeps the emulation's own overhead closer to that. Nothing here
+  needs timestamps: RTTs are sampled from the kernel's own send times, and sequence numbers
+  cannot wrap at emulated rates.
+- ``tcp_min_tso_segs=4`` and ``gso_max_segs 4`` on every port: every TCP packet a GPU hands
+  its NIC is the same size, 4 segments. A GPU's own NIC never drops (TCP Small Queues keeps
+  each socket's share of the queue small), so nothing tells CUBIC flows leaving one NIC to
+  converge; each flow keeps a few packets queued and the FIFO serves packets in turn, which
+  is fair only if every flow's packets are the same size. Left alone, TCP sizes them from
+  its pacing rate, and a flow that started first (large window) sent larger ones: 8 flows
+  out of one NIC got Jain's index 0.62-0.96; with 4 segments everywhere, 1.000 (the way a
+  real NIC serves its queue pairs in turn). 4 rather than 2: fewer, larger packets cost
+  ovs-vswitchd less, and one flow over 5 switches kept 0.955 of the rate instead of 0.948.
+
+Congestion control, and why it is set on the routes: every route the GPU's traffic takes
+(fabric, NVLink subnet, rail-only detours) carries ``congctl cubic``. A namespace otherwise
+inherits the machine's default, BBR on many current distributions, and BBR (v1) flows sharing
+a shallow drop-tail bottleneck get Jain's index 0.48-0.57 here, CUBIC 0.98-0.99 with the
+head-drop switch queue (docs/calibration.md). Loss-based TCP is also closer to what a
+datacenter fabric's congestion control reacts to (drops or marks at a switch queue). The
+sysctl ``net.ipv4.tcp_congestion_control`` would be simpler, but a child namespace may only
+choose an algorithm of the root's ``tcp_allowed_congestion_control`` (here "reno bbr": EPERM
+for cubic), which the emulation should not change machine-wide; a route's ``congctl`` has
+no such restriction.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from ipaddress import ip_interface
 
 from orchestrator.shaping import shaping_commands
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC, GpuAddresses
@@ -39,6 +68,14 @@ from topologies.description import FabricDescription
 from topologies.model import LinkKind
 
 Argv = list[str]
+
+#: TCP congestion control of every route of a GPU (module docstring: why, and why on routes).
+TCP_CONGESTION_CONTROL = "cubic"
+#: Segments in every TCP packet a GPU sends (tcp_min_tso_segs and gso_max_segs).
+GSO_SEGMENTS = 4
+#: TCP's payload share of a full frame as HTB counts it (1500 MTU, no TCP options):
+#: the best goodput on a link shaped to R is R x TCP_PAYLOAD_SHARE.
+TCP_PAYLOAD_SHARE = 1460 / 1514
 
 
 @dataclass(frozen=True)
@@ -85,6 +122,8 @@ def _sysctls(addresses: GpuAddresses, forwarding: bool) -> list[tuple[str, str]]
         ("net.ipv4.conf.default.arp_ignore", "1"),
         ("net.ipv4.conf.default.arp_announce", "2"),
         ("net.ipv4.ip_forward", "1" if forwarding else "0"),
+        ("net.ipv4.tcp_timestamps", "0"),
+        ("net.ipv4.tcp_min_tso_segs", str(GSO_SEGMENTS)),
     ]
     if forwarding:
         # A forwarding GPU must not tell its server-mates to "go direct": they cannot.
@@ -115,6 +154,8 @@ def _rail_routes(description: FabricDescription, addresses: GpuAddresses) -> lis
                 addresses.nvlink.intf,
                 "src",
                 addresses.fabric_ip,
+                "congctl",
+                TCP_CONGESTION_CONTROL,
             ]
         )
     return routes
@@ -140,6 +181,7 @@ def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
     links: list[Argv] = [["ip", "link", "set", "dev", "lo", "up"]]
     for port in ports:
         links.append(["ip", "link", "set", "dev", port.intf, "address", port.mac])
+        links.append(["ip", "link", "set", "dev", port.intf, "gso_max_segs", str(GSO_SEGMENTS)])
     for port in ports:
         links.append(["ip", "link", "set", "dev", port.intf, "up"])
 
@@ -162,13 +204,18 @@ def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
         for nic in nics
     ]
     # `src` before the nexthops: ip(8) reads everything after `nexthop` as nexthop options.
-    fabric_route = ["ip", "route", "replace", FABRIC_PREFIX, "src", addresses.fabric_ip]
+    congctl = ["congctl", TCP_CONGESTION_CONTROL]
+    fabric_route = ["ip", "route", "replace", FABRIC_PREFIX, "src", addresses.fabric_ip, *congctl]
     if len(nics) == 1:
         fabric_route += ["via", GATEWAY_IP, "dev", nics[0].intf, "onlink"]
     else:
         for nic in nics:
             fabric_route += ["nexthop", "via", GATEWAY_IP, "dev", nic.intf, "onlink"]
-    routes = [fabric_route]
+    # The kernel's connected route of the NVLink subnet, replaced to carry the congctl.
+    nvlink_subnet = ip_interface(f"{nvlink.ip}/{nvlink.prefixlen}").network
+    nvlink_route = ["ip", "route", "replace", str(nvlink_subnet), "dev", nvlink.intf]
+    nvlink_route += ["proto", "kernel", "scope", "link", "src", nvlink.ip, *congctl]
+    routes = [fabric_route, nvlink_route]
     forwarding = description.fabric.gpu_forwarding
     if forwarding:
         routes += _rail_routes(description, addresses)

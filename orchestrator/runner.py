@@ -64,6 +64,7 @@ from orchestrator.experiment import (
     format_size,
     load_experiment,
 )
+from orchestrator.hostconfig import TCP_PAYLOAD_SHARE
 from orchestrator.loadguard import LoadVerdict, load_guard
 from orchestrator.nccl_table import TIME_DEFINITION, average_busbw, bus_factor, format_table
 from orchestrator.results import (
@@ -91,7 +92,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 RUN_FILE = "run.json"
 TELEMETRY_FILE = "telemetry.jsonl"  # the controller's, copied (docs/telemetry.md)
-TCP_GOODPUT = 1448 / 1514  # TCP payload share of the Ethernet frames HTB counts (1500 MTU)
+TCP_GOODPUT = TCP_PAYLOAD_SHARE  # TCP payload share of the frames HTB counts (hostconfig)
 EXIT_WORKERS_FAILED = EmulationError.exit_status
 
 Say = Callable[[str], None]

@@ -87,8 +87,13 @@ class ShapingRecipe:
     queue_s: float = 0.010
     #: ... but never fewer than this many full frames.
     min_queue_frames: int = 16
-    #: Host-side (NIC) leaf FIFO depth, packets.
+    #: Host-side (NIC) leaf queue depth, packets.
     host_queue_packets: int = 1000
+    #: Switch-side leaf: ``head-drop`` (pfifo_head_drop of ``queue_s`` in full frames) or
+    #: ``bfifo`` (drop-tail, ``queue_s`` in bytes).
+    switch_queue: str = "head-drop"
+    #: Host-side leaf: ``pfifo`` (``sfq`` where the kernel has it: round robin per flow).
+    host_queue: str = "pfifo"
     #: Extra bytes per frame HTB charges (tc ``overhead``): 24 = preamble + gap + FCS.
     overhead_bytes: int = 0
 
@@ -105,6 +110,39 @@ class ShapingRecipe:
         """Byte limit of the switch-side leaf FIFO for a link of ``rate_bps``."""
         by_time = rate_bps / 8 * self.queue_s
         return max(round(by_time), self.min_queue_frames * self.frame_bytes(mtu))
+
+    def queue_frames(self, rate_bps: float, mtu: int = 1500) -> int:
+        """The same depth in full frames (the head-drop queue counts packets)."""
+        return max(
+            self.min_queue_frames, round(self.queue_bytes(rate_bps, mtu) / self.frame_bytes(mtu))
+        )
+
+    def leaf(self, rate_bps: float, mtu: int = 1500, *, host_side: bool = False) -> list[str]:
+        """tc arguments of the leaf qdisc under the HTB class (kind and parameters)."""
+        if host_side:
+            if self.host_queue == "pfifo":
+                return ["pfifo", "limit", str(self.host_queue_packets)]
+            if self.host_queue == "sfq":
+                # perturb 0: a flow keeps its bucket; depth = limit: no per-flow tail drops
+                # before the whole queue is full; quantum one frame (round robin in bytes).
+                packets = str(self.host_queue_packets)
+                return [
+                    "sfq",
+                    "limit",
+                    packets,
+                    "depth",
+                    "127",
+                    "quantum",
+                    str(self.frame_bytes(mtu)),
+                ]
+            if self.host_queue == "head-drop":
+                return ["pfifo_head_drop", "limit", str(self.queue_frames(rate_bps, mtu))]
+            raise ValueError(f"unknown host-side queue {self.host_queue!r}")
+        if self.switch_queue == "head-drop":
+            return ["pfifo_head_drop", "limit", str(self.queue_frames(rate_bps, mtu))]
+        if self.switch_queue == "bfifo":
+            return ["bfifo", "limit", str(self.queue_bytes(rate_bps, mtu))]
+        raise ValueError(f"unknown switch-side queue {self.switch_queue!r}")
 
 
 DEFAULT_RECIPE = ShapingRecipe()
@@ -139,10 +177,7 @@ def shaping_commands(
     htb_class += ["quantum", str(recipe.frame_bytes(mtu))]
     if recipe.overhead_bytes:
         htb_class += ["overhead", str(recipe.overhead_bytes)]
-    if host_side:
-        leaf = ["pfifo", "limit", str(recipe.host_queue_packets)]
-    else:
-        leaf = ["bfifo", "limit", str(recipe.queue_bytes(rate_bps, mtu))]
+    leaf = recipe.leaf(rate_bps, mtu, host_side=host_side)
     return [
         ["tc", "qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
         [

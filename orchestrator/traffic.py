@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.hostconfig import TCP_PAYLOAD_SHARE as HOST_TCP_PAYLOAD_SHARE
 from topologies.errors import EmulationError
 
 if TYPE_CHECKING:
@@ -49,9 +50,9 @@ if TYPE_CHECKING:
 
 #: First iperf3 server port; flow i listens on BASE_PORT + i in its destination.
 BASE_PORT = 5301
-#: TCP payload over the Ethernet frame tc's HTB counts, 1500-byte MTU with timestamps:
-#: the best goodput a link shaped to R can carry is R x TCP_PAYLOAD_SHARE.
-TCP_PAYLOAD_SHARE = 1448 / 1514
+#: TCP payload over the Ethernet frame tc's HTB counts, as the GPUs' TCP sends it (1500-byte
+#: MTU, no timestamps: orchestrator.hostconfig).
+TCP_PAYLOAD_SHARE = HOST_TCP_PAYLOAD_SHARE
 VSWITCHD_PIDFILE = "/var/run/openvswitch/ovs-vswitchd.pid"
 LISTEN_TIMEOUT = 15.0
 

@@ -126,6 +126,14 @@ def teardown_line(emulation: Emulation) -> str:
     return f"torn down in {seconds:.2f} s ({removed}){errors}"
 
 
+def _send_buffer_text(emulation: Emulation) -> str:
+    if emulation.send_buffer is not None:
+        return f", {emulation.send_buffer.describe()}"
+    if emulation.send_buffer_problem is not None:
+        return f"; WARNING: {emulation.send_buffer_problem}"
+    return ""
+
+
 def summary(emulation: Emulation) -> list[str]:
     """What is up, how it maps to the real fabric, and how long it took."""
     description = emulation.description
@@ -163,7 +171,7 @@ def summary(emulation: Emulation) -> list[str]:
         + (", forwarding between rails over NVLink" if fabric.gpu_forwarding else ""),
         f"links      {len(fabric.links)}: {link_text}",
         f"datapath   {emulation.datapath.kind} (OVS {emulation.datapath.ovs_version}), "
-        f"userspace TSO {tso}",
+        f"userspace TSO {tso}" + _send_buffer_text(emulation),
         f"scale      {scale:g}: {format_rate(nic)} real -> {format_rate(nic * scale)} emulated; "
         f"NVLink {format_rate(spec.speeds.nvlink)} -> {format_rate(spec.speeds.nvlink * scale)}",
         f"controller {ctl}, policy {emulation.policy}",

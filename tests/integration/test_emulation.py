@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.emulation import Emulation
+from orchestrator.sendbuffer import DEFAULT_SEND_BUFFER, raise_send_buffer
 from orchestrator.state import RunState
 from tests.integration.assertions import (
     assert_path,
@@ -120,6 +121,9 @@ def test_gpu_namespace_follows_the_host_contract(astral_small: Emulation) -> Non
     assert sysctl == ["1", "1", "0", "1"]
     route = astral_small.cmd(gpu, ["ip", "route", "show", "10.0.0.0/9"])
     assert route.count("nexthop via 10.255.255.254") == 2
+    # CUBIC whatever the machine's default, and really used by a connection
+    assert "congctl cubic" in route
+    assert "congctl cubic" in astral_small.cmd(gpu, ["ip", "route", "show", "10.128.0.0/24"])
     neigh = astral_small.cmd(gpu, ["ip", "neigh", "show", "10.255.255.254"])
     assert neigh.count("PERMANENT") == 2
     shaped = astral_small.cmd(gpu, ["tc", "class", "show", "dev", f"{gpu}-eth1"])
@@ -133,6 +137,20 @@ def test_gpu_namespace_follows_the_host_contract(astral_small: Emulation) -> Non
         ).stdout
         rate = "360Mbit" if intf.startswith("p0s0nv") else "20Mbit"
         assert f"rate {rate}" in shown, f"{intf}: {shown!r}"
+        leaf = subprocess.run(
+            ["tc", "qdisc", "show", "dev", intf], capture_output=True, text=True, check=True
+        ).stdout
+        assert "pfifo_head_drop" in leaf, f"{intf}: {leaf!r}"
+
+
+def test_ovs_vswitchd_send_buffer_is_raised_for_the_run(astral_small: Emulation) -> None:
+    # read back from the kernel, not from what the emulation recorded
+    assert astral_small.datapath is not None
+    if astral_small.datapath.kind != "userspace":
+        pytest.skip("only the userspace datapath sends through one packet socket")
+    assert astral_small.send_buffer_problem is None
+    now = raise_send_buffer(size=1)  # never lowers: reports what is there
+    assert now.after >= 2 * DEFAULT_SEND_BUFFER
 
 
 def test_packets_take_the_paths_of_the_model(astral_small: Emulation) -> None:

@@ -48,7 +48,7 @@ def test_the_permutation_crosses_pods_and_depends_on_the_seed(
 def test_ideal_is_the_nic_rate_on_a_non_blocking_fabric(bench: ModuleType, fabric: Fabric) -> None:
     pairs = bench.cross_pod_permutation(fabric, 3)
     nic = fabric.spec.emulation.emulated(fabric.spec.speeds.nic)
-    assert bench.ideal_flow_bps(fabric, pairs) == pytest.approx(nic * 1448 / 1514)
+    assert bench.ideal_flow_bps(fabric, pairs) == pytest.approx(nic * 1460 / 1514)
 
 
 def test_random_hashing_expectation(bench: ModuleType) -> None:

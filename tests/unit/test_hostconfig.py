@@ -55,20 +55,31 @@ def test_dual_tor_gpu_gets_its_plan_addresses_on_both_nic_ports(
 def test_fabric_route_has_one_onlink_nexthop_per_nic_port(astral: FabricDescription) -> None:
     config = render_host_config(astral, "p1s0g0")
     fabric_ip = astral.addresses["p1s0g0"].fabric_ip
-    assert config.routes == (
-        [
-            "ip", "route", "replace", FABRIC_PREFIX, "src", fabric_ip,
-            "nexthop", "via", GATEWAY_IP, "dev", "p1s0g0-eth1", "onlink",
-            "nexthop", "via", GATEWAY_IP, "dev", "p1s0g0-eth2", "onlink",
-        ],
-    )  # fmt: skip
+    assert config.routes[0] == [
+        "ip", "route", "replace", FABRIC_PREFIX, "src", fabric_ip, "congctl", "cubic",
+        "nexthop", "via", GATEWAY_IP, "dev", "p1s0g0-eth1", "onlink",
+        "nexthop", "via", GATEWAY_IP, "dev", "p1s0g0-eth2", "onlink",
+    ]  # fmt: skip
+
+
+def test_every_route_runs_cubic_whatever_the_machine_default(astral: FabricDescription) -> None:
+    # The sysctl would be refused in a child namespace unless the root allows cubic.
+    config = render_host_config(astral, "p1s0g0")
+    nvlink = astral.addresses["p1s0g0"].nvlink
+    assert config.routes[1] == [
+        "ip", "route", "replace", "10.129.0.0/24", "dev", "p1s0g0-eth0", "proto", "kernel",
+        "scope", "link", "src", nvlink.ip, "congctl", "cubic",
+    ]  # fmt: skip
+    for route in config.routes:
+        assert route[route.index("congctl") + 1] == "cubic"
+    assert not any("tcp_congestion_control" in key for key, _ in config.sysctls)
 
 
 def test_single_nic_gpu_gets_a_plain_route() -> None:
     description = describe("fat-tree-small")
     config = render_host_config(description, "p0s0g0")
     assert len(description.addresses["p0s0g0"].nics) == 1
-    (route,) = config.routes
+    route, _nvlink = config.routes
     assert "nexthop" not in route
     assert route[-5:] == ["via", GATEWAY_IP, "dev", "p0s0g0-eth1", "onlink"]
 
@@ -96,7 +107,7 @@ def test_rail_only_gpus_forward_and_route_other_rails_over_nvlink() -> None:
     own = description.addresses["p0s1g0"]
     assert [
         "ip", "route", "replace", "10.1.0.0/16", "via", mate.nvlink.ip,
-        "dev", "p0s1g0-eth0", "src", own.fabric_ip,
+        "dev", "p0s1g0-eth0", "src", own.fabric_ip, "congctl", "cubic",
     ] in config.routes  # fmt: skip
     assert not any(r[3] == "10.0.0.0/16" for r in config.routes)  # own rail: fabric route
 

@@ -85,28 +85,44 @@ def test_quantum_is_one_frame_so_tc_does_not_warn() -> None:
     assert _arg(cls, "quantum") == "1514"
 
 
-def test_switch_side_leaf_is_a_byte_fifo_of_queue_time() -> None:
+def test_switch_side_leaf_is_a_head_drop_fifo_of_queue_time_in_frames() -> None:
     leaf = _leaf_cmd(shaping_commands("x", 100e6))
-    assert "bfifo" in leaf
-    assert _arg(leaf, "limit") == str(125_000)  # 100 Mbit/s * 10 ms
+    assert "pfifo_head_drop" in leaf
+    assert _arg(leaf, "limit") == str(round(125_000 / 1514))  # 100 Mbit/s * 10 ms = 83 frames
     leaf = _leaf_cmd(shaping_commands("x", 40e6))
-    assert _arg(leaf, "limit") == str(50_000)
+    assert _arg(leaf, "limit") == str(round(50_000 / 1514))
+
+
+def test_switch_side_drop_tail_byte_fifo_is_still_available() -> None:
+    recipe = ShapingRecipe(switch_queue="bfifo")
+    leaf = _leaf_cmd(shaping_commands("x", 100e6, recipe))
+    assert "bfifo" in leaf
+    assert _arg(leaf, "limit") == str(125_000)
 
 
 def test_switch_side_queue_has_a_floor_of_full_frames() -> None:
     leaf = _leaf_cmd(shaping_commands("x", 10e6))  # 12 500 bytes < 16 frames
+    assert _arg(leaf, "limit") == "16"
+    leaf = _leaf_cmd(shaping_commands("x", 10e6, ShapingRecipe(switch_queue="bfifo")))
     assert _arg(leaf, "limit") == str(16 * 1514)
 
 
 def test_host_side_leaf_is_a_deep_packet_fifo() -> None:
     leaf = _leaf_cmd(shaping_commands("x", 20e6, host_side=True))
     assert "pfifo" in leaf
-    assert "bfifo" not in leaf
+    assert "pfifo_head_drop" not in leaf
     assert _arg(leaf, "limit") == "1000"
     # the HTB class is the same on both sides
     assert _class_cmd(shaping_commands("x", 20e6, host_side=True)) == _class_cmd(
         shaping_commands("x", 20e6)
     )
+
+
+def test_unknown_leaf_queues_are_refused() -> None:
+    with pytest.raises(ValueError, match="switch-side"):
+        shaping_commands("x", 20e6, ShapingRecipe(switch_queue="red"))
+    with pytest.raises(ValueError, match="host-side"):
+        shaping_commands("x", 20e6, ShapingRecipe(host_queue="fq"), host_side=True)
 
 
 def test_overhead_is_added_only_when_asked() -> None:
@@ -119,7 +135,7 @@ def test_recipe_parameters_drive_the_rendering() -> None:
     recipe = ShapingRecipe(burst_s=0.004, queue_s=0.020, host_queue_packets=500)
     cls = _class_cmd(shaping_commands("x", 100e6, recipe))
     assert _arg(cls, "burst") == "50000"
-    assert _arg(_leaf_cmd(shaping_commands("x", 100e6, recipe)), "limit") == "250000"
+    assert _arg(_leaf_cmd(shaping_commands("x", 100e6, recipe)), "limit") == "165"  # frames
     host_leaf = _leaf_cmd(shaping_commands("x", 100e6, recipe, host_side=True))
     assert _arg(host_leaf, "limit") == "500"
 
@@ -129,7 +145,7 @@ def test_recipe_byte_helpers_match_the_commands() -> None:
         cls = _class_cmd(shaping_commands("x", rate))
         assert int(_arg(cls, "burst")) == DEFAULT_RECIPE.burst_bytes(rate)
         leaf = _leaf_cmd(shaping_commands("x", rate))
-        assert int(_arg(leaf, "limit")) == DEFAULT_RECIPE.queue_bytes(rate)
+        assert int(_arg(leaf, "limit")) == DEFAULT_RECIPE.queue_frames(rate)
         # a full bucket sent back to back fits the next hop's queue
         assert DEFAULT_RECIPE.burst_bytes(rate) <= DEFAULT_RECIPE.queue_bytes(rate)
 
