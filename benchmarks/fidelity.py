@@ -71,6 +71,7 @@ from orchestrator import batch  # noqa: E402
 from orchestrator.calibration import datapath_ports, start_emulation, switch_hops  # noqa: E402
 from orchestrator.commands.topo import resolve_fabric_path  # noqa: E402
 from orchestrator.emulation import Emulation, Terminated  # noqa: E402
+from orchestrator.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL  # noqa: E402
 from orchestrator.shaping import DEFAULT_RECIPE  # noqa: E402
 from orchestrator.traffic import (  # noqa: E402
     TCP_PAYLOAD_SHARE,
@@ -400,7 +401,10 @@ def conditions(emu: Emulation | None = None) -> list[str]:
         f"shaping: HTB rate=ceil=R, burst=cburst={recipe.burst_s * 1e3:g} ms of R, switch-side "
         f"{recipe.switch_queue} {recipe.queue_s * 1e3:g} ms of R, host-side "
         f"{recipe.host_queue} {recipe.host_queue_packets} packets, overhead "
-        f"{recipe.overhead_bytes} B; TCP {cc} (root namespace default)",
+        f"{recipe.overhead_bytes} B",
+        f"GPUs' TCP: {TCP_CONGESTION_CONTROL} on every route, no timestamps (payload "
+        f"{TCP_PAYLOAD_SHARE:.3f} of a frame), {GSO_SEGMENTS}-segment TSO packets; the "
+        f"machine's default is {cc}",
     ]
     if emu is not None and emu.datapath is not None:
         lines.append(f"datapath: {emu.datapath.describe()}")

@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.traffic import TCP_PAYLOAD_SHARE, Flow, TrafficResult
+from topologies.addressing import FABRIC_PREFIX
 from topologies.errors import ConcurrentRunError, ConfigError, EmulationError, EnvironmentProblem
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind
@@ -665,9 +666,14 @@ def machine_conditions(emu: Emulation | None = None) -> dict[str, Any]:
             ovs_version=emu.datapath.ovs_version,
         )
     if emu is not None and emu.hosts:
-        # what the GPUs' TCP uses unless a program picks its own (they inherit the host's)
+        # what the GPUs' TCP uses unless a program picks its own: the congctl of their
+        # fabric route (orchestrator.hostconfig), else the namespace's default
         gpu = next(iter(emu.hosts))
-        cc = emu.cmd(gpu, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).strip()
+        route = emu.cmd(gpu, ["ip", "route", "show", FABRIC_PREFIX]).split()
+        if "congctl" in route:
+            cc = route[route.index("congctl") + 1]
+        else:
+            cc = emu.cmd(gpu, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).strip()
         conditions["tcp_congestion_control"] = cc
     return conditions
 

@@ -23,6 +23,8 @@ Example (``experiments/default.yaml`` is the annotated one)::
                                           # order: rank | topology-aware | random
     seed: 1                       # for order: random, and anything else random in a run
     load_limit: {force: false}    # true: run even above the emulator's measured capacity
+    scale: 0.6e-4                 # optional: the fabric's emulation scale for this run
+                                  # (emulated = real x scale), e.g. to fit a machine
 
 :meth:`ExperimentSpec.steps` expands it into the concrete runs, policy x collective x size,
 in the order a runner should execute them (a policy change reprograms the fabric, so
@@ -34,7 +36,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from topologies.generators import build_fabric
 from topologies.model import Fabric, Gpu
 from topologies.spec import (
     NAME_PATTERN,
+    EmulationSpec,
     FabricSpec,
     _describe,
     _Reader,
@@ -92,6 +95,7 @@ _TOP_KEYS = {
     "placement",
     "seed",
     "load_limit",
+    "scale",
 }
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 _BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -347,6 +351,11 @@ def parse_experiment(
         read.fail("description", "a text", _describe(description))
 
     fabric_spec, fabric_source = _fabric(read, doc["fabric"], Path(base_dir))
+    if "scale" in doc:
+        # the same fabric, its links emulated at another rate (the load guard and the
+        # nccl-tests tables' real-speed columns follow the spec's scale)
+        scale = read.number(doc["scale"], "scale", 1e-9, 1.0)
+        fabric_spec = replace(fabric_spec, emulation=EmulationSpec(scale=scale))
     fabric = _build(read, fabric_spec, fabric_source)
 
     chosen_policies = _policies(read, doc, policies)

@@ -104,6 +104,9 @@ MALFORMED = [
         "fabric.speeds.nic",
         "rate",
     ),
+    ("scale not a number", VALID + "scale: fast\n", "scale", "a number"),
+    ("scale zero", VALID + "scale: 0\n", "scale", "between"),
+    ("scale above 1", VALID + "scale: 2\n", "scale", "between"),
     ("policy and policies", VALID + "policy: ecmp\n", "policies", "not both"),
     ("no policy at all", replace(VALID, "policies", None), "policies", "neither"),
     (
@@ -286,6 +289,14 @@ def test_valid_experiment_loads_into_typed_objects(tmp_path: Path) -> None:
     assert (spec.iterations, spec.warmup, spec.seed) == (3, 1, 7)
     assert spec.ranks == 8
     assert spec.load_limit.force is False
+
+
+def test_scale_overrides_the_fabric_emulation_scale(tmp_path: Path) -> None:
+    assert load_experiment(write(tmp_path, VALID)).fabric.emulation.scale == 1e-4  # preset's
+    spec = load_experiment(write(tmp_path, VALID + "scale: 0.5e-4\n"))
+    assert spec.fabric.emulation.scale == 0.5e-4
+    assert spec.fabric.emulation.emulated(200e9) == pytest.approx(10e6)
+    assert spec.fabric.name == "astral-small"  # the same fabric otherwise
 
 
 def test_defaults_follow_nccl_tests(tmp_path: Path) -> None:
