@@ -49,6 +49,8 @@ RTO_MIN_US = 5000  # see tune()
 # struct tcp_info offsets (include/uapi/linux/tcp.h, stable since Linux 4.2)
 _TCPI_BYTES_ACKED = 120
 _TCPI_BYTES_RECEIVED = 128
+#: SO_LINGER {on, 0 s}: close with a reset instead of FIN and TIME_WAIT (Connection.close).
+_LINGER_ABORT = struct.pack("ii", 1, 0)
 _TCPI_MIN_LEN = 136
 
 
@@ -189,7 +191,15 @@ class Connection:
         return value
 
     def close(self) -> None:
+        """Abortive close (SO_LINGER 0: RST, no TIME_WAIT). Connections close only after
+        the last collective, when every byte has been received and checked, so nothing is
+        lost; and under ``path-pinned`` the next launch (another collective, the next
+        round of a benchmark) opens the same five-tuples, which a connection lingering in
+        TIME_WAIT for a minute would refuse (EADDRNOTAVAIL: without TCP timestamps, which
+        the GPUs do not send, the kernel cannot reuse a TIME_WAIT tuple)."""
         self._jobs.put(None)
+        with contextlib.suppress(OSError):
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ABORT)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
