@@ -62,6 +62,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,10 +126,13 @@ def cross_pod_permutation(fabric: Fabric, seed: int) -> list[tuple[str, str]]:
 
 
 def ideal_flow_bps(fabric: Fabric, pairs: Sequence[tuple[str, str]]) -> float:
-    """min(NIC port rate, a pod's core uplink capacity / flows leaving it), payload only."""
+    """min(a GPU's NIC ports over its flows (one port per flow at most), a pod's core
+    uplink capacity / flows leaving it), payload only. ``pairs`` may repeat a pair: several
+    flows per GPU."""
     spec = fabric.spec
     nic = spec.emulation.emulated(spec.speeds.nic)
-    share = nic
+    per_gpu = max(Counter(s for s, _ in pairs).values(), default=1)
+    share = nic * min(spec.nic_ports, per_gpu) / per_gpu
     for pod in {fabric.gpus[s].pod for s, _ in pairs}:
         leaving = sum(
             1
@@ -224,7 +228,11 @@ def pinned_flows(bed: Testbed, pairs: Sequence[tuple[str, str]], since: float) -
     layout = PortLayout.from_dict(document["layout"])
     workers = bed.workers()
     rank = {w.host: w.rank for w in workers}
-    keys = [(rank[s], rank[d], 0) for s, d in pairs]
+    seen: Counter[tuple[str, str]] = Counter()
+    keys = []
+    for pair in pairs:  # a repeated pair is another channel of the same GPUs
+        keys.append((rank[pair[0]], rank[pair[1]], seen[pair]))
+        seen[pair] += 1
     chosen = assign([keys], workers, candidates(document))
     addresses = bed.description.addresses
     ports: dict[int, int] = {}
@@ -444,6 +452,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", default="", help="comma-separated (default: all)")
     parser.add_argument("--scale", type=float, help="emulation scale (default: the fabric's)")
     parser.add_argument("--no-recovery", action="store_true", help="skip the failure test")
+    parser.add_argument(
+        "--flows",
+        type=int,
+        default=1,
+        help="flows per GPU to its permutation partner (more flows than paths shows how "
+        "many paths a policy can use at all: polarization)",
+    )
     parser.add_argument("--lock-wait", type=float, default=1800.0)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
@@ -464,12 +479,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         conditions = machine_conditions(bed.emulation)
         nic = spec.emulation.emulated(spec.speeds.nic)
         gpus = [g.name for g in fabric.gpus_by_rank()]
-        offered = OfferedLoad(len(gpus), 1, nic, mean_hops(fabric, gpus))
+        ports = min(spec.nic_ports, args.flows)  # one flow uses one NIC port
+        offered = OfferedLoad(len(gpus), ports, nic, mean_hops(fabric, gpus))
         calibration = load_calibration()
         load_verdict = verdict(offered.hop_bps, calibration)
         for repeat in range(args.repeats):
-            pairs = cross_pod_permutation(fabric, args.seed + repeat)
-            print(f"repeat {repeat}: permutation " + ", ".join(f"{s}->{d}" for s, d in pairs))
+            permutation = cross_pod_permutation(fabric, args.seed + repeat)
+            print(
+                f"repeat {repeat}: permutation "
+                + ", ".join(f"{s}->{d}" for s, d in permutation)
+                + (f", {args.flows} flows each" if args.flows > 1 else "")
+            )
+            pairs = [pair for pair in permutation for _ in range(args.flows)]
             # the order rotates per repeat: the machine's load drifts over a run
             shift = repeat % len(policies)
             for policy in policies[shift:] + policies[:shift]:
@@ -489,7 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"fabric {spec.name}: {len(gpus)} GPUs x {spec.nic_ports} NIC ports at "
         f"{nic / 1e6:g} Mbit/s emulated (scale {spec.emulation.scale:g}); "
-        f"one cross-pod TCP flow per GPU, window {args.duration:g} s after {args.omit:g} s"
+        f"{args.flows} cross-pod TCP flow(s) per GPU, window {args.duration:g} s after "
+        f"{args.omit:g} s"
     )
     print(
         f"ideal per flow = min(NIC port rate, pod core uplinks / flows leaving the pod) x "

@@ -55,3 +55,13 @@ def test_random_hashing_expectation(bench: ModuleType) -> None:
     assert bench.hashing_expectation(1) == 1.0
     assert bench.hashing_expectation(4) == pytest.approx(1 - 0.75**4)
     assert bench.hashing_expectation(1000) == pytest.approx(1 - 1 / 2.718281828, abs=1e-3)
+
+
+def test_ideal_with_several_flows_per_gpu_shares_its_nic_ports(
+    bench: ModuleType, fabric: Fabric
+) -> None:
+    pairs = bench.cross_pod_permutation(fabric, 1)
+    nic = fabric.spec.emulation.emulated(fabric.spec.speeds.nic)
+    four = [pair for pair in pairs for _ in range(4)]
+    # 4 flows on 2 ports of 20M: 10M each; the pods' core uplinks allow as much (1:1)
+    assert bench.ideal_flow_bps(fabric, four) == pytest.approx(nic / 2 * 1460 / 1514)
