@@ -355,7 +355,7 @@ def group_mod(dp: Any, group: GroupEntry, command: int, ports: PortMap) -> Any:
     gtype = GROUP_TYPES[group.type]
     select = group.type is GroupType.SELECT
     buckets = []
-    for index, bucket in enumerate(group.buckets):
+    for bucket_id, bucket in zip(group.bucket_ids(), group.buckets, strict=True):
         actions = ofp_actions(parser, group.switch, bucket.actions, ports)
         watch = (
             ofp.OFPP_ANY
@@ -372,7 +372,7 @@ def group_mod(dp: Any, group: GroupEntry, command: int, ports: PortMap) -> Any:
                 props.append(
                     parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=watch)
                 )
-            buckets.append(parser.OFPBucket(bucket_id=index, actions=actions, properties=props))
+            buckets.append(parser.OFPBucket(bucket_id=bucket_id, actions=actions, properties=props))
         else:
             weight = bucket.weight if select else 0
             buckets.append(parser.OFPBucket(weight, watch, ofp.OFPG_ANY, actions))

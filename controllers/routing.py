@@ -329,6 +329,18 @@ class GroupEntry:
     def key(self) -> int:
         return self.group_id
 
+    def bucket_ids(self) -> list[int]:
+        """OpenFlow 1.5 bucket ids: each bucket's first output port (model port), so that a
+        next hop keeps its id when the controller re-renders the group without a failed
+        one. Open vSwitch's ``hash`` selection scores each bucket with
+        ``hash(bucket_id, flow hash)``: numbering by position would renumber the buckets
+        after the removed one and move flows whose next hop is fine. Positions only where
+        the buckets do not have distinct output ports."""
+        firsts = [b.out_ports[0] if b.out_ports else -1 for b in self.buckets]
+        if -1 in firsts or len(set(firsts)) != len(firsts):
+            return list(range(len(self.buckets)))
+        return firsts
+
     def live_buckets(self, down_ports: Iterable[int] = ()) -> list[Bucket]:
         """The buckets whose watched port (if any) is not in ``down_ports``, in order."""
         down = set(down_ports)

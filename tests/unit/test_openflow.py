@@ -144,3 +144,18 @@ def test_flow_entries_round_trip(version: int) -> None:
         instructions=mod.instructions,
     )
     assert entry_from_flow_stats(stat, 1, "s", PORTS) == entry
+
+
+def test_bucket_ids_follow_the_next_hop_not_the_position() -> None:
+    # a re-render without a failed next hop must not renumber the others: OVS scores
+    # buckets by hash(bucket_id, flow hash), so a new id would move healthy flows
+    three = GroupEntry(1, "s", 77, GroupType.SELECT, tuple(Bucket((Output(p),)) for p in (1, 2, 3)))
+    two = GroupEntry(1, "s", 77, GroupType.SELECT, (Bucket((Output(1),)), Bucket((Output(3),))))
+    dp = ProtocolDesc(ofproto_v1_5.OFP_VERSION)
+    ids = []
+    for group in (three, two):
+        mod = group_mod(dp, group, dp.ofproto.OFPGC_ADD, PORTS)
+        ids.append([bucket.bucket_id for bucket in mod.buckets])
+    assert ids == [[1, 2, 3], [1, 3]]
+    same_port = GroupEntry(1, "s", 78, GroupType.ALL, (Bucket((Output(1),)), Bucket((Output(1),))))
+    assert same_port.bucket_ids() == [0, 1]  # not distinct: positions
