@@ -66,6 +66,7 @@ from orchestrator.lock import RunLock
 from orchestrator.nodes import FabricSwitch, GpuHost, NvlinkBridge, PrecreatedLink
 from orchestrator.readiness import probe_plan, wait_reachable
 from orchestrator.sendbuffer import SendBuffer, raise_send_buffer
+from orchestrator.shaping import qdisc_list_command, unshaped
 from orchestrator.state import (
     RUN_TAG,
     CleanReport,
@@ -259,6 +260,7 @@ class Emulation:
                 probe_plan(self.description), self.netns_paths(), timeout=self.ready_timeout
             )
             self.timings["reachable_rounds"] = rounds
+        self.check_shapers()
         state.set_status("up")
 
     def _describe(self) -> FabricDescription:
@@ -511,6 +513,26 @@ class Emulation:
         assert self.wiring is not None
         commands = [argv for shaper in self.wiring.shapers for argv in shaper.commands()]
         batch.run_steps(commands, "shaping switch ports")
+
+    def check_shapers(self) -> None:
+        """Every switch-side shaper is still in place once the fabric is up (Open vSwitch
+        deletes a root qdisc on a port it (re)adds, silently): a fabric that would run
+        unshaped links is an error, not a measurement."""
+        assert self.wiring is not None
+        result = subprocess.run(
+            qdisc_list_command(), capture_output=True, text=True, check=False, timeout=60
+        )
+        try:
+            qdiscs = json.loads(result.stdout or "[]")
+        except json.JSONDecodeError as exc:
+            raise EmulationError(f"cannot read `tc -j qdisc show`: {exc}") from exc
+        missing = unshaped(qdiscs, [s.intf for s in self.wiring.shapers])
+        if missing:
+            raise EmulationError(
+                f"{len(missing)} switch ports lost their shaper after bring-up "
+                f"({', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}): "
+                "did Open vSwitch restart or re-add them?"
+            )
 
     def _configure_hosts(self) -> None:
         """Every GPU namespace at once: one ``sh`` per GPU running batched ip/tc."""

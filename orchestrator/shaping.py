@@ -223,3 +223,22 @@ def check_shaping(tc_class_output: str, rate_bps: float) -> str | None:
     if abs(got - rate_bps) > rate_bps * 0.01:
         return f"HTB class 1:1 shapes to {got:.0f} bit/s, not {rate_bps:.0f}"
     return None
+
+
+def qdisc_list_command() -> list[str]:
+    """Every qdisc of the namespace, as JSON (what :func:`unshaped` reads)."""
+    return ["tc", "-j", "qdisc", "show"]
+
+
+def unshaped(
+    qdiscs: list[dict[str, object]], intfs: list[str], recipe: ShapingRecipe = DEFAULT_RECIPE
+) -> list[str]:
+    """The interfaces of ``intfs`` (switch side) that lack the recipe's HTB root (handle 1:)
+    or its leaf under class 1:1, from ``tc -j qdisc show``. What an Open vSwitch that
+    re-added a port (or restarted) leaves: it deletes a root qdisc it finds on a port."""
+    leaf_kind = recipe.leaf(1e6)[0]
+    roots = {q.get("dev") for q in qdiscs if q.get("kind") == "htb" and q.get("handle") == "1:"}
+    leaves = {
+        q.get("dev") for q in qdiscs if q.get("kind") == leaf_kind and q.get("parent") == "1:1"
+    }
+    return [intf for intf in intfs if intf not in roots or intf not in leaves]

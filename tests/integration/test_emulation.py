@@ -27,7 +27,7 @@ from tests.integration.assertions import (
     snapshot,
 )
 from topologies.description import FabricDescription
-from topologies.errors import ConcurrentRunError, FabricSpecError
+from topologies.errors import ConcurrentRunError, EmulationError, FabricSpecError
 from topologies.generators import build_fabric
 from topologies.model import Tier
 from topologies.spec import load_fabric_spec
@@ -218,3 +218,17 @@ def test_dual_tor_gpu_uses_both_ports_and_survives_either_failing(
         finally:
             set_link(end, in_gpu, "up")
     assert_reachable(astral_small)
+
+
+def test_a_switch_port_that_lost_its_shaper_is_an_error(astral_small: Emulation) -> None:
+    assert astral_small.wiring is not None
+    astral_small.check_shapers()  # what start() checked: all in place
+    shaper = next(s for s in astral_small.wiring.shapers if s.intf == "p0r0t0-eth3")
+    subprocess.run(["tc", "qdisc", "del", "dev", shaper.intf, "root"], check=True)
+    try:
+        with pytest.raises(EmulationError, match="p0r0t0-eth3"):
+            astral_small.check_shapers()
+    finally:
+        for argv in shaper.commands():
+            subprocess.run(argv, check=True)
+    astral_small.check_shapers()

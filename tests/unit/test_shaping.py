@@ -9,7 +9,9 @@ from orchestrator.shaping import (
     ShapingRecipe,
     check_command,
     check_shaping,
+    qdisc_list_command,
     shaping_commands,
+    unshaped,
     unshaping_commands,
 )
 
@@ -190,3 +192,21 @@ def test_check_reports_a_missing_shaper() -> None:
     # what is left after Open vSwitch removed the qdisc: no classes at all
     problem = check_shaping("", 20e6)
     assert problem is not None and "missing" in problem
+
+
+def test_unshaped_names_ports_without_the_htb_root_or_its_leaf() -> None:
+    # `tc -j qdisc show` as iproute2 6.1 prints it (trimmed)
+    qdiscs: list[dict[str, object]] = [
+        {"kind": "htb", "handle": "1:", "dev": "a-eth1", "root": True},
+        {"kind": "pfifo_head_drop", "handle": "10:", "dev": "a-eth1", "parent": "1:1"},
+        {"kind": "htb", "handle": "1:", "dev": "a-eth2", "root": True},  # leaf gone
+        {"kind": "pfifo_fast", "handle": "0:", "dev": "a-eth3", "root": True},  # OVS removed it
+        {"kind": "htb", "handle": "1:", "dev": "a-eth4", "root": True},
+        {"kind": "bfifo", "handle": "10:", "dev": "a-eth4", "parent": "1:1"},  # not the recipe's
+    ]
+    ports = ["a-eth1", "a-eth2", "a-eth3", "a-eth4", "a-eth5"]
+    assert unshaped(qdiscs, ports) == ["a-eth2", "a-eth3", "a-eth4", "a-eth5"]
+    assert unshaped(qdiscs, ports, ShapingRecipe(switch_queue="bfifo")) == [
+        "a-eth1", "a-eth2", "a-eth3", "a-eth5",
+    ]  # fmt: skip
+    assert qdisc_list_command() == ["tc", "-j", "qdisc", "show"]
