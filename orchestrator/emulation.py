@@ -65,7 +65,7 @@ from orchestrator.hostconfig import HostConfig, render_all
 from orchestrator.lock import RunLock
 from orchestrator.nodes import FabricSwitch, GpuHost, NvlinkBridge, PrecreatedLink
 from orchestrator.readiness import probe_plan, wait_reachable
-from orchestrator.sendbuffer import SendBuffer, raise_send_buffer
+from orchestrator.sendbuffer import SendBuffer, raise_send_buffer, restore_send_buffer
 from orchestrator.shaping import qdisc_list_command, unshaped
 from orchestrator.state import (
     RUN_TAG,
@@ -604,6 +604,11 @@ class Emulation:
             if self.state is not None:
                 with contextlib.suppress(Exception):
                     prune_runs(self.state_base)
+            if self.send_buffer is not None:
+                try:
+                    restore_send_buffer(self.send_buffer)
+                except OSError as err:
+                    report.errors.append(f"restoring ovs-vswitchd's send buffer: {err}")
             self.lock.release()
         self._restore_signal_handlers()
         atexit.unregister(self.stop)

@@ -12,12 +12,13 @@ more. Measured: an unrelated flow fell to 0.04-0.20 of its rate while another li
 was full, and 0.92-0.93 with the buffer raised.
 
 How: the socket belongs to ovs-vswitchd, so it is borrowed. ``pidfd_getfd(2)`` (Linux 5.6,
-root) duplicates its descriptor into this process, ``SO_SNDBUFFORCE`` raises the limit
-(root may exceed ``wmem_max``; the kernel doubles the value for its bookkeeping), and the
-duplicate is closed. The change lasts as long as that socket, i.e. until ovs-vswitchd
-restarts, and touches nothing else on the machine. The alternative, raising
-``net.core.wmem_default`` before ovs-vswitchd starts, would change every socket created
-afterwards in the root namespace.
+root) duplicates its descriptor into this process, ``SO_SNDBUFFORCE`` raises the limit (root
+may exceed ``wmem_max``; the kernel doubles the value for its bookkeeping), and the
+duplicate is closed. The run puts the old value back when it ends
+(:func:`restore_send_buffer`); a run killed with SIGKILL leaves the larger buffer, which
+lasts until ovs-vswitchd restarts and harms nothing. Nothing else on the machine changes.
+The alternative, raising ``net.core.wmem_default`` before ovs-vswitchd starts, would change
+every socket created afterwards in the root namespace.
 
 The socket is found without parsing ``ss``: ``/proc/net/packet`` lists packet sockets with
 the interface each is bound to (0 for the unbound sending socket) and their inode, and
@@ -30,6 +31,8 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,20 +107,46 @@ def vswitchd_pid(pidfile: Path = PIDFILE) -> int:
     return int(pidfile.read_text().strip())
 
 
-def raise_send_buffer(size: int = DEFAULT_SEND_BUFFER, pid: int | None = None) -> SendBuffer:
-    """Raise the send buffer of ovs-vswitchd's unbound packet socket to at least ``size``
-    (never lowers it). OSError if the socket cannot be found or borrowed."""
-    pid = vswitchd_pid() if pid is None else pid
+@contextmanager
+def _vswitchd_socket(pid: int) -> Iterator[tuple[int, socket.socket]]:
+    """ovs-vswitchd's unbound packet socket, borrowed: (its fd there, our duplicate)."""
     inodes = unbound_packet_inodes(Path("/proc/net/packet").read_text())
     fds = socket_fds(pid, inodes)
     if len(fds) != 1:
         raise OSError(f"expected one unbound packet socket in ovs-vswitchd {pid}, found {fds}")
     sock = socket.socket(fileno=_pidfd_getfd(pid, fds[0]))
     try:
+        yield fds[0], sock
+    finally:
+        sock.close()  # our duplicate only; ovs-vswitchd's descriptor stays open
+
+
+def raise_send_buffer(size: int = DEFAULT_SEND_BUFFER, pid: int | None = None) -> SendBuffer:
+    """Raise the send buffer of ovs-vswitchd's unbound packet socket to at least ``size``
+    (never lowers it). OSError if the socket cannot be found or borrowed."""
+    pid = vswitchd_pid() if pid is None else pid
+    with _vswitchd_socket(pid) as (fd, sock):
         before = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
         if before < 2 * size:
             sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
         after = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-    finally:
-        sock.close()  # our duplicate only; ovs-vswitchd's descriptor stays open
-    return SendBuffer(pid, fds[0], before, after)
+    return SendBuffer(pid, fd, before, after)
+
+
+def restore_send_buffer(raised: SendBuffer) -> bool:
+    """Put the buffer back to what it was before :func:`raise_send_buffer`, when the run
+    ends: the change was for the run. Only if it is still that process and socket and still
+    the raised value (else someone else owns it now); True if restored."""
+    if raised.after <= raised.before:
+        return False
+    try:
+        if vswitchd_pid() != raised.pid:
+            return False  # ovs-vswitchd restarted: the new socket has its default already
+    except (OSError, ValueError):
+        return False
+    with _vswitchd_socket(raised.pid) as (fd, sock):
+        if fd != raised.fd or sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) != raised.after:
+            return False
+        # the kernel stores twice what is set (and reported ``before`` that way)
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, raised.before // 2)
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == raised.before

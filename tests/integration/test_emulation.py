@@ -106,6 +106,8 @@ def test_every_fabric_kind_comes_up_reachable_and_leaves_nothing(preset: Path) -
     assert emulation.state is not None
     assert RunState.load(emulation.run_dir).status == "clean"
     assert leftovers(before, emulation.state, description.fabric.nodes()) == []
+    if emulation.send_buffer is not None:  # the raised send buffer was for the run only
+        assert raise_send_buffer(size=1).after == emulation.send_buffer.before
 
 
 def test_gpu_namespace_follows_the_host_contract(astral_small: Emulation) -> None:
