@@ -16,6 +16,8 @@ samples jitter around the bin width).
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from orchestrator.experiment import format_size
+from orchestrator.hostconfig import TCP_PAYLOAD_SHARE
 from orchestrator.results.store import PLOTS, ConnectionSample, FiveTuple, ResultsBundle
 from orchestrator.results.summary import ConfigurationResult, Group, group_slug, grouped
 from topologies.units import format_rate, parse_rate
@@ -35,7 +38,8 @@ if TYPE_CHECKING:
 
 Array = np.ndarray[Any, np.dtype[np.float64]]
 
-TCP_GOODPUT = 0.95  # share of the line rate TCP carries over 1500-byte frames (ASTRAL.md)
+TCP_GOODPUT = TCP_PAYLOAD_SHARE  # what the GPUs' TCP carries of a frame (hostconfig)
+MAX_PLOT_PROCESSES = 4
 MAX_BINS = 400
 KIND_ORDER = ("nic", "tor_agg", "agg_core", "nvlink")
 KIND_LABEL = {"nic": "GPU-ToR", "tor_agg": "ToR-Agg", "agg_core": "Agg-Core", "nvlink": "NVLink"}
@@ -64,13 +68,32 @@ def render_plots(bundle: ResultsBundle, results: Sequence[ConfigurationResult]) 
     heat_map = link_utilization_plot(bundle, directory / "link-utilization.png")
     if heat_map is not None:
         written.append(heat_map)
+    jobs = []
     for result in results:
         c = result.configuration
         name = f"{group_slug(c.group)}__{format_size(c.size)}.png"
-        path = connection_plot(bundle, result, directory / "connections" / name)
-        if path is not None:
-            written.append(path)
+        jobs.append((result, directory / "connections" / name))
+    workers = min(os.cpu_count() or 1, MAX_PLOT_PROCESSES, len(jobs))
+    if workers <= 1:
+        written += [p for r, path in jobs if (p := connection_plot(bundle, r, path))]
+        return written
+    # One figure takes 1-2 s of CPU (mostly text layout), and a run makes one per
+    # configuration: split them over the cores, each process reading the bundle itself.
+    chunks = [(bundle.path, jobs[i::workers]) for i in range(workers)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for paths in pool.map(_connection_plots, chunks):
+            written += paths
     return written
+
+
+def _connection_plots(chunk: tuple[Path, list[tuple[ConfigurationResult, Path]]]) -> list[Path]:
+    """A child process's share of the per-connection figures (render_plots)."""
+    bundle_path, jobs = chunk
+    bundle = ResultsBundle.open(bundle_path)
+    try:
+        return [p for result, path in jobs if (p := connection_plot(bundle, result, path))]
+    finally:
+        bundle.close()
 
 
 # --- bus bandwidth against size ------------------------------------------------------------
@@ -110,7 +133,7 @@ def busbw_plots(
         nic = f"{spec['nic_ports']} x {spec['speeds']['nic']}"
         axes.axhline(ceiling, color="0.4", linestyle="--", linewidth=1)
         axes.annotate(
-            f"NIC ceiling ({nic} x {TCP_GOODPUT})",
+            f"NIC ceiling ({nic} x {TCP_GOODPUT:.3f})",
             xy=(0.01, ceiling),
             xycoords=("axes fraction", "data"),
             xytext=(0, 4),

@@ -377,9 +377,10 @@ def test_link_utilization_matches_the_synthetic_load(bundle: Path) -> None:
     assert min(values) == pytest.approx(0.02, rel=0.1)  # idle between configurations
 
 
-def test_nic_ceiling_is_two_ports_at_95_percent(bundle: Path) -> None:
+def test_nic_ceiling_is_two_ports_at_tcp_payload_share(bundle: Path) -> None:
+    # 2 x 200G x 1460/1514 (1500-byte frames, no TCP timestamps) = 48.2 GB/s
     with ResultsBundle.open(bundle) as results:
-        assert nic_ceiling_real_gbps(results.fabric) == pytest.approx(47.5)
+        assert nic_ceiling_real_gbps(results.fabric) == pytest.approx(50 * 1460 / 1514)
 
 
 # --- compare ---------------------------------------------------------------------------------
