@@ -30,6 +30,9 @@ from typing import Any
 
 from orchestrator import calibration as cal
 from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
+from orchestrator.experiment import ExperimentSpec, load_experiment
+from orchestrator.runner import DEFAULT_EXPERIMENT
+from topologies.errors import AstralError
 from topologies.spec import load_fabric_spec
 
 
@@ -118,6 +121,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_experiment() -> ExperimentSpec | None:
+    """What `astral run` runs with no argument, to say whether it fits (None if unreadable:
+    the calibration is still worth printing)."""
+    try:
+        return load_experiment(DEFAULT_EXPERIMENT)
+    except AstralError:
+        return None
+
+
 def print_calibration(calibration: cal.Calibration, spec: Any) -> None:
     fabric = calibration.fabric
     print(
@@ -132,5 +144,9 @@ def print_calibration(calibration: cal.Calibration, spec: Any) -> None:
         print(line)
     assessment = cal.assess(spec, calibration=calibration)
     print(f"example    {spec.name}, every GPU: {assessment.line()}")
+    default = _default_experiment()
+    if default is not None:
+        verdict = cal.assess(default.fabric, default.gpus, calibration)
+        print(f"default    experiment {default.name} ({DEFAULT_EXPERIMENT.name}): {verdict.line()}")
     if calibration.source and os.environ.get(cal.ENV_VAR):
         print(f"(file from ${cal.ENV_VAR}: {calibration.source})")
