@@ -62,6 +62,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.shaping import DEFAULT_RECIPE, ShapingRecipe, shaping_commands
+from orchestrator.traffic import cpu_times, jain
 from topologies.errors import EmulationError
 from topologies.units import parse_rate
 
@@ -158,13 +159,6 @@ def _proc_ticks(pidfile: str) -> int:
         return 0
 
 
-def _cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs from /proc/stat."""
-    with open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:9]]
-    return sum(fields) - fields[3] - fields[4], sum(fields)
-
-
 @dataclass(frozen=True)
 class FlowResult:
     """One iperf3 flow, measured at the receiver."""
@@ -207,13 +201,6 @@ class RunResult:
     def jain(self) -> float:
         """Jain's fairness index of the flows' goodputs (1.0 = perfectly equal)."""
         return jain([f.goodput_bps for f in self.flows])
-
-
-def jain(values: Sequence[float]) -> float:
-    """Jain's fairness index: (sum x)^2 / (n * sum x^2); 1.0 when all are equal."""
-    if not values or not any(values):
-        return 0.0
-    return sum(values) ** 2 / (len(values) * sum(x * x for x in values))
 
 
 class RawChain:
@@ -502,12 +489,12 @@ class RawChain:
                 ping = ["ping", "-q", "-i", "0.2", "-c", count, self.ip("r", 0)]
                 pinger = self._spawn(ping, self.ns("s", 0))
             time.sleep(max(0.0, start + omit - time.monotonic()))
-            c0, v0 = _cpu_times(), _proc_ticks(self.ovs.pidfile())
+            c0, v0 = cpu_times(), _proc_ticks(self.ovs.pidfile())
             q0, r0 = self._qdisc_counters(watched), [self.received(i) for i in chosen]
             # close the window a second before the first flow can end, however long the
             # sampling itself took on a busy machine
             time.sleep(max(0.5, start + omit + duration - 1.0 - time.monotonic()))
-            c1, v1 = _cpu_times(), _proc_ticks(self.ovs.pidfile())
+            c1, v1 = cpu_times(), _proc_ticks(self.ovs.pidfile())
             q1, r1 = self._qdisc_counters(watched), [self.received(i) for i in chosen]
             if any(bb <= ba for (_, ba), (_, bb) in zip(r0, r1, strict=True)):
                 raise EmulationError("a flow received nothing in the window (ended early?)")

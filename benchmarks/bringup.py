@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.emulation import Emulation  # noqa: E402
 from orchestrator.lock import RunLock  # noqa: E402
-from topologies.errors import ConcurrentRunError  # noqa: E402
+from orchestrator.sendbuffer import vswitchd_pid  # noqa: E402
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -79,10 +79,6 @@ def mem_available_kb() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1])
     return 0
-
-
-def vswitchd_pid() -> int:
-    return int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip())
 
 
 class PeakSampler:
@@ -137,20 +133,15 @@ class Row:
 
 def wait_for_lock(seconds: float) -> None:
     """Return once no other run holds the lock (or raise after ``seconds``)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with RunLock(purpose="benchmark probe"):
-                return
-        except ConcurrentRunError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(2)
+    lock = RunLock(purpose="benchmark probe")
+    lock.acquire(wait=seconds)
+    lock.release()
 
 
 def measure(fabric: str, timeout: float, lock_wait: float) -> Row:
-    wait_for_lock(lock_wait)
-    emulation = Emulation(fabric, ready_timeout=timeout)
+    wait_for_lock(lock_wait)  # outside the timings
+    # lock_wait again: another run may take the lock between the probe and the start
+    emulation = Emulation(fabric, ready_timeout=timeout, lock_wait=lock_wait)
     with PeakSampler() as peak:
         try:
             emulation.start()
@@ -212,15 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     details = []
     for fabric in args.fabrics:
         for _ in range(args.repeat):
-            deadline = time.monotonic() + args.lock_wait
-            while True:
-                try:
-                    row = measure(fabric, args.timeout, max(0.0, deadline - time.monotonic()))
-                    break
-                except ConcurrentRunError:  # taken between the wait and the start
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(2)
+            row = measure(fabric, args.timeout, args.lock_wait)
             print(
                 f"{row.fabric:14} {row.gpus:>4} {row.switches:>4} {row.links:>5} "
                 f"{row.up:>7.2f} {row.build:>6.2f} {row.program:>7.2f} {row.ready:>6.2f} "

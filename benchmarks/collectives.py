@@ -43,6 +43,7 @@ from orchestrator.experiment import parse_size, topology_aware_order
 from orchestrator.hostconfig import TCP_PAYLOAD_SHARE
 from orchestrator.pinning import fabric_flows, source_ports
 from orchestrator.testbed import Testbed
+from orchestrator.traffic import process_ticks
 from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
 from topologies.errors import ConcurrentRunError
 from topologies.generators import build_fabric
@@ -59,19 +60,11 @@ ALGORITHMS = [
 TCP_GOODPUT = TCP_PAYLOAD_SHARE  # the GPUs' TCP: 1500 MTU, no timestamps (hostconfig)
 IPERF_PORT = 5301
 IPERF_PATTERNS = [("all-reduce", "ring"), ("all-to-all", "direct")]
-VSWITCHD_PID = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def vswitchd_pid() -> int | None:
-    try:
-        return int(VSWITCHD_PID.read_text().strip())
-    except (OSError, ValueError):
-        return None
+def vswitchd_cpu_seconds() -> float:
+    """CPU seconds ovs-vswitchd has used so far (0 if it cannot be read)."""
+    return process_ticks() / os.sysconf("SC_CLK_TCK")
 
 
 def foreign_bridges(ours: set[str]) -> int:
@@ -198,7 +191,6 @@ def measure(
     ratios: dict[tuple[str, str, str], list[float]] = {}
     wrong = 0
     iperf: dict[tuple[str, str, str], list[float]] = {}
-    vswitchd = vswitchd_pid()
     cpu_used = elapsed = 0.0
     load_before = os.getloadavg()
     others = foreign_bridges({s for s in fabric.switches})
@@ -220,10 +212,10 @@ def measure(
                     iterations=args.iterations, warmup=1, channels=channels[(op, alg)]
                 )
                 with bed.launch(names, options, [(op, alg)]) as launcher:
-                    c0, t0 = (cpu_seconds(vswitchd) if vswitchd else 0.0), time.monotonic()
+                    c0, t0 = vswitchd_cpu_seconds(), time.monotonic()
                     result = launcher.run([CollectiveTest(op, alg, size)])
                     elapsed += time.monotonic() - t0
-                    cpu_used += (cpu_seconds(vswitchd) - c0) if vswitchd else 0.0
+                    cpu_used += vswitchd_cpu_seconds() - c0
                 result.raise_for_failure()
                 row = result.rows()[0]
                 wrong += row.wrong

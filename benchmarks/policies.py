@@ -99,7 +99,6 @@ from orchestrator.traffic import (  # noqa: E402
     run_flows,
 )
 from orchestrator.wiring import Veth  # noqa: E402
-from topologies.errors import ConcurrentRunError  # noqa: E402
 from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec  # noqa: E402
 
@@ -206,19 +205,14 @@ def fabric_spec(fabric: str, scale: float | None) -> FabricSpec:
 
 def start_testbed(fabric: FabricSpec, policy: str, lock_wait: float) -> Testbed:
     """A started Testbed, waiting up to ``lock_wait`` s for another run's lock."""
-    deadline = time.monotonic() + lock_wait
-    said = False
-    while True:
-        bed = Testbed(fabric, policy=policy, ready_timeout=120.0)
-        try:
-            return bed.start()
-        except ConcurrentRunError:
-            if time.monotonic() > deadline:
-                raise
-            if not said:
-                print(f"another run holds the lock; waiting up to {lock_wait:.0f} s", flush=True)
-                said = True
-            time.sleep(3)
+    bed = Testbed(
+        fabric,
+        policy=policy,
+        ready_timeout=120.0,
+        lock_wait=lock_wait,
+        log=lambda message: print(message, flush=True),
+    )
+    return bed.start()
 
 
 def pinned_flows(bed: Testbed, pairs: Sequence[tuple[str, str]], since: float) -> list[Flow]:

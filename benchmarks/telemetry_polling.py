@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.emulation import Emulation
+from orchestrator.sendbuffer import vswitchd_pid
 from orchestrator.telemetry import read_telemetry, summarize_periods
-from topologies.errors import ConcurrentRunError
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -35,20 +35,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def vswitchd_pid() -> int:
-    return int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip())
-
-
 def start(fabric: str, wait: float) -> Emulation:
-    deadline = time.monotonic() + wait
-    while True:
-        emulation = Emulation(fabric, ready_timeout=120, telemetry_interval=0.5)
-        try:
-            return emulation.start()
-        except ConcurrentRunError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(2)
+    emulation = Emulation(fabric, ready_timeout=120, telemetry_interval=0.5, lock_wait=wait)
+    return emulation.start()
 
 
 def pairs(emulation: Emulation, count: int) -> list[tuple[str, str]]:

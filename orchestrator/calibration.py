@@ -69,7 +69,6 @@ import os
 import platform
 import socket
 import subprocess
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -80,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.traffic import TCP_PAYLOAD_SHARE, Flow, TrafficResult
 from topologies.addressing import FABRIC_PREFIX
-from topologies.errors import ConcurrentRunError, ConfigError, EmulationError, EnvironmentProblem
+from topologies.errors import ConfigError, EmulationError, EnvironmentProblem
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind
 from topologies.spec import EmulationSpec, FabricSpec, Speeds
@@ -684,19 +683,8 @@ def start_emulation(
     """An Emulation of ``spec``, waiting up to ``lock_wait`` s for another run's lock."""
     from orchestrator.emulation import Emulation
 
-    deadline = time.monotonic() + lock_wait
-    said = False
-    while True:
-        emulation = Emulation(spec, policy=policy, ready_timeout=120.0, log=log)
-        try:
-            return emulation.start()
-        except ConcurrentRunError:
-            if time.monotonic() > deadline:
-                raise
-            if not said:
-                log(f"another run holds the lock; waiting up to {lock_wait:.0f} s")
-                said = True
-            time.sleep(2)
+    emulation = Emulation(spec, policy=policy, ready_timeout=120.0, log=log, lock_wait=lock_wait)
+    return emulation.start()
 
 
 def calibrate(

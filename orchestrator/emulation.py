@@ -138,8 +138,11 @@ class Emulation:
         handle_signals: bool = True,
         log: Log | None = None,
         telemetry_interval: float | None = None,
+        lock_wait: float = 0.0,
     ) -> None:
         self.fabric_source = fabric if fabric is not None else DEFAULT_FABRIC
+        # Seconds start() waits for another run's lock before ConcurrentRunError.
+        self.lock_wait = lock_wait
         self.policy = policy
         # Seconds between the controller's counter polls into run_dir/telemetry.jsonl
         # (docs/telemetry.md); None: no telemetry file.
@@ -218,7 +221,7 @@ class Emulation:
 
     def _start(self) -> None:
         with self._step("lock"):
-            self.lock.acquire()
+            self.lock.acquire(wait=self.lock_wait, on_wait=self.log)
             self._install_signal_handlers()
             self._clean_leftovers()
             self.state = RunState.create(self.state_base)

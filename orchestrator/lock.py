@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -21,6 +22,7 @@ from orchestrator.state import state_dir
 from topologies.errors import ConcurrentRunError
 
 LOCK_FILE = "lock"
+LOCK_POLL_S = 0.5  # how often a waiting run tries the lock again
 
 
 def _command_line() -> list[str]:
@@ -43,7 +45,24 @@ class RunLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> None:
+    def acquire(self, wait: float = 0.0, on_wait: Callable[[str], None] | None = None) -> None:
+        """Take the lock; while another run holds it, keep trying for ``wait`` seconds
+        (telling ``on_wait`` once), then raise ConcurrentRunError naming the holder."""
+        deadline = time.monotonic() + wait
+        told = False
+        while True:
+            try:
+                self._try_acquire()
+                return
+            except ConcurrentRunError:
+                if time.monotonic() >= deadline:
+                    raise
+                if on_wait is not None and not told:
+                    on_wait(f"another astral run holds the lock; waiting up to {wait:.0f} s")
+                    told = True
+                time.sleep(LOCK_POLL_S)
+
+    def _try_acquire(self) -> None:
         if self._fd is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)

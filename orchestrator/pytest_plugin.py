@@ -33,7 +33,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,23 +299,16 @@ class FabricFactory:
             return self.current
         self.close()
         from orchestrator.testbed import Testbed
-        from topologies.errors import ConcurrentRunError
 
-        deadline = time.monotonic() + lock_wait
-        while True:  # another run (a colleague's, another test session) may hold the lock
-            testbed = Testbed(
-                fabric,
-                policy=policy,
-                ready_timeout=ready_timeout,
-                telemetry_interval=telemetry_interval,
-            )
-            try:
-                testbed.start()
-                break
-            except ConcurrentRunError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        # another run (a colleague's, another test session) may hold the lock
+        testbed = Testbed(
+            fabric,
+            policy=policy,
+            ready_timeout=ready_timeout,
+            telemetry_interval=telemetry_interval,
+            lock_wait=lock_wait,
+        )
+        testbed.start()
         self._count += 1
         handle = FabricHandle(testbed, self.root / f"fabric-{self._count}")
         handle.bundle_root.mkdir(parents=True, exist_ok=True)

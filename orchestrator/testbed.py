@@ -91,6 +91,7 @@ class Testbed:
         handle_signals: bool = True,
         log: Log | None = None,
         telemetry_interval: float | None = TELEMETRY_INTERVAL,
+        lock_wait: float = 0.0,
     ) -> None:
         self._check_policy(policy)
         self.emulation = Emulation(
@@ -101,6 +102,7 @@ class Testbed:
             handle_signals=handle_signals,
             log=log,
             telemetry_interval=telemetry_interval,
+            lock_wait=lock_wait,
         )
         self.ready_timeout = ready_timeout
         self.policy = policy

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.hostconfig import TCP_PAYLOAD_SHARE as HOST_TCP_PAYLOAD_SHARE
+from orchestrator.sendbuffer import PIDFILE
 from topologies.errors import EmulationError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ BASE_PORT = 5301
 #: TCP payload over the Ethernet frame tc's HTB counts, as the GPUs' TCP sends it (1500-byte
 #: MTU, no timestamps: orchestrator.hostconfig).
 TCP_PAYLOAD_SHARE = HOST_TCP_PAYLOAD_SHARE
-VSWITCHD_PIDFILE = "/var/run/openvswitch/ovs-vswitchd.pid"
+VSWITCHD_PIDFILE = str(PIDFILE)
 LISTEN_TIMEOUT = 15.0
 
 

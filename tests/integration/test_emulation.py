@@ -9,7 +9,6 @@ Runs share the machine with whatever else holds the astral run lock: a test wait
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from tests.integration.assertions import (
     snapshot,
 )
 from topologies.description import FabricDescription
-from topologies.errors import ConcurrentRunError, EmulationError, FabricSpecError
+from topologies.errors import EmulationError, FabricSpecError
 from topologies.generators import build_fabric
 from topologies.model import Tier
 from topologies.spec import load_fabric_spec
@@ -43,15 +42,7 @@ READY_TIMEOUT = 120.0
 
 def start_emulation(fabric: str | Path) -> Emulation:
     """Start, waiting for the run lock if another run (another test, a person) holds it."""
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        emulation = Emulation(fabric, ready_timeout=READY_TIMEOUT)
-        try:
-            return emulation.start()
-        except ConcurrentRunError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(2)
+    return Emulation(fabric, ready_timeout=READY_TIMEOUT, lock_wait=LOCK_WAIT).start()
 
 
 @pytest.fixture(scope="module")

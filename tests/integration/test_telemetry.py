@@ -19,7 +19,6 @@ from controllers.counters import StatsRound
 from controllers.routing import follow, link_ends, shortest_path_plan
 from orchestrator.emulation import Emulation
 from orchestrator.telemetry import link_rates, mean_utilization, read_telemetry, summarize_periods
-from topologies.errors import ConcurrentRunError
 from topologies.model import LinkKind
 
 pytestmark = pytest.mark.integration
@@ -31,20 +30,14 @@ SECONDS = 4
 
 def start_emulation(policy: str = "shortest", telemetry_interval: float | None = None) -> Emulation:
     """Start astral-small, waiting for the run lock if another run holds it."""
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        emulation = Emulation(
-            "astral-small",
-            policy=policy,
-            ready_timeout=120,
-            telemetry_interval=telemetry_interval,
-        )
-        try:
-            return emulation.start()
-        except ConcurrentRunError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(2)
+    emulation = Emulation(
+        "astral-small",
+        policy=policy,
+        ready_timeout=120,
+        telemetry_interval=telemetry_interval,
+        lock_wait=LOCK_WAIT,
+    )
+    return emulation.start()
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -301,3 +302,21 @@ def test_second_lock_holder_is_refused_with_the_holders_pid(tmp_path: Path) -> N
     with RunLock(tmp_path) as lock:
         assert lock.held
     assert not lock.held
+
+
+def test_a_waiting_lock_gets_it_once_the_holder_lets_go(tmp_path: Path) -> None:
+    holder = RunLock(tmp_path)
+    holder.acquire()
+    said: list[str] = []
+    waiter = RunLock(tmp_path)
+    with pytest.raises(ConcurrentRunError):
+        waiter.acquire(wait=0.6, on_wait=said.append)
+    assert len(said) == 1 and "waiting up to 1 s" in said[0]  # told once, not per try
+    releaser = threading.Timer(0.3, holder.release)
+    releaser.start()
+    try:
+        waiter.acquire(wait=10)
+        assert waiter.held
+    finally:
+        releaser.join()
+        waiter.release()
