@@ -21,9 +21,10 @@ each flow a path of its own through the same bridges (a load test of the datapat
 Forwarding is static: one OpenFlow rule per destination (IP and ARP) per bridge, so no
 learning, no flooding and no controller.
 
-Every link end is shaped at egress with the given shaper (``orchestrator.shaping``'s recipe
-by default, any ``(intf, rate_bps) -> argv lists`` for comparisons), exactly as the
-emulation shapes both ends of every link, and only after the port has joined its bridge
+Every link end is shaped at egress with the given shaper (the recipe of
+``orchestrator.emulation.shaping`` by default, any ``(intf, rate_bps) -> argv lists`` for
+comparisons), exactly as the emulation shapes both ends of every link, and only after the
+port has joined its bridge
 (Open vSwitch deletes a root qdisc it finds on a port when the port is added).
 
 The Open vSwitch instance is the system's by default; :class:`OvsInstance` points at
@@ -61,8 +62,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator.shaping import DEFAULT_RECIPE, ShapingRecipe, shaping_commands
-from orchestrator.traffic import cpu_times, jain
+from orchestrator.emulation.shaping import DEFAULT_RECIPE, ShapingRecipe, shaping_commands
+from orchestrator.testbed.traffic import cpu_times, jain
 from topologies.errors import EmulationError
 from topologies.units import parse_rate
 
@@ -78,7 +79,7 @@ TCP_PAYLOAD_SHARE = 1448 / 1514
 
 
 def recipe_shaper(recipe: ShapingRecipe = DEFAULT_RECIPE, mtu: int = 1500) -> Shaper:
-    """The project's shaper (orchestrator.shaping) with the given recipe."""
+    """The project's shaper (orchestrator.emulation.shaping) with the given recipe."""
 
     def shaper(intf: str, rate_bps: float, host_side: bool) -> list[list[str]]:
         return shaping_commands(intf, rate_bps, recipe, mtu=mtu, host_side=host_side)

@@ -3,7 +3,7 @@
     sudo .venv/bin/python benchmarks/bringup.py [FABRIC ...] [--repeat N] [--lock-wait S]
 
 Default fabrics: ``astral-small`` (the default fabric, 8 GPUs) and ``astral-64`` (64 GPUs).
-For each run it brings the fabric up with :class:`orchestrator.emulation.Emulation` (which
+For each run it brings the fabric up with :class:`orchestrator.emulation.network.Emulation` (which
 returns only once every GPU reaches every other), tears it down, and prints one row:
 
     up        seconds until start() returned: build + controller programming + readiness
@@ -37,9 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.emulation import Emulation  # noqa: E402
-from orchestrator.lock import RunLock  # noqa: E402
-from orchestrator.sendbuffer import vswitchd_pid  # noqa: E402
+from orchestrator.emulation.lock import RunLock  # noqa: E402
+from orchestrator.emulation.network import Emulation  # noqa: E402
+from orchestrator.emulation.sendbuffer import vswitchd_pid  # noqa: E402
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 

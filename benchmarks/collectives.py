@@ -11,7 +11,8 @@ and prints busbw / rail bandwidth, where the rail bandwidth is one GPU's NIC por
 emulated NIC rate (2 x 20 Mbit/s on astral-small). Targets (issue 5), under path-pinned:
 all-reduce >= 0.90, all-to-all >= 0.85; TCP over 1500-byte frames caps a flat algorithm
 near 0.956. The "ceiling" column is the physical one of each algorithm
-(orchestrator.ceilings: NVLink bytes free), which is above 1 where NVLink carries a share.
+(orchestrator.collectives.ceilings: NVLink bytes free), which is above 1 where NVLink
+carries a share.
 
 ``--iperf`` adds, per policy, iperf3 on exactly the fabric connections of the ring and of
 direct all-to-all (the same paths under path-pinned), all at once for 8 s: what long-lived
@@ -37,18 +38,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.ceilings import busbw_ceiling
-from orchestrator.emulation import Terminated
-from orchestrator.experiment import parse_size, topology_aware_order
-from orchestrator.hostconfig import TCP_PAYLOAD_SHARE
-from orchestrator.pinning import fabric_flows, source_ports
-from orchestrator.testbed import Testbed
-from orchestrator.traffic import process_ticks
+from orchestrator.collectives.ceilings import busbw_ceiling
+from orchestrator.emulation.network import Terminated
+from orchestrator.run.experiment import parse_size, topology_aware_order
+from orchestrator.testbed.pinning import PATHS_FILE, fabric_flows, source_ports
+from orchestrator.testbed.testbed import Testbed
+from orchestrator.testbed.traffic import process_ticks
 from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
 from topologies.errors import ConcurrentRunError
 from topologies.generators import build_fabric
 from topologies.model import Fabric
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
+from topologies.units import TCP_PAYLOAD_SHARE
 
 PRESETS = Path(__file__).resolve().parents[1] / "topologies" / "presets"
 ALGORITHMS = [
@@ -57,7 +58,6 @@ ALGORITHMS = [
     ("all-to-all", "direct", 0.85),
     ("all-to-all", "pxn", 0.85),
 ]
-TCP_GOODPUT = TCP_PAYLOAD_SHARE  # the GPUs' TCP: 1500 MTU, no timestamps (hostconfig)
 IPERF_PORT = 5301
 IPERF_PATTERNS = [("all-reduce", "ring"), ("all-to-all", "direct")]
 
@@ -103,7 +103,16 @@ def iperf_flows(
         # connections linger in TIME_WAIT on the same pinned ports), none twice
         taken = {w.rank: bound_ports(bed, w.host) for w in workers}
         for server_port in sorted(set(port_of.values())):
-            pinned = source_ports(bed, workers, channels, server_port, [(op, alg)], taken=taken)
+            pinned = source_ports(
+                bed.emulation,
+                bed.description,
+                bed.run_dir / PATHS_FILE,
+                workers,
+                channels,
+                server_port,
+                [(op, alg)],
+                taken=taken,
+            )
             for f, p in pinned.ports.items():
                 if port_of.get(f) == server_port:
                     ports[f] = p
@@ -243,7 +252,7 @@ def measure(
         f"# rail bandwidth = {spec.nic_ports} NIC ports x {nic / 1e6:g} Mbit/s emulated "
         f"(scale {spec.emulation.scale:g} of {spec.speeds.nic / 1e9:g}G) = "
         f"{rail / 1e6:.2f} MB/s; TCP over 1500-byte frames caps flat algorithms at "
-        f"{TCP_GOODPUT:.3f}"
+        f"{TCP_PAYLOAD_SHARE:.3f}"
     )
     head = "".join(f"{p:>14}" for p in policies)
     print(f"#{'collective':<27}{head}{'target':>12}{'ceiling':>10}")

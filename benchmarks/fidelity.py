@@ -7,14 +7,15 @@
 
 ``--cc`` runs every case under each TCP congestion control (``default``: what the GPU
 namespaces inherit from the machine, which is what experiments get); ``--queue`` under
-each pair of leaf queues (``SWITCH[/HOST]``: ``recipe`` is what orchestrator.shaping builds,
+each pair of leaf queues (``SWITCH[/HOST]``: ``recipe`` is what
+orchestrator.emulation.shaping builds,
 a pfifo_head_drop at the switches and an sfq at the GPUs; ``bfifo`` and ``head-drop`` replace
 the switch-side leaf on every switch port of the running fabric, ``pfifo`` and ``sfq`` the
 GPU-side one, each keeping the recipe's depth). Results and findings: docs/calibration.md.
 
-Every case runs on a real fabric brought up by orchestrator.emulation.Emulation (controller
+Every case runs on a real fabric brought up by orchestrator.emulation.network.Emulation (controller
 policy ``shortest``: one path per destination at every switch, so flows into one GPU share
-every link of their path), with iperf3 inside the GPU namespaces (orchestrator.traffic:
+every link of their path), with iperf3 inside the GPU namespaces (orchestrator.testbed.traffic:
 goodput at the receivers over a common window, link bytes from tc over the same window):
 
     longest   the fabric as given: 1 TCP flow from the first GPU to the farthest one
@@ -67,14 +68,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator import batch  # noqa: E402
-from orchestrator.calibration import datapath_ports, start_emulation, switch_hops  # noqa: E402
+from orchestrator.calibration.measure import datapath_ports, start_emulation, switch_hops  # noqa: E402
 from orchestrator.commands.topo import resolve_fabric_path  # noqa: E402
-from orchestrator.emulation import Emulation, Terminated  # noqa: E402
-from orchestrator.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL  # noqa: E402
-from orchestrator.shaping import DEFAULT_RECIPE  # noqa: E402
-from orchestrator.traffic import (  # noqa: E402
-    TCP_PAYLOAD_SHARE,
+from orchestrator.emulation import batch  # noqa: E402
+from orchestrator.emulation.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL  # noqa: E402
+from orchestrator.emulation.network import Emulation, Terminated  # noqa: E402
+from orchestrator.emulation.shaping import DEFAULT_RECIPE  # noqa: E402
+from orchestrator.testbed.traffic import (  # noqa: E402
     Flow,
     LinkLoad,
     TrafficResult,
@@ -84,7 +84,7 @@ from topologies.addressing import FABRIC_PREFIX  # noqa: E402
 from topologies.generators import build_fabric  # noqa: E402
 from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
 from topologies.spec import FabricSpec, Speeds, load_fabric_spec  # noqa: E402
-from topologies.units import format_rate  # noqa: E402
+from topologies.units import TCP_PAYLOAD_SHARE, format_rate  # noqa: E402
 
 CASES = ("longest", "nic-down", "nic-up", "tor-agg", "agg-core")
 FLOWS = 8
@@ -114,7 +114,7 @@ class Case:
 class Run:
     case: str
     cc: str  # TCP congestion control of the senders ("default": the namespaces' default)
-    queue: str  # leaf queues, SWITCH[/HOST] ("recipe": orchestrator.shaping's)
+    queue: str  # leaf queues, SWITCH[/HOST] ("recipe": orchestrator.emulation.shaping's)
     goodput_bps: list[float]
     aggregate_ratio: float
     ceiling_ratio: float
@@ -412,7 +412,7 @@ def conditions(emu: Emulation | None = None) -> list[str]:
 
 
 def namespace_cc(emu: Emulation) -> str:
-    """The congestion control the GPUs' fabric route sets (orchestrator.hostconfig puts it
+    """The congestion control the GPUs' fabric route sets (orchestrator.emulation.hostconfig puts it
     on the routes), else the namespace's default."""
     gpu = next(iter(emu.hosts))
     route = emu.cmd(gpu, ["ip", "route", "show", FABRIC_PREFIX]).split()

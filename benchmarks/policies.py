@@ -4,7 +4,7 @@
         [--duration S] [--omit S] [--repeats N] [--seed N] [--policies a,b,...]
         [--scale X] [--no-recovery] [--lock-wait S]
 
-One fabric is brought up once (:class:`orchestrator.testbed.Testbed`); every policy of the
+One fabric is brought up once (:class:`orchestrator.testbed.testbed.Testbed`); every policy of the
 controller's registry (controllers/policies/: shortest, ecmp, ecmp-polarized, path-pinned,
 adaptive) is switched in by :meth:`Testbed.use_policy` (a controller restart on the same
 port, hitless) and measured on the same traffic:
@@ -14,11 +14,11 @@ port, hitless) and measured on the same traffic:
   repeat), the same one for every policy within a repeat;
 - the policies' order rotates by one per repeat (the machine's load drifts during a run);
 - flows are iperf3 clients in the GPUs' namespaces, measured by
-  :func:`orchestrator.traffic.run_flows`: goodput at the receivers over one common window
+  :func:`orchestrator.testbed.traffic.run_flows`: goodput at the receivers over one common window
   (``--duration`` s, after ``--omit`` s of start-up; adaptive moves flows 2-3 s after they
   start), link loads from the HTB counters of every switch egress (tc);
 - under ``path-pinned`` each flow's source port is chosen from the paths the controller
-  publishes (orchestrator.pinning: the least loaded (NIC port, path value) per flow, then a
+  publishes (orchestrator.testbed.pinning: the least loaded (NIC port, path value) per flow, then a
   source port whose kernel multipath hash picks that NIC port, checked with ``ip route get``
   for the flow's exact five-tuple); the other policies use the kernel's ephemeral ports.
 
@@ -48,7 +48,7 @@ policies are compared on the fabric rather than on the machine's CPUs.
 
 Conditions (load average, datapath, TSO, emulated rates, CPU use during the window) are
 printed with the results; a result is flagged emulator-bound when the offered load exceeds
-the calibrated safe share (orchestrator.calibration; ``sudo astral calibrate``) or the
+the calibrated safe share (orchestrator.calibration.measure; ``sudo astral calibrate``) or the
 machine's CPUs were over 90 % busy during a window. Measured figures: docs/benchmarks.md.
 """
 
@@ -72,7 +72,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from controllers.pinning import PortLayout  # noqa: E402
-from orchestrator.calibration import (  # noqa: E402
+from orchestrator.calibration.measure import (  # noqa: E402
     OfferedLoad,
     Verdict,
     load_calibration,
@@ -80,8 +80,9 @@ from orchestrator.calibration import (  # noqa: E402
     mean_hops,
     verdict,
 )
-from orchestrator.emulation import PRESETS  # noqa: E402
-from orchestrator.pinning import (  # noqa: E402
+from orchestrator.emulation.network import PRESETS  # noqa: E402
+from orchestrator.emulation.wiring import Veth  # noqa: E402
+from orchestrator.testbed.pinning import (  # noqa: E402
     CANDIDATES,
     PATHS_FILE,
     assign,
@@ -89,18 +90,17 @@ from orchestrator.pinning import (  # noqa: E402
     route_devices,
     wait_for_paths,
 )
-from orchestrator.testbed import Testbed, policy_names  # noqa: E402
-from orchestrator.traffic import (  # noqa: E402
+from orchestrator.testbed.testbed import Testbed, policy_names  # noqa: E402
+from orchestrator.testbed.traffic import (  # noqa: E402
     BASE_PORT,
-    TCP_PAYLOAD_SHARE,
     Flow,
     TrafficResult,
     parse_qdiscs,
     run_flows,
 )
-from orchestrator.wiring import Veth  # noqa: E402
 from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec  # noqa: E402
+from topologies.units import TCP_PAYLOAD_SHARE  # noqa: E402
 
 PROBE = REPO / "tests" / "integration" / "stream_probe.py"
 UDP_PORT = 5005
@@ -241,7 +241,7 @@ def pinned_flows(bed: Testbed, pairs: Sequence[tuple[str, str]], since: float) -
             (addresses[pairs[i][0]].fabric_ip, addresses[pairs[i][1]].fabric_ip, p, BASE_PORT + i)
             for i, p in tries
         ]
-        devices = route_devices(bed, gpu, queries)
+        devices = route_devices(bed.emulation, gpu, queries)
         nic_of = {nic.intf: nic.port for nic in addresses[gpu].nics}
         for (i, port), device in zip(tries, devices, strict=True):
             if i in ports or port in ports.values():

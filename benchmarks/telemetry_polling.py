@@ -5,7 +5,7 @@
 
 Brings the fabric up once, then for each interval restarts the controller with
 ``--telemetry-interval`` and, while ``--flows`` iperf3 flows cross the core, reads back the
-telemetry file (orchestrator.telemetry) and the CPU time of the controller process and of
+telemetry file (orchestrator.testbed.telemetry) and the CPU time of the controller process and of
 ovs-vswitchd over the window. Prints one row per interval: the poll period achieved (mean,
 95th percentile, max), the time from the requests to the last reply (95th percentile), the
 rounds where a switch did not answer before the next tick, CPU shares (100% = one core) and
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.emulation import Emulation
-from orchestrator.sendbuffer import vswitchd_pid
-from orchestrator.telemetry import read_telemetry, summarize_periods
+from orchestrator.emulation.network import Emulation
+from orchestrator.emulation.sendbuffer import vswitchd_pid
+from orchestrator.testbed.telemetry import read_telemetry, summarize_periods
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

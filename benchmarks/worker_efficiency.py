@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.experiment import parse_size
-from orchestrator.testbed import Testbed
+from orchestrator.collectives.sizes import parse_size
+from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
 from topologies.errors import ConcurrentRunError
 from topologies.model import LinkKind

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.experiment import parse_size
+from orchestrator.collectives.sizes import parse_size
 from orchestrator.worker.launcher import (
     CollectiveTest,
     Launcher,

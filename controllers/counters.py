@@ -3,7 +3,7 @@
 Pure Python, no os-ken (as :mod:`controllers.status`), so that the telemetry app
 (:mod:`controllers.telemetry`), the policies that react to load
 (:mod:`controllers.policies.adaptive`) and the orchestrator's reader
-(:mod:`orchestrator.telemetry`) share one definition of every record and every rate::
+(:mod:`orchestrator.testbed.telemetry`) share one definition of every record and every rate::
 
     OFPPortStats / OFPGroupStats / OFPFlowStats replies  (controllers.telemetry)
         --> SwitchSample per switch, StatsRound per poll round

@@ -2,7 +2,7 @@
 
 The controller process (``python -m controllers --status FILE``) rewrites this JSON file
 atomically (write a temporary file, then rename) whenever something changes, so a reader
-never sees half a file. The orchestrator (``orchestrator.controller.ControllerProcess``)
+never sees half a file. The orchestrator (``orchestrator.emulation.controller.ControllerProcess``)
 polls it to learn when every switch is connected and programmed. Pure Python, no os-ken,
 so the orchestrator imports it without importing the controller.
 

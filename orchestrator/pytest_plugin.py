@@ -44,10 +44,10 @@ import pytest
 LOCK_WAIT = float(os.environ.get("ASTRAL_LOCK_WAIT", "600"))
 
 if TYPE_CHECKING:
-    from orchestrator.experiment import ExperimentSpec
     from orchestrator.results import PortCounter, ResultsWriter
-    from orchestrator.runner import RunOptions, RunOutcome
-    from orchestrator.testbed import Testbed
+    from orchestrator.run.experiment import ExperimentSpec
+    from orchestrator.run.runner import RunOptions, RunOutcome
+    from orchestrator.testbed.testbed import Testbed
     from orchestrator.worker.launcher import Failure, RunResult
 
 
@@ -150,7 +150,7 @@ class FabricHandle:
         fabric bytes (NVLink bytes taken as free) would move at full NIC bandwidth. Equals
         the rail bandwidth for flat algorithms; higher where NVLink carries a share
         (hierarchical all-reduce, PXN all-to-all)."""
-        from orchestrator.ceilings import fabric_share
+        from orchestrator.collectives.ceilings import fabric_share
 
         share = fabric_share(self.testbed.workers(gpus), collective, algorithm)
         return self.rail_bandwidth() / share
@@ -172,8 +172,9 @@ class FabricHandle:
         """Run ``collective`` (its default algorithm unless given) at each size on ``gpus``
         (default all, rank order); recorded into the current bundle unless ``record`` is
         false. A worker failure does not raise: see ``.failure`` (``raise_for_failure()``)."""
-        from orchestrator.experiment import COLLECTIVES, parse_size
-        from orchestrator.nccl_table import TIME_DEFINITION, format_table
+        from orchestrator.collectives.nccl import TIME_DEFINITION, format_table
+        from orchestrator.collectives.plans import COLLECTIVES
+        from orchestrator.collectives.sizes import parse_size
         from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
 
         algorithm = algorithm or COLLECTIVES[collective][0]
@@ -210,7 +211,7 @@ class FabricHandle:
     ) -> RunOutcome:
         """Run an experiment (a spec or a file) the way ``astral run`` does, on this fabric
         (its fabric must be this one); ``kwargs`` go to :class:`Runner`."""
-        from orchestrator.runner import Runner, RunOptions, load
+        from orchestrator.run.runner import Runner, RunOptions, load
 
         text = None
         if not hasattr(spec, "steps"):
@@ -232,7 +233,7 @@ class FabricHandle:
 
     def _record(self, result: RunResult, iterations: int, warmup: int) -> None:
         from orchestrator.results import ResultsWriter
-        from orchestrator.runner import record_test, software_versions
+        from orchestrator.run.runner import record_test, software_versions
 
         if self._writer is None:
             self._bundles += 1
@@ -261,7 +262,7 @@ class FabricHandle:
         counters = self.testbed.port_counters()
         if counters:
             writer.add_port_counters(counters)
-        writer.finish(render=False)
+        writer.finish()
         from orchestrator.results.report import render_bundle
 
         render_bundle(writer.path, plots=plots)
@@ -270,7 +271,7 @@ class FabricHandle:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.finish(status="failed", render=False)
+            self._writer.finish(status="failed")
             self._writer = None
         self.testbed.stop()
 
@@ -298,7 +299,7 @@ class FabricFactory:
             self.current.use_policy(policy)
             return self.current
         self.close()
-        from orchestrator.testbed import Testbed
+        from orchestrator.testbed.testbed import Testbed
 
         # another run (a colleague's, another test session) may hold the lock
         testbed = Testbed(

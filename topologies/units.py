@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import re
 
+#: TCP's payload share of a full Ethernet frame as a shaper counts it: a 1500-byte MTU less
+#: 20 bytes of IP and 20 of TCP header (no TCP options: the GPUs turn timestamps off) is
+#: 1460 bytes of payload in a 1514-byte frame (14 bytes of Ethernet header). The best
+#: goodput a TCP flow gets on a link shaped to R is R x TCP_PAYLOAD_SHARE.
+TCP_PAYLOAD_SHARE = 1460 / 1514
+
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([KMGT]?)(?:bit/s|bps|b/s)?\s*$", re.I)
 

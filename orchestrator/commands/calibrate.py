@@ -28,10 +28,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator import calibration as cal
+from orchestrator.calibration import measure as cal
 from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
-from orchestrator.experiment import ExperimentSpec, load_experiment
-from orchestrator.runner import DEFAULT_EXPERIMENT
+from orchestrator.run.experiment import ExperimentSpec, load_experiment
+from orchestrator.run.runner import DEFAULT_EXPERIMENT
 from topologies.errors import AstralError
 from topologies.spec import load_fabric_spec
 

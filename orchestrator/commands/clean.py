@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.lock import RunLock
-from orchestrator.state import clean, state_dir, unclean_runs
+from orchestrator.emulation.lock import RunLock
+from orchestrator.emulation.state import clean, state_dir, unclean_runs
 from topologies.errors import EmulationError
 
 

@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
 
 def fabric_path(value: str) -> Path:
     """A preset name or a path -> the fabric file (FabricSpecError if there is none)."""
-    from orchestrator.experiment import PRESETS_DIR, presets
+    from orchestrator.run.experiment import PRESETS_DIR, presets
 
     if "/" in value or value.endswith((".yaml", ".yml")):
         return Path(value).expanduser()
@@ -49,7 +49,7 @@ def fabric_path(value: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator.doctor import diagnose, render
+    from orchestrator.emulation.doctor import diagnose, render
     from topologies.generators import build_fabric
     from topologies.spec import load_fabric_spec
 

@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator.runner import DEFAULT_EXPERIMENT, Runner, RunOptions, load
+    from orchestrator.run.runner import DEFAULT_EXPERIMENT, Runner, RunOptions, load
 
     path = args.experiment or DEFAULT_EXPERIMENT
     spec = load(path)  # ConfigError (exit 2) before anything is created

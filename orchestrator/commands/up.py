@@ -6,7 +6,7 @@
     astral up --cli                   Mininet's CLI; exiting it tears down
     astral up --cli --keep-open       ... and after the CLI, stay up until Ctrl-C
 
-It returns only once every GPU reaches every other one (orchestrator.readiness), prints a
+It returns only once every GPU reaches every other one (orchestrator.emulation.readiness), prints a
 summary (switches per tier, hosts, links, datapath, rate scale, controller, timings, run
 directory) and a line starting ``ready:``, then holds the fabric. While it holds, the run
 directory's ``fabric.json`` describes the fabric and ``state.json`` names every GPU
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
-from orchestrator.emulation import Emulation, Terminated
+from orchestrator.emulation.network import Emulation, Terminated
 from topologies.model import LinkKind, Tier
 from topologies.units import format_rate
 

@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.experiment import format_size
-from orchestrator.nccl_table import average_busbw
+from orchestrator.collectives.nccl import average_busbw
+from orchestrator.collectives.sizes import format_size
 from orchestrator.results.store import ResultsBundle
 from orchestrator.results.summary import ConfigurationResult, summarize
 

@@ -27,18 +27,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from orchestrator.experiment import format_size
-from orchestrator.hostconfig import TCP_PAYLOAD_SHARE
+from orchestrator.collectives.sizes import format_size
 from orchestrator.results.store import PLOTS, ConnectionSample, FiveTuple, ResultsBundle
 from orchestrator.results.summary import ConfigurationResult, Group, group_slug, grouped
-from topologies.units import format_rate, parse_rate
+from topologies.units import TCP_PAYLOAD_SHARE, format_rate, parse_rate
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 Array = np.ndarray[Any, np.dtype[np.float64]]
 
-TCP_GOODPUT = TCP_PAYLOAD_SHARE  # what the GPUs' TCP carries of a frame (hostconfig)
 MAX_PLOT_PROCESSES = 4
 MAX_BINS = 400
 KIND_ORDER = ("nic", "tor_agg", "agg_core", "nvlink")
@@ -102,7 +100,7 @@ def _connection_plots(chunk: tuple[Path, list[tuple[ConfigurationResult, Path]]]
 def nic_ceiling_real_gbps(fabric: dict[str, Any]) -> float:
     """busbw ceiling of one GPU at real speed, GB/s: its NIC ports x rate x TCP goodput."""
     spec = fabric["spec"]
-    return parse_rate(spec["speeds"]["nic"]) * spec["nic_ports"] * TCP_GOODPUT / 8 / 1e9
+    return parse_rate(spec["speeds"]["nic"]) * spec["nic_ports"] * TCP_PAYLOAD_SHARE / 8 / 1e9
 
 
 def busbw_plots(
@@ -133,7 +131,7 @@ def busbw_plots(
         nic = f"{spec['nic_ports']} x {spec['speeds']['nic']}"
         axes.axhline(ceiling, color="0.4", linestyle="--", linewidth=1)
         axes.annotate(
-            f"NIC ceiling ({nic} x {TCP_GOODPUT:.3f})",
+            f"NIC ceiling ({nic} x {TCP_PAYLOAD_SHARE:.3f})",
             xy=(0.01, ceiling),
             xycoords=("axes fraction", "data"),
             xytext=(0, 4),

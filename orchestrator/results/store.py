@@ -284,7 +284,7 @@ class ResultsWriter:
                 results.add_samples(config, samples)
                 results.add_timelines(config, phases)
             results.add_port_counters(counters)       # any time, as they arrive
-            results.finish()                          # marks the run done, renders the report
+            results.finish()                          # marks the run done
 
     Leaving the ``with`` block on an exception marks the run ``failed`` (``interrupted``
     for Ctrl-C) and keeps everything written so far. Every ``add_*`` commits, so a crashed
@@ -336,7 +336,7 @@ class ResultsWriter:
             self.close()
         else:
             status = "interrupted" if issubclass(kind, KeyboardInterrupt) else "failed"
-            self.finish(status=status, render=False)
+            self.finish(status=status)
 
     @property
     def run_id(self) -> int:
@@ -479,11 +479,10 @@ class ResultsWriter:
             )
         return len(rows)
 
-    def finish(
-        self, *, status: str = "ok", finished: float | None = None, render: bool = True
-    ) -> Path:
-        """Mark the run finished, close the database and (``render``) write the summary,
-        tables and plots. Returns the bundle's path."""
+    def finish(self, *, status: str = "ok", finished: float | None = None) -> Path:
+        """Mark the run finished and close the database. Returns the bundle's path; its
+        summary, tables and plots are rendered from it by
+        :func:`orchestrator.results.report.render_bundle`."""
         if self._run_id is not None and self._connection_db is not None:
             with self._db:
                 self._db.execute(
@@ -491,10 +490,6 @@ class ResultsWriter:
                     (_iso(finished), status, self._run_id),
                 )
         self.close()
-        if render and self._run_id is not None:
-            from orchestrator.results.report import render_bundle
-
-            render_bundle(self.path)
         return self.path
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """From a bundle's raw measurements to nccl-tests figures: the summary, tables and CSVs.
 
-How a configuration's numbers are computed (nccl-tests' rules, ``orchestrator.nccl_table``):
+How a configuration's numbers are computed (nccl-tests' rules, ``orchestrator.collectives.nccl``):
 
 - time: per rank, the mean of its timed (non-warm-up) iterations; then the mean over ranks;
 - algbw = size / time, busbw = algbw * factor(collective, ranks), both in GB/s, emulated;
@@ -22,7 +22,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from orchestrator.nccl_table import (
+from orchestrator.collectives.nccl import (
     CSV_COLUMNS,
     TIME_DEFINITION,
     NcclRow,

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from orchestrator.worker.collectives import Plan, split
+from orchestrator.collectives.plans import Plan, split
 
 DTYPE = np.uint32
 TYPE_NAME = "uint32"

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.collectives.plans import ELEMENT_BYTES, Plan, Region, Transfer, split
 from orchestrator.worker.buffers import DTYPE, Array, Buffers, byte_view, corrupted, reduce_into
-from orchestrator.worker.collectives import ELEMENT_BYTES, Plan, Region, Transfer, split
 from orchestrator.worker.transport import Completion, Connection, ConnectionPool, RecvTarget
 
 SCRATCH_BYTES = 1 << 18  # reduction slice: received, then added, while more arrives

@@ -28,7 +28,7 @@ and any still running after ``exit_timeout`` is killed; only processes this laun
 spawned are touched.
 
 Timing follows nccl-tests' default (``-a 1``), as everywhere astral prints numbers
-(orchestrator.nccl_table.TIME_DEFINITION): an iteration's time is the mean over ranks, a
+(orchestrator.collectives.nccl.TIME_DEFINITION): an iteration's time is the mean over ranks, a
 size's time the mean of that over timed iterations (= the mean over ranks of each rank's
 mean when every rank reports every iteration, as orchestrator.results.summary computes it).
 """
@@ -51,10 +51,8 @@ from pathlib import Path
 from statistics import fmean
 from typing import IO, TYPE_CHECKING, Protocol
 
-from orchestrator.nccl_table import NcclRow, algbw_gbps, format_table
-from orchestrator.worker import protocol
-from orchestrator.worker.buffers import TYPE_NAME
-from orchestrator.worker.collectives import (
+from orchestrator.collectives.nccl import NcclRow, algbw_gbps, format_table
+from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
     Layout,
     PlanError,
@@ -62,6 +60,8 @@ from orchestrator.worker.collectives import (
     element_count,
     table_count,
 )
+from orchestrator.worker import protocol
+from orchestrator.worker.buffers import TYPE_NAME
 from orchestrator.worker.protocol import LineBuffer, Message, ProtocolError
 from orchestrator.worker.transport import FiveTuple
 from topologies.errors import EmulationError, ExperimentError

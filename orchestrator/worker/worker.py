@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.collectives.plans import AlgorithmRegistry, Layout, Plan, default_registry
 from orchestrator.worker import protocol
 from orchestrator.worker.buffers import Buffers, Pattern, salt
-from orchestrator.worker.collectives import AlgorithmRegistry, Layout, Plan, default_registry
 from orchestrator.worker.executor import Executor, Progress, StepFailed
 from orchestrator.worker.protocol import Channel, Message, ProtocolError
 from orchestrator.worker.transport import (

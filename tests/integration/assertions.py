@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from orchestrator.emulation import Emulation
-from orchestrator.readiness import probe_once, probe_plan
-from orchestrator.state import RunState, proc_starttime
+from orchestrator.emulation.network import Emulation
+from orchestrator.emulation.readiness import probe_once, probe_plan
+from orchestrator.emulation.state import RunState, proc_starttime
 from topologies.model import Tier
 
 Hop = str | frozenset[str]  # a switch, or "exactly one of these" (ECMP)

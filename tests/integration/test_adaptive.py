@@ -23,8 +23,8 @@ import pytest
 
 from controllers.counters import FiveTuple
 from controllers.policies.adaptive import AdaptivePolicy, placement_index
-from orchestrator.emulation import Emulation
-from orchestrator.telemetry import read_telemetry
+from orchestrator.emulation.network import Emulation
+from orchestrator.testbed.telemetry import read_telemetry
 from tests.integration.test_telemetry import start_emulation
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP
 from topologies.model import LinkKind

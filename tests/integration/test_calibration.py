@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import calibration as cal
+from orchestrator.calibration import measure as cal
 from orchestrator.cli import main as cli_main
-from orchestrator.traffic import TCP_PAYLOAD_SHARE
+from topologies.units import TCP_PAYLOAD_SHARE
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
 from controllers.routing import programmable_switches
-from orchestrator.controller import ControllerProcess
+from orchestrator.emulation.controller import ControllerProcess
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC
 from topologies.description import FabricDescription
 from topologies.generators import build_fabric

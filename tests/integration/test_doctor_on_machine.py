@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator import doctor
+from orchestrator.emulation import doctor
 
 ASTRAL = Path(sys.executable).parent / "astral"
 

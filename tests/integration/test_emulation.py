@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.emulation import Emulation
-from orchestrator.sendbuffer import DEFAULT_SEND_BUFFER, raise_send_buffer
-from orchestrator.state import RunState
+from orchestrator.emulation.network import Emulation
+from orchestrator.emulation.sendbuffer import DEFAULT_SEND_BUFFER, raise_send_buffer
+from orchestrator.emulation.state import RunState
 from tests.integration.assertions import (
     assert_path,
     assert_reachable,

@@ -24,7 +24,7 @@ import pytest
 from controllers.pinning import PinnedPaths, assign_paths, directed_links, read_paths
 from controllers.policies.ecmp import switch_basis
 from controllers.routing import programmable_switches
-from orchestrator.controller import ControllerProcess
+from orchestrator.emulation.controller import ControllerProcess
 from tests.integration.prefixed_net import PrefixedFabric, wait_for
 from topologies.description import FabricDescription
 from topologies.generators import build_fabric

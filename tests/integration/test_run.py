@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ceilings import fabric_share
-from orchestrator.experiment import ExperimentSpec, parse_experiment
-from orchestrator.nccl_table import bus_factor
+from orchestrator.collectives.ceilings import fabric_share
+from orchestrator.collectives.nccl import bus_factor
+from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.pytest_plugin import FabricFactory, FabricHandle
 from orchestrator.results.store import Configuration
-from orchestrator.runner import RunOptions, RunOutcome
-from orchestrator.shaping import DEFAULT_RECIPE
+from orchestrator.run.experiment import ExperimentSpec, parse_experiment
+from orchestrator.run.runner import RunOptions, RunOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ EXPERIMENT = {
 
 
 def experiment(document: dict[str, object]) -> ExperimentSpec:
-    from orchestrator.testbed import policy_names
+    from orchestrator.testbed.testbed import policy_names
 
     return parse_experiment(document, "test_run.py", REPO, policies=policy_names())
 

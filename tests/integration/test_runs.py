@@ -21,7 +21,7 @@ from typing import IO
 
 import pytest
 
-from orchestrator.state import RunState
+from orchestrator.emulation.state import RunState
 from tests.integration.assertions import leftovers, snapshot
 from topologies.description import FabricDescription
 

@@ -17,8 +17,13 @@ import pytest
 
 from controllers.counters import StatsRound
 from controllers.routing import follow, link_ends, shortest_path_plan
-from orchestrator.emulation import Emulation
-from orchestrator.telemetry import link_rates, mean_utilization, read_telemetry, summarize_periods
+from orchestrator.emulation.network import Emulation
+from orchestrator.testbed.telemetry import (
+    link_rates,
+    mean_utilization,
+    read_telemetry,
+    summarize_periods,
+)
 from topologies.model import LinkKind
 
 pytestmark = pytest.mark.integration

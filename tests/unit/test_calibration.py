@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import calibration as cal
+from orchestrator.calibration import measure as cal
 from orchestrator.cli import main as cli_main
-from orchestrator.experiment import load_experiment
-from orchestrator.loadguard import load_guard
-from orchestrator.traffic import TCP_PAYLOAD_SHARE, Flow, FlowResult, TrafficResult
+from orchestrator.run.experiment import load_experiment
+from orchestrator.run.loadguard import load_guard
+from orchestrator.testbed.traffic import Flow, FlowResult, TrafficResult
 from topologies.errors import ConfigError, ExperimentError
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec
+from topologies.units import TCP_PAYLOAD_SHARE
 
 REPO = Path(__file__).resolve().parents[2]
 PRESETS = REPO / "topologies" / "presets"
@@ -296,7 +297,7 @@ def test_show(
 
 def test_rate_commands_keep_the_htb_root() -> None:
     """Re-shaping changes class and leaf in place: this kernel refuses to change an htb root."""
-    from orchestrator.shaping import shaping_commands
+    from orchestrator.emulation.shaping import shaping_commands
 
     commands = shaping_commands("p0r0t0-eth3", 40e6)
     kept = cal.rate_commands(commands)

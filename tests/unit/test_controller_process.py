@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from controllers.status import EXIT_LISTEN_FAILED
-from orchestrator.controller import ControllerProcess, proc_starttime, stop_recorded
+from orchestrator.emulation.controller import ControllerProcess, proc_starttime, stop_recorded
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 from topologies.generators import build_fabric

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator import doctor
 from orchestrator.commands import doctor as doctor_command
-from orchestrator.doctor import CheckResult, Demand, Facts, OvsFacts, Verdict
+from orchestrator.emulation import doctor
+from orchestrator.emulation.doctor import CheckResult, Demand, Facts, OvsFacts, Verdict
 from topologies.errors import FabricSpecError
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.experiment import (
-    COLLECTIVES,
+from orchestrator.collectives.plans import COLLECTIVES
+from orchestrator.collectives.sizes import format_size, parse_size
+from orchestrator.run.experiment import (
     POLICIES,
     Collective,
     SizeSweep,
-    format_size,
     load_experiment,
     parse_experiment,
-    parse_size,
 )
 from topologies.errors import ConfigError, ExperimentError, FabricSpecError
 
@@ -470,7 +469,7 @@ def test_format_size_is_exact() -> None:
 
 
 def test_every_collective_has_a_default_algorithm_and_a_bus_factor() -> None:
-    from orchestrator.nccl_table import bus_factor
+    from orchestrator.collectives.nccl import bus_factor
 
     for op, algorithms in COLLECTIVES.items():
         assert algorithms

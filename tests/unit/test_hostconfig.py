@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.batch import plan_steps, script
-from orchestrator.hostconfig import render_all, render_host_config
-from orchestrator.probe import checksum, echo_request, parse_reply
-from orchestrator.readiness import probe_plan, round_timeout
-from orchestrator.shaping import shaping_commands
-from orchestrator.wiring import check_name, plan_wiring
+from orchestrator.emulation.batch import plan_steps, script
+from orchestrator.emulation.hostconfig import render_all, render_host_config
+from orchestrator.emulation.probe import checksum, echo_request, parse_reply
+from orchestrator.emulation.readiness import probe_plan, round_timeout
+from orchestrator.emulation.shaping import shaping_commands
+from orchestrator.emulation.wiring import check_name, plan_wiring
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
@@ -123,7 +123,7 @@ def test_every_port_is_shaped_to_its_emulated_rate(astral: FabricDescription) ->
         *shaping_commands("p0s0g0-eth2", nic, host_side=True),
     ]
     assert list(config.shaping) == expected
-    # the switch ends get the switch-side recipe (orchestrator.wiring)
+    # the switch ends get the switch-side recipe (orchestrator.emulation.wiring)
     shapers = {s.intf: s for s in plan_wiring(astral).shapers}
     assert shapers["p0r0t0-eth1"].commands() == shaping_commands("p0r0t0-eth1", nic)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.nccl_table import (
+from orchestrator.collectives.nccl import (
     NcclRow,
     average_busbw,
     buffer_bytes,

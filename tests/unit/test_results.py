@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.nccl_table import bus_factor, count_column
+from orchestrator.collectives.nccl import bus_factor, count_column
 from orchestrator.results import (
     ConnectionSample,
     FiveTuple,
@@ -143,7 +143,7 @@ def write_synthetic_bundle(path: Path, policies: tuple[str, ...] = ("ecmp", "pat
                     spans.append((start, now, policy))
                     now += 0.3  # set-up between configurations
         results.add_port_counters(port_counters(DESCRIPTION, spans, now + 1.0))
-        results.finish(finished=now + 1.0, render=False)
+        results.finish(finished=now + 1.0)
     return path
 
 

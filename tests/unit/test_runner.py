@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 
 from controllers.pinning import PinnedPaths, paths_document
-from orchestrator.calibration import Calibration
-from orchestrator.ceilings import default_channels, fabric_share
-from orchestrator.experiment import ExperimentSpec, parse_experiment
-from orchestrator.loadguard import load_guard
-from orchestrator.pinning import assign, candidates, fabric_flows
-from orchestrator.runner import Runner, RunOptions, step_seconds
+from orchestrator.calibration.measure import Calibration
+from orchestrator.collectives.ceilings import default_channels, fabric_share
+from orchestrator.run.experiment import ExperimentSpec, parse_experiment
+from orchestrator.run.loadguard import load_guard
+from orchestrator.run.runner import Runner, RunOptions, step_seconds
+from orchestrator.testbed.pinning import assign, candidates, fabric_flows
 from orchestrator.worker.launcher import Launcher, LaunchOptions, loopback_workers
 from topologies.description import FabricDescription
 from topologies.errors import ExperimentError

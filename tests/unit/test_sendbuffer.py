@@ -1,12 +1,12 @@
-"""orchestrator.sendbuffer: finding ovs-vswitchd's sending socket (the borrowing itself needs
-root and a running ovs-vswitchd: tests/integration/test_emulation.py checks it)."""
+"""orchestrator.emulation.sendbuffer: finding ovs-vswitchd's sending socket (the borrowing
+itself needs root and a running ovs-vswitchd: tests/integration/test_emulation.py checks it)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from orchestrator.sendbuffer import SendBuffer, socket_fds, unbound_packet_inodes
+from orchestrator.emulation.sendbuffer import SendBuffer, socket_fds, unbound_packet_inodes
 
 # /proc/net/packet on the project's machine with a fabric up (trimmed)
 PROC_NET_PACKET = """\

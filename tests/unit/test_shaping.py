@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.shaping import (
+from orchestrator.emulation.shaping import (
     DEFAULT_RECIPE,
     ShapingRecipe,
     check_command,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lock import RunLock
-from orchestrator.state import (
+from orchestrator.emulation.lock import RunLock
+from orchestrator.emulation.state import (
     RUN_TAG,
     STATE_FILE,
     CleanReport,
@@ -279,7 +279,8 @@ def test_second_lock_holder_is_refused_with_the_holders_pid(tmp_path: Path) -> N
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from orchestrator.lock import RunLock;"
+            "import sys, time; from pathlib import Path;"
+            "from orchestrator.emulation.lock import RunLock;"
             "lock = RunLock(Path(sys.argv[1])); lock.acquire(); print('held', flush=True);"
             "time.sleep(30)",
             str(tmp_path),

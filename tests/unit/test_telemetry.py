@@ -27,7 +27,7 @@ from controllers.counters import (
     port_rates,
 )
 from controllers.telemetry import TelemetryLog
-from orchestrator.telemetry import (
+from orchestrator.testbed.telemetry import (
     Telemetry,
     link_rates,
     mean_rate,

@@ -1,4 +1,4 @@
-"""orchestrator.traffic's pure parts: what ss, tc and iperf3 print, read back; Jain's index;
+"""orchestrator.testbed.traffic's pure parts: what ss, tc and iperf3 print, read back; Jain's index;
 link chains; results' summaries. No root."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchestrator.traffic import (
+from orchestrator.testbed.traffic import (
     Flow,
     FlowResult,
     LinkLoad,

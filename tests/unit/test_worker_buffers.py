@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from orchestrator.collectives.plans import Layout, default_registry, split
 from orchestrator.worker.buffers import DTYPE, Buffers, Pattern, reduce_into, salt
-from orchestrator.worker.collectives import Layout, default_registry, split
 from orchestrator.worker.protocol import LineBuffer, decode, encode
 
 N, COUNT = 4, 4096

@@ -9,8 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from orchestrator.worker.buffers import Buffers, Pattern, salt
-from orchestrator.worker.collectives import (
+from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
     Layout,
     Plan,
@@ -21,6 +20,7 @@ from orchestrator.worker.collectives import (
     split,
     table_count,
 )
+from orchestrator.worker.buffers import Buffers, Pattern, salt
 
 REGISTRY = default_registry()
 ALL = [tuple(name.split("/")) for name in REGISTRY.names()]

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.nccl_table import format_row, format_table
-from orchestrator.worker.collectives import ELEMENT_BYTES, default_registry
+from orchestrator.collectives.nccl import format_row, format_table
+from orchestrator.collectives.plans import ELEMENT_BYTES, default_registry
 from orchestrator.worker.launcher import (
     CollectiveResult,
     CollectiveTest,
@@ -371,7 +371,7 @@ def test_worker_process_imports_only_what_it_needs() -> None:
         "import sys, orchestrator.worker.worker\n"
         "heavy = {'mininet', 'os_ken', 'matplotlib', 'networkx', 'yaml', 'topologies'}\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in heavy\n"
-        "       or m in ('orchestrator.worker.launcher', 'orchestrator.nccl_table')]\n"
+        "       or m in ('orchestrator.worker.launcher', 'orchestrator.collectives.nccl')]\n"
         "print(bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

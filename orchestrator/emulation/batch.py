@@ -5,7 +5,7 @@ seconds on a small machine. Both tools read commands from standard input (``-bat
 consecutive commands of the same tool become one process. Everything is built from argument
 lists: a batch line is ``shlex.join(argv[1:])`` (ip and tc accept shell quoting in batch
 mode), a script line ``shlex.join(argv)``; every name in them has been validated
-(orchestrator.wiring.check_name) beforehand anyway.
+(orchestrator.emulation.wiring.check_name) beforehand anyway.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ algorithms, where every byte the formula counts crosses the network. Algorithms 
 part of the data over NVLink inside a server (hierarchical all-reduce, PXN all-to-all, and
 even direct all-to-all, whose server-mate's block stays on NVLink) can exceed the NIC rate
 in busbw. The physical ceiling follows from the plans, which say exactly which bytes go
-to which peer (orchestrator/worker/collectives.py)::
+to which peer (orchestrator/collectives/plans.py)::
 
     fabric share = max over ranks of max(bytes sent, bytes received) to/from peers on
                    other servers, per operation, divided by S x factor(collective, n)
@@ -21,17 +21,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
-from orchestrator.nccl_table import bus_factor
-from orchestrator.worker.collectives import (
+from orchestrator.collectives.nccl import bus_factor
+from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
     Layout,
     default_registry,
     element_count,
 )
-from orchestrator.worker.launcher import WorkerSpec
 
 REFERENCE_SIZE = 1 << 22  # large enough that rounding to elements does not matter
+
+
+class WorkerSpec(Protocol):
+    """Where a rank sits: all a ceiling needs of a worker (the launcher's WorkerSpec)."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def server(self) -> str: ...
+
+    @property
+    def local_rank(self) -> int: ...
 
 
 def layout_of(workers: Sequence[WorkerSpec]) -> Layout:

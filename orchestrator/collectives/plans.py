@@ -558,6 +558,17 @@ def default_registry() -> AlgorithmRegistry:
     )
 
 
+# Collective operations and their algorithms; the first algorithm is the default one (what
+# the short form ``- all-reduce`` means). The same names as the workers' algorithm registry
+# (default_registry above), which implements them.
+COLLECTIVES: dict[str, tuple[str, ...]] = {
+    "all-reduce": ("ring", "hierarchical"),
+    "all-to-all": ("direct", "shifted", "pxn"),
+    "all-gather": ("ring",),
+    "reduce-scatter": ("ring",),
+}
+
+
 # Collectives whose buffer is n equal per-rank pieces (count rounded down to a multiple of
 # n, and nccl-tests prints the per-rank count); the others use the whole buffer.
 PER_RANK = frozenset({"all-gather", "reduce-scatter", "all-to-all"})

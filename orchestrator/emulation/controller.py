@@ -39,7 +39,9 @@ from topologies.errors import EmulationError
 
 LOG_NAME = "controller.log"
 STATUS_NAME = "controller-status.json"
-TELEMETRY_NAME = "telemetry.jsonl"  # format: docs/telemetry.md; reader: orchestrator.telemetry
+TELEMETRY_NAME = (
+    "telemetry.jsonl"  # format: docs/telemetry.md; reader: orchestrator.testbed.telemetry
+)
 START_TIMEOUT = 30.0  # import os-ken, read the description, bind: about 1 s here
 STOP_TIMEOUT = 5.0
 PORT_ATTEMPTS = 3

@@ -4,7 +4,7 @@ Open vSwitch's userspace datapath forwards every packet on few threads, so the e
 finite capacity per machine; an experiment that offers more than a safe share of it measures
 the emulator, not the fabric (ENVIRONMENT.md, docs/fidelity.md). ``astral calibrate``
 measures that capacity (:func:`calibrate`) and stores it (:func:`save_calibration`); the load
-guard (orchestrator.loadguard) reads it (:func:`load_calibration`) and compares an
+guard (orchestrator.run.loadguard) reads it (:func:`load_calibration`) and compares an
 experiment's :func:`offered_load` against ``safe_share x capacity`` before a run.
 
 The unit: bit/s x switch hops ("hop-bit/s")
@@ -38,8 +38,8 @@ The measurement (:func:`calibrate`)
    (:func:`calibration_flows`);
 3. steps of increasing offered load: k = 1, 2, 4, ... flows at the emulated NIC rate up to
    one per GPU, then all of them with every link re-shaped to 2x, 4x, 8x that rate
-   (the same recipe, orchestrator.shaping, at a larger scale);
-4. each step runs its flows at once (orchestrator.traffic) and compares the goodput they
+   (the same recipe, orchestrator.emulation.shaping, at a larger scale);
+4. each step runs its flows at once (orchestrator.testbed.traffic) and compares the goodput they
    achieved with what a perfect emulator would carry, ``flows x rate x 1448/1514`` (TCP's
    payload share of the frames HTB counts): the step's *fidelity ratio*;
 5. the capacity is where the ratio falls below ``threshold`` (0.9): interpolated (in log
@@ -77,16 +77,16 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.traffic import TCP_PAYLOAD_SHARE, Flow, TrafficResult
+from orchestrator.testbed.traffic import Flow, TrafficResult
 from topologies.addressing import FABRIC_PREFIX
 from topologies.errors import ConfigError, EmulationError, EnvironmentProblem
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind
 from topologies.spec import EmulationSpec, FabricSpec, Speeds
-from topologies.units import format_rate
+from topologies.units import TCP_PAYLOAD_SHARE, format_rate
 
 if TYPE_CHECKING:
-    from orchestrator.emulation import Emulation
+    from orchestrator.emulation.network import Emulation
 
 VERSION = 1
 UNIT = "hop-bit/s"
@@ -556,9 +556,9 @@ def reshape(emu: Emulation, scale: float) -> None:
     it is, because this kernel refuses to change an existing htb root in place ("Change
     operation not supported"); class and leaf change in place, so no link is ever unshaped.
     """
-    from orchestrator import batch
-    from orchestrator.hostconfig import render_all
-    from orchestrator.wiring import plan_wiring
+    from orchestrator.emulation import batch
+    from orchestrator.emulation.hostconfig import render_all
+    from orchestrator.emulation.wiring import plan_wiring
     from topologies.description import FabricDescription
 
     assert emu.description is not None
@@ -666,7 +666,7 @@ def machine_conditions(emu: Emulation | None = None) -> dict[str, Any]:
         )
     if emu is not None and emu.hosts:
         # what the GPUs' TCP uses unless a program picks its own: the congctl of their
-        # fabric route (orchestrator.hostconfig), else the namespace's default
+        # fabric route (orchestrator.emulation.hostconfig), else the namespace's default
         gpu = next(iter(emu.hosts))
         route = emu.cmd(gpu, ["ip", "route", "show", FABRIC_PREFIX]).split()
         if "congctl" in route:
@@ -681,7 +681,7 @@ def start_emulation(
     spec: FabricSpec, lock_wait: float, log: Log, policy: str = "shortest"
 ) -> Emulation:
     """An Emulation of ``spec``, waiting up to ``lock_wait`` s for another run's lock."""
-    from orchestrator.emulation import Emulation
+    from orchestrator.emulation.network import Emulation
 
     emulation = Emulation(spec, policy=policy, ready_timeout=120.0, log=log, lock_wait=lock_wait)
     return emulation.start()
@@ -696,7 +696,7 @@ def calibrate(
     log: Log | None = None,
 ) -> Calibration:
     """Measure the emulator's capacity on ``spec``'s calibration fabric (module docstring)."""
-    from orchestrator.traffic import run_flows
+    from orchestrator.testbed.traffic import run_flows
 
     if os.geteuid() != 0:
         raise EnvironmentProblem("astral calibrate builds an emulated fabric: it needs root")

@@ -28,23 +28,20 @@ and is counted in :attr:`Pinning.unpinned`.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controllers.pinning import PortLayout, read_paths
-from orchestrator.ceilings import layout_of
-from orchestrator.experiment import COLLECTIVES
-from orchestrator.worker.collectives import default_registry, element_count
+from orchestrator.collectives.ceilings import layout_of
+from orchestrator.collectives.plans import COLLECTIVES, default_registry, element_count
+from orchestrator.emulation.executor import CommandExecutor
 from orchestrator.worker.launcher import WorkerSpec
+from topologies.description import FabricDescription
 from topologies.errors import EmulationError
-
-if TYPE_CHECKING:
-    from orchestrator.testbed import Testbed
 
 PATHS_FILE = "paths.json"
 PATHS_TIMEOUT = 30.0
@@ -160,23 +157,16 @@ def assign(
 
 
 def route_devices(
-    testbed: Testbed, gpu: str, queries: Sequence[tuple[str, str, int, int]]
+    executor: CommandExecutor, gpu: str, queries: Sequence[tuple[str, str, int, int]]
 ) -> list[str | None]:
     """The device the kernel of ``gpu`` picks for each (src ip, dst ip, sport, dport)."""
     lines = [
         f"route get {dst} from {src} ipproto tcp sport {sport} dport {dport}"
         for src, dst, sport, dport in queries
     ]
-    process = testbed.emulation.popen(
-        gpu,
-        ["ip", "-json", "-batch", "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    out, err = process.communicate("\n".join(lines).encode() + b"\n", timeout=30)
+    done = executor.run(gpu, ["ip", "-json", "-batch", "-"], input="\n".join(lines) + "\n")
     devices: list[str | None] = []
-    for line in out.decode().splitlines():
+    for line in done.stdout.splitlines():
         line = line.strip()
         if not line:
             continue
@@ -188,13 +178,15 @@ def route_devices(
     if len(devices) != len(queries):
         raise EmulationError(
             f"ip route get in {gpu} answered {len(devices)} of {len(queries)} queries: "
-            f"{err.decode(errors='replace').strip()[:200]}"
+            f"{done.stderr.strip()[:200]}"
         )
     return devices
 
 
 def source_ports(
-    testbed: Testbed,
+    executor: CommandExecutor,
+    description: FabricDescription,
+    paths_file: Path,
     workers: Sequence[WorkerSpec],
     channels: int,
     dst_port: int,
@@ -207,12 +199,11 @@ def source_ports(
     per rank, not to hand out again."""
     if collectives is None:
         collectives = [(op, alg) for op, algs in COLLECTIVES.items() for alg in algs]
-    document = wait_for_paths(testbed.run_dir / PATHS_FILE, since)
+    document = wait_for_paths(paths_file, since)
     layout = PortLayout.from_dict(document["layout"])
     paths = candidates(document)
     groups = fabric_flows(workers, collectives, channels)
     chosen = assign(groups, workers, paths)
-    description = testbed.description
     by_rank = {w.rank: w for w in workers}
     result = Pinning(chosen=chosen)
     per_gpu: dict[str, list[tuple[Flow, int]]] = {}
@@ -225,7 +216,7 @@ def source_ports(
         queries = [
             (by_rank[f[0]].fabric_ip, by_rank[f[1]].fabric_ip, port, dst_port) for f, port in tries
         ]
-        devices = route_devices(testbed, gpu, queries)
+        devices = route_devices(executor, gpu, queries)
         nic_of = {nic.intf: nic.port for nic in description.addresses[gpu].nics}
         rank = tries[0][0][0]
         used: set[int] = set((taken or {}).get(rank, set()))

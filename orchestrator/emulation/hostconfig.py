@@ -62,7 +62,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from ipaddress import ip_interface
 
-from orchestrator.shaping import shaping_commands
+from orchestrator.emulation.shaping import shaping_commands
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC, GpuAddresses
 from topologies.description import FabricDescription
 from topologies.model import LinkKind
@@ -73,9 +73,6 @@ Argv = list[str]
 TCP_CONGESTION_CONTROL = "cubic"
 #: Segments in every TCP packet a GPU sends (tcp_min_tso_segs and gso_max_segs).
 GSO_SEGMENTS = 4
-#: TCP's payload share of a full frame as HTB counts it (1500 MTU, no TCP options):
-#: the best goodput on a link shaped to R is R x TCP_PAYLOAD_SHARE.
-TCP_PAYLOAD_SHARE = 1460 / 1514
 
 
 @dataclass(frozen=True)
@@ -222,7 +219,7 @@ def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
 
     rates = _link_rates(description, gpu)
     # host_side: the GPU's own egress is its NIC (or NVLink port), which backpressures
-    # instead of dropping (orchestrator.shaping explains the recipe).
+    # instead of dropping (orchestrator.emulation.shaping explains the recipe).
     shaping = [
         argv
         for port in ports

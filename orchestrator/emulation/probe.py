@@ -18,7 +18,7 @@ unanswered echo after 0.3 s, doubling up to 1 s: Open vSwitch's userspace datapa
 without counting, what arrives faster than it forwards (64 GPUs probing unpaced lost nine
 echoes in ten).
 
-``python -m orchestrator.probe`` probes from the current namespace (stdin: JSON list of
+``python -m orchestrator.emulation.probe`` probes from the current namespace (stdin: JSON list of
 ``{"target", "dev"}``; stdout: the same with ``"rtt"`` in seconds or null).
 """
 
@@ -260,7 +260,7 @@ def probe(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.probe")
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.emulation.probe")
     parser.add_argument("--timeout", type=float, default=3.0)
     parser.add_argument("--interval", type=float, default=0.3)
     parser.add_argument("--rate", type=float, default=None, help="echoes per second at most")

@@ -10,19 +10,20 @@ What :meth:`Runner.run` does, in order:
 
 1. load guard (:func:`load_guard`): the experiment's offered load against the emulator's
    measured capacity (``astral calibrate``), refusing above the safe share unless forced;
-2. brings the fabric up once (:class:`~orchestrator.testbed.Testbed`: Mininet, controller,
+2. brings the fabric up once (:class:`~orchestrator.testbed.testbed.Testbed`: Mininet, controller,
    readiness; it takes the run lock) under the first policy;
 3. per policy (policies vary slowest, :meth:`ExperimentSpec.steps`): reprograms the fabric
    (a controller restart on the same port, hitless); then per collective starts one worker
    per GPU of the placement, with the connections that collective needs (as many per peer
-   as spread its fabric traffic over the NIC ports, orchestrator.ceilings.default_channels;
+   as spread its fabric traffic over the NIC ports,
+   orchestrator.collectives.ceilings.default_channels;
    source ports pinned to disjoint paths under ``path-pinned``), runs ``warmup +
    iterations`` operations per size, records them and prints the nccl-tests table
    (real-speed columns included);
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions.
 
-Every number printed follows one definition of time (orchestrator.nccl_table.TIME_DEFINITION,
+Every number printed follows one definition of time (orchestrator.collectives.nccl.TIME_DEFINITION,
 nccl-tests ``-a 1``): the tables printed during the run are computed by the same function
 as the bundle's (orchestrator.results.summary.result_of) from the same records.
 
@@ -56,17 +57,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from orchestrator.emulation import Terminated
-from orchestrator.experiment import (
-    Collective,
-    ExperimentSpec,
-    Step,
-    format_size,
-    load_experiment,
-)
-from orchestrator.hostconfig import TCP_PAYLOAD_SHARE
-from orchestrator.loadguard import LoadVerdict, load_guard
-from orchestrator.nccl_table import TIME_DEFINITION, average_busbw, bus_factor, format_table
+from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor, format_table
+from orchestrator.collectives.sizes import format_size
+from orchestrator.emulation.network import Terminated
 from orchestrator.results import (
     ConnectionSample,
     FiveTuple,
@@ -77,7 +70,14 @@ from orchestrator.results import (
 )
 from orchestrator.results.store import Configuration
 from orchestrator.results.summary import ConfigurationResult, result_of
-from orchestrator.testbed import Testbed, policy_names
+from orchestrator.run.experiment import (
+    Collective,
+    ExperimentSpec,
+    Step,
+    load_experiment,
+)
+from orchestrator.run.loadguard import LoadVerdict, load_guard
+from orchestrator.testbed.testbed import Testbed, policy_names
 from orchestrator.worker.launcher import (
     CollectiveResult,
     CollectiveTest,
@@ -87,12 +87,12 @@ from orchestrator.worker.launcher import (
     phase_spans,
 )
 from topologies.errors import AstralError, EmulationError
+from topologies.units import TCP_PAYLOAD_SHARE
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 RUN_FILE = "run.json"
 TELEMETRY_FILE = "telemetry.jsonl"  # the controller's, copied (docs/telemetry.md)
-TCP_GOODPUT = TCP_PAYLOAD_SHARE  # TCP payload share of the frames HTB counts (hostconfig)
 EXIT_WORKERS_FAILED = EmulationError.exit_status
 
 Say = Callable[[str], None]
@@ -116,7 +116,7 @@ class RunOptions:
     state_base: Path | None = None
     step_deadline: float = 30.0  # a step running longer than this is hung (launcher)
     channels: int | None = None  # connections per peer pair; None: per collective
-    # (orchestrator.ceilings.default_channels: enough to spread over the NIC ports)
+    # (orchestrator.collectives.ceilings.default_channels: enough to spread over the NIC ports)
     worker_args: tuple[str, ...] = ()  # extra worker argv (tests: fault injection)
 
 
@@ -231,7 +231,7 @@ def record_test(
 ) -> tuple[int, Configuration, list[IterationRecord]]:
     """One collective x size of a run into the bundle; returns (id, configuration, records)."""
     t = test.test
-    from orchestrator.worker.collectives import table_count
+    from orchestrator.collectives.plans import table_count
 
     count = table_count(t.collective, test.count, test.ranks)
     config_id = writer.add_configuration(
@@ -513,13 +513,13 @@ class Runner:
             outcome.exit_status = error.exit_status
         except BaseException:
             self._record_telemetry(writer, testbed)
-            writer.finish(status="interrupted", render=False)
+            writer.finish(status="interrupted")
             raise
         finally:
             if self.progress is not None:
                 self.progress.close()
         self._record_telemetry(writer, testbed)
-        writer.finish(status=outcome.status, render=False)
+        writer.finish(status=outcome.status)
 
     @contextmanager
     def _launcher(
@@ -618,7 +618,7 @@ class Runner:
         lines.append(
             f"# per-GPU rail bandwidth {fabric.nic_ports} x {fabric.speeds.nic / 1e9:g}G = "
             f"{rail:g} GB/s real ({rail * scale * 1e3:g} MB/s emulated); TCP over 1500-byte "
-            f"frames carries at most {TCP_GOODPUT:.3f} of it"
+            f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it"
         )
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]

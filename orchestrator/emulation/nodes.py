@@ -14,7 +14,7 @@ what exists:
   at creation; ``on_shell`` lets the emulation record its pid.
 - :class:`PrecreatedLink` / :class:`PrecreatedIntf`: wrap a veth pair that already exists;
   creating them runs no command, and deleting them is left to the run record
-  (``orchestrator.state.clean``).
+  (``orchestrator.emulation.state.clean``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class PrecreatedLink(Link):
 
     @classmethod
     def makeIntfPair(cls, *args: Any, **kwargs: Any) -> None:
-        """The pair exists already (orchestrator.emulation creates all of them in one go)."""
+        """The pair exists already (orchestrator.emulation.network creates all at once)."""
 
     def delete(self) -> None:
         """Left to the run record."""
@@ -150,10 +150,10 @@ class FabricSwitch(_LazyShellSwitch, OVSSwitch):
         self.commands: list[str] = []
 
     def start(self, controllers: Any) -> None:
-        """Created by the emulation (orchestrator.emulation), not by Mininet."""
+        """Created by the emulation (orchestrator.emulation.network), not by Mininet."""
 
     def stop(self, deleteIntfs: bool = True) -> None:
-        """Removed by the run record (orchestrator.state.clean)."""
+        """Removed by the run record (orchestrator.emulation.state.clean)."""
 
 
 class NvlinkBridge(_LazyShellSwitch, Switch):

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from orchestrator import datapath
+from orchestrator.emulation import datapath
 from topologies.errors import EnvironmentProblem
 from topologies.model import Fabric
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from orchestrator.state import state_dir
+from orchestrator.emulation.state import state_dir
 from topologies.errors import ConcurrentRunError
 
 LOCK_FILE = "lock"

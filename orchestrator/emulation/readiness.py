@@ -8,7 +8,7 @@
   another rail are reached through NVLink, so they are probed unbound;
 - every server-mate's NVLink address, through the NVLink port.
 
-:func:`wait_reachable` probes from every GPU's namespace at once (orchestrator.probe: one
+:func:`wait_reachable` probes from every GPU's namespace at once (orchestrator.emulation.probe: one
 process, sockets opened inside each namespace, paced), re-probes what failed until
 everything answered or the timeout passes, then raises
 :class:`~topologies.errors.EmulationError` naming the failing pairs.
@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.probe import probe_namespaces
+from orchestrator.emulation.probe import probe_namespaces
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 
@@ -62,7 +62,7 @@ def probe_plan(description: FabricDescription) -> dict[str, list[Target]]:
     return plan
 
 
-# Echoes per second all GPUs together send (orchestrator.probe explains the pacing).
+# Echoes per second all GPUs together send (orchestrator.emulation.probe explains the pacing).
 PROBE_RATE = 2000.0
 
 

@@ -34,7 +34,6 @@ policies vary slowest).
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,7 +42,9 @@ from typing import Any
 import yaml
 
 import topologies
-from orchestrator.nccl_table import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
+from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
+from orchestrator.collectives.plans import COLLECTIVES
+from orchestrator.collectives.sizes import parse_size
 from topologies.errors import ExperimentError, FabricSpecError
 from topologies.generators import build_fabric
 from topologies.model import Fabric, Gpu
@@ -60,16 +61,6 @@ from topologies.spec import (
 # Load-balancing policies an experiment may name. The controller's policy registry is the
 # authority once it exists; callers pass its names to load_experiment(policies=...).
 POLICIES: tuple[str, ...] = ("shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive")
-
-# Collective operations and their algorithms; the first algorithm is the default one (what
-# the short form ``- all-reduce`` means). The same names as the workers' algorithm registry
-# (orchestrator/worker/collectives.py), which implements them.
-COLLECTIVES: dict[str, tuple[str, ...]] = {
-    "all-reduce": ("ring", "hierarchical"),
-    "all-to-all": ("direct", "shifted", "pxn"),
-    "all-gather": ("ring",),
-    "reduce-scatter": ("ring",),
-}
 
 ORDERS = ("rank", "topology-aware", "random")
 PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
@@ -97,35 +88,6 @@ _TOP_KEYS = {
     "load_limit",
     "scale",
 }
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
-_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_size(text: object) -> int:
-    """Bytes for ``1M``, ``64K``, ``512``, ``2GiB`` or a bare integer (1K = 1024, as nccl-tests).
-
-    Raises ``ValueError`` naming the accepted forms.
-    """
-    if isinstance(text, bool):
-        raise ValueError("a size in bytes such as 512, 64K or 1M")
-    if isinstance(text, int):
-        value = text
-    elif isinstance(text, str) and (match := _SIZE.match(text)):
-        value = int(match.group(1)) * _BINARY[match.group(2).upper()]
-    else:
-        raise ValueError("a size in bytes such as 512, 64K or 1M")
-    if value < 1:
-        raise ValueError("a size of at least 1 byte")
-    return value
-
-
-def format_size(size: int) -> str:
-    """``1048576`` -> ``'1M'``, ``65536`` -> ``'64K'``, ``1000`` -> ``'1000'`` (exact only)."""
-    for prefix in ("T", "G", "M", "K"):
-        unit = _BINARY[prefix]
-        if size >= unit and size % unit == 0:
-            return f"{size // unit}{prefix}"
-    return str(size)
 
 
 @dataclass(frozen=True)

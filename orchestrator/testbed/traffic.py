@@ -13,7 +13,7 @@ How (used by ``benchmarks/fidelity.py`` and ``astral calibrate``):
 
 - every flow is one ``iperf3`` client in the source GPU's namespace and a one-off
   ``iperf3 -s -1`` server of its own (own port) in the destination's, both started with
-  :meth:`Emulation.popen <orchestrator.emulation.Emulation.popen>` so that the run record
+  :meth:`Emulation.popen <orchestrator.emulation.network.Emulation.popen>` so that the run record
   stops them however the measurement ends;
 - goodput is read at the receivers: ``tcp_info.bytes_received`` (``ss -ti``: in-order
   payload, retransmissions not counted) at the start and the end of one common window,
@@ -27,7 +27,7 @@ How (used by ``benchmarks/fidelity.py`` and ``astral calibrate``):
   all CPUs busy (/proc/stat, everything on the machine) and the CPU ovs-vswitchd used.
 
 The parsing helpers are pure and unit-tested; :func:`run_flows` needs root and a running
-:class:`~orchestrator.emulation.Emulation`.
+:class:`~orchestrator.emulation.network.Emulation`.
 """
 
 from __future__ import annotations
@@ -42,18 +42,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.hostconfig import TCP_PAYLOAD_SHARE as HOST_TCP_PAYLOAD_SHARE
-from orchestrator.sendbuffer import PIDFILE
+from orchestrator.emulation.sendbuffer import PIDFILE
 from topologies.errors import EmulationError
 
 if TYPE_CHECKING:
-    from orchestrator.emulation import Emulation
+    from orchestrator.emulation.network import Emulation
 
 #: First iperf3 server port; flow i listens on BASE_PORT + i in its destination.
 BASE_PORT = 5301
-#: TCP payload over the Ethernet frame tc's HTB counts, as the GPUs' TCP sends it (1500-byte
-#: MTU, no timestamps: orchestrator.hostconfig).
-TCP_PAYLOAD_SHARE = HOST_TCP_PAYLOAD_SHARE
 VSWITCHD_PIDFILE = str(PIDFILE)
 LISTEN_TIMEOUT = 15.0
 

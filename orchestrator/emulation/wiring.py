@@ -13,7 +13,7 @@ Mapping of the fabric model onto Linux (decisions measured in docs/emulation.md)
     link                       veth pair ``<node>-eth<port>`` at both ends; GPU ends live in
                                the GPU's namespace, switch ends in the root namespace
     link rate                  HTB at spec.emulation.emulated(capacity) on both ends
-                               (orchestrator.shaping), NVLink links included
+                               (orchestrator.emulation.shaping), NVLink links included
 
 Every interface name is checked to be a safe identifier of at most 15 characters before it
 touches a command line (STYLE.md 7).
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.shaping import shaping_commands
+from orchestrator.emulation.shaping import shaping_commands
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 from topologies.model import LinkKind, Tier

@@ -1,9 +1,9 @@
 """A testbed: one emulated fabric, brought up once, on which collectives run under policies.
 
-What ``astral run`` (orchestrator.runner) and the pytest plugin (orchestrator.pytest_plugin)
+What ``astral run`` (orchestrator.run.runner) and the pytest plugin (orchestrator.pytest_plugin)
 hold while they work. It ties three owners together and owns nothing else itself:
 
-- :class:`~orchestrator.emulation.Emulation`: the Mininet fabric, the controller process,
+- :class:`~orchestrator.emulation.network.Emulation`: the Mininet fabric, the controller process,
   the run record, readiness and teardown (also on Ctrl-C and SIGTERM);
 - the controller's load-balancing policy: :meth:`Testbed.use_policy` restarts the
   controller process with another policy on the same OpenFlow port. The switches keep
@@ -18,7 +18,7 @@ hold while they work. It ties three owners together and owns nothing else itself
 Workers listen on one fixed port (:data:`WORKER_PORT`; every GPU has its own namespace, so
 they do not clash), which makes each connection's destination port known before it opens:
 under ``path-pinned`` the source port of every (src, dst, channel) connection is chosen
-from the paths the controller publishes (:mod:`orchestrator.pinning`), so the whole
+from the paths the controller publishes (:mod:`orchestrator.testbed.pinning`), so the whole
 five-tuple, and with it the path, is decided in advance.
 
 Usage::
@@ -40,13 +40,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from controllers.policies import default_registry as policy_registry
-from orchestrator.ceilings import default_channels
-from orchestrator.emulation import REPO, Emulation, Log
+from orchestrator.collectives.ceilings import default_channels
+from orchestrator.emulation.network import REPO, Emulation, Log
 from orchestrator.results import PortCounter
-from orchestrator.telemetry import read_telemetry
+from orchestrator.testbed.pinning import PATHS_FILE, Pinning, source_ports
+from orchestrator.testbed.telemetry import read_telemetry
 from orchestrator.worker.launcher import (
     CollectiveTest,
     Launcher,
@@ -59,9 +60,6 @@ from orchestrator.worker.launcher import (
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError, EmulationError
 from topologies.spec import FabricSpec
-
-if TYPE_CHECKING:
-    from orchestrator.pinning import Pinning
 
 WORKER_PORT = 47000  # every worker listens here, in its own namespace
 TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)
@@ -208,7 +206,7 @@ class Testbed:
         self, gpus: Sequence[str] | None, collectives: Sequence[tuple[str, str]] | None
     ) -> int:
         """Connections per peer pair for ``collectives`` on ``gpus``: the most any of them
-        needs to spread over the NIC ports (orchestrator.ceilings.default_channels)."""
+        needs to spread over the NIC ports (orchestrator.collectives.ceilings.default_channels)."""
         if not collectives:
             return self.nic_ports
         workers = self.workers(gpus)
@@ -234,15 +232,21 @@ class Testbed:
     ) -> Launcher:
         """A launcher for workers on ``gpus`` (use it as a context manager). Under
         ``path-pinned``, every fabric connection's source port is chosen from the
-        controller's paths (orchestrator.pinning), balanced for each of ``collectives``
+        controller's paths (orchestrator.testbed.pinning), balanced for each of ``collectives``
         ((op, algorithm), in the order they will run; default: every one)."""
-        from orchestrator.pinning import source_ports
 
         workers = self.workers(gpus)
         options = self.launch_options(options, gpus, collectives)
         if self.policy == "path-pinned" and not options.source_ports:
             pinning = source_ports(
-                self, workers, options.channels, WORKER_PORT, collectives, self._policy_since
+                self.emulation,
+                self.description,
+                self.run_dir / PATHS_FILE,
+                workers,
+                options.channels,
+                WORKER_PORT,
+                collectives,
+                self._policy_since,
             )
             self.pinning = pinning
             options = replace(options, source_ports=pinning.ports)

@@ -404,7 +404,7 @@ def _link_names(ip_output: str) -> set[str]:
 
 
 def _batch(argv: list[str], lines: list[str]) -> list[str]:
-    """Run an ``ip``/``tc`` batch (names are validated identifiers, see orchestrator.wiring)."""
+    """Run an ``ip``/``tc`` batch (names are validated identifiers: emulation.wiring)."""
     if not lines:
         return []
     result = _run(argv, "\n".join(lines) + "\n")

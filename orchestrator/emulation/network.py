@@ -10,13 +10,13 @@
 
 Bring-up, in order (``Emulation.timings`` has the seconds of each step):
 
-1. lock (orchestrator.lock: one run at a time); clean what earlier killed runs recorded
-2. run record (orchestrator.state) and signal handlers (SIGTERM/SIGHUP -> teardown)
-3. datapath detection (orchestrator.datapath), fabric model + description + wiring plan
-   (orchestrator.wiring, orchestrator.hostconfig), all pure, then a preflight: none of the
-   planned bridges and interfaces may exist yet
+1. lock (orchestrator.emulation.lock: one run at a time); clean what earlier killed runs recorded
+2. run record (orchestrator.emulation.state) and signal handlers (SIGTERM/SIGHUP -> teardown)
+3. datapath detection (orchestrator.emulation.datapath), fabric model + description + wiring plan
+   (orchestrator.emulation.wiring, orchestrator.emulation.hostconfig), all pure, then a
+   preflight: none of the planned bridges and interfaces may exist yet
 4. everything about to be created goes into the record, then: the description file in the
-   run directory, the controller process (orchestrator.controller), GPU namespaces (one
+   run directory, the controller process (orchestrator.emulation.controller), GPU namespaces (one
    Mininet host shell each), all veth pairs in one ``ip -batch``, every GPU namespace
    configured (one ``sh`` each, all at once), OVS bridges with their ports in one
    ``ovs-vsctl`` transaction (after the GPUs' ports are up, so that each switch meets the
@@ -24,16 +24,19 @@ Bring-up, in order (``Emulation.timings`` has the seconds of each step):
    namespace ends (one ``tc -batch``; after the bridges, as OVS deletes a root qdisc it
    finds on a port it adds)
 5. readiness: the controller reports every switch programmed, then every GPU reaches every
-   other one through every NIC port and its server-mates over NVLink (orchestrator.readiness)
+   other one through every NIC port and its server-mates over NVLink
+   (orchestrator.emulation.readiness)
 
 Teardown (:meth:`Emulation.stop`, also on any error during bring-up, on SIGINT, SIGTERM and
-SIGHUP) stops the controller, then runs :func:`orchestrator.state.clean` on the record: the
-same code ``astral clean`` runs after a kill -9, so both paths remove exactly the same
-things. It never raises; problems are logged and returned in the report.
+SIGHUP) stops the controller, then runs
+:func:`orchestrator.emulation.state.clean` on the record: the same code ``astral clean``
+runs after a kill -9, so both paths remove exactly the same things. It never raises;
+problems are logged and returned in the report.
 
 Mininet is used as a container (``emu.net`` works with ``mininet.cli.CLI``), not as the
 builder: its per-interface shell round trips and string commands are replaced by batches
-(orchestrator.nodes explains the classes). Mininet's ``Mininet.init()`` is skipped: it raises
+(orchestrator.emulation.nodes explains the classes).
+Mininet's ``Mininet.init()`` is skipped: it raises
 host-wide limits and sysctls (``fixLimits``) that this run does not need and would leave
 behind; the only limit raised is this process's open-file limit.
 """
@@ -51,23 +54,24 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 from mininet.net import Mininet
 
-from orchestrator import batch
-from orchestrator.controller import ControllerProcess, free_port
-from orchestrator.datapath import PROBE_BRIDGE, Datapath, detect_datapath
-from orchestrator.hostconfig import HostConfig, render_all
-from orchestrator.lock import RunLock
-from orchestrator.nodes import FabricSwitch, GpuHost, NvlinkBridge, PrecreatedLink
-from orchestrator.readiness import probe_plan, wait_reachable
-from orchestrator.sendbuffer import SendBuffer, raise_send_buffer, restore_send_buffer
-from orchestrator.shaping import qdisc_list_command, unshaped
-from orchestrator.state import (
+from orchestrator.emulation import batch
+from orchestrator.emulation.controller import ControllerProcess, free_port
+from orchestrator.emulation.datapath import PROBE_BRIDGE, Datapath, detect_datapath
+from orchestrator.emulation.executor import Completed, run_local
+from orchestrator.emulation.hostconfig import HostConfig, render_all
+from orchestrator.emulation.lock import RunLock
+from orchestrator.emulation.nodes import FabricSwitch, GpuHost, NvlinkBridge, PrecreatedLink
+from orchestrator.emulation.readiness import probe_plan, wait_reachable
+from orchestrator.emulation.sendbuffer import SendBuffer, raise_send_buffer, restore_send_buffer
+from orchestrator.emulation.shaping import qdisc_list_command, unshaped
+from orchestrator.emulation.state import (
     RUN_TAG,
     CleanReport,
     LinuxSystem,
@@ -76,7 +80,7 @@ from orchestrator.state import (
     prune_runs,
     unclean_runs,
 )
-from orchestrator.wiring import Wiring, check_name, plan_wiring
+from orchestrator.emulation.wiring import Wiring, check_name, plan_wiring
 from topologies.description import FabricDescription
 from topologies.errors import AstralError, EmulationError
 from topologies.generators import build_fabric
@@ -125,7 +129,7 @@ class Emulation:
     :class:`FabricDescription`; default the astral-small preset. After :meth:`start`:
     ``net`` (the Mininet object), ``hosts`` (GPU name -> Mininet host), ``description``
     (with ``extra`` holding datapath, controller and run directory), ``run_dir``,
-    ``controller`` (orchestrator.controller.ControllerProcess), ``datapath``, ``timings``.
+    ``controller`` (orchestrator.emulation.controller.ControllerProcess), ``datapath``, ``timings``.
     """
 
     def __init__(
@@ -287,7 +291,7 @@ class Emulation:
 
     def _raise_send_buffer(self) -> None:
         """Keep ovs-vswitchd from dropping packets unseen once our queues fill its socket's
-        send buffer (orchestrator.sendbuffer). Not fatal: the run goes on, and says so."""
+        send buffer (orchestrator.emulation.sendbuffer). Not fatal: the run goes on, and says so."""
         try:
             self.send_buffer = raise_send_buffer()
         except OSError as exc:
@@ -570,6 +574,44 @@ class Emulation:
         with self._state_lock:
             self.state.add_process(f"{gpu}:{argv[0]}", process.pid, "worker")
         return process
+
+    def run(
+        self,
+        node: str | None,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> Completed:
+        """Run ``argv`` to completion in ``node``'s namespace: a GPU's own, or the root
+        namespace for a switch or ``None`` (the executor protocol,
+        orchestrator.emulation.executor)."""
+        gpus = self.description.fabric.gpus if self.description is not None else {}
+        if node is None or node not in gpus:
+            return run_local(argv, input=input, timeout=timeout)
+        process = self.popen(
+            node,
+            list(argv),
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            out, err = process.communicate(
+                None if input is None else input.encode(), timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise EmulationError(
+                f"{' '.join(argv)} in {node} did not end in {timeout:g} s"
+            ) from None
+        return Completed(
+            tuple(argv),
+            process.returncode,
+            out.decode(errors="replace"),
+            err.decode(errors="replace"),
+        )
 
     def cmd(self, gpu: str, argv: list[str]) -> str:
         """Run ``argv`` in ``gpu``'s shell and return its output (Mininet's ``cmd``)."""

@@ -1,0 +1,36 @@
+"""Message sizes as people write them (``64K``, ``1M``, ``2GiB``): binary prefixes, as
+nccl-tests reads its ``-b``/``-e`` arguments."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: object) -> int:
+    """Bytes for ``1M``, ``64K``, ``512``, ``2GiB`` or a bare integer (1K = 1024, as nccl-tests).
+
+    Raises ``ValueError`` naming the accepted forms.
+    """
+    if isinstance(text, bool):
+        raise ValueError("a size in bytes such as 512, 64K or 1M")
+    if isinstance(text, int):
+        value = text
+    elif isinstance(text, str) and (match := _SIZE.match(text)):
+        value = int(match.group(1)) * _BINARY[match.group(2).upper()]
+    else:
+        raise ValueError("a size in bytes such as 512, 64K or 1M")
+    if value < 1:
+        raise ValueError("a size of at least 1 byte")
+    return value
+
+
+def format_size(size: int) -> str:
+    """``1048576`` -> ``'1M'``, ``65536`` -> ``'64K'``, ``1000`` -> ``'1000'`` (exact only)."""
+    for prefix in ("T", "G", "M", "K"):
+        unit = _BINARY[prefix]
+        if size >= unit and size % unit == 0:
+            return f"{size // unit}{prefix}"
+    return str(size)
