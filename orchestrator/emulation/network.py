@@ -86,7 +86,7 @@ from topologies.errors import AstralError, EmulationError
 from topologies.generators import build_fabric
 from topologies.spec import FabricSpec, load_fabric_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRESETS = REPO / "topologies" / "presets"
 DEFAULT_FABRIC = PRESETS / "astral-small.yaml"
 DESCRIPTION_FILE = "fabric.json"

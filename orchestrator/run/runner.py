@@ -89,7 +89,7 @@ from orchestrator.worker.launcher import (
 from topologies.errors import AstralError, EmulationError
 from topologies.units import TCP_PAYLOAD_SHARE
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 RUN_FILE = "run.json"
 TELEMETRY_FILE = "telemetry.jsonl"  # the controller's, copied (docs/telemetry.md)
