@@ -98,7 +98,7 @@ def iperf_flows(
     # one iperf3 server per (destination, source, channel): a server runs one test at a time
     port_of = {f: IPERF_PORT + 10 * f[0] + f[2] for f in flows}
     ports: dict[tuple[int, int, int], int] = {}
-    if bed.policy == "path-pinned":  # the kernel's NIC choice depends on the server port
+    if bed.pins_source_ports:  # the kernel's NIC choice depends on the server port
         # iperf3 binds without SO_REUSEADDR: no port another socket holds (the workers'
         # connections linger in TIME_WAIT on the same pinned ports), none twice
         taken = {w.rank: bound_ports(bed, w.host) for w in workers}
@@ -112,6 +112,7 @@ def iperf_flows(
                 server_port,
                 [(op, alg)],
                 taken=taken,
+                policy=bed.policy,
             )
             for f, p in pinned.ports.items():
                 if port_of.get(f) == server_port:

@@ -72,6 +72,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from controllers.pinning import PortLayout  # noqa: E402
+from controllers.policies import default_registry as policy_registry  # noqa: E402
 from orchestrator.calibration.measure import (  # noqa: E402
     OfferedLoad,
     Verdict,
@@ -90,7 +91,7 @@ from orchestrator.testbed.pinning import (  # noqa: E402
     route_devices,
     wait_for_paths,
 )
-from orchestrator.testbed.testbed import Testbed, policy_names  # noqa: E402
+from orchestrator.testbed.testbed import Testbed  # noqa: E402
 from orchestrator.testbed.traffic import (  # noqa: E402
     BASE_PORT,
     Flow,
@@ -218,7 +219,7 @@ def start_testbed(fabric: FabricSpec, policy: str, lock_wait: float) -> Testbed:
 def pinned_flows(bed: Testbed, pairs: Sequence[tuple[str, str]], since: float) -> list[Flow]:
     """Flows with source ports on disjoint published paths (module docstring); a flow
     whose port was not found keeps an ephemeral one (cport None)."""
-    document = wait_for_paths(bed.run_dir / PATHS_FILE, since)
+    document = wait_for_paths(bed.run_dir / PATHS_FILE, since, policy=bed.policy)
     layout = PortLayout.from_dict(document["layout"])
     workers = bed.workers()
     rank = {w.host: w.rank for w in workers}
@@ -261,14 +262,15 @@ def measure_policy(
 ) -> PolicyRun:
     since = time.time()
     switch_s = bed.use_policy(policy)
-    if policy == "path-pinned":
+    pinned = bed.pins_source_ports
+    if pinned:
         flows = pinned_flows(bed, pairs, since if switch_s else 0.0)
     else:
         flows = [Flow(s, d) for s, d in pairs]
     result = run_flows(bed.emulation, flows, duration=duration, omit=omit)
     ideal = ideal_flow_bps(bed.description.fabric, pairs)
     used, total = core_links_used(result, ideal)
-    unpinned = sum(1 for f in flows if f.cport is None) if policy == "path-pinned" else 0
+    unpinned = sum(1 for f in flows if f.cport is None) if pinned else 0
     return PolicyRun(policy, repeat, result, ideal, used, total, switch_s, unpinned)
 
 
@@ -457,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error("run as root (sudo .venv/bin/python benchmarks/policies.py)")
-    known = policy_names()
+    known = policy_registry().names()
     policies = [p for p in args.policies.split(",") if p] or known
     unknown = sorted(set(policies) - set(known))
     if unknown:

@@ -211,12 +211,13 @@ class FabricHandle:
     ) -> RunOutcome:
         """Run an experiment (a spec or a file) the way ``astral run`` does, on this fabric
         (its fabric must be this one); ``kwargs`` go to :class:`Runner`."""
-        from orchestrator.run.runner import Runner, RunOptions, load
+        from orchestrator.run.experiment import load_experiment
+        from orchestrator.run.runner import Runner, RunOptions
 
         text = None
         if not hasattr(spec, "steps"):
             text = Path(str(spec)).read_text(encoding="utf-8")
-            spec = load(str(spec))
+            spec = load_experiment(str(spec))
         assert not isinstance(spec, (str, Path))
         if spec.fabric.name != self.name:
             raise ValueError(f"experiment fabric {spec.fabric.name} is not {self.name}")

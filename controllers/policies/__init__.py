@@ -33,14 +33,21 @@ copied to the controller); both return the connections they placed, moved or for
 (``controllers.counters.FlowRoute``): if any, the app re-renders, pushes the difference and
 hands the records to the telemetry file.
 
+A controller can only program switches. What a policy needs the hosts to do as well is a
+class attribute of the policy, pure data that the orchestrator reads from the registry
+(:meth:`PolicyRegistry.get`, no policy created) and carries out: ``pins_source_ports``
+(path-pinned: connections must leave from source ports chosen from the published paths,
+which ``orchestrator.testbed.pinning`` does). The orchestrator learns the policy names and
+these declarations here and never branches on a name, so a new policy is its own module
+plus a line in :func:`default_registry`.
+
 The registry is an explicit object held by whoever needs it (STYLE.md item 4): no import-time
 registration, no mutable class state. :func:`default_registry` returns a fresh one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from controllers.policies.options import split_policy
 from controllers.routing import ForwardingPlan
@@ -53,6 +60,10 @@ class Policy(Protocol):
     """A load-balancing policy. ``name`` is what users write (``--policy shortest``)."""
 
     name: str
+    # True if the fabric picks a TCP connection's path by its source port and the policy
+    # publishes the paths (``publish``): the orchestrator then opens every worker
+    # connection from a port chosen from them (orchestrator.testbed.pinning).
+    pins_source_ports: ClassVar[bool]
 
     def render(
         self, description: FabricDescription, failed_links: frozenset[Link]
@@ -66,7 +77,14 @@ class Policy(Protocol):
         ...
 
 
-PolicyFactory = Callable[..., Policy]  # keyword arguments: the policy's options (strings)
+class PolicyFactory(Protocol):
+    """What the registry holds: a policy class, whose declarations the orchestrator reads
+    without creating a policy; called with the policy's options (strings) as keywords."""
+
+    name: str
+    pins_source_ports: bool
+
+    def __call__(self, *args: Any, **options: Any) -> Policy: ...
 
 
 class PolicyRegistry:
@@ -83,6 +101,14 @@ class PolicyRegistry:
     def names(self) -> list[str]:
         return sorted(self._factories)
 
+    def get(self, name: str, source: str = "command line") -> PolicyFactory:
+        """The policy class registered as ``name`` (a name without options): its
+        declarations, such as ``pins_source_ports``."""
+        try:
+            return self._factories[name]
+        except KeyError:
+            raise ConfigError(source, "policy", "one of " + ", ".join(self.names()), name) from None
+
     def create(self, spec: str, source: str = "command line") -> Policy:
         """A new instance of the policy ``spec`` names (policies may keep per-run state).
 
@@ -92,10 +118,7 @@ class PolicyRegistry:
             name, options = split_policy(spec)
         except ValueError as err:
             raise ConfigError(source, "policy", "NAME or NAME:key=value,...", spec) from err
-        try:
-            factory = self._factories[name]
-        except KeyError:
-            raise ConfigError(source, "policy", "one of " + ", ".join(self.names()), name) from None
+        factory = self.get(name, source)
         try:
             policy: Policy = factory(**options)
         except TypeError as err:
@@ -116,7 +139,7 @@ def default_registry() -> PolicyRegistry:
     from controllers.policies.shortest import ShortestPathPolicy
 
     registry = PolicyRegistry()
-    factories: list[Any] = [
+    factories: list[PolicyFactory] = [
         ShortestPathPolicy,
         EcmpPolicy,
         EcmpPolarizedPolicy,

@@ -53,7 +53,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from controllers.counters import FiveTuple, FlowRoute, LinkLoad, port_capacities
 from controllers.routing import (
@@ -283,6 +283,7 @@ class _Fabric:
 
 class AdaptivePolicy:
     name = "adaptive"
+    pins_source_ports: ClassVar[bool] = False
     needs_load = True  # the telemetry app publishes EventLinkLoadUpdated for it
 
     def __init__(self, **options: str | float | int) -> None:

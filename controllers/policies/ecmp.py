@@ -36,6 +36,7 @@ same groups with the switch's default method and warns.
 from __future__ import annotations
 
 import hashlib
+from typing import ClassVar
 
 from controllers.multipath import (
     PlanBuilder,
@@ -69,6 +70,7 @@ def switch_basis(dpid: int) -> int:
 
 class EcmpPolicy:
     name = "ecmp"
+    pins_source_ports: ClassVar[bool] = False
 
     def __init__(self, fast_failover: str | bool = True) -> None:
         self.fast_failover = flag("fast_failover", fast_failover)

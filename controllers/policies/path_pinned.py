@@ -28,7 +28,7 @@ paths.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from controllers.multipath import (
     PlanBuilder,
@@ -59,6 +59,7 @@ PIN_PRIORITY = ROUTE_PRIORITY + 100
 
 class PathPinnedPolicy:
     name = "path-pinned"
+    pins_source_ports: ClassVar[bool] = True  # the host's half: orchestrator.testbed.pinning
 
     def __init__(self, fast_failover: str | bool = True) -> None:
         self.fast_failover = flag("fast_failover", fast_failover)

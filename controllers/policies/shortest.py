@@ -14,6 +14,8 @@ so the data plane recovers before the controller re-routes (``controllers.multip
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from controllers.multipath import (
     PlanBuilder,
     add_detour_guards,
@@ -35,6 +37,7 @@ from topologies.model import Link
 
 class ShortestPathPolicy:
     name = "shortest"
+    pins_source_ports: ClassVar[bool] = False
 
     def __init__(self, fast_failover: str | bool = False) -> None:
         self.fast_failover = flag("fast_failover", fast_failover)

@@ -64,10 +64,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator.run.runner import DEFAULT_EXPERIMENT, Runner, RunOptions, load
+    from orchestrator.run.experiment import load_experiment
+    from orchestrator.run.runner import DEFAULT_EXPERIMENT, Runner, RunOptions
 
     path = args.experiment or DEFAULT_EXPERIMENT
-    spec = load(path)  # ConfigError (exit 2) before anything is created
+    spec = load_experiment(path)  # ConfigError (exit 2) before anything is created
     text = Path(path).read_text(encoding="utf-8")
     quiet = args.quiet
 

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from controllers.policies import default_registry as policy_registry
 from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
 from orchestrator.emulation.network import Emulation, Terminated
 from topologies.model import LinkKind, Tier
@@ -60,7 +61,11 @@ def register(subparsers: Any) -> None:
         help="with --cli: stay up after the CLI exits, until Ctrl-C",
     )
     parser.add_argument(
-        "--policy", default="shortest", help="controller load-balancing policy (default shortest)"
+        "--policy",
+        default="shortest",
+        help="controller load-balancing policy: "
+        + ", ".join(policy_registry().names())
+        + ", or NAME:key=value,... with options (default shortest)",
     )
     parser.add_argument(
         "--timeout",

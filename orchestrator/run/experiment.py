@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 import topologies
+from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
 from orchestrator.collectives.plans import COLLECTIVES
 from orchestrator.collectives.sizes import parse_size
@@ -57,10 +58,6 @@ from topologies.spec import (
     load_fabric_spec,
     parse_fabric_spec,
 )
-
-# Load-balancing policies an experiment may name. The controller's policy registry is the
-# authority once it exists; callers pass its names to load_experiment(policies=...).
-POLICIES: tuple[str, ...] = ("shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive")
 
 ORDERS = ("rank", "topology-aware", "random")
 PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
@@ -292,12 +289,13 @@ def parse_experiment(
     source: str = "<inline>",
     base_dir: str | Path = ".",
     *,
-    policies: Collection[str] = POLICIES,
+    policies: Collection[str] | None = None,
 ) -> ExperimentSpec:
     """Validate a parsed YAML document into an ExperimentSpec (see the module docstring).
 
     ``base_dir`` is where relative fabric paths start (the experiment file's directory);
-    ``policies`` the names the controller knows.
+    ``policies`` the names an experiment may use (default: those the controller's policy
+    registry knows).
     """
     read = _ExperimentReader(source)
     doc = read.mapping(document, "", _TOP_KEYS)
@@ -418,8 +416,10 @@ def _referenced_error(err: FabricSpecError, experiment: str) -> FabricSpecError:
 
 
 def _policies(
-    read: _ExperimentReader, doc: Mapping[str, Any], known: Collection[str]
+    read: _ExperimentReader, doc: Mapping[str, Any], known: Collection[str] | None
 ) -> tuple[str, ...]:
+    if known is None:
+        known = policy_registry().names()  # the controller's registry is the authority
     if "policy" in doc and "policies" in doc:
         read.fail("policies", "either 'policy' or 'policies', not both", "both")
     if "policy" in doc:
@@ -510,9 +510,10 @@ def _placement(read: _ExperimentReader, value: object, fabric: Fabric) -> Placem
     return Placement(gpus=chosen, order=order)
 
 
-def load_experiment(path: str | Path, *, policies: Collection[str] = POLICIES) -> ExperimentSpec:
+def load_experiment(path: str | Path, *, policies: Collection[str] | None = None) -> ExperimentSpec:
     """Read and validate an experiment file; every problem becomes one ExperimentError
-    (or a FabricSpecError naming the fabric file the experiment refers to)."""
+    (or a FabricSpecError naming the fabric file the experiment refers to). ``policies``:
+    as for :func:`parse_experiment`."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

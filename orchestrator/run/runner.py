@@ -74,10 +74,9 @@ from orchestrator.run.experiment import (
     Collective,
     ExperimentSpec,
     Step,
-    load_experiment,
 )
 from orchestrator.run.loadguard import LoadVerdict, load_guard
-from orchestrator.testbed.testbed import Testbed, policy_names
+from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.launcher import (
     CollectiveResult,
     CollectiveTest,
@@ -96,11 +95,6 @@ TELEMETRY_FILE = "telemetry.jsonl"  # the controller's, copied (docs/telemetry.m
 EXIT_WORKERS_FAILED = EmulationError.exit_status
 
 Say = Callable[[str], None]
-
-
-def load(path: str | Path) -> ExperimentSpec:
-    """The experiment at ``path``, checked against the controller's policy names."""
-    return load_experiment(path, policies=policy_names())
 
 
 @dataclass(frozen=True)

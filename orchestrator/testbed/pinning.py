@@ -71,20 +71,23 @@ class Pinning:
     unpinned: list[Flow] = field(default_factory=list)
 
 
-def wait_for_paths(path: Path, since: float, timeout: float = PATHS_TIMEOUT) -> dict[str, Any]:
-    """The paths file once the controller (started at ``since``, epoch s) wrote it."""
+def wait_for_paths(
+    path: Path, since: float, timeout: float = PATHS_TIMEOUT, *, policy: str
+) -> dict[str, Any]:
+    """The paths file once the controller (started at ``since``, epoch s) wrote it under
+    ``policy`` (the one that pins source ports)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
             document = read_paths(path)
-            if document.get("policy") == "path-pinned" and document["updated_at"] >= since:
+            if document.get("policy") == policy and document["updated_at"] >= since:
                 return document
         except (OSError, ValueError, KeyError) as error:
             last = error
         time.sleep(0.05)
     raise EmulationError(
-        f"the controller published no path-pinned paths file {path} in {timeout:g} s"
+        f"the controller published no {policy} paths file {path} in {timeout:g} s"
         + (f" ({last})" if last else "")
     )
 
@@ -193,13 +196,15 @@ def source_ports(
     collectives: Iterable[tuple[str, str]] | None = None,
     since: float = 0.0,
     taken: Mapping[int, set[int]] | None = None,
+    *,
+    policy: str,
 ) -> Pinning:
     """Steps 1-3 of the module docstring for ``workers`` running ``collectives`` (default:
-    every collective algorithm the workers know). ``taken``: source ports already in use,
-    per rank, not to hand out again."""
+    every collective algorithm the workers know) under ``policy``, whose paths file it
+    reads. ``taken``: source ports already in use, per rank, not to hand out again."""
     if collectives is None:
         collectives = [(op, alg) for op, algs in COLLECTIVES.items() for alg in algs]
-    document = wait_for_paths(paths_file, since)
+    document = wait_for_paths(paths_file, since, policy=policy)
     layout = PortLayout.from_dict(document["layout"])
     paths = candidates(document)
     groups = fabric_flows(workers, collectives, channels)

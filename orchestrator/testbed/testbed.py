@@ -17,9 +17,10 @@ hold while they work. It ties three owners together and owns nothing else itself
 
 Workers listen on one fixed port (:data:`WORKER_PORT`; every GPU has its own namespace, so
 they do not clash), which makes each connection's destination port known before it opens:
-under ``path-pinned`` the source port of every (src, dst, channel) connection is chosen
-from the paths the controller publishes (:mod:`orchestrator.testbed.pinning`), so the whole
-five-tuple, and with it the path, is decided in advance.
+under a policy that declares ``pins_source_ports`` (``path-pinned``) the source port of
+every (src, dst, channel) connection is chosen from the paths the controller publishes
+(:mod:`orchestrator.testbed.pinning`), so the whole five-tuple, and with it the path, is
+decided in advance.
 
 Usage::
 
@@ -42,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from controllers.policies import PolicyRegistry
 from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.ceilings import default_channels
 from orchestrator.emulation.network import REPO, Emulation, Log
@@ -58,16 +60,11 @@ from orchestrator.worker.launcher import (
     workers_from_description,
 )
 from topologies.description import FabricDescription
-from topologies.errors import ConfigError, EmulationError
+from topologies.errors import EmulationError
 from topologies.spec import FabricSpec
 
 WORKER_PORT = 47000  # every worker listens here, in its own namespace
 TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)
-
-
-def policy_names() -> list[str]:
-    """The policies the controller knows (its registry is the authority)."""
-    return policy_registry().names()
 
 
 class Testbed:
@@ -91,7 +88,9 @@ class Testbed:
         telemetry_interval: float | None = TELEMETRY_INTERVAL,
         lock_wait: float = 0.0,
     ) -> None:
-        self._check_policy(policy)
+        # the controller's policies: their names, and what each asks of the hosts
+        self.policies: PolicyRegistry = policy_registry()
+        self.policies.get(policy, source="testbed")  # an unknown name: ConfigError
         self.emulation = Emulation(
             fabric,
             policy=policy,
@@ -105,7 +104,7 @@ class Testbed:
         self.ready_timeout = ready_timeout
         self.policy = policy
         self.policy_switches: dict[str, float] = {}  # policy -> seconds to reprogram
-        self.pinning: Pinning | None = None  # the last path-pinned launch's source ports
+        self.pinning: Pinning | None = None  # the last pinned launch's source ports
         self._policy_since = 0.0  # epoch seconds of the last controller (re)start
         self._launches = 0
 
@@ -154,17 +153,18 @@ class Testbed:
 
     # --- policies -----------------------------------------------------------------------
 
-    @staticmethod
-    def _check_policy(name: str) -> None:
-        known = policy_names()
-        if name not in known:
-            raise ConfigError("testbed", "policy", "one of " + ", ".join(known), name)
+    @property
+    def pins_source_ports(self) -> bool:
+        """Whether the current policy picks a connection's path by its TCP source port (its
+        declaration, ``controllers.policies.Policy.pins_source_ports``): then :meth:`launch`
+        chooses every connection's source port from the paths the policy publishes."""
+        return self.policies.get(self.policy).pins_source_ports
 
     def use_policy(self, name: str, timeout: float | None = None) -> float:
         """Reprogram the fabric with policy ``name``; returns the seconds it took (0 if it
         is the current one). Restarts the controller on its port and waits until every
         switch is programmed under the new policy."""
-        self._check_policy(name)
+        self.policies.get(name, source="testbed")  # an unknown name: ConfigError
         if name == self.policy:
             return 0.0
         controller = self.emulation.controller
@@ -230,14 +230,15 @@ class Testbed:
         options: LaunchOptions | None = None,
         collectives: Sequence[tuple[str, str]] | None = None,
     ) -> Launcher:
-        """A launcher for workers on ``gpus`` (use it as a context manager). Under
-        ``path-pinned``, every fabric connection's source port is chosen from the
-        controller's paths (orchestrator.testbed.pinning), balanced for each of ``collectives``
-        ((op, algorithm), in the order they will run; default: every one)."""
+        """A launcher for workers on ``gpus`` (use it as a context manager). Under a policy
+        that pins source ports (:attr:`pins_source_ports`), every fabric connection's source
+        port is chosen from the controller's paths (orchestrator.testbed.pinning), balanced
+        for each of ``collectives`` ((op, algorithm), in the order they will run; default:
+        every one)."""
 
         workers = self.workers(gpus)
         options = self.launch_options(options, gpus, collectives)
-        if self.policy == "path-pinned" and not options.source_ports:
+        if self.pins_source_ports and not options.source_ports:
             pinning = source_ports(
                 self.emulation,
                 self.description,
@@ -247,6 +248,7 @@ class Testbed:
                 WORKER_PORT,
                 collectives,
                 self._policy_since,
+                policy=self.policy,
             )
             self.pinning = pinning
             options = replace(options, source_ports=pinning.ports)

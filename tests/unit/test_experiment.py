@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.plans import COLLECTIVES
 from orchestrator.collectives.sizes import format_size, parse_size
 from orchestrator.run.experiment import (
-    POLICIES,
     Collective,
     SizeSweep,
     load_experiment,
@@ -323,8 +323,15 @@ def test_policies_come_from_the_caller_when_a_registry_exists(tmp_path: Path) ->
     path = write(tmp_path, replace(VALID, "policies", "policies: [shortest, spray]"))
     with pytest.raises(ExperimentError, match="spray"):
         load_experiment(path)
-    spec = load_experiment(path, policies=[*POLICIES, "spray"])
+    spec = load_experiment(path, policies=[*policy_registry().names(), "spray"])
     assert spec.policies == ("shortest", "spray")
+
+
+def test_policies_default_to_the_controllers_registry(tmp_path: Path) -> None:
+    path = write(tmp_path, replace(VALID, "policies", "policies: [ecmp, spray]"))
+    known = ", ".join(policy_registry().names())
+    with pytest.raises(ExperimentError, match=f"load-balancing policy: one of {known}, found"):
+        load_experiment(path)
 
 
 def test_default_experiment_is_valid_and_fits_the_time_budget() -> None:

@@ -109,6 +109,31 @@ def test_shortest_policy_renders_the_shortest_path_plan() -> None:
     assert rendered == shortest_path_plan(desc)
 
 
+# --- what a policy asks of the hosts --------------------------------------------------------
+
+
+def test_policies_declare_their_host_side_work_on_the_class() -> None:
+    registry = default_registry()
+    pinning = {name for name in registry.names() if registry.get(name).pins_source_ports}
+    assert pinning == {"path-pinned"}
+    for name in registry.names():  # the instance says what its class says
+        assert registry.create(name).pins_source_ports is registry.get(name).pins_source_ports
+    with pytest.raises(ConfigError, match=r"expected one of adaptive, .*found 'hedera'"):
+        registry.get("hedera", source="testbed")
+
+
+def test_the_testbed_pins_source_ports_when_its_policy_declares_it(tmp_path: Path) -> None:
+    from orchestrator.testbed.testbed import Testbed  # not started: no root needed
+
+    assert Testbed("astral-small", policy="path-pinned", state_base=tmp_path).pins_source_ports
+    bed = Testbed("astral-small", policy="ecmp", state_base=tmp_path)
+    assert not bed.pins_source_ports
+    with pytest.raises(ConfigError, match=r"testbed.*found 'hedera'"):
+        bed.use_policy("hedera")
+    with pytest.raises(ConfigError, match="found 'ecmp:fast_failover=off'"):
+        Testbed("astral-small", policy="ecmp:fast_failover=off", state_base=tmp_path)
+
+
 # --- every policy: complete, loop-free, shortest ------------------------------------------------
 
 
