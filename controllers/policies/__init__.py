@@ -33,8 +33,9 @@ copied to the controller); both return the connections they placed, moved or for
 (``controllers.counters.FlowRoute``): if any, the app re-renders, pushes the difference and
 hands the records to the telemetry file.
 
-The registry is an explicit object held by whoever needs it (STYLE.md item 4): no import-time
-registration, no mutable class state. :func:`default_registry` returns a fresh one.
+The registry is an explicit object held by whoever needs it (docs/architecture.md, "The
+registries"): no import-time registration, no mutable class state. :func:`default_registry`
+returns a fresh one.
 """
 
 from __future__ import annotations
