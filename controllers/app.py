@@ -46,7 +46,7 @@ lock; only the status file is also written from the main thread (start, stop), u
 
 Configuration: os-ken passes keyword arguments of ``AppManager.instantiate_apps`` to every
 app's constructor. ``controllers.__main__`` builds a :class:`ControllerSettings` (one typed
-object, STYLE.md item 11) and passes it as ``astral_settings``; os-ken's global ``CONF``
+object, docs/architecture.md) and passes it as ``astral_settings``; os-ken's global ``CONF``
 carries only os-ken's own options (listen address and port).
 
 ARP: GPUs have a permanent neighbour entry for the gateway, but the kernel flushes even

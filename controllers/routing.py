@@ -1,7 +1,8 @@
 """Forwarding state as data: what each fabric switch should do with each destination.
 
 Pure functions over a :class:`~topologies.description.FabricDescription` (no os-ken here, so
-everything is unit-tested without a switch; STYLE.md: render, then check, then start). The
+everything is unit-tested without a switch; docs/architecture.md: render, then check, then
+start). The
 policies in :mod:`controllers.policies` render a :class:`ForwardingPlan`; the os-ken app
 (:mod:`controllers.app`) only translates it into OpenFlow messages.
 

@@ -2,8 +2,8 @@
 
 A :class:`Fabric` is a graph of names: switches (by tier), GPUs, servers and links with
 capacities in real bit/s. It knows nothing of Mininet or OpenFlow; the emulation turns it
-into namespaces and bridges, the controller into flow tables (STYLE.md: spec apart from
-builder).
+into namespaces and bridges, the controller into flow tables (docs/architecture.md: spec
+apart from builder).
 
 Naming (short, because Linux interface names are at most 15 characters and Mininet names
 interfaces ``<node>-eth<port>``):

@@ -5,7 +5,7 @@ shared sizing helpers live in ``topologies.generators``), so a plan for 512K GPU
 microseconds; ``tests/unit/test_planner.py`` checks, on small specs of every kind, that the
 counts, the maximum hops and the bisection cuts equal those of the generated fabric.
 
-The paper's fabric (ASTRAL.md; our reading of its numbers): 51.2 Tbit/s switches as
+The paper's fabric (docs/astral.md; our reading of its numbers): 51.2 Tbit/s switches as
 256 x 200G, half down, half up; 8 rails; dual-ToR::
 
     GPUs per ToR            D                       = 128

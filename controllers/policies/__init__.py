@@ -41,8 +41,9 @@ which ``orchestrator.testbed.pinning`` does). The orchestrator learns the policy
 these declarations here and never branches on a name, so a new policy is its own module
 plus a line in :func:`default_registry`.
 
-The registry is an explicit object held by whoever needs it (STYLE.md item 4): no import-time
-registration, no mutable class state. :func:`default_registry` returns a fresh one.
+The registry is an explicit object held by whoever needs it (docs/architecture.md, "The
+registries"): no import-time registration, no mutable class state. :func:`default_registry`
+returns a fresh one.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Open vSwitch's userspace datapath forwards every packet on few threads, so the emulator has a
 finite capacity per machine; an experiment that offers more than a safe share of it measures
-the emulator, not the fabric (ENVIRONMENT.md, docs/fidelity.md). ``astral calibrate``
+the emulator, not the fabric (docs/environment.md, docs/fidelity.md). ``astral calibrate``
 measures that capacity (:func:`calibrate`) and stores it (:func:`save_calibration`); the load
 guard (orchestrator.run.loadguard) reads it (:func:`load_calibration`) and compares an
 experiment's :func:`offered_load` against ``safe_share x capacity`` before a run.
@@ -40,8 +40,9 @@ The measurement (:func:`calibrate`)
    one per GPU, then all of them with every link re-shaped to 2x, 4x, 8x that rate
    (the same recipe, orchestrator.emulation.shaping, at a larger scale);
 4. each step runs its flows at once (orchestrator.testbed.traffic) and compares the goodput they
-   achieved with what a perfect emulator would carry, ``flows x rate x 1448/1514`` (TCP's
-   payload share of the frames HTB counts): the step's *fidelity ratio*;
+   achieved with what a perfect emulator would carry, ``flows x rate x TCP_PAYLOAD_SHARE``
+   (1460/1514, TCP's payload share of the frames HTB counts, without TCP timestamps as the
+   GPUs send): the step's *fidelity ratio*;
 5. the capacity is where the ratio falls below ``threshold`` (0.9): interpolated (in log
    load) between the last step above and the first below; a step that falls below is
    measured once more and the two ratios averaged, so one noisy sample does not end the

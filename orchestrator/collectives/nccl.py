@@ -2,7 +2,7 @@
 
 Workers, the results bundle and ``astral compare`` all print collectives the way
 ``all_reduce_perf`` does, so that people who read nccl-tests output every day read ours
-without a legend. Definitions (nccl-tests doc/PERFORMANCE.md, ASTRAL.md "Metrics")::
+without a legend. Definitions (nccl-tests doc/PERFORMANCE.md; docs/astral.md, "Metrics")::
 
     algbw = S / t                      S bytes per operation, t seconds per operation
     busbw = algbw * factor(op, n)      all-reduce 2(n-1)/n; all-gather, reduce-scatter and

@@ -15,7 +15,8 @@ conditions it was measured under (cores, load, datapath, TSO, OVS version, date)
 ``astral run`` compares each experiment's offered load (GPUs x NIC ports x emulated NIC
 rate x mean switch hops) against the safe share (default 0.7) of it and refuses above,
 unless forced (``--force``; the results are then marked emulator-bound).
-orchestrator/calibration.py has the details; docs/fidelity.md the measurements.
+orchestrator/calibration/measure.py has the details; docs/calibration.md and docs/fidelity.md
+the measurements.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The controller process: started, watched and stopped by the orchestrator.
 
-The SDN controller runs as its own process (``python -m controllers``, STYLE.md layering):
+The SDN controller runs as its own process (``python -m controllers``, docs/architecture.md):
 :class:`ControllerProcess` owns it. It picks a free TCP port on 127.0.0.1, starts the
 process in its own process group with stdout and stderr appended to ``controller.log`` in
 the run directory, and learns everything else from the status file the controller keeps

@@ -3,7 +3,7 @@
 The kernel datapath is faster, but needs the ``openvswitch`` kernel module; many lab VMs and
 containers lack it, and then only the userspace datapath (``datapath_type=netdev``) works.
 Userspace OVS carries TCP over veth pairs about 9x faster with userspace TSO enabled
-(/work/shared/ENVIRONMENT.md), so a userspace run without it is refused with the fix
+(docs/environment.md), so a userspace run without it is refused with the fix
 instead of producing misleading numbers.
 
 Detection order:

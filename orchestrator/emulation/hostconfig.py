@@ -2,8 +2,8 @@
 
 Pure: :func:`render_host_config` turns one GPU of a
 :class:`~topologies.description.FabricDescription` into argument lists, the emulation runs
-them inside that GPU's namespace (STYLE.md 8: render, then check, then start). Every address
-comes from the description's addressing plan; nothing here derives one.
+them inside that GPU's namespace (docs/architecture.md: render, then check, then start).
+Every address comes from the description's addressing plan; nothing here derives one.
 
 The contract (shared with the controller, ``controllers/``)::
 
@@ -27,7 +27,7 @@ Sysctls, and why:
 - ``arp_ignore=1``, ``arp_announce=2``: with one address on two ports, answer ARP only on the
   port the request came in on and announce the address of the outgoing port.
 - IPv6 off: no router solicitations, DAD or MLD noise on the emulated links.
-The TCP stack, tuned for a faithful NIC (docs/fidelity.md, "The GPU's TCP"):
+The TCP stack, tuned for a faithful NIC (docs/fidelity.md, "With the current recipe"):
 
 - ``tcp_timestamps=0``: 12 fewer option bytes in every segment, so a 1500-byte frame carries
   1460 bytes of payload: TCP can reach 1460/1514 = 0.964 of a link's rate (0.956 with

@@ -1,11 +1,12 @@
 """Give ovs-vswitchd's packet-sending socket a send buffer deep enough for the fabric.
 
-Why (docs/fidelity.md, "Open vSwitch drops packets invisibly"): the userspace datapath sends
-on every port of every bridge through *one* unbound AF_PACKET socket. Packets waiting in the
-ports' egress qdiscs (our shapers) stay charged to that socket until they leave, so once all
-queued packets together exceed its send buffer (``net.core.wmem_default`` when ovs-vswitchd
-started, 208 kB on Debian and Ubuntu) ``sendmmsg`` fails with EAGAIN and ovs-vswitchd drops
-the packet, on whatever port it was sending to. Nothing counts the drop but a rate-limited
+Why (docs/fidelity.md, "Open vSwitch drops what does not fit one send buffer"): the
+userspace datapath sends on every port of every bridge through *one* unbound AF_PACKET
+socket. Packets waiting in the ports' egress qdiscs (our shapers) stay charged to that
+socket until they leave, so once all queued packets together exceed its send buffer
+(``net.core.wmem_default`` when ovs-vswitchd started, 208 kB on Debian and Ubuntu)
+``sendmmsg`` fails with EAGAIN and ovs-vswitchd drops the packet, on whatever port it was
+sending to. Nothing counts the drop but a rate-limited
 log line (``error sending Ethernet packet on X: Resource temporarily unavailable``). Two
 congested 100 Mbit/s ports, or eight 20 Mbit/s ones, are enough; a congested all-to-all has
 more. Measured: an unrelated flow fell to 0.04-0.20 of its rate while another link's queue

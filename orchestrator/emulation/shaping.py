@@ -1,6 +1,6 @@
 """How an emulated link is shaped: rendered as tc argument lists, applied by the emulation.
 
-Pure data (STYLE.md: render, then check, then start). Each end of a link shapes its own
+Pure data (docs/architecture.md: render, then check, then start). Each end of a link shapes its own
 egress, so each direction of the link is shaped exactly once, by its sender, and carries the
 configured rate. docs/fidelity.md holds the measurements behind every number below.
 
@@ -58,7 +58,8 @@ Why each piece is there:
 - **overhead_bytes** (default 0) adds tc's per-frame ``overhead``: 24 emulates preamble,
   inter-frame gap and FCS, making the shaped rate a true line rate. With 0, R counts
   Ethernet frames as tc sees them (header + IP packet), and the best TCP goodput over
-  1500-byte frames is R x 1448/1514 = 0.956 R.
+  1500-byte frames is R x 1460/1514 = 0.964 R (the GPUs send no TCP timestamps; 0.956 R
+  with them): ``topologies.units.TCP_PAYLOAD_SHARE``.
 
 Apply after the interface has joined its Open vSwitch bridge: ovs-vswitchd deletes a root
 qdisc it finds on a port when the port is added (and so again when ovs-vswitchd restarts).

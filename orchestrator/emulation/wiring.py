@@ -16,7 +16,7 @@ Mapping of the fabric model onto Linux (decisions measured in docs/emulation.md)
                                (orchestrator.emulation.shaping), NVLink links included
 
 Every interface name is checked to be a safe identifier of at most 15 characters before it
-touches a command line (STYLE.md 7).
+touches a command line (docs/architecture.md: commands are argument lists).
 """
 
 from __future__ import annotations

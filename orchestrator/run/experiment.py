@@ -63,7 +63,7 @@ ORDERS = ("rank", "topology-aware", "random")
 PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
 
 # What the synthetic workers move and verify: 4-byte unsigned integers, so that sums are
-# exact (orchestrator/worker/collectives.py). Tables name it as nccl-tests would.
+# exact (orchestrator/collectives/plans.py). Tables name it as nccl-tests would.
 DTYPE = "uint32"
 
 DEFAULT_ITERATIONS = 20  # nccl-tests -n

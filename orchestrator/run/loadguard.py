@@ -1,7 +1,7 @@
 """The load guard: is an experiment inside what this machine's emulator carries faithfully?
 
 Open vSwitch's userspace datapath forwards on few threads, so the emulator has a finite
-capacity per machine (ENVIRONMENT.md); an experiment whose offered load exceeds a safe share
+capacity per machine (docs/environment.md); an experiment whose offered load exceeds a safe share
 of it measures the emulator, not the fabric. ``astral calibrate`` measures that capacity
 and stores it (orchestrator.calibration.measure, which also defines the offered load and the unit,
 hop-bit/s: GPUs x NIC ports x emulated NIC rate x mean switch hops). Before a run:

@@ -7,11 +7,13 @@ its wire protocol, numpy and the standard library; never Mininet, os-ken or matp
     -----------------                         ----------------------------------------------
     launcher.Launcher  --- Unix socket --->   worker.main
       spawns workers (a ``spawn`` callable:     protocol     coordination messages (JSON lines)
-      subprocess.Popen on loopback,             collectives  algorithms as plans (pure data)
-      host.popen in Mininet), rendezvous,       buffers      fill pattern, reduction, checking
-      peer table, barriers, timings,            transport    TCP connections, byte counters,
-      failure detection, nccl-tests rows                     the 10 ms sampler
-                                                executor     runs a plan over the connections
+      subprocess.Popen on loopback,             buffers      fill pattern, reduction, checking
+      host.popen in Mininet), rendezvous,       transport    TCP connections, byte counters,
+      peer table, barriers, timings,                         the 10 ms sampler
+      failure detection, nccl-tests rows        executor     runs a plan over the connections
+
+The plans themselves (collective algorithms as pure data) live in
+``orchestrator.collectives.plans``, shared with the orchestrator's side.
 
 Vocabulary: a *rank* is one worker (one GPU); its *server* groups the ranks that share an
 NVLink domain and its *local rank* is its rail. A *plan* is what one rank does in one

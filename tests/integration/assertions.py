@@ -1,4 +1,4 @@
-"""Domain assertions on a running emulation (STYLE.md 13, after IPMininet's tests/utils.py).
+"""Domain assertions on a running emulation (after IPMininet's tests/utils.py).
 
 - :func:`assert_path`: packets from one GPU to another cross exactly the expected switches.
   It reads the controller's per-destination flow counters (every fabric switch matches

@@ -2,9 +2,10 @@
 also after a NIC link failure and after a controller restart.
 
 Builds the network itself with Mininet's Python API (independent of the emulation module),
-configuring each GPU host exactly as the controller's contract says (orchestrator/hostconfig
-renders the same for ``astral up``): NIC ports carry the fabric address /32, a permanent
-neighbour entry for the gateway and one multipath route over all NIC ports.
+configuring each GPU host exactly as the controller's contract says
+(orchestrator/emulation/hostconfig.py renders the same for ``astral up``): NIC ports carry the
+fabric address /32, a permanent neighbour entry for the gateway and one multipath route over
+all NIC ports.
 
 Every node name gets the prefix ``q7`` so that bridges and interfaces cannot collide with
 another run or experiment on the machine; leftovers of a crashed run of this test (and only

@@ -90,7 +90,7 @@ def test_records_at_the_interval_with_the_bytes_iperf3_sent_on_its_path(
     assert periods.incomplete <= 0.05 * len(window), periods
 
     # Every port on the path (shortest: one path per destination) counted iperf3's bytes
-    # plus headers (at most 4.6%: 1448-byte segments in 1514-byte frames; less where the
+    # plus headers (at most 3.7%: 1460-byte segments in 1514-byte frames; less where the
     # userspace datapath counts TSO super-packets); the ToR's other uplink did not.
     before = max((r for r in window if r.t < began and not r.missing), key=lambda r: r.t)
     after = max((r for r in window if not r.missing), key=lambda r: r.t)

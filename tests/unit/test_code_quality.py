@@ -1,4 +1,4 @@
-"""The linters hold the line (STYLE.md 15): ruff and mypy, configured in pyproject.toml.
+"""The linters hold the line: ruff and mypy, configured in pyproject.toml (docs/architecture.md).
 
 They run from the same environment as the tests (the tools next to ``sys.executable``), so
 `./setup.sh test` checks exactly what the README's set-up installed.

@@ -1,7 +1,7 @@
 """astral doctor: how facts about a machine become verdicts (no root, nothing probed).
 
 The facts are given as data; what is under test is the logic that judges them. Gathering
-real facts is covered by tests/integration/test_doctor.py.
+real facts is covered by tests/integration/test_doctor_on_machine.py.
 """
 
 from __future__ import annotations

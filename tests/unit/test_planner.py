@@ -29,7 +29,7 @@ PAPER = PlanInput()  # 256 x 200G, 128 down / 128 up, 8 rails, dual-ToR, 8 pods
 
 
 def test_paper_figures() -> None:
-    """ASTRAL.md: 128 GPUs per ToR, 8,192 per rail plane, 65,536 per pod, ~512K, 3.2T."""
+    """docs/astral.md: 128 GPUs per ToR, 8,192 per rail plane, 65,536 per pod, ~512K, 3.2T."""
     p = plan_astral(PAPER)
     assert p.gpus_per_tor == 128
     assert p.gpus_per_plane == 8_192

@@ -1,4 +1,4 @@
-"""Rendering of the link-shaping recipe (orchestrator/shaping.py); no root needed."""
+"""Rendering of the link-shaping recipe (orchestrator/emulation/shaping.py); no root needed."""
 
 from __future__ import annotations
 

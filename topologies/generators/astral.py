@@ -1,4 +1,4 @@
-"""Astral's same-rail tier-2 fabric with dual-ToR (ASTRAL.md, "Network").
+"""Astral's same-rail tier-2 fabric with dual-ToR (docs/astral.md, "The network").
 
 One rail plane per GPU index, per pod; core switches join the planes and the pods::
 
