@@ -28,7 +28,7 @@ deletes the flows that point at it)::
 
 Modify keeps an entry's counters. A group whose buckets change is modified in place (one
 message, atomic in the switch); group ids are stable across renders
-(``controllers.routing.stable_group_id``).
+(``controllers.plan.stable_group_id``).
 
 OpenFlow versions: the app offers 1.3 and 1.5 and works with either (``controllers.openflow``
 holds the differences). Select groups need 1.5 for Open vSwitch's ``selection_method=hash``
@@ -82,8 +82,7 @@ from controllers import openflow
 from controllers.counters import FlowRoute
 from controllers.openflow import COOKIE, OFP15, OFP_VERSIONS, entry_from_flow_stats
 from controllers.pinning import write_json
-from controllers.policies import Policy
-from controllers.routing import (
+from controllers.plan import (
     ARP_PRIORITY,
     MISS_PRIORITY,
     FlowEntry,
@@ -92,10 +91,10 @@ from controllers.routing import (
     GroupEntry,
     GroupType,
     Packet,
-    PortMap,
-    failed_links_at,
-    programmable_switches,
 )
+from controllers.policies import Policy
+from controllers.ports import PortMap
+from controllers.routing import failed_links_at, programmable_switches
 from controllers.status import ControllerStatus, SwitchStatus, write_status
 from controllers.telemetry import EventFlowRouted, EventLinkLoadUpdated
 from topologies.addressing import GATEWAY_IP, GATEWAY_MAC
