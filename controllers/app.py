@@ -28,7 +28,7 @@ deletes the flows that point at it)::
 
 Modify keeps an entry's counters. A group whose buckets change is modified in place (one
 message, atomic in the switch); group ids are stable across renders
-(``controllers.routing.stable_group_id``).
+(``controllers.plan.stable_group_id``).
 
 OpenFlow versions: the app offers 1.3 and 1.5 and works with either (``controllers.openflow``
 holds the differences). Select groups need 1.5 for Open vSwitch's ``selection_method=hash``
@@ -41,8 +41,10 @@ A link counts as failed while a switch at either end reports its port down (link
 administratively down, or deleted). A switch that disconnects is not a failure by itself:
 its neighbours' ports tell.
 
-Handlers run on the app's one event thread (os-ken's native hub), so the state below needs no
-lock; only the status file is also written from the main thread (start, stop), under a lock.
+What the app knows about each switch (its connection, what it holds, its ports that are down)
+is one :class:`~controllers.session.SwitchSession` per dpid, in ``sessions``. Handlers run on
+the app's one event thread (os-ken's native hub), so that state needs no lock; only the
+status file is also written from the main thread (start, stop), under a lock.
 
 Configuration: os-ken passes keyword arguments of ``AppManager.instantiate_apps`` to every
 app's constructor. ``controllers.__main__`` builds a :class:`ControllerSettings` (one typed
@@ -63,7 +65,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +84,7 @@ from controllers import openflow
 from controllers.counters import FlowRoute
 from controllers.openflow import COOKIE, OFP15, OFP_VERSIONS, entry_from_flow_stats
 from controllers.pinning import write_json
-from controllers.policies import Policy
-from controllers.routing import (
+from controllers.plan import (
     ARP_PRIORITY,
     MISS_PRIORITY,
     FlowEntry,
@@ -92,10 +93,11 @@ from controllers.routing import (
     GroupEntry,
     GroupType,
     Packet,
-    PortMap,
-    failed_links_at,
-    programmable_switches,
 )
+from controllers.policies import Policy
+from controllers.ports import PortMap
+from controllers.routing import failed_links_at, programmable_switches
+from controllers.session import Connecting, SwitchSession
 from controllers.status import ControllerStatus, SwitchStatus, write_status
 from controllers.telemetry import EventFlowRouted, EventLinkLoadUpdated
 from topologies.addressing import GATEWAY_IP, GATEWAY_MAC
@@ -204,15 +206,7 @@ class FabricController(app_manager.OSKenApp):
         self.policy = astral_settings.policy
         self.ports = PortMap.of(self.description)
         self.switch_names = {s.dpid: s.name for s in programmable_switches(self.fabric)}
-        self.datapaths: dict[int, Any] = {}
-        self.ready: set[int] = set()  # port states known, plan pushed at least once
-        self.down: dict[str, set[int]] = {}  # switch -> model ports that are down
-        self._connecting: dict[int, _Connecting] = {}  # switches not programmed yet
-        self.installed: dict[int, dict[FlowKey, FlowEntry]] = {}
-        self.installed_groups: dict[int, dict[int, GroupEntry]] = {}
-        self.warned_v13: set[int] = set()  # switches told their select groups use dp_hash
-        self.generation: dict[int, int] = {}  # bumped on every push to a switch
-        self.barriers: dict[int, tuple[int, int]] = {}  # dpid -> (xid, generation)
+        self.sessions: dict[int, SwitchSession] = {}  # every dpid that ever connected
         self.failed: frozenset[Link] = frozenset()
         self.plan: ForwardingPlan = self.policy.render(self.description, self.failed)
         now = time.time()
@@ -280,10 +274,27 @@ class FabricController(app_manager.OSKenApp):
 
         threading.Thread(target=work, name="publish-paths", daemon=True).start()
 
-    def _switch_status(self, dpid: int) -> SwitchStatus:
-        if dpid not in self.status.switches:
-            self.status.switches[dpid] = SwitchStatus(dpid, self.switch_names.get(dpid))
-        return self.status.switches[dpid]
+    def _session(self, dpid: int) -> SwitchSession:
+        """The session of ``dpid``, created (with its status entry) when it first connects."""
+        session = self.sessions.get(dpid)
+        if session is None:
+            name = self.switch_names.get(dpid)
+            if dpid not in self.status.switches:
+                self.status.switches[dpid] = SwitchStatus(dpid, name)
+            session = SwitchSession(dpid, name, self.status.switches[dpid])
+            self.sessions[dpid] = session
+        return session
+
+    def _session_of(self, dp: Any) -> SwitchSession | None:
+        """The session whose current connection is ``dp`` (None: a stale one, ignore it)."""
+        for session in self.sessions.values():
+            if session.datapath is dp:
+                return session
+        return None
+
+    def _ready(self) -> list[SwitchSession]:
+        """The switches that get every new plan (programmed at least once), by dpid."""
+        return [self.sessions[dpid] for dpid in sorted(self.sessions) if self.sessions[dpid].ready]
 
     def close(self) -> None:
         """Called by os-ken's AppManager after the event thread has stopped."""
@@ -311,12 +322,9 @@ class FabricController(app_manager.OSKenApp):
         dp = ev.msg.datapath
         dpid = ev.msg.datapath_id
         name = self.switch_names.get(dpid)
-        self.datapaths[dpid] = dp
-        self.ready.discard(dpid)
-        self.barriers.pop(dpid, None)
-        self.installed[dpid] = {}
-        self.installed_groups[dpid] = {}
-        st = self._switch_status(dpid)
+        session = self._session(dpid)
+        session.connect(dp)
+        st = session.status
         st.connected, st.programmed, st.connected_at = True, False, time.time()
         st.programmed_at, st.rules, st.groups = None, 0, 0
         st.openflow = dp.ofproto.OFP_VERSION
@@ -342,7 +350,7 @@ class FabricController(app_manager.OSKenApp):
         # only the difference is sent, so a restart does not disturb the data plane).
         table_request = openflow.flow_table_request(dp)
         dp.send_msg(table_request)  # sets its xid
-        self._connecting[dpid] = _Connecting(flows_xid=table_request.xid)
+        session.connecting = Connecting(flows_xid=table_request.xid)
         dp.send_msg(openflow.group_table_request(dp))
         self.write_status()
 
@@ -383,9 +391,9 @@ class FabricController(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def port_desc_reply(self, ev: Any) -> None:
         dp = ev.msg.datapath
-        dpid = self._dpid_of(dp)
-        connecting = self._connecting.get(dpid) if dpid is not None else None
-        if dpid is None or connecting is None or connecting.ports_done:
+        session = self._session_of(dp)
+        connecting = session.connecting if session is not None else None
+        if session is None or connecting is None or connecting.ports_done:
             return
         ofp = dp.ofproto
         for port in ev.msg.body:
@@ -393,7 +401,7 @@ class FabricController(app_manager.OSKenApp):
                 connecting.down.add(port.port_no)
         if not ev.msg.flags & ofp.OFPMPF_REPLY_MORE:
             connecting.ports_done = True
-            self._connected(dpid)
+            self._connected(session)
 
     # OpenFlow 1.3 answers a flow-stats request, 1.5 a flow-desc request (controllers.openflow).
     @set_ev_cls(
@@ -402,36 +410,38 @@ class FabricController(app_manager.OSKenApp):
     )
     def flow_stats_reply(self, ev: Any) -> None:
         dp = ev.msg.datapath
-        dpid = self._dpid_of(dp)
-        connecting = self._connecting.get(dpid) if dpid is not None else None
-        if dpid is None or connecting is None or connecting.flows_done:
+        session = self._session_of(dp)
+        connecting = session.connecting if session is not None else None
+        if session is None or connecting is None or connecting.flows_done:
             return
         if ev.msg.xid != connecting.flows_xid:
             return  # another app's counters (telemetry), not the table read at connection
         connecting.flows.extend(ev.msg.body)
         if not ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
             connecting.flows_done = True
-            self._connected(dpid)
+            self._connected(session)
 
     @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def group_desc_reply(self, ev: Any) -> None:
         dp = ev.msg.datapath
-        dpid = self._dpid_of(dp)
-        connecting = self._connecting.get(dpid) if dpid is not None else None
-        if dpid is None or connecting is None or connecting.groups_done:
+        session = self._session_of(dp)
+        connecting = session.connecting if session is not None else None
+        if session is None or connecting is None or connecting.groups_done:
             return
         connecting.groups.extend(ev.msg.body)
         if not ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
             connecting.groups_done = True
-            self._connected(dpid)
+            self._connected(session)
 
-    def _connected(self, dpid: int) -> None:
+    def _connected(self, session: SwitchSession) -> None:
         """Port states, flow and group tables known: remove what is not ours, then program."""
-        connecting = self._connecting[dpid]
+        connecting = session.connecting
+        assert connecting is not None  # only the replies it waits for get here
         if not (connecting.ports_done and connecting.flows_done and connecting.groups_done):
             return
-        del self._connecting[dpid]
-        dp = self.datapaths[dpid]
+        session.connecting = None
+        dp = session.datapath
+        dpid = session.dpid
         name = self.switch_names[dpid]
         ofp, parser = dp.ofproto, dp.ofproto_parser
         groups: dict[int, GroupEntry] = {}
@@ -470,9 +480,9 @@ class FabricController(app_manager.OSKenApp):
         # ours that point at them were counted as stale above).
         for group_id in stale_groups:
             dp.send_msg(openflow.group_delete(dp, group_id))
-        self.installed[dpid] = installed
-        self.installed_groups[dpid] = groups
-        self.down[name] = {self.ports.model_port(name, p) for p in connecting.down}
+        session.installed = installed
+        session.installed_groups = groups
+        session.down = {self.ports.model_port(name, p) for p in connecting.down}
         LOG.info(
             "%s: %d route entries and %d groups found, %d stale entries and %d groups "
             "removed, ports down: %s",
@@ -481,36 +491,27 @@ class FabricController(app_manager.OSKenApp):
             len(groups),
             len(stale),
             len(stale_groups),
-            sorted(self.down[name]) or "none",
+            sorted(session.down) or "none",
         )
         self._update_failures()  # pushes to the switches already programmed, if changed
-        self.ready.add(dpid)
-        self._push(dpid)
+        session.ready = True
+        self._push(session)
         self.write_status()
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def switch_gone(self, ev: Any) -> None:
-        dp = ev.datapath
-        dpid = self._dpid_of(dp)
-        if dpid is None:
+        session = self._session_of(ev.datapath)
+        if session is None:
             return
-        LOG.info("switch %s (dpid %d) disconnected", self.switch_names.get(dpid, "?"), dpid)
-        del self.datapaths[dpid]
-        self._connecting.pop(dpid, None)
-        self.ready.discard(dpid)
-        self.barriers.pop(dpid, None)
-        self.installed.pop(dpid, None)
-        self.installed_groups.pop(dpid, None)
-        st = self._switch_status(dpid)
+        LOG.info(
+            "switch %s (dpid %d) disconnected",
+            self.switch_names.get(session.dpid, "?"),
+            session.dpid,
+        )
+        session.disconnect()
+        st = session.status
         st.connected = st.programmed = False
         self.write_status()
-
-    def _dpid_of(self, dp: Any) -> int | None:
-        """The dpid of ``dp`` if it is the current connection for it (else stale: ignore)."""
-        for dpid, known in self.datapaths.items():
-            if known is dp:
-                return dpid
-        return None
 
     # --- failures ------------------------------------------------------------------------
 
@@ -518,20 +519,20 @@ class FabricController(app_manager.OSKenApp):
     def port_status(self, ev: Any) -> None:
         msg = ev.msg
         dp = msg.datapath
-        dpid = self._dpid_of(dp)
-        name = self.switch_names.get(dpid) if dpid is not None else None
-        if dpid is None or name is None:
+        session = self._session_of(dp)
+        name = session.name if session is not None else None
+        if session is None or name is None:
             return
         ofp = dp.ofproto
         if msg.desc.port_no > ofp.OFPP_MAX:
             return
         port = self.ports.model_port(name, msg.desc.port_no)
         down = msg.reason == ofp.OFPPR_DELETE or _is_down(ofp, msg.desc)
-        connecting = self._connecting.get(dpid)
+        connecting = session.connecting
         if connecting is not None:  # not programmed yet: remember for then
             (connecting.down.add if down else connecting.down.discard)(msg.desc.port_no)
             return
-        ports = self.down.setdefault(name, set())
+        ports = session.down
         if down == (port in ports):
             return
         (ports.add if down else ports.discard)(port)
@@ -541,7 +542,12 @@ class FabricController(app_manager.OSKenApp):
 
     def _update_failures(self) -> bool:
         """Re-render if the failed links changed; push to every ready switch. True if so."""
-        down = [(switch, port) for switch, ports in self.down.items() for port in ports]
+        down = [
+            (session.name, port)
+            for session in self.sessions.values()
+            if session.name is not None
+            for port in session.down
+        ]
         failed = failed_links_at(self.fabric, down)
         if failed == self.failed:
             return False
@@ -554,35 +560,34 @@ class FabricController(app_manager.OSKenApp):
             sorted(f"{x.a}:{x.a_port}-{x.b}:{x.b_port}" for x in failed) or "none",
             (time.monotonic() - started) * 1e3,
         )
-        for dpid in sorted(self.ready):
-            self._push(dpid)
+        for session in self._ready():
+            self._push(session)
         self.publish_paths()
         return True
 
     # --- programming ---------------------------------------------------------------------
 
-    def _push(self, dpid: int) -> None:
-        """Bring ``dpid`` to the current plan, then ask for a barrier (order: module doc)."""
-        dp = self.datapaths[dpid]
+    def _push(self, session: SwitchSession) -> None:
+        """Bring the switch to the current plan, then ask for a barrier (order: module doc)."""
+        dp = session.datapath
+        dpid = session.dpid
         name = self.switch_names[dpid]
         table = self.plan.tables.get(dpid)
         desired = {e.key: e for e in table.flows} if table else {}
         desired_groups = {g.group_id: g for g in table.groups} if table else {}
-        installed = self.installed.setdefault(dpid, {})
-        installed_groups = self.installed_groups.setdefault(dpid, {})
-        delete, add, modify = diff_flows(installed, desired)
-        g_delete, g_add, g_modify = diff_groups(installed_groups, desired_groups)
-        st = self._switch_status(dpid)
+        delete, add, modify = diff_flows(session.installed, desired)
+        g_delete, g_add, g_modify = diff_groups(session.installed_groups, desired_groups)
+        st = session.status
         changes = delete or add or modify or g_delete or g_add or g_modify
-        if not changes and (st.programmed or dpid in self.barriers):
+        if not changes and (st.programmed or session.barrier is not None):
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
         if (
             ofp.OFP_VERSION < OFP15
-            and dpid not in self.warned_v13
+            and not session.warned_v13
             and any(g.type is GroupType.SELECT and g.selection for g in desired_groups.values())
         ):
-            self.warned_v13.add(dpid)
+            session.warned_v13 = True
             LOG.warning(
                 "%s speaks OpenFlow 1.3 only: its select groups use the switch's default "
                 "selection method (dp_hash), not hash with a per-switch basis; allow "
@@ -606,13 +611,13 @@ class FabricController(app_manager.OSKenApp):
             dp.send_msg(parser.OFPBarrierRequest(dp))
             for group in g_delete:
                 dp.send_msg(openflow.group_delete(dp, group.group_id))
-        self.installed[dpid] = desired
-        self.installed_groups[dpid] = desired_groups
-        generation = self.generation.get(dpid, 0) + 1
-        self.generation[dpid] = generation
+        session.installed = desired
+        session.installed_groups = desired_groups
+        session.generation += 1
+        generation = session.generation
         barrier = parser.OFPBarrierRequest(dp)
         dp.send_msg(barrier)
-        self.barriers[dpid] = (barrier.xid, generation)
+        session.barrier = (barrier.xid, generation)
         st.programmed = False
         st.rules = len(desired)
         st.groups = len(desired_groups)
@@ -631,19 +636,18 @@ class FabricController(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def barrier_reply(self, ev: Any) -> None:
-        dp = ev.msg.datapath
-        dpid = self._dpid_of(dp)
-        if dpid is None or dpid not in self.barriers:
+        session = self._session_of(ev.msg.datapath)
+        if session is None or session.barrier is None:
             return
-        xid, generation = self.barriers[dpid]
-        if ev.msg.xid != xid or generation != self.generation.get(dpid):
+        xid, generation = session.barrier
+        if ev.msg.xid != xid or generation != session.generation:
             return
-        del self.barriers[dpid]
-        st = self._switch_status(dpid)
+        session.barrier = None
+        st = session.status
         st.programmed, st.programmed_at = True, time.time()
         LOG.info(
             "%s programmed: %d rules (%.0f ms after connecting)",
-            self.switch_names[dpid],
+            self.switch_names[session.dpid],
             st.rules,
             (st.programmed_at - (st.connected_at or st.programmed_at)) * 1e3,
         )
@@ -656,16 +660,16 @@ class FabricController(app_manager.OSKenApp):
     )
     def error_msg(self, ev: Any) -> None:
         msg = ev.msg
-        dpid = self._dpid_of(msg.datapath)
+        session = self._session_of(msg.datapath)
         LOG.warning(
             "OpenFlow error from dpid %s: type %d code %d (%s)",
-            dpid,
+            session.dpid if session is not None else None,
             msg.type,
             msg.code,
             bytes(msg.data[:64]).hex(),
         )
-        if dpid is not None:
-            self._switch_status(dpid).errors += 1
+        if session is not None:
+            session.status.errors += 1
             self.write_status()
 
     # --- packets -------------------------------------------------------------------------
@@ -680,20 +684,25 @@ class FabricController(app_manager.OSKenApp):
             return  # dropped: the controller never floods
         in_port = msg.match["in_port"]
         dp.send_msg(openflow.packet_out(dp, in_port, reply))
-        LOG.debug("answered ARP for the gateway on dpid %s port %d", self._dpid_of(dp), in_port)
+        session = self._session_of(dp)
+        LOG.debug(
+            "answered ARP for the gateway on dpid %s port %d",
+            session.dpid if session is not None else None,
+            in_port,
+        )
 
     # --- policies that react to traffic (controllers.policies.adaptive) ------------------
 
     def _packet_to_policy(self, dp: Any, msg: Any) -> None:
         """A TCP packet a policy's entry copied here: the policy may steer its connection."""
         react = getattr(self.policy, "on_packet_in", None)
-        dpid = self._dpid_of(dp)
-        if react is None or dpid is None or dpid not in self.ready:
+        session = self._session_of(dp)
+        if react is None or session is None or not session.ready:
             return
         found = tcp_packet(bytes(msg.data))
         if found is None:
             return
-        name = self.switch_names[dpid]
+        name = self.switch_names[session.dpid]
         in_port = self.ports.model_port(name, msg.match["in_port"])
         self._routes_changed(react(name, in_port, found, time.time()))
 
@@ -709,26 +718,13 @@ class FabricController(app_manager.OSKenApp):
         if not routes:
             return
         self.plan = self.policy.render(self.description, self.failed)
-        for dpid in sorted(self.ready):
-            self._push(dpid)
+        for session in self._ready():
+            self._push(session)
         self.send_event_to_observers(EventFlowRouted(routes))
 
 
 def _is_down(ofp: Any, desc: Any) -> bool:
     return bool(desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN)
-
-
-@dataclass
-class _Connecting:
-    """What the controller learns about a switch between connecting and programming it."""
-
-    down: set[int] = field(default_factory=set)  # OpenFlow port numbers
-    flows_xid: int | None = None  # of the flow table request (replies to others' are not it)
-    flows: list[Any] = field(default_factory=list)  # OFPFlowStats (1.3) / OFPFlowDesc (1.5)
-    groups: list[Any] = field(default_factory=list)  # OFPGroupDescStats
-    ports_done: bool = False
-    flows_done: bool = False
-    groups_done: bool = False
 
 
 def _groups_used(entry: FlowEntry) -> tuple[int, ...]:

@@ -34,10 +34,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.routing import (
+from controllers.plan import (
     ROUTE_PRIORITY,
     Action,
-    Adjacency,
     Bucket,
     FlowEntry,
     ForwardingPlan,
@@ -45,13 +44,11 @@ from controllers.routing import (
     GroupEntry,
     GroupType,
     Output,
-    RoutingGraph,
     SelectionMethod,
     SwitchTable,
-    last_hop_actions,
-    programmable_switches,
     stable_group_id,
 )
+from controllers.routing import Adjacency, RoutingGraph, last_hop_actions, programmable_switches
 from topologies.description import FabricDescription
 from topologies.model import Link, Switch
 

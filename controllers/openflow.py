@@ -24,7 +24,7 @@ whichever the switch speaks (the highest both do). Everything version-specific l
   method (``dp_hash`` in Open vSwitch >= 2.10); the app logs it once per switch.
 - **Packet-out**: 1.3 names the input port as a field, 1.5 as a match.
 
-Port numbers are translated with :class:`~controllers.routing.PortMap` (plans use model
+Port numbers are translated with :class:`~controllers.ports.PortMap` (plans use model
 ports, switches OpenFlow ports).
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 from os_ken.lib.packet import ether_types
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5, ofproto_v1_5_parser
 
-from controllers.routing import (
+from controllers.plan import (
     ARP_PRIORITY,
     MATCH_FIELDS,
     OXM_FIELD_BYTES,
@@ -47,10 +47,10 @@ from controllers.routing import (
     GroupEntry,
     GroupType,
     Output,
-    PortMap,
     SelectionMethod,
     SetField,
 )
+from controllers.ports import PortMap
 
 # Every entry the controller installs carries this cookie (a5 = "astral").
 COOKIE = 0xA5A5_0000_0000_0001

@@ -64,7 +64,8 @@ from controllers.counters import (
     match_of,
     port_capacities,
 )
-from controllers.routing import PortMap, programmable_switches
+from controllers.ports import PortMap
+from controllers.routing import programmable_switches
 from topologies.description import FabricDescription
 
 LOG = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Load-balancing policies: one class per policy behind one small Protocol, found by name.
 
 A policy turns the fabric description and the links currently known to be down into a
-:class:`~controllers.routing.ForwardingPlan` (pure data). The os-ken app
+:class:`~controllers.plan.ForwardingPlan` (pure data). The os-ken app
 (:mod:`controllers.app`) asks it for a new plan whenever the set of failed links changes and
 installs the difference. Policies never talk OpenFlow themselves.
 
@@ -50,8 +50,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol
 
+from controllers.plan import ForwardingPlan
 from controllers.policies.options import split_policy
-from controllers.routing import ForwardingPlan
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError
 from topologies.model import Link

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from controllers.counters import FiveTuple, FlowRoute, LinkLoad, port_capacities
-from controllers.routing import (
+from controllers.plan import (
     IPPROTO_TCP,
     ROUTE_PRIORITY,
     Action,
@@ -64,8 +64,10 @@ from controllers.routing import (
     ForwardingPlan,
     Output,
     Packet,
-    RoutingGraph,
     SwitchTable,
+)
+from controllers.routing import (
+    RoutingGraph,
     last_hop_actions,
     programmable_switches,
     shortest_path_plan,

@@ -3,7 +3,7 @@
 For each destination with several equal-cost next hops, the switch's entry points at an
 OpenFlow select group with one bucket per next hop (destinations with the same next hops
 share the group). The group is installed with Open vSwitch's OpenFlow 1.5 selection method
-``hash`` over the five-tuple (``controllers.routing.FIVE_TUPLE_FIELDS``: addresses,
+``hash`` over the five-tuple (``controllers.plan.FIVE_TUPLE_FIELDS``: addresses,
 protocol, TCP and UDP ports) and a per-switch ``basis`` (``selection_method_param``):
 
 - **Why ``hash`` and not ``dp_hash``** (OVS's default since 2.10): with ``hash``, Open vSwitch
@@ -47,17 +47,17 @@ from controllers.multipath import (
     hop_actions,
     routes,
 )
-from controllers.policies.options import flag
-from controllers.routing import (
+from controllers.plan import (
     FIVE_TUPLE_FIELDS,
     Action,
     Bucket,
     FlowEntry,
     ForwardingPlan,
     GroupType,
-    RoutingGraph,
     SelectionMethod,
 )
+from controllers.policies.options import flag
+from controllers.routing import RoutingGraph
 from topologies.description import FabricDescription
 from topologies.model import Link
 

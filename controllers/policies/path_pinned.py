@@ -9,7 +9,7 @@ randomly hashed flows do. The rules (``controllers.pinning`` explains the bit la
   :data:`PIN_PRIORITY` match ``ipv4_dst``, ``ip_proto=6`` and the ``w``-bit field of
   ``tcp_src`` that the switch's distance to the GPU selects, and forward to hop
   ``field % k`` (hops in port order): rules grow with destinations and hops, not flows;
-- a default entry per destination (:data:`~controllers.routing.ROUTE_PRIORITY`) carries
+- a default entry per destination (:data:`~controllers.plan.ROUTE_PRIORITY`) carries
   everything else (ICMP, UDP, ARP-resolved control traffic) on one shortest path, as
   ``shortest`` does.
 
@@ -40,17 +40,9 @@ from controllers.multipath import (
     routes,
 )
 from controllers.pinning import PinnedPaths, PortLayout, paths_document, port_layout
+from controllers.plan import IPPROTO_TCP, ROUTE_PRIORITY, Action, FlowEntry, ForwardingPlan
 from controllers.policies.options import flag
-from controllers.routing import (
-    IPPROTO_TCP,
-    ROUTE_PRIORITY,
-    Action,
-    Adjacency,
-    FlowEntry,
-    ForwardingPlan,
-    RoutingGraph,
-    tie_break,
-)
+from controllers.routing import Adjacency, RoutingGraph, tie_break
 from topologies.description import FabricDescription
 from topologies.model import Link
 

@@ -23,14 +23,9 @@ from controllers.multipath import (
     failover_actions,
     routes,
 )
+from controllers.plan import FlowEntry, ForwardingPlan
 from controllers.policies.options import flag
-from controllers.routing import (
-    FlowEntry,
-    ForwardingPlan,
-    RoutingGraph,
-    shortest_path_plan,
-    tie_break,
-)
+from controllers.routing import RoutingGraph, shortest_path_plan, tie_break
 from topologies.description import FabricDescription
 from topologies.model import Link
 

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from controllers.counters import StatsRound
-from controllers.routing import follow, link_ends, shortest_path_plan
+from controllers.routing import link_ends, shortest_path_plan
+from controllers.tracer import follow
 from orchestrator.emulation.network import Emulation
 from orchestrator.testbed.telemetry import (
     link_rates,

@@ -9,6 +9,7 @@ from pathlib import Path as FilePath
 import pytest
 
 from controllers.counters import FiveTuple, FlowRate, LinkLoad, PortRate, match_of
+from controllers.plan import Output, Packet
 from controllers.policies.adaptive import (
     CATCH_PRIORITY,
     CONTROLLER_PORT,
@@ -22,7 +23,8 @@ from controllers.policies.adaptive import (
     placement_index,
     update_streaks,
 )
-from controllers.routing import Output, Packet, follow, programmable_switches
+from controllers.routing import programmable_switches
+from controllers.tracer import follow
 from topologies.description import FabricDescription
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec

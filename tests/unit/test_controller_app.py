@@ -16,7 +16,8 @@ from controllers.app import (
     entry_from_flow_stats,
     gateway_arp_reply,
 )
-from controllers.routing import Bucket, FlowEntry, GroupEntry, GroupType, Output, PortMap, SetField
+from controllers.plan import Bucket, FlowEntry, GroupEntry, GroupType, Output, SetField
+from controllers.ports import PortMap
 from controllers.status import ControllerStatus, SwitchStatus, read_status, write_status
 from topologies.addressing import GATEWAY_IP, GATEWAY_MAC
 

@@ -24,7 +24,7 @@ from controllers.openflow import (
     group_from_desc,
     group_mod,
 )
-from controllers.routing import (
+from controllers.plan import (
     FIVE_TUPLE_FIELDS,
     Bucket,
     FlowEntry,
@@ -32,10 +32,10 @@ from controllers.routing import (
     GroupEntry,
     GroupType,
     Output,
-    PortMap,
     SelectionMethod,
     SetField,
 )
+from controllers.ports import PortMap
 
 PORTS = PortMap({"s": {"1": 11, "2": 12, "3": 13}})
 SELECT = GroupEntry(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.routing import (
+from controllers.plan import (
     FIVE_TUPLE_FIELDS,
     Bucket,
     FlowEntry,
@@ -14,14 +14,12 @@ from controllers.routing import (
     GroupType,
     Output,
     Packet,
-    RoutingError,
     SelectionMethod,
     SwitchTable,
-    follow,
-    shortest_path_plan,
     stable_group_id,
-    trace_all,
 )
+from controllers.routing import RoutingError, shortest_path_plan
+from controllers.tracer import follow, trace_all
 from tests.unit.test_routing import PRESET_DIR
 from topologies.description import FabricDescription
 from topologies.generators import build_fabric

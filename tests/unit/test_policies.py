@@ -17,26 +17,15 @@ from controllers.pinning import (
     paths_document,
     port_layout,
 )
+from controllers.plan import FlowEntry, ForwardingPlan, Group, GroupEntry, GroupType, Output, Packet
 from controllers.policies import PolicyRegistry, default_registry
 from controllers.policies.ecmp import switch_basis
 from controllers.policies.ecmp_polarized import POLARIZED_BASIS
 from controllers.policies.options import split_policy
 from controllers.policies.path_pinned import PIN_PRIORITY
 from controllers.policies.shortest import ShortestPathPolicy
-from controllers.routing import (
-    FlowEntry,
-    ForwardingPlan,
-    Group,
-    GroupEntry,
-    GroupType,
-    Output,
-    Packet,
-    RoutingGraph,
-    follow,
-    programmable_switches,
-    shortest_path_plan,
-    trace_all,
-)
+from controllers.routing import RoutingGraph, programmable_switches, shortest_path_plan
+from controllers.tracer import follow, trace_all
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError
 from topologies.generators import build_fabric

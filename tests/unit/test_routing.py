@@ -15,19 +15,17 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from controllers.plan import ForwardingPlan, Output, SetField
+from controllers.ports import PortMap
 from controllers.routing import (
     FABRIC_LINK_KINDS,
-    ForwardingPlan,
-    Output,
-    PortMap,
     RoutingError,
-    SetField,
     failed_links_at,
-    follow,
     programmable_switches,
     shortest_path_plan,
     tie_break,
 )
+from controllers.tracer import follow
 from topologies.addressing import GATEWAY_MAC
 from topologies.description import FabricDescription
 from topologies.generators import build_fabric
