@@ -78,14 +78,8 @@ from orchestrator.run.experiment import (
 )
 from orchestrator.run.loadguard import LoadVerdict, load_guard
 from orchestrator.testbed.testbed import Testbed, policy_names
-from orchestrator.worker.launcher import (
-    CollectiveResult,
-    CollectiveTest,
-    Failure,
-    LaunchOptions,
-    RunResult,
-    phase_spans,
-)
+from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
+from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import AstralError, EmulationError
 from topologies.units import TCP_PAYLOAD_SHARE
 
@@ -193,7 +187,7 @@ def iteration_records(test: CollectiveResult) -> list[IterationRecord]:
 
 
 def timeline_records(test: CollectiveResult) -> list[Phase]:
-    """Every rank's phases per iteration, steps of one phase merged (launcher.phase_spans)."""
+    """Every rank's phases per iteration, steps of one phase merged (outcome.phase_spans)."""
     return [
         Phase(iteration.iteration, rank.rank, span.phase, span.start, span.end)
         for iteration in test.iterations

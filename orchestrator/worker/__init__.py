@@ -11,7 +11,9 @@ its wire protocol, numpy and the standard library; never Mininet, os-ken or matp
       host.popen in Mininet), rendezvous,       buffers      fill pattern, reduction, checking
       peer table, barriers, timings,            transport    TCP connections, byte counters,
       failure detection, nccl-tests rows                     the 10 ms sampler
-                                                executor     runs a plan over the connections
+    spec     what a launch is given             executor     runs a plan over the connections
+    outcome  what it returns (RunResult,
+             Failure: plain data)
 
 Vocabulary: a *rank* is one worker (one GPU); its *server* groups the ranks that share an
 NVLink domain and its *local rank* is its rail. A *plan* is what one rank does in one
