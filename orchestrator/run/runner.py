@@ -62,7 +62,6 @@ from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
 from orchestrator.results import (
     ConnectionSample,
-    FiveTuple,
     IterationRecord,
     Phase,
     ResultsWriter,
@@ -197,20 +196,15 @@ def timeline_records(test: CollectiveResult) -> list[Phase]:
 
 
 def sample_records(result: RunResult) -> list[ConnectionSample]:
-    out = []
-    for sample in result.samples:
-        five = sample.connection.five_tuple
-        out.append(
-            ConnectionSample(
-                rank=sample.rank,
-                five_tuple=FiveTuple(
-                    five.src_ip, five.src_port, five.dst_ip, five.dst_port, five.protocol
-                ),
-                t=sample.t,
-                bytes=sample.bytes,
-            )
+    return [
+        ConnectionSample(
+            rank=sample.rank,
+            five_tuple=sample.connection.five_tuple,
+            t=sample.t,
+            bytes=sample.bytes,
         )
-    return out
+        for sample in result.samples
+    ]
 
 
 def record_test(

@@ -76,8 +76,8 @@ from orchestrator.worker.outcome import (
 )
 from orchestrator.worker.protocol import LineBuffer, Message, ProtocolError
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions, WorkerSpec
-from orchestrator.worker.transport import FiveTuple
 from topologies.errors import EmulationError, ExperimentError
+from topologies.fivetuple import FiveTuple
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SOCKET_NAME = "workers.sock"

@@ -21,8 +21,8 @@ from orchestrator.collectives.nccl import NcclRow, algbw_gbps, format_table
 from orchestrator.collectives.plans import ELEMENT_BYTES, table_count
 from orchestrator.worker.buffers import TYPE_NAME
 from orchestrator.worker.spec import CollectiveTest
-from orchestrator.worker.transport import FiveTuple
 from topologies.errors import EmulationError
+from topologies.fivetuple import FiveTuple
 
 # What went wrong with a rank (Problem.kind).
 EXITED = "exited"  # the process ended, or closed its control connection
