@@ -76,7 +76,7 @@ from orchestrator.emulation.network import Emulation, Terminated  # noqa: E402
 from orchestrator.emulation.shaping import DEFAULT_RECIPE  # noqa: E402
 from orchestrator.testbed.traffic import (  # noqa: E402
     Flow,
-    LinkLoad,
+    LinkDirectionLoad,
     TrafficResult,
     run_flows,
 )
@@ -106,7 +106,7 @@ class Case:
     flows: tuple[Flow, ...]
     rate_bps: float  # configured rate of the bottleneck
     # picks the expected bottleneck link(s) among the measured links
-    bottleneck: Callable[[LinkLoad], bool]
+    bottleneck: Callable[[LinkDirectionLoad], bool]
     what: str
 
 
@@ -209,7 +209,7 @@ def tier_cases(spec: FabricSpec, tier: str) -> list[Case]:
     upward = Tier.TOR if tier == "tor_agg" else Tier.AGG
     switches = fabric.switches
 
-    def bottleneck(link: LinkLoad) -> bool:
+    def bottleneck(link: LinkDirectionLoad) -> bool:
         sender = switches.get(link.sender)
         return link.kind == tier and sender is not None and sender.tier is upward
 
