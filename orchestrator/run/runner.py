@@ -71,8 +71,8 @@ from orchestrator.results.store import Configuration
 from orchestrator.results.summary import ConfigurationResult, result_of
 from orchestrator.run.experiment import (
     Collective,
+    ConfigurationStep,
     ExperimentSpec,
-    Step,
     load_experiment,
 )
 from orchestrator.run.loadguard import LoadVerdict, load_guard
@@ -259,7 +259,7 @@ class Progress:
     """A tqdm bar over the experiment's steps, weighted by their expected seconds (so the
     ETA is meaningful when sizes grow by 4x a step); silent when disabled."""
 
-    def __init__(self, steps: Sequence[Step], rate: float, enabled: bool) -> None:
+    def __init__(self, steps: Sequence[ConfigurationStep], rate: float, enabled: bool) -> None:
         self.weights = {s.index: step_seconds(s, rate) for s in steps}
         self.bar: Any = None
         if enabled:
@@ -273,7 +273,7 @@ class Progress:
                 leave=False,
             )
 
-    def step(self, step: Step) -> None:
+    def step(self, step: ConfigurationStep) -> None:
         if self.bar is not None:
             size = format_size(step.size)
             self.bar.set_description_str(
@@ -281,7 +281,7 @@ class Progress:
                 f"[{step.index + 1}/{len(self.weights)}]"
             )
 
-    def done(self, step: Step) -> None:
+    def done(self, step: ConfigurationStep) -> None:
         if self.bar is not None:
             self.bar.update(round(self.weights[step.index], 1))
 
@@ -297,7 +297,9 @@ class Progress:
             self.bar = None
 
 
-def step_seconds(step: Step, rate: float, efficiency: float = 0.6, overhead: float = 0.05) -> float:
+def step_seconds(
+    step: ConfigurationStep, rate: float, efficiency: float = 0.6, overhead: float = 0.05
+) -> float:
     """A rough time of one operation of ``step`` at ``efficiency`` of the per-GPU rate
     (bytes/s); every step runs the same number of operations, so it is a fair weight."""
     traffic = step.size * bus_factor(step.collective.op, step.ranks)
