@@ -68,7 +68,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.calibration.measure import datapath_ports, start_emulation, switch_hops  # noqa: E402
+from orchestrator.calibration.capacity import switch_hops  # noqa: E402
+from orchestrator.calibration.measure import datapath_ports, start_emulation  # noqa: E402
 from orchestrator.commands.topo import resolve_fabric_path  # noqa: E402
 from orchestrator.emulation import batch  # noqa: E402
 from orchestrator.emulation.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL  # noqa: E402

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from controllers.pinning import PinnedPaths, paths_document
-from orchestrator.calibration.measure import Calibration
+from orchestrator.calibration.capacity import Calibration
 from orchestrator.collectives.ceilings import default_channels, fabric_share
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
