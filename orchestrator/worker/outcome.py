@@ -1,7 +1,7 @@
 """What a launch returns: per-operation timings and traffic, throughput samples, failures.
 
 Plain data, apart from :class:`~orchestrator.worker.launcher.Launcher` that fills it in, so
-that the runner, the results store and the tests read a run without the process machinery.
+that the runner, the pytest plugin and the tests read a run without the process machinery.
 A :class:`RunResult` holds what completed; when workers failed, its :class:`Failure` names
 the ranks to blame first (:class:`Problem`, one per rank, of the kinds below).
 

@@ -43,6 +43,9 @@ class CollectiveTest:
 
 @dataclass(frozen=True)
 class LaunchOptions:
+    """How the ranks run: iterations, connections, socket buffers, pinned source ports,
+    and the timings of the launcher's failure detection."""
+
     warmup: int = 1
     iterations: int = 5
     channels: int = 1  # connections per ordered peer pair
