@@ -2,7 +2,7 @@
 
 Open vSwitch's userspace datapath forwards every packet on few threads, so the emulator has a
 finite capacity per machine; an experiment that offers more than a safe share of it measures
-the emulator, not the fabric (docs/fidelity.md, docs/calibration.md). ``astral calibrate``
+the emulator, not the fabric (docs/environment.md, docs/fidelity.md). ``astral calibrate``
 measures that capacity (orchestrator.calibration.measure) and stores it
 (:func:`save_calibration`); the load guard (orchestrator.run.loadguard) reads it
 (:func:`load_calibration`) and compares an experiment's :func:`offered_load` against

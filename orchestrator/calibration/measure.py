@@ -17,8 +17,9 @@ The measurement (:func:`calibrate`)
    one per GPU, then all of them with every link re-shaped to 2x, 4x, 8x that rate
    (the same recipe, orchestrator.emulation.shaping, at a larger scale);
 4. each step runs its flows at once (orchestrator.testbed.traffic) and compares the goodput they
-   achieved with what a perfect emulator would carry, ``flows x rate x 1448/1514`` (TCP's
-   payload share of the frames HTB counts): the step's *fidelity ratio* (:func:`step_of`);
+   achieved with what a perfect emulator would carry, ``flows x rate x TCP_PAYLOAD_SHARE``
+   (1460/1514, TCP's payload share of the frames HTB counts, without TCP timestamps as the
+   GPUs send): the step's *fidelity ratio* (:func:`step_of`);
 5. the capacity is where the ratio falls below ``threshold`` (0.9), as
    :func:`~orchestrator.calibration.capacity.find_capacity` interpolates it; a step that
    falls below is measured once more and the two ratios averaged (:func:`merge_steps`), so

@@ -15,8 +15,8 @@ conditions it was measured under (cores, load, datapath, TSO, OVS version, date)
 ``astral run`` compares each experiment's offered load (GPUs x NIC ports x emulated NIC
 rate x mean switch hops) against the safe share (default 0.7) of it and refuses above,
 unless forced (``--force``; the results are then marked emulator-bound).
-orchestrator/calibration/ has the details (capacity: the unit, the file, the verdict;
-measure: the measurement); docs/fidelity.md the measurements.
+orchestrator/calibration/ has the details (capacity.py: the unit, the file, the verdict;
+measure.py: the measurement); docs/calibration.md and docs/fidelity.md the measurements.
 """
 
 from __future__ import annotations
