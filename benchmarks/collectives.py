@@ -44,7 +44,7 @@ from orchestrator.run.experiment import parse_size, topology_aware_order
 from orchestrator.testbed.pinning import PATHS_FILE, fabric_flows, source_ports
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import process_ticks
-from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
+from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import ConcurrentRunError
 from topologies.generators import build_fabric
 from topologies.model import Fabric

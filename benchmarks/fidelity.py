@@ -68,7 +68,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.calibration.measure import datapath_ports, start_emulation, switch_hops  # noqa: E402
+from orchestrator.calibration.capacity import switch_hops  # noqa: E402
+from orchestrator.calibration.measure import datapath_ports, start_emulation  # noqa: E402
 from orchestrator.commands.topo import resolve_fabric_path  # noqa: E402
 from orchestrator.emulation import batch  # noqa: E402
 from orchestrator.emulation.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL  # noqa: E402
@@ -76,7 +77,7 @@ from orchestrator.emulation.network import Emulation, Terminated  # noqa: E402
 from orchestrator.emulation.shaping import DEFAULT_RECIPE  # noqa: E402
 from orchestrator.testbed.traffic import (  # noqa: E402
     Flow,
-    LinkLoad,
+    LinkDirectionLoad,
     TrafficResult,
     run_flows,
 )
@@ -106,7 +107,7 @@ class Case:
     flows: tuple[Flow, ...]
     rate_bps: float  # configured rate of the bottleneck
     # picks the expected bottleneck link(s) among the measured links
-    bottleneck: Callable[[LinkLoad], bool]
+    bottleneck: Callable[[LinkDirectionLoad], bool]
     what: str
 
 
@@ -209,7 +210,7 @@ def tier_cases(spec: FabricSpec, tier: str) -> list[Case]:
     upward = Tier.TOR if tier == "tor_agg" else Tier.AGG
     switches = fabric.switches
 
-    def bottleneck(link: LinkLoad) -> bool:
+    def bottleneck(link: LinkDirectionLoad) -> bool:
         sender = switches.get(link.sender)
         return link.kind == tier and sender is not None and sender.tier is upward
 

@@ -48,7 +48,7 @@ policies are compared on the fabric rather than on the machine's CPUs.
 
 Conditions (load average, datapath, TSO, emulated rates, CPU use during the window) are
 printed with the results; a result is flagged emulator-bound when the offered load exceeds
-the calibrated safe share (orchestrator.calibration.measure; ``sudo astral calibrate``) or the
+the calibrated safe share (orchestrator.calibration.capacity; ``sudo astral calibrate``) or the
 machine's CPUs were over 90 % busy during a window. Measured figures: docs/benchmarks.md.
 """
 
@@ -73,14 +73,14 @@ sys.path.insert(0, str(REPO))
 
 from controllers.pinning import PortLayout  # noqa: E402
 from controllers.policies import default_registry as policy_registry  # noqa: E402
-from orchestrator.calibration.measure import (  # noqa: E402
+from orchestrator.calibration.capacity import (  # noqa: E402
     OfferedLoad,
     Verdict,
     load_calibration,
-    machine_conditions,
     mean_hops,
     verdict,
 )
+from orchestrator.calibration.measure import machine_conditions  # noqa: E402
 from orchestrator.emulation.network import PRESETS  # noqa: E402
 from orchestrator.emulation.wiring import Veth  # noqa: E402
 from orchestrator.testbed.pinning import (  # noqa: E402

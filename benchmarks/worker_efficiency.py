@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.collectives.sizes import parse_size
 from orchestrator.testbed.testbed import Testbed
-from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
+from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import ConcurrentRunError
 from topologies.model import LinkKind
 

@@ -31,12 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.collectives.sizes import parse_size
-from orchestrator.worker.launcher import (
-    CollectiveTest,
-    Launcher,
-    LaunchOptions,
-    loopback_workers,
-)
+from orchestrator.worker.launcher import Launcher
+from orchestrator.worker.spec import CollectiveTest, LaunchOptions, loopback_workers
 
 TICKS = os.sysconf("SC_CLK_TCK")
 IPERF3_MAX_LENGTH = 1 << 20  # iperf3 refuses larger -l

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topologies.description import FabricDescription
+from topologies.fivetuple import FiveTuple
 from topologies.model import LinkKind, Tier
 
 VERSION = 1
@@ -120,39 +121,6 @@ class StatsRound:
     switches: Mapping[str, SwitchSample]
     missing: tuple[str, ...] = ()
     took: float | None = None  # seconds from the requests to the last reply (None: missing)
-
-
-@dataclass(frozen=True)
-class FiveTuple:
-    """A transport connection as the switches see it (``proto``: "tcp" or "udp")."""
-
-    proto: str
-    src: str
-    sport: int
-    dst: str
-    dport: int
-
-    def __str__(self) -> str:
-        return f"{self.proto} {self.src}:{self.sport}>{self.dst}:{self.dport}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "proto": self.proto,
-            "src": self.src,
-            "sport": self.sport,
-            "dst": self.dst,
-            "dport": self.dport,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FiveTuple:
-        return cls(
-            str(data["proto"]),
-            str(data["src"]),
-            int(data["sport"]),
-            str(data["dst"]),
-            int(data["dport"]),
-        )
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from orchestrator.run.experiment import ExperimentSpec
     from orchestrator.run.runner import RunOptions, RunOutcome
     from orchestrator.testbed.testbed import Testbed
-    from orchestrator.worker.launcher import Failure, RunResult
+    from orchestrator.worker.outcome import Failure, RunResult
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ class FabricHandle:
         from orchestrator.collectives.nccl import TIME_DEFINITION, format_table
         from orchestrator.collectives.plans import COLLECTIVES
         from orchestrator.collectives.sizes import parse_size
-        from orchestrator.worker.launcher import CollectiveTest, LaunchOptions
+        from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 
         algorithm = algorithm or COLLECTIVES[collective][0]
         testbed = self.testbed

@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from controllers.counters import FiveTuple, FlowRoute, LinkLoad, port_capacities
+from controllers.counters import FlowRoute, LinkLoad, port_capacities
 from controllers.plan import (
     IPPROTO_TCP,
     ROUTE_PRIORITY,
@@ -73,6 +73,7 @@ from controllers.routing import (
     shortest_path_plan,
 )
 from topologies.description import FabricDescription
+from topologies.fivetuple import FiveTuple
 from topologies.model import Link, LinkKind, Tier
 
 # Between the per-destination routes (100) and path-pinned's source-port entries (200)...
@@ -408,13 +409,13 @@ class AdaptivePolicy:
                 FlowEntry(
                     self._dpid[switch],
                     switch,
-                    flow.dst,
+                    flow.dst_ip,
                     actions,
                     priority=FLOW_PRIORITY,
-                    ipv4_src=flow.src,
+                    ipv4_src=flow.src_ip,
                     ip_proto=IPPROTO_TCP,
-                    tcp_src=flow.sport,
-                    tcp_dst=flow.dport,
+                    tcp_src=flow.src_port,
+                    tcp_dst=flow.dst_port,
                 )
             )
         return entries
@@ -438,7 +439,7 @@ class AdaptivePolicy:
         gpu = self._gpu_of.get(packet.ipv4_dst)
         if gpu is None:
             return []
-        flow = FiveTuple("tcp", packet.ipv4_src, packet.src_port, packet.ipv4_dst, packet.dst_port)
+        flow = FiveTuple(packet.ipv4_src, packet.src_port, packet.ipv4_dst, packet.dst_port, "tcp")
         known = self.flows.get(flow)
         if known is not None and known.ingress == switch:
             return []  # a copy sent before its entries were installed
@@ -523,11 +524,11 @@ def _five_tuple(match: Sequence[tuple[str, Any]]) -> FiveTuple | None:
         if int(fields_.get("ip_proto", -1)) != IPPROTO_TCP:
             return None
         return FiveTuple(
-            "tcp",
             str(fields_["ipv4_src"]),
             int(fields_["tcp_src"]),
             str(fields_["ipv4_dst"]),
             int(fields_["tcp_dst"]),
+            "tcp",
         )
     except (KeyError, ValueError, TypeError):
         return None  # masked or partial: not one of ours

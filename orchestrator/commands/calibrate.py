@@ -15,8 +15,8 @@ conditions it was measured under (cores, load, datapath, TSO, OVS version, date)
 ``astral run`` compares each experiment's offered load (GPUs x NIC ports x emulated NIC
 rate x mean switch hops) against the safe share (default 0.7) of it and refuses above,
 unless forced (``--force``; the results are then marked emulator-bound).
-orchestrator/calibration/measure.py has the details; docs/calibration.md and docs/fidelity.md
-the measurements.
+orchestrator/calibration/ has the details (capacity.py: the unit, the file, the verdict;
+measure.py: the measurement); docs/calibration.md and docs/fidelity.md the measurements.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.calibration import measure as cal
+from orchestrator.calibration import capacity as cal
+from orchestrator.calibration import measure
 from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
 from orchestrator.run.experiment import ExperimentSpec, load_experiment
 from orchestrator.run.runner import DEFAULT_EXPERIMENT
 from topologies.errors import AstralError
 from topologies.spec import load_fabric_spec
+from topologies.units import TCP_PAYLOAD_SHARE
 
 
 def register(subparsers: Any) -> None:
@@ -108,11 +110,11 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print_calibration(stored, spec)
         return 0
-    plan = cal.QUICK_PLAN if args.quick else cal.DEFAULT_PLAN
+    plan = measure.QUICK_PLAN if args.quick else measure.DEFAULT_PLAN
     if args.duration is not None:
         plan = replace(plan, duration=args.duration)
     began = time.monotonic()
-    result = cal.calibrate(
+    result = measure.calibrate(
         spec, plan, safe_share=args.safe_share, lock_wait=args.lock_wait, log=say
     )
     where = cal.save_calibration(result, path)
@@ -137,7 +139,7 @@ def print_calibration(calibration: cal.Calibration, spec: Any) -> None:
         f"# astral calibrate: fabric {fabric.get('name', '?')} with trunks "
         f"{fabric.get('trunk_factor', '?')}x the NIC rate, policy {fabric.get('policy', '?')}, "
         f"{fabric.get('duration_s', '?')} s per step; ratio = goodput / (flows x rate x "
-        f"{cal.TCP_PAYLOAD_SHARE:.3f})"
+        f"{TCP_PAYLOAD_SHARE:.3f})"
     )
     for line in cal.step_lines(calibration.steps):
         print(f"  {line}")

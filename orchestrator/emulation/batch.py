@@ -21,23 +21,23 @@ BATCHABLE = ("ip", "tc")
 
 
 @dataclass(frozen=True)
-class Step:
+class BatchStep:
     """One process: ``argv``, fed ``stdin`` (a batch) or nothing."""
 
     argv: list[str]
     stdin: str | None = None
 
 
-def plan_steps(commands: Iterable[Sequence[str]]) -> list[Step]:
+def plan_steps(commands: Iterable[Sequence[str]]) -> list[BatchStep]:
     """Group consecutive ip/tc commands into ``<tool> -batch -`` steps, in order."""
-    steps: list[Step] = []
+    steps: list[BatchStep] = []
     tool: str | None = None
     lines: list[str] = []
 
     def flush() -> None:
         nonlocal tool, lines
         if tool is not None and lines:
-            steps.append(Step([tool, "-batch", "-"], "\n".join(lines) + "\n"))
+            steps.append(BatchStep([tool, "-batch", "-"], "\n".join(lines) + "\n"))
         tool, lines = None, []
 
     for argv in commands:
@@ -51,7 +51,7 @@ def plan_steps(commands: Iterable[Sequence[str]]) -> list[Step]:
             lines.append(shlex.join(argv[1:]))
         else:
             flush()
-            steps.append(Step(argv))
+            steps.append(BatchStep(argv))
     flush()
     return steps
 

@@ -33,7 +33,8 @@ TSO_FIX = (
     "(`/usr/share/openvswitch/scripts/ovs-ctl --no-ovsdb-server restart`)"
 )
 
-Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
+# runs one argument list and returns what it printed (a caller may pass its own)
+CommandRunner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -65,7 +66,7 @@ class Datapath:
         return f"userspace, TSO {tso} (OVS {self.ovs_version})"
 
 
-def check_ovs_running(run: Runner = _run) -> str:
+def check_ovs_running(run: CommandRunner = _run) -> str:
     """Return the OVS version, or raise EnvironmentProblem saying how to start it."""
     for argv in (
         ["ovs-vsctl", "--timeout=60", "show"],
@@ -90,7 +91,7 @@ def check_ovs_running(run: Runner = _run) -> str:
 
 
 def kernel_datapath_works(
-    run: Runner = _run,
+    run: CommandRunner = _run,
     module_dir: Path = Path("/sys/module/openvswitch"),
     bridge: str = PROBE_BRIDGE,
     tag: dict[str, str] | None = None,
@@ -128,7 +129,7 @@ def kernel_datapath_works(
         run(["ovs-vsctl", "--timeout=60", "--if-exists", "del-br", bridge])
 
 
-def userspace_tso_enabled(run: Runner = _run) -> bool:
+def userspace_tso_enabled(run: CommandRunner = _run) -> bool:
     result = run(
         [
             "ovs-vsctl",
@@ -144,7 +145,7 @@ def userspace_tso_enabled(run: Runner = _run) -> bool:
 
 
 def detect_datapath(
-    run: Runner = _run,
+    run: CommandRunner = _run,
     module_dir: Path = Path("/sys/module/openvswitch"),
     probe_tag: dict[str, str] | None = None,
 ) -> Datapath:

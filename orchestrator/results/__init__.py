@@ -7,7 +7,6 @@ The runner needs only :class:`ResultsWriter` and the record types re-exported he
 
 from orchestrator.results.store import (
     ConnectionSample,
-    FiveTuple,
     IterationRecord,
     Phase,
     PortCounter,
@@ -18,7 +17,6 @@ from orchestrator.results.store import (
 
 __all__ = [
     "ConnectionSample",
-    "FiveTuple",
     "IterationRecord",
     "Phase",
     "PortCounter",

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from orchestrator.collectives.sizes import format_size
-from orchestrator.results.store import PLOTS, ConnectionSample, FiveTuple, ResultsBundle
+from orchestrator.results.store import PLOTS, ConnectionSample, ResultsBundle
 from orchestrator.results.summary import ConfigurationResult, Group, group_slug, grouped
+from topologies.fivetuple import FiveTuple
 from topologies.units import TCP_PAYLOAD_SHARE, format_rate, parse_rate
 
 if TYPE_CHECKING:

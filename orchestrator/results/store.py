@@ -52,6 +52,7 @@ from typing import Any
 
 from topologies.description import FabricDescription
 from topologies.errors import ResultsError
+from topologies.fivetuple import FiveTuple
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
@@ -155,19 +156,6 @@ class Versions:
     mininet: str
     os_ken: str
     ovs: str
-
-
-@dataclass(frozen=True, order=True)
-class FiveTuple:
-    src_ip: str
-    src_port: int
-    dst_ip: str
-    dst_port: int
-    protocol: str = "tcp"
-
-    @property
-    def label(self) -> str:
-        return f"{self.src_ip}:{self.src_port}->{self.dst_ip}:{self.dst_port}"
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ class LoadLimit:
 
 
 @dataclass(frozen=True)
-class Step:
+class ConfigurationStep:
     """One concrete configuration: a policy, a collective and a message size."""
 
     index: int
@@ -223,14 +223,14 @@ class ExperimentSpec:
                 sizes.append(rounded)
         return sizes
 
-    def steps(self) -> list[Step]:
+    def steps(self) -> list[ConfigurationStep]:
         """Every configuration to run, policy x collective x size, policies varying slowest."""
-        steps: list[Step] = []
+        steps: list[ConfigurationStep] = []
         for policy in self.policies:
             for collective in self.collectives:
                 for size in self.step_sizes(collective.op):
                     steps.append(
-                        Step(
+                        ConfigurationStep(
                             index=len(steps),
                             policy=policy,
                             collective=collective,

@@ -3,7 +3,7 @@
 Open vSwitch's userspace datapath forwards on few threads, so the emulator has a finite
 capacity per machine (docs/environment.md); an experiment whose offered load exceeds a safe share
 of it measures the emulator, not the fabric. ``astral calibrate`` measures that capacity
-and stores it (orchestrator.calibration.measure, which also defines the offered load and the unit,
+and stores it (orchestrator.calibration.capacity defines the offered load and the unit,
 hop-bit/s: GPUs x NIC ports x emulated NIC rate x mean switch hops). Before a run:
 
 - calibrated, offered <= safe share x capacity: run;
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.calibration.measure import (
+from orchestrator.calibration.capacity import (
     Assessment,
     Calibration,
     Verdict,

@@ -62,7 +62,6 @@ from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
 from orchestrator.results import (
     ConnectionSample,
-    FiveTuple,
     IterationRecord,
     Phase,
     ResultsWriter,
@@ -72,19 +71,13 @@ from orchestrator.results.store import Configuration
 from orchestrator.results.summary import ConfigurationResult, result_of
 from orchestrator.run.experiment import (
     Collective,
+    ConfigurationStep,
     ExperimentSpec,
-    Step,
 )
 from orchestrator.run.loadguard import LoadVerdict, load_guard
 from orchestrator.testbed.testbed import Testbed
-from orchestrator.worker.launcher import (
-    CollectiveResult,
-    CollectiveTest,
-    Failure,
-    LaunchOptions,
-    RunResult,
-    phase_spans,
-)
+from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
+from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import AstralError, EmulationError
 from topologies.units import TCP_PAYLOAD_SHARE
 
@@ -187,7 +180,7 @@ def iteration_records(test: CollectiveResult) -> list[IterationRecord]:
 
 
 def timeline_records(test: CollectiveResult) -> list[Phase]:
-    """Every rank's phases per iteration, steps of one phase merged (launcher.phase_spans)."""
+    """Every rank's phases per iteration, steps of one phase merged (outcome.phase_spans)."""
     return [
         Phase(iteration.iteration, rank.rank, span.phase, span.start, span.end)
         for iteration in test.iterations
@@ -197,20 +190,15 @@ def timeline_records(test: CollectiveResult) -> list[Phase]:
 
 
 def sample_records(result: RunResult) -> list[ConnectionSample]:
-    out = []
-    for sample in result.samples:
-        five = sample.connection.five_tuple
-        out.append(
-            ConnectionSample(
-                rank=sample.rank,
-                five_tuple=FiveTuple(
-                    five.src_ip, five.src_port, five.dst_ip, five.dst_port, five.protocol
-                ),
-                t=sample.t,
-                bytes=sample.bytes,
-            )
+    return [
+        ConnectionSample(
+            rank=sample.rank,
+            five_tuple=sample.connection.five_tuple,
+            t=sample.t,
+            bytes=sample.bytes,
         )
-    return out
+        for sample in result.samples
+    ]
 
 
 def record_test(
@@ -265,7 +253,7 @@ class Progress:
     """A tqdm bar over the experiment's steps, weighted by their expected seconds (so the
     ETA is meaningful when sizes grow by 4x a step); silent when disabled."""
 
-    def __init__(self, steps: Sequence[Step], rate: float, enabled: bool) -> None:
+    def __init__(self, steps: Sequence[ConfigurationStep], rate: float, enabled: bool) -> None:
         self.weights = {s.index: step_seconds(s, rate) for s in steps}
         self.bar: Any = None
         if enabled:
@@ -279,7 +267,7 @@ class Progress:
                 leave=False,
             )
 
-    def step(self, step: Step) -> None:
+    def step(self, step: ConfigurationStep) -> None:
         if self.bar is not None:
             size = format_size(step.size)
             self.bar.set_description_str(
@@ -287,7 +275,7 @@ class Progress:
                 f"[{step.index + 1}/{len(self.weights)}]"
             )
 
-    def done(self, step: Step) -> None:
+    def done(self, step: ConfigurationStep) -> None:
         if self.bar is not None:
             self.bar.update(round(self.weights[step.index], 1))
 
@@ -303,7 +291,9 @@ class Progress:
             self.bar = None
 
 
-def step_seconds(step: Step, rate: float, efficiency: float = 0.6, overhead: float = 0.05) -> float:
+def step_seconds(
+    step: ConfigurationStep, rate: float, efficiency: float = 0.6, overhead: float = 0.05
+) -> float:
     """A rough time of one operation of ``step`` at ``efficiency`` of the per-GPU rate
     (bytes/s); every step runs the same number of operations, so it is a fair weight."""
     traffic = step.size * bus_factor(step.collective.op, step.ranks)

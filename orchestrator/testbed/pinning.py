@@ -39,7 +39,7 @@ from controllers.pinning import PortLayout, read_paths
 from orchestrator.collectives.ceilings import layout_of
 from orchestrator.collectives.plans import COLLECTIVES, default_registry, element_count
 from orchestrator.emulation.executor import CommandExecutor
-from orchestrator.worker.launcher import WorkerSpec
+from orchestrator.worker.spec import WorkerSpec
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 

@@ -50,12 +50,11 @@ from orchestrator.emulation.network import REPO, Emulation, Log
 from orchestrator.results import PortCounter
 from orchestrator.testbed.pinning import PATHS_FILE, Pinning, source_ports
 from orchestrator.testbed.telemetry import read_telemetry
-from orchestrator.worker.launcher import (
+from orchestrator.worker.launcher import Launcher, WorkerProcess
+from orchestrator.worker.outcome import RunResult
+from orchestrator.worker.spec import (
     CollectiveTest,
-    Launcher,
     LaunchOptions,
-    RunResult,
-    WorkerProcess,
     WorkerSpec,
     workers_from_description,
 )

@@ -73,7 +73,7 @@ class FlowResult:
 
 
 @dataclass(frozen=True)
-class LinkLoad:
+class LinkDirectionLoad:
     """What one shaped link direction carried: the egress qdisc of ``intf`` at ``sender``."""
 
     intf: str
@@ -95,7 +95,7 @@ class TrafficResult:
 
     window_s: float
     flows: list[FlowResult]
-    links: list[LinkLoad] = field(default_factory=list)
+    links: list[LinkDirectionLoad] = field(default_factory=list)
     cpu_busy: float = 0.0  # share of all CPUs busy (1.0 = all), everything on the machine
     vswitchd_cores: float = 0.0  # CPU ovs-vswitchd used, in cores
     loadavg: tuple[float, float, float] = (0.0, 0.0, 0.0)  # at the end of the window
@@ -112,7 +112,7 @@ class TrafficResult:
     def retransmits(self) -> int:
         return sum(f.retransmits for f in self.flows)
 
-    def busiest(self, kinds: Sequence[str] | None = None) -> LinkLoad | None:
+    def busiest(self, kinds: Sequence[str] | None = None) -> LinkDirectionLoad | None:
         """The link (of ``kinds``, default any) with the highest utilization."""
         chosen = [link for link in self.links if kinds is None or link.kind in kinds]
         return max(chosen, key=lambda link: link.utilization, default=None)
@@ -400,7 +400,7 @@ def run_flows(
                 _stop(process)
     span = max(1e-6, _span(r0, r1))
     links = [
-        LinkLoad(
+        LinkDirectionLoad(
             w.intf,
             w.sender,
             w.receiver,

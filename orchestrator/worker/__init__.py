@@ -11,6 +11,9 @@ its wire protocol, numpy and the standard library; never Mininet, os-ken or matp
       host.popen in Mininet), rendezvous,       transport    TCP connections, byte counters,
       peer table, barriers, timings,                         the 10 ms sampler
       failure detection, nccl-tests rows        executor     runs a plan over the connections
+    spec     what a launch is given
+    outcome  what it returns (RunResult,
+             Failure: plain data)
 
 The plans themselves (collective algorithms as pure data) live in
 ``orchestrator.collectives.plans``, shared with the orchestrator's side.

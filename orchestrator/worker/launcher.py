@@ -13,6 +13,10 @@ nccl-tests rows. Usage::
     print(result.table())
     result.raise_for_failure()
 
+What a launch is given (the ranks, the tests, the options) is plain data in
+:mod:`orchestrator.worker.spec`; what it returns (timings, samples, the failure) in
+:mod:`orchestrator.worker.outcome`. This module is the process machinery between them.
+
 Failure detection (each within seconds, reported by rank and host, ending the run):
 
 - a worker process exits (``poll()`` every 50 ms);
@@ -26,11 +30,6 @@ Evidence is gathered for a short settling time before blaming, so a dead rank is
 rather than the peers that saw its connections close. Then every worker is told to abort
 and any still running after ``exit_timeout`` is killed; only processes this launcher
 spawned are touched.
-
-Timing follows nccl-tests' default (``-a 1``), as everywhere astral prints numbers
-(orchestrator.collectives.nccl.TIME_DEFINITION): an iteration's time is the mean over ranks, a
-size's time the mean of that over timed iterations (= the mean over ranks of each rank's
-mean when every rank reports every iteration, as orchestrator.results.summary computes it).
 """
 
 from __future__ import annotations
@@ -42,84 +41,50 @@ import selectors
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import fmean
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, Protocol
 
-from orchestrator.collectives.nccl import NcclRow, algbw_gbps, format_table
 from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
     Layout,
     PlanError,
     default_registry,
     element_count,
-    table_count,
 )
 from orchestrator.worker import protocol
-from orchestrator.worker.buffers import TYPE_NAME
+from orchestrator.worker.outcome import (
+    BLAME_ORDER,
+    ERROR,
+    EXITED,
+    HUNG,
+    STALLED,
+    TIMEOUT,
+    UNRESPONSIVE,
+    CollectiveResult,
+    ConnectionInfo,
+    Failure,
+    IterationResult,
+    PhaseRecord,
+    Problem,
+    RankIteration,
+    RunResult,
+    ThroughputSample,
+)
 from orchestrator.worker.protocol import LineBuffer, Message, ProtocolError
-from orchestrator.worker.transport import FiveTuple
+from orchestrator.worker.spec import CollectiveTest, LaunchOptions, WorkerSpec
 from topologies.errors import EmulationError, ExperimentError
-
-if TYPE_CHECKING:
-    from topologies.description import FabricDescription
+from topologies.fivetuple import FiveTuple
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SOCKET_NAME = "workers.sock"
 _UNIX_PATH_MAX = 107
 
 
-# --- what the caller gives --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """One rank: where it runs and its addresses. ``local_rank`` is its rail."""
-
-    rank: int
-    host: str
-    server: str
-    local_rank: int
-    fabric_ip: str
-    nvlink_ip: str
-
-
-@dataclass(frozen=True)
-class CollectiveTest:
-    """One row of an nccl-tests table: a collective, its algorithm and a size in bytes."""
-
-    collective: str
-    algorithm: str
-    size: int
-
-    @property
-    def label(self) -> str:
-        return f"{self.collective}/{self.algorithm} {self.size} B"
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    warmup: int = 1
-    iterations: int = 5
-    channels: int = 1  # connections per ordered peer pair
-    verify: bool = True
-    socket_buffer: int = 0  # SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
-    # (src rank, dst rank, channel) -> source port of that connection (path pinning)
-    source_ports: Mapping[tuple[int, int, int], int] = field(default_factory=dict)
-    heartbeat_interval: float = 0.2
-    heartbeat_timeout: float = 3.0
-    step_deadline: float = 30.0
-    setup_timeout: float = 30.0  # start-up to hello, and connection set-up
-    settle_time: float = 0.5  # evidence gathering before blaming a rank
-    exit_timeout: float = 3.0
-    sample_interval: float = 0.01
-    python: str = sys.executable
-    worker_args: tuple[str, ...] = ()  # extra argv for every worker (fault injection)
+# --- spawning workers -------------------------------------------------------------------------
 
 
 class WorkerProcess(Protocol):
@@ -146,47 +111,6 @@ def local_spawn(worker: WorkerSpec, argv: list[str], log: IO[bytes]) -> WorkerPr
     )
 
 
-def loopback_workers(ranks: int, gpus_per_server: int = 1) -> list[WorkerSpec]:
-    """Ranks on loopback addresses: fabric 127.0.1.(r+1), NVLink 127.0.2.(r+1); rank r on
-    server r // gpus_per_server with local rank (rail) r % gpus_per_server."""
-    if not 1 <= ranks <= 254:
-        raise ValueError("loopback_workers: 1 to 254 ranks")
-    return [
-        WorkerSpec(
-            rank=r,
-            host=f"lo{r}",
-            server=f"s{r // gpus_per_server}",
-            local_rank=r % gpus_per_server,
-            fabric_ip=f"127.0.1.{r + 1}",
-            nvlink_ip=f"127.0.2.{r + 1}",
-        )
-        for r in range(ranks)
-    ]
-
-
-def workers_from_description(
-    description: FabricDescription, gpus: Sequence[str] | None = None
-) -> list[WorkerSpec]:
-    """Rank i plays ``gpus[i]`` (default: every GPU in rank order), at the addresses of the
-    fabric description's plan (fabric address, NVLink address)."""
-    fabric = description.fabric
-    names = list(gpus) if gpus is not None else [g.name for g in fabric.gpus_by_rank()]
-    workers = []
-    for rank, name in enumerate(names):
-        gpu, addresses = fabric.gpus[name], description.addresses[name]
-        workers.append(
-            WorkerSpec(
-                rank=rank,
-                host=name,
-                server=gpu.server,
-                local_rank=gpu.local_rank,
-                fabric_ip=addresses.fabric_ip,
-                nvlink_ip=addresses.nvlink.ip,
-            )
-        )
-    return workers
-
-
 def worker_argv(worker: WorkerSpec, socket_path: str, options: LaunchOptions) -> list[str]:
     return [
         options.python,
@@ -204,182 +128,6 @@ def worker_argv(worker: WorkerSpec, socket_path: str, options: LaunchOptions) ->
         worker.nvlink_ip,
         *options.worker_args,
     ]
-
-
-# --- what the caller gets ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConnectionInfo:
-    """One connection: data flows src -> dst on ``channel`` over ``link``."""
-
-    src: int
-    dst: int
-    channel: int
-    link: str
-    five_tuple: FiveTuple
-
-
-@dataclass(frozen=True)
-class ThroughputSample:
-    """Bytes ``connection`` carried in (that side's previous sample's t, t], epoch seconds,
-    as the ``rank`` end's kernel counts them (acknowledged if it sends, else received)."""
-
-    rank: int
-    connection: ConnectionInfo
-    t: float
-    bytes: int
-
-
-@dataclass(frozen=True)
-class PhaseRecord:
-    phase: str
-    step: int
-    start: float  # epoch seconds
-    end: float
-
-
-@dataclass(frozen=True)
-class RankIteration:
-    """One operation as one rank saw it."""
-
-    rank: int
-    start: float  # epoch seconds
-    time_us: float
-    wrong: int  # -1: not checked
-    sent: int  # bytes this rank sent in the operation
-    received: int
-    phases: tuple[PhaseRecord, ...]
-    traffic: tuple[tuple[ConnectionInfo, int, int], ...]  # (connection, sent, received)
-
-
-def phase_spans(phases: Sequence[PhaseRecord]) -> list[PhaseRecord]:
-    """Consecutive steps of the same phase merged into one span (step: the first one's)."""
-    spans: list[PhaseRecord] = []
-    for p in phases:
-        if spans and spans[-1].phase == p.phase:
-            last = spans[-1]
-            spans[-1] = PhaseRecord(last.phase, last.step, last.start, p.end)
-        else:
-            spans.append(p)
-    return spans
-
-
-@dataclass
-class IterationResult:
-    iteration: int
-    warmup: bool
-    ranks: dict[int, RankIteration] = field(default_factory=dict)
-
-    @property
-    def time_us(self) -> float:
-        """The mean over ranks (nccl-tests ``-a 1``)."""
-        return fmean(r.time_us for r in self.ranks.values())
-
-    @property
-    def wrong(self) -> int:
-        return sum(max(r.wrong, 0) for r in self.ranks.values())
-
-
-@dataclass
-class CollectiveResult:
-    test: CollectiveTest
-    ranks: int
-    count: int  # elements of the full buffer
-    expected_sent: dict[int, int]  # rank -> bytes its plan sends per operation
-    iterations: list[IterationResult] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        """The size the operation really moves (nccl-tests' size column)."""
-        return self.count * ELEMENT_BYTES
-
-    def timed(self) -> list[IterationResult]:
-        return [i for i in self.iterations if not i.warmup]
-
-    @property
-    def time_us(self) -> float:
-        timed = self.timed()
-        return fmean(i.time_us for i in timed) if timed else float("nan")
-
-    @property
-    def wrong(self) -> int:
-        """Wrong elements summed over ranks, in the worst iteration (warm-up included)."""
-        return max((i.wrong for i in self.iterations), default=0)
-
-    def row(self) -> NcclRow:
-        collective, n = self.test.collective, self.ranks
-        count = table_count(collective, self.count, n)
-        if collective == "p2p":  # not an nccl-tests operation: busbw = algbw
-            algbw = algbw_gbps(self.size, self.time_us)
-            return NcclRow(
-                self.size, count, TYPE_NAME, "none", -1, self.time_us, algbw, algbw, self.wrong
-            )
-        return NcclRow.of(
-            collective,
-            size=self.size,
-            count=count,
-            dtype=TYPE_NAME,
-            ranks=n,
-            time_us=self.time_us,
-            wrong=self.wrong,
-        )
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What went wrong with one rank. ``kind``: exited, unresponsive, hung, stalled,
-    error, timeout."""
-
-    rank: int
-    host: str
-    kind: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"rank {self.rank} ({self.host}) {self.detail}"
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why a run ended early: the ranks to blame first, then what the others reported."""
-
-    stage: str
-    culprits: tuple[Problem, ...]
-    others: tuple[Problem, ...] = ()
-
-    @property
-    def ranks(self) -> list[int]:
-        return sorted({p.rank for p in self.culprits})
-
-    @property
-    def kind(self) -> str:
-        return self.culprits[0].kind if self.culprits else "unknown"
-
-    def __str__(self) -> str:
-        text = f"workers failed during {self.stage}: " + "; ".join(map(str, self.culprits))
-        if self.others:
-            text += " (also: " + "; ".join(map(str, self.others[:4]))
-            text += f"; {len(self.others) - 4} more)" if len(self.others) > 4 else ")"
-        return text
-
-
-@dataclass
-class RunResult:
-    tests: list[CollectiveResult] = field(default_factory=list)
-    connections: list[ConnectionInfo] = field(default_factory=list)
-    samples: list[ThroughputSample] = field(default_factory=list)
-    failure: Failure | None = None
-
-    def rows(self) -> list[NcclRow]:
-        return [t.row() for t in self.tests if t.timed()]
-
-    def table(self, title: Sequence[str] = ()) -> str:
-        return format_table(self.rows(), title=title)
-
-    def raise_for_failure(self) -> None:
-        if self.failure is not None:
-            raise EmulationError(str(self.failure))
 
 
 # --- the launcher -----------------------------------------------------------------------------
@@ -669,7 +417,7 @@ class Launcher:
             message = rank.done
             assert message is not None
             if (message["test"], message["iteration"]) != (test_id, iteration):
-                problem = Problem(r, rank.spec.host, "error", "answered the wrong operation")
+                problem = Problem(r, rank.spec.host, ERROR, "answered the wrong operation")
                 raise _Abort(Failure(stage, (problem,)))
             traffic = tuple(
                 (rank.connections[index], sent, received)
@@ -745,7 +493,7 @@ class Launcher:
                     raise _Abort(failure)
             if deadline is not None and time.monotonic() > deadline:
                 culprits = tuple(
-                    Problem(r.spec.rank, r.spec.host, "timeout", f"sent no {what} in {timeout} s")
+                    Problem(r.spec.rank, r.spec.host, TIMEOUT, f"sent no {what} in {timeout} s")
                     for r in missing
                 )
                 raise _Abort(Failure(stage, culprits))
@@ -827,19 +575,19 @@ class Launcher:
             host = rank.spec.host
             status = rank.process.poll()
             if status is not None and not rank.bye:
-                problems.append(Problem(r, host, "exited", self._exit_detail(rank, status)))
+                problems.append(Problem(r, host, EXITED, self._exit_detail(rank, status)))
                 continue
             if rank.closed_at is not None and not rank.bye and now - rank.closed_at > 1.0:
-                problems.append(Problem(r, host, "exited", "closed its control connection"))
+                problems.append(Problem(r, host, EXITED, "closed its control connection"))
                 continue
             if rank.failed is not None:
-                problems.append(Problem(r, host, "error", f"reported: {rank.failed['error']}"))
+                problems.append(Problem(r, host, ERROR, f"reported: {rank.failed['error']}"))
             if setup_phase or rank.bye:
                 continue
             silent = now - max(rank.heartbeat_at, rank.seen_at)
             if silent > o.heartbeat_timeout:
                 problems.append(
-                    Problem(r, host, "unresponsive", f"sent no heartbeat for {silent:.1f} s")
+                    Problem(r, host, UNRESPONSIVE, f"sent no heartbeat for {silent:.1f} s")
                 )
         if self._awaiting_done:
             problems += self._stalls(now)
@@ -867,7 +615,7 @@ class Launcher:
         while time.monotonic() < deadline:
             self._pump(0.05)
         problems = self._problems(setup_phase=self._setup_sent_at is None)
-        for kind in ("exited", "unresponsive", "hung", "stalled", "error"):
+        for kind in BLAME_ORDER:
             culprits = tuple(p for p in problems if p.kind == kind)
             if culprits:
                 others = tuple(p for p in problems if p.kind != kind)
@@ -916,7 +664,7 @@ def diagnose_stalls(
         Problem(
             r,
             hosts.get(r, "?"),
-            "hung",
+            HUNG,
             f"made no progress for {elapsed:.1f} s in iteration {beat['iteration']} "
             f"({beat['phase']}, step {beat['step']})",
         )
@@ -929,7 +677,7 @@ def diagnose_stalls(
         Problem(
             r,
             hosts.get(r, "?"),
-            "stalled",
+            STALLED,
             f"waited {elapsed:.1f} s for rank(s) {', '.join(map(str, waiting))} in "
             f"iteration {beat['iteration']} ({beat['phase']}, step {beat['step']})",
         )

@@ -70,15 +70,6 @@ class ConnectionKey:
 
 
 @dataclass(frozen=True)
-class FiveTuple:
-    src_ip: str
-    src_port: int
-    dst_ip: str
-    dst_port: int
-    protocol: str = "tcp"
-
-
-@dataclass(frozen=True)
 class Endpoint:
     ip: str
     port: int
@@ -150,7 +141,9 @@ class Connection:
         self.index = index  # position in the rank's connection list (samples refer to it)
         local, remote = sock.getsockname(), sock.getpeername()
         src, dst = (local, remote) if outgoing else (remote, local)
-        self.five_tuple = FiveTuple(src[0], src[1], dst[0], dst[1])
+        # the ends of its five-tuple (the orchestrator's launcher builds the FiveTuple from
+        # them: this process imports nothing of topologies/)
+        self.src_address, self.dst_address = Endpoint(src[0], src[1]), Endpoint(dst[0], dst[1])
         self.sent = 0  # application bytes, owned by the serving thread
         self.received = 0
         self.submitted = 0  # jobs handed over (caller's thread) and finished (serving thread)
@@ -249,11 +242,11 @@ class Connection:
             self.received += n
 
     def _describe(self) -> str:
-        t = self.five_tuple
+        src, dst = self.src_address, self.dst_address
         way = "to" if self.outgoing else "from"
         return (
-            f"connection {way} rank {self.peer} ({t.src_ip}:{t.src_port} -> "
-            f"{t.dst_ip}:{t.dst_port}, {self.link}, channel {self.key.channel})"
+            f"connection {way} rank {self.peer} ({src.ip}:{src.port} -> "
+            f"{dst.ip}:{dst.port}, {self.link}, channel {self.key.channel})"
         )
 
 

@@ -264,10 +264,10 @@ class Worker:
                 "link": c.link,
                 "outgoing": c.outgoing,
                 "five_tuple": [
-                    c.five_tuple.src_ip,
-                    c.five_tuple.src_port,
-                    c.five_tuple.dst_ip,
-                    c.five_tuple.dst_port,
+                    c.src_address.ip,
+                    c.src_address.port,
+                    c.dst_address.ip,
+                    c.dst_address.port,
                 ],
             }
             for c in self.pool.order

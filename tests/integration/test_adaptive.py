@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from controllers.counters import FiveTuple
 from controllers.policies.adaptive import AdaptivePolicy, placement_index
 from orchestrator.emulation.network import Emulation
 from orchestrator.testbed.telemetry import read_telemetry
 from tests.integration.test_telemetry import start_emulation
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP
+from topologies.fivetuple import FiveTuple
 from topologies.model import LinkKind
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ def test_adaptive_connects_every_pair_over_tcp(emulation: Emulation) -> None:
     assert emulation.controller is not None
     time.sleep(1.0)
     tel = read_telemetry(emulation.controller.telemetry_path)
-    placed = {(r.flow.src, r.flow.dst) for r in tel.routes if r.event == "placed"}
+    placed = {(r.flow.src_ip, r.flow.dst_ip) for r in tel.routes if r.event == "placed"}
     pod = {desc.addresses[g].fabric_ip: desc.fabric.gpus[g].pod for g in gpus}
     cross = {(a, b) for a in pod for b in pod if pod[a] != pod[b]}
     assert cross <= placed, sorted(cross - placed)[:5]
@@ -142,7 +142,7 @@ def test_two_flows_on_one_uplink_are_split_by_the_counters(emulation: Emulation)
 
     def uplink(i: int, cport: int, sport: int) -> int:
         paths = policy.paths(tor, destinations[i])
-        flow = FiveTuple("tcp", src_ips[i], cport, dst_ips[i], sport)
+        flow = FiveTuple(src_ips[i], cport, dst_ips[i], sport, "tcp")
         return paths[placement_index(flow, len(paths))].hops[0][1]
 
     ports = [5301, 5302]
@@ -208,7 +208,9 @@ def test_two_flows_on_one_uplink_are_split_by_the_counters(emulation: Emulation)
     time.sleep(1.0)
     tel = read_telemetry(controller.telemetry_path)
     mine = {(src_ips[i], cports[i]) for i in range(2)}
-    moves = [r for r in tel.routes if r.event == "moved" and (r.flow.src, r.flow.sport) in mine]
+    moves = [
+        r for r in tel.routes if r.event == "moved" and (r.flow.src_ip, r.flow.src_port) in mine
+    ]
     assert len(moves) == 1, moves
     print(
         f"\nadaptive: moved {moves[0].t - began_wall:.1f} s after the start ({moves[0].detail});"

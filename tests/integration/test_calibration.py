@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.calibration import measure as cal
+from orchestrator.calibration import capacity as cal
+from orchestrator.calibration import measure
 from orchestrator.cli import main as cli_main
 from topologies.units import TCP_PAYLOAD_SHARE
 
@@ -50,7 +51,7 @@ def test_quick_calibration_writes_a_sane_file(
     assert loaded.fabric["name"] == "astral-small"
 
     # the quick plan's steps (it stops early only below the threshold)
-    planned = [(n, f) for n, f in cal.QUICK_PLAN.steps]
+    planned = [(n, f) for n, f in measure.QUICK_PLAN.steps]
     assert 1 <= len(loaded.steps) <= len(planned)
     nic = loaded.fabric["nic_rate_bps"]
     for step, (flows, factor) in zip(loaded.steps, planned, strict=False):

@@ -8,7 +8,7 @@ from pathlib import Path as FilePath
 
 import pytest
 
-from controllers.counters import FiveTuple, FlowRate, LinkLoad, PortRate, match_of
+from controllers.counters import FlowRate, LinkLoad, PortRate, match_of
 from controllers.plan import Output, Packet
 from controllers.policies.adaptive import (
     CATCH_PRIORITY,
@@ -26,6 +26,7 @@ from controllers.policies.adaptive import (
 from controllers.routing import programmable_switches
 from controllers.tracer import follow
 from topologies.description import FabricDescription
+from topologies.fivetuple import FiveTuple
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec
 
@@ -42,7 +43,7 @@ CAPACITY = {L1: CAP, L2: CAP, ("a1", 3): CAP, ("a2", 3): CAP}
 
 
 def flow(n: int) -> FiveTuple:
-    return FiveTuple("tcp", "10.0.0.1", 40000 + n, "10.1.0.1", 5201)
+    return FiveTuple("10.0.0.1", 40000 + n, "10.1.0.1", 5201, "tcp")
 
 
 def tracked(n: int, path: Path, rate: float, moved_at: float | None = None) -> TrackedFlow:
@@ -141,7 +142,7 @@ def simulate(
         ]
         streaks = update_streaks(streaks, util, params.hot)
         for move in choose_moves(flows, util, CAPACITY, streaks, both, params, now):
-            n = move.flow.sport - 40000
+            n = move.flow.src_port - 40000
             paths[n], moved_at[n] = move.new, now
             for hop in (*move.old.hops, *move.new.hops):
                 streaks[hop] = 0
@@ -210,8 +211,8 @@ def load_with(
     }
     flow_rates = {}
     for (switch, f), bps in flows.items():
-        fields = {"eth_type": 2048, "ip_proto": 6, "ipv4_src": f.src, "ipv4_dst": f.dst}
-        match = match_of([*fields.items(), ("tcp_src", f.sport), ("tcp_dst", f.dport)])
+        fields = {"eth_type": 2048, "ip_proto": 6, "ipv4_src": f.src_ip, "ipv4_dst": f.dst_ip}
+        match = match_of([*fields.items(), ("tcp_src", f.src_port), ("tcp_dst", f.dst_port)])
         flow_rates[(switch, 0, FLOW_PRIORITY, match)] = FlowRate(
             switch, 0, FLOW_PRIORITY, match, 1, int(bps / 16), bps, 0.5
         )
@@ -244,16 +245,16 @@ def test_policy_catches_tcp_places_connections_and_moves_one_off_a_hot_uplink(
     other_dst = description.addresses["p1s1g0"].fabric_ip
     paths = policy.paths(tor, "p1s0g0")
     assert len(paths) == 8  # 2 aggs x 2 cores x 2 ToRs of the destination
-    first = FiveTuple("tcp", src, 40001, dst, 5201)
+    first = FiveTuple(src, 40001, dst, 5201, "tcp")
     uplink = paths[placement_index(first, 8)].hops[0]
     others = policy.paths(tor, "p1s1g0")
     sport = next(
         p
         for p in range(40000, 41000)
-        if others[placement_index(FiveTuple("tcp", other_src, p, other_dst, 5201), 8)].hops[0]
+        if others[placement_index(FiveTuple(other_src, p, other_dst, 5201, "tcp"), 8)].hops[0]
         == uplink
     )
-    second = FiveTuple("tcp", other_src, sport, other_dst, 5201)
+    second = FiveTuple(other_src, sport, other_dst, 5201, "tcp")
     routes = policy.on_packet_in(tor, port, Packet.tcp(src, dst, 40001, 5201), now=0.0)
     routes += policy.on_packet_in(
         tor, nic(description, "p0s1g0", 1)[1], Packet.tcp(other_src, other_dst, sport, 5201), 0.0

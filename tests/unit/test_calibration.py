@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.calibration import measure as cal
+from orchestrator.calibration import capacity as cal
+from orchestrator.calibration import measure
 from orchestrator.cli import main as cli_main
 from orchestrator.run.experiment import load_experiment
 from orchestrator.run.loadguard import load_guard
@@ -26,10 +27,10 @@ SMALL = load_fabric_spec(PRESETS / "astral-small.yaml")
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 
 
-def step(flows: int, factor: float, ratio: float, hops: float = 5.0) -> cal.Step:
+def step(flows: int, factor: float, ratio: float, hops: float = 5.0) -> cal.LoadStep:
     rate = 20e6 * factor
     offered = flows * rate
-    return cal.Step(
+    return cal.LoadStep(
         flows=flows,
         rate_bps=rate,
         hops=hops,
@@ -220,20 +221,20 @@ def test_step_ratios_come_from_the_measured_goodputs() -> None:
     result = TrafficResult(
         window_s=4.0, flows=[FlowResult(flows[0], 18e6, 3), FlowResult(flows[1], 16e6, 1)]
     )
-    made = cal.step_of(result, flows, 20e6, {flows[0]: 5, flows[1]: 3})
+    made = measure.step_of(result, flows, 20e6, {flows[0]: 5, flows[1]: 3})
     assert made.achieved_bps == 34e6
     assert made.ratio == pytest.approx(34e6 / (40e6 * TCP_PAYLOAD_SHARE))
     assert made.offered_hop_bps == 20e6 * 5 + 20e6 * 3 and made.hops == 4
     assert made.retransmits == 4 and made.jain == pytest.approx(34**2 / (2 * (18**2 + 16**2)))
-    merged = cal.merge_steps(made, replace(made, ratio=0.5, achieved_bps=10e6))
+    merged = measure.merge_steps(made, replace(made, ratio=0.5, achieved_bps=10e6))
     assert merged.runs == 2 and merged.ratio == pytest.approx((made.ratio + 0.5) / 2)
 
 
 def test_calibration_fabric_and_flows() -> None:
-    spec = cal.calibration_fabric(SMALL)
+    spec = measure.calibration_fabric(SMALL)
     assert spec.speeds.tor_agg == spec.speeds.agg_core == 4 * SMALL.speeds.nic
     fabric = build_fabric(spec)
-    flows = cal.calibration_flows(fabric)
+    flows = measure.calibration_flows(fabric)
     assert len(flows) == 8
     assert sorted(f.src for f in flows) == sorted(fabric.gpus)  # one sending flow per GPU
     assert sorted(f.dst for f in flows) == sorted(fabric.gpus)  # one receiving flow per GPU
@@ -300,7 +301,7 @@ def test_rate_commands_keep_the_htb_root() -> None:
     from orchestrator.emulation.shaping import shaping_commands
 
     commands = shaping_commands("p0r0t0-eth3", 40e6)
-    kept = cal.rate_commands(commands)
+    kept = measure.rate_commands(commands)
     assert kept == commands[1:]
     assert [argv[1] for argv in kept] == ["class", "qdisc"]
     assert all("root" not in argv for argv in kept)

@@ -27,7 +27,6 @@ from orchestrator.cli import main
 from orchestrator.collectives.nccl import bus_factor, count_column
 from orchestrator.results import (
     ConnectionSample,
-    FiveTuple,
     IterationRecord,
     Phase,
     PortCounter,
@@ -41,6 +40,7 @@ from orchestrator.results.store import DATABASE, FABRIC
 from orchestrator.results.summary import operation_time_us
 from topologies.description import FabricDescription
 from topologies.errors import ResultsError
+from topologies.fivetuple import FiveTuple
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec
 

@@ -25,13 +25,14 @@ from typing import Any
 import pytest
 
 from controllers.pinning import PinnedPaths, paths_document
-from orchestrator.calibration.measure import Calibration
+from orchestrator.calibration.capacity import Calibration
 from orchestrator.collectives.ceilings import default_channels, fabric_share
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import Runner, RunOptions, step_seconds
 from orchestrator.testbed.pinning import assign, candidates, fabric_flows
-from orchestrator.worker.launcher import Launcher, LaunchOptions, loopback_workers
+from orchestrator.worker.launcher import Launcher
+from orchestrator.worker.spec import LaunchOptions, loopback_workers
 from topologies.description import FabricDescription
 from topologies.errors import ExperimentError
 from topologies.generators import build_fabric

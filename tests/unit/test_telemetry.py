@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from controllers.counters import (
-    FiveTuple,
     FlowRoute,
     FlowSample,
     GroupSample,
@@ -39,6 +38,7 @@ from orchestrator.testbed.telemetry import (
     telemetry_files,
 )
 from topologies.description import FabricDescription
+from topologies.fivetuple import FiveTuple
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec
 
@@ -189,7 +189,7 @@ def test_log_rotation_bounds_the_files_and_the_reader_joins_them(tmp_path: Path)
         200.0,
         "adaptive",
         "moved",
-        FiveTuple("tcp", "10.1.0.1", 40000, "10.1.1.1", 5201),
+        FiveTuple("10.1.0.1", 40000, "10.1.1.1", 5201, "tcp"),
         ("p0r0t0", "p0r0a1"),
         ("p0r0t0", "p0r0a0"),
         {"hot": "p0r0t0:3"},

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.testbed.traffic import (
     Flow,
     FlowResult,
-    LinkLoad,
+    LinkDirectionLoad,
     TrafficResult,
     chain,
     iperf_report,
@@ -88,9 +88,9 @@ def test_chain_orders_links_into_a_path() -> None:
 def test_result_summaries() -> None:
     flows = [Flow("g0", "g1"), Flow("g2", "g1")]
     links = [
-        LinkLoad("g0-eth1", "g0", "t0", "nic", 20e6, 19e6),
-        LinkLoad("t0-eth3", "t0", "g1", "nic", 20e6, 19.9e6, drops=4),
-        LinkLoad("t0-eth1", "t0", "g0", "nic", 20e6, 0.3e6),  # ACKs
+        LinkDirectionLoad("g0-eth1", "g0", "t0", "nic", 20e6, 19e6),
+        LinkDirectionLoad("t0-eth3", "t0", "g1", "nic", 20e6, 19.9e6, drops=4),
+        LinkDirectionLoad("t0-eth1", "t0", "g0", "nic", 20e6, 0.3e6),  # ACKs
     ]
     result = TrafficResult(
         window_s=5,

@@ -24,16 +24,18 @@ import pytest
 
 from orchestrator.collectives.nccl import format_row, format_table
 from orchestrator.collectives.plans import ELEMENT_BYTES, default_registry
-from orchestrator.worker.launcher import (
+from orchestrator.worker.launcher import Launcher
+from orchestrator.worker.outcome import (
     CollectiveResult,
-    CollectiveTest,
     IterationResult,
-    Launcher,
-    LaunchOptions,
     RankIteration,
     RunResult,
-    loopback_workers,
     phase_spans,
+)
+from orchestrator.worker.spec import (
+    CollectiveTest,
+    LaunchOptions,
+    loopback_workers,
     workers_from_description,
 )
 from topologies.description import FabricDescription
@@ -335,7 +337,8 @@ def test_nccl_row_averages_over_ranks_and_counts_the_worst_iteration() -> None:
 def test_workers_exit_when_their_launcher_dies(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from orchestrator.worker.launcher import *\n"
+        "from orchestrator.worker.launcher import Launcher\n"
+        "from orchestrator.worker.spec import CollectiveTest, LaunchOptions, loopback_workers\n"
         "options = LaunchOptions(iterations=10**6)\n"
         f"launcher = Launcher(loopback_workers(2), options=options, run_dir={str(tmp_path)!r})\n"
         "launcher.start()\n"

@@ -1,0 +1,105 @@
+"""What a launch is given: the ranks (where each runs, its addresses), the tests, the options.
+
+Plain data, apart from :class:`~orchestrator.worker.launcher.Launcher` that acts on it, so
+that a caller can describe a run (from a fabric description or on loopback) without the
+process machinery.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from topologies.description import FabricDescription
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One rank: where it runs and its addresses. ``local_rank`` is its rail."""
+
+    rank: int
+    host: str
+    server: str
+    local_rank: int
+    fabric_ip: str
+    nvlink_ip: str
+
+
+@dataclass(frozen=True)
+class CollectiveTest:
+    """One row of an nccl-tests table: a collective, its algorithm and a size in bytes."""
+
+    collective: str
+    algorithm: str
+    size: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.collective}/{self.algorithm} {self.size} B"
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How the ranks run: iterations, connections, socket buffers, pinned source ports,
+    and the timings of the launcher's failure detection."""
+
+    warmup: int = 1
+    iterations: int = 5
+    channels: int = 1  # connections per ordered peer pair
+    verify: bool = True
+    socket_buffer: int = 0  # SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
+    # (src rank, dst rank, channel) -> source port of that connection (path pinning)
+    source_ports: Mapping[tuple[int, int, int], int] = field(default_factory=dict)
+    heartbeat_interval: float = 0.2
+    heartbeat_timeout: float = 3.0
+    step_deadline: float = 30.0
+    setup_timeout: float = 30.0  # start-up to hello, and connection set-up
+    settle_time: float = 0.5  # evidence gathering before blaming a rank
+    exit_timeout: float = 3.0
+    sample_interval: float = 0.01
+    python: str = sys.executable
+    worker_args: tuple[str, ...] = ()  # extra argv for every worker (fault injection)
+
+
+def loopback_workers(ranks: int, gpus_per_server: int = 1) -> list[WorkerSpec]:
+    """Ranks on loopback addresses: fabric 127.0.1.(r+1), NVLink 127.0.2.(r+1); rank r on
+    server r // gpus_per_server with local rank (rail) r % gpus_per_server."""
+    if not 1 <= ranks <= 254:
+        raise ValueError("loopback_workers: 1 to 254 ranks")
+    return [
+        WorkerSpec(
+            rank=r,
+            host=f"lo{r}",
+            server=f"s{r // gpus_per_server}",
+            local_rank=r % gpus_per_server,
+            fabric_ip=f"127.0.1.{r + 1}",
+            nvlink_ip=f"127.0.2.{r + 1}",
+        )
+        for r in range(ranks)
+    ]
+
+
+def workers_from_description(
+    description: FabricDescription, gpus: Sequence[str] | None = None
+) -> list[WorkerSpec]:
+    """Rank i plays ``gpus[i]`` (default: every GPU in rank order), at the addresses of the
+    fabric description's plan (fabric address, NVLink address)."""
+    fabric = description.fabric
+    names = list(gpus) if gpus is not None else [g.name for g in fabric.gpus_by_rank()]
+    workers = []
+    for rank, name in enumerate(names):
+        gpu, addresses = fabric.gpus[name], description.addresses[name]
+        workers.append(
+            WorkerSpec(
+                rank=rank,
+                host=name,
+                server=gpu.server,
+                local_rank=gpu.local_rank,
+                fabric_ip=addresses.fabric_ip,
+                nvlink_ip=addresses.nvlink.ip,
+            )
+        )
+    return workers
