@@ -31,9 +31,7 @@ import numpy.typing as npt
 
 from orchestrator.collectives.plans import Plan, split
 
-DTYPE = np.uint32
-TYPE_NAME = "uint32"
-REDOP_NAME = "sum"
+DTYPE = np.uint32  # plans.ELEMENT_TYPE
 Array = npt.NDArray[np.uint32]
 
 _MASK = 0xFFFFFFFF

@@ -51,17 +51,17 @@ from pathlib import Path
 from statistics import fmean
 from typing import IO, TYPE_CHECKING, Protocol
 
-from orchestrator.collectives.nccl import NcclRow, algbw_gbps, format_table
+from orchestrator.collectives.nccl import NcclRow, format_table
+from orchestrator.collectives.operations import operation
 from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
+    ELEMENT_TYPE,
     Layout,
     PlanError,
     default_registry,
     element_count,
-    table_count,
 )
 from orchestrator.worker import protocol
-from orchestrator.worker.buffers import TYPE_NAME
 from orchestrator.worker.protocol import LineBuffer, Message, ProtocolError
 from orchestrator.worker.transport import FiveTuple
 from topologies.errors import EmulationError, ExperimentError
@@ -309,17 +309,11 @@ class CollectiveResult:
 
     def row(self) -> NcclRow:
         collective, n = self.test.collective, self.ranks
-        count = table_count(collective, self.count, n)
-        if collective == "p2p":  # not an nccl-tests operation: busbw = algbw
-            algbw = algbw_gbps(self.size, self.time_us)
-            return NcclRow(
-                self.size, count, TYPE_NAME, "none", -1, self.time_us, algbw, algbw, self.wrong
-            )
         return NcclRow.of(
             collective,
             size=self.size,
-            count=count,
-            dtype=TYPE_NAME,
+            count=operation(collective).table_count(self.count, n),
+            dtype=ELEMENT_TYPE,
             ranks=n,
             time_us=self.time_us,
             wrong=self.wrong,

@@ -9,7 +9,15 @@ import itertools
 import numpy as np
 import pytest
 
+from orchestrator.collectives.nccl import buffer_bytes, count_column
+from orchestrator.collectives.operations import (
+    OPERATIONS,
+    Operation,
+    UnknownOperation,
+    operation,
+)
 from orchestrator.collectives.plans import (
+    COLLECTIVES,
     ELEMENT_BYTES,
     Layout,
     Plan,
@@ -18,7 +26,6 @@ from orchestrator.collectives.plans import (
     default_registry,
     element_count,
     split,
-    table_count,
 )
 from orchestrator.worker.buffers import Buffers, Pattern, salt
 
@@ -211,8 +218,59 @@ def test_unknown_algorithm_names_the_known_ones() -> None:
 def test_per_rank_counts_round_down_like_nccl_tests() -> None:
     assert element_count("all-reduce", 1000, 3) == 250
     assert element_count("all-gather", 1000, 3) == 249
-    assert table_count("all-gather", 249, 3) == 83
-    assert table_count("all-reduce", 250, 3) == 250
+    assert operation("all-gather").table_count(249, 3) == 83
+    assert operation("all-reduce").table_count(250, 3) == 250
+
+
+def test_experiments_list_the_registered_nccl_tests_operations_default_first() -> None:
+    assert REGISTRY.collectives() == dict(COLLECTIVES)
+    assert dict(COLLECTIVES) == {
+        "all-reduce": ("ring", "hierarchical"),
+        "all-to-all": ("direct", "shifted", "pxn"),
+        "all-gather": ("ring",),
+        "reduce-scatter": ("ring",),
+    }
+    # p2p/direct is an algorithm (the iperf3 comparison), not something experiments list
+    assert "p2p/direct" in REGISTRY.names()
+
+
+class _RingBroadcast:
+    """A stand-in for a new algorithm: registering it is all an experiment needs."""
+
+    operation = OPERATIONS["broadcast"]
+    name = "ring"
+
+    def plan(self, layout: Layout, rank: int, count: int) -> Plan:
+        return Plan("broadcast", self.name, rank, count, (("data", count),))
+
+
+def test_a_registered_algorithm_is_listed_and_a_foreign_operation_refused() -> None:
+    registry = default_registry()
+    registry.register(_RingBroadcast())
+    assert registry.collectives()["broadcast"] == ("ring",)
+    assert element_count("broadcast", 1001, 3) == 250
+
+    class Elsewhere(_RingBroadcast):
+        operation = Operation("broadcast", lambda n: 1.0)
+
+    with pytest.raises(ValueError, match="its operation is not one of"):
+        registry.register(Elsewhere())
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register(_RingBroadcast())
+
+
+@pytest.mark.parametrize("collective", sorted(OPERATIONS))
+def test_workers_and_nccl_tests_round_sizes_alike(collective: str) -> None:
+    for size, ranks in itertools.product((1, 4, 1000, 1001, 4096, 65537), (1, 2, 3, 8)):
+        elements = element_count(collective, size, ranks)
+        assert buffer_bytes(collective, size, "uint32", ranks) == elements * ELEMENT_BYTES
+        counted = count_column(collective, size, "uint32", ranks)
+        assert counted == operation(collective).table_count(elements, ranks)
+
+
+def test_unknown_operation_names_the_known_ones() -> None:
+    with pytest.raises(UnknownOperation, match="all-reduce"):
+        element_count("all-shuffle", 1024, 2)
 
 
 def test_layout_rejects_two_ranks_in_one_place() -> None:
