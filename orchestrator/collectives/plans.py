@@ -157,7 +157,9 @@ class Copy:
 
 
 @dataclass(frozen=True)
-class Step:
+class PlanStep:
+    """One step of a plan: its sends, receives and local copies run concurrently."""
+
     phase: str
     sends: tuple[Transfer, ...] = ()
     recvs: tuple[Transfer, ...] = ()
@@ -176,7 +178,7 @@ class Plan:
     rank: int
     count: int
     buffers: tuple[tuple[str, int], ...]
-    steps: tuple[Step, ...] = field(default_factory=tuple)
+    steps: tuple[PlanStep, ...] = field(default_factory=tuple)
 
     def bytes_sent(self) -> dict[int, int]:
         """Bytes this rank sends to each peer per operation."""
@@ -240,8 +242,8 @@ def _step(
     sends: Iterable[Transfer] = (),
     recvs: Iterable[Transfer] = (),
     copies: Iterable[Copy] = (),
-) -> Step:
-    return Step(
+) -> PlanStep:
+    return PlanStep(
         phase,
         _coalesce(sends),
         _coalesce(recvs),
@@ -254,7 +256,7 @@ def _step(
 
 def ring_reduce_scatter(
     ring: Sequence[int], rank: int, chunks: Sequence[Region], phase: str
-) -> Iterator[Step]:
+) -> Iterator[PlanStep]:
     """Reduce-scatter around ``ring``: afterwards ring position p holds the sum of chunk p.
 
     Step k: position p sends chunk p-k-1 (its own at k = 0, else what it reduced at step
@@ -273,7 +275,7 @@ def ring_reduce_scatter(
 
 def ring_all_gather(
     ring: Sequence[int], rank: int, chunks: Sequence[Region], phase: str
-) -> Iterator[Step]:
+) -> Iterator[PlanStep]:
     """All-gather around ``ring``, ring position p starting with chunk p.
 
     Step k: position p forwards chunk p-k to p+1 and stores chunk p-k-1 from p-1.
@@ -299,7 +301,7 @@ def _plan(
     rank: int,
     count: int,
     buffers: dict[str, int],
-    steps: Iterable[Step],
+    steps: Iterable[PlanStep],
 ) -> Plan:
     return Plan(
         collective,
