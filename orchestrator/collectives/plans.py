@@ -8,7 +8,8 @@ same peer in one step travel back to back on the same connection, in the order l
 a sender's regions and its receiver's regions only have to agree on the total length and
 the order (TCP is a byte stream).
 
-Buffers (elements of 4 bytes; names used in regions)::
+Buffers (elements of 4 bytes; names used in regions; what they hold before and after an
+operation, which the workers check, is the operation's result in operations.py)::
 
     all-reduce      data[count]                 in place: every rank ends with the sum
     reduce-scatter  data[count]                 in place: rank r's sum lands in chunk r
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from orchestrator.collectives.operations import OPERATIONS, Operation, operation
+from orchestrator.collectives.operations import OPERATIONS, Operation, operation, split
 
 # What the workers move and verify: 4-byte unsigned integers, so that sums are exact (mod
 # 2**32). Tables name the type as nccl-tests would.
@@ -200,18 +201,6 @@ class Plan:
 
     def recv_peers(self) -> set[int]:
         return {t.peer for step in self.steps for t in step.recvs if t.region.count}
-
-
-def split(count: int, parts: int) -> list[tuple[int, int]]:
-    """``count`` elements in ``parts`` contiguous (offset, length) pieces, sizes differing
-    by at most one (the first ``count % parts`` pieces get the extra element)."""
-    base, extra = divmod(count, parts)
-    pieces, offset = [], 0
-    for i in range(parts):
-        length = base + (1 if i < extra else 0)
-        pieces.append((offset, length))
-        offset += length
-    return pieces
 
 
 def _coalesce(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:

@@ -5,6 +5,7 @@ formula prescribes, and keep its fabric traffic where the algorithm promises."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from orchestrator.collectives.nccl import buffer_bytes, count_column
 from orchestrator.collectives.operations import (
     OPERATIONS,
-    Operation,
+    Expected,
     UnknownOperation,
     operation,
 )
@@ -22,6 +23,10 @@ from orchestrator.collectives.plans import (
     Layout,
     Plan,
     PlanError,
+    PlanStep,
+    Region,
+    RingAllReduce,
+    Transfer,
     UnknownAlgorithm,
     default_registry,
     element_count,
@@ -234,29 +239,52 @@ def test_experiments_list_the_registered_nccl_tests_operations_default_first() -
     assert "p2p/direct" in REGISTRY.names()
 
 
-class _RingBroadcast:
-    """A stand-in for a new algorithm: registering it is all an experiment needs."""
+class _ChainBroadcast:
+    """A new algorithm as one would add it to plans.py: rank 0's data down the chain of
+    ranks, one hop per step (steps aligned across ranks for ``simulate``)."""
 
     operation = OPERATIONS["broadcast"]
-    name = "ring"
+    name = "chain"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
-        return Plan("broadcast", self.name, rank, count, (("data", count),))
+        data = Region("data", 0, count)
+        steps = [PlanStep("wait")] * max(rank - 1, 0)
+        if rank > 0:
+            steps.append(PlanStep("chain", recvs=(Transfer(rank - 1, data),)))
+        if rank < layout.size - 1:
+            steps.append(PlanStep("chain", sends=(Transfer(rank + 1, data),)))
+        return Plan("broadcast", self.name, rank, count, (("data", count),), tuple(steps))
 
 
-def test_a_registered_algorithm_is_listed_and_a_foreign_operation_refused() -> None:
+def test_a_new_algorithm_is_listed_counted_and_checked_once_registered() -> None:
     registry = default_registry()
-    registry.register(_RingBroadcast())
-    assert registry.collectives()["broadcast"] == ("ring",)
-    assert element_count("broadcast", 1001, 3) == 250
+    registry.register(_ChainBroadcast())
+    assert registry.collectives()["broadcast"] == ("chain",)
+    algo = registry.get("broadcast", "chain")
+    for layout in (LAYOUTS["2x1"], LAYOUTS["3x2"]):
+        count = element_count("broadcast", 1001, layout.size)
+        assert count == 250
+        plans = [algo.plan(layout, rank, count) for rank in range(layout.size)]
+        assert simulate(plans) == [0] * layout.size
+        assert sum(simulate(plans, corrupt=0)) == layout.size - 1
 
-    class Elsewhere(_RingBroadcast):
-        operation = Operation("broadcast", lambda n: 1.0)
+
+def test_an_algorithm_of_a_foreign_operation_or_registered_twice_is_refused() -> None:
+    registry = default_registry()
+
+    class Elsewhere(_ChainBroadcast):
+        operation = replace(OPERATIONS["broadcast"])  # equal, but not the registry's
 
     with pytest.raises(ValueError, match="its operation is not one of"):
         registry.register(Elsewhere())
     with pytest.raises(ValueError, match="registered twice"):
-        registry.register(_RingBroadcast())
+        registry.register(RingAllReduce())
+
+
+def test_reduce_is_checked_on_its_root_only() -> None:
+    root, other = (operation("reduce").result(rank, 3, 12) for rank in (0, 1))
+    assert root.expected == (Expected("data", 0, 12, 0, (0, 1, 2)),)
+    assert (other.inputs, other.expected) == (("data",), ())
 
 
 @pytest.mark.parametrize("collective", sorted(OPERATIONS))
