@@ -43,7 +43,7 @@ import yaml
 
 import topologies
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
-from orchestrator.collectives.plans import COLLECTIVES, ELEMENT_TYPE
+from orchestrator.collectives.plans import COLLECTIVES
 from orchestrator.collectives.sizes import parse_size
 from topologies.errors import ExperimentError, FabricSpecError
 from topologies.generators import build_fabric
@@ -65,9 +65,9 @@ POLICIES: tuple[str, ...] = ("shortest", "ecmp", "ecmp-polarized", "path-pinned"
 ORDERS = ("rank", "topology-aware", "random")
 PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
 
-# What the synthetic workers move and verify (orchestrator/collectives/plans.py), named as
-# nccl-tests would.
-DTYPE = ELEMENT_TYPE
+# What the synthetic workers move and verify: 4-byte unsigned integers, so that sums are
+# exact (orchestrator/collectives/plans.py). Tables name it as nccl-tests would.
+DTYPE = "uint32"
 
 DEFAULT_ITERATIONS = 20  # nccl-tests -n
 DEFAULT_WARMUP = 5  # nccl-tests -w

@@ -195,7 +195,7 @@ def source_ports(
     taken: Mapping[int, set[int]] | None = None,
 ) -> Pinning:
     """Steps 1-3 of the module docstring for ``workers`` running ``collectives`` (default:
-    every algorithm an experiment may name). ``taken``: source ports already in use,
+    every collective algorithm the workers know). ``taken``: source ports already in use,
     per rank, not to hand out again."""
     if collectives is None:
         collectives = [(op, alg) for op, algs in COLLECTIVES.items() for alg in algs]
