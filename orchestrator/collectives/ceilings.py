@@ -58,8 +58,8 @@ def fabric_share(
     """The busiest rank's fabric bytes per operation over S x factor (see the module doc)."""
     layout = layout_of(workers)
     n = layout.size
-    count = element_count(collective, size, n)
     algo = default_registry().get(collective, algorithm)
+    count = element_count(collective, size, n)
     busiest = 0
     for rank in range(n):
         plan = algo.plan(layout, rank, count)
@@ -85,8 +85,8 @@ def fabric_peers(workers: Sequence[WorkerSpec], collective: str, algorithm: str)
     """The most peers on other servers any rank sends to in one operation."""
     layout = layout_of(workers)
     n = layout.size
-    count = element_count(collective, REFERENCE_SIZE, n)
     algo = default_registry().get(collective, algorithm)
+    count = element_count(collective, REFERENCE_SIZE, n)
     return max(
         len(
             [

@@ -31,8 +31,10 @@ megabit rates) and two extra, labelled columns scaled back to real link speeds
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from orchestrator.collectives.operations import operation
 
 # How a size's time is reduced over iterations and ranks, wherever astral prints numbers
 # (the launcher's rows, the results summary, ``astral run``): nccl-tests' default ``-a 1``.
@@ -53,60 +55,26 @@ ELEMENT_SIZES = {
 }
 DEFAULT_DTYPE = "float"
 
-_BUS_FACTORS: dict[str, Callable[[int], float]] = {
-    "all-reduce": lambda n: 2 * (n - 1) / n,
-    "all-gather": lambda n: (n - 1) / n,
-    "reduce-scatter": lambda n: (n - 1) / n,
-    "all-to-all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
-# What nccl-tests prints in the redop column (its default ``-o sum``; "none" where the
-# operation does not reduce) and which operations have a root (others print -1).
-_REDOPS = {
-    "all-reduce": "sum",
-    "reduce-scatter": "sum",
-    "reduce": "sum",
-    "all-gather": "none",
-    "all-to-all": "none",
-    "broadcast": "none",
-}
-ROOTED = frozenset({"broadcast", "reduce"})
-OPERATIONS = tuple(_BUS_FACTORS)
-
-
-# Operations whose buffer is n equal per-rank pieces: nccl-tests rounds their size down to
-# whole elements per rank and prints the per-rank element count in the "count" column.
-PER_RANK = frozenset({"all-gather", "reduce-scatter", "all-to-all"})
-
 
 def buffer_bytes(op: str, size: int, dtype: str, ranks: int) -> int:
     """The size nccl-tests actually runs for a requested ``size``: whole elements, and whole
     elements per rank for the per-rank operations (its getCollByteCount)."""
     element = ELEMENT_SIZES[dtype]
-    unit = element * ranks if op in PER_RANK else element
-    return size // unit * unit
+    return operation(op).elements(size, element, ranks) * element
 
 
 def count_column(op: str, size: int, dtype: str, ranks: int) -> int:
     """nccl-tests' "count (elements)": per rank where the buffer is per rank, else all."""
-    elements = buffer_bytes(op, size, dtype, ranks) // ELEMENT_SIZES[dtype]
-    return elements // ranks if op in PER_RANK else elements
+    described = operation(op)
+    return described.table_count(described.elements(size, ELEMENT_SIZES[dtype], ranks), ranks)
 
 
 def bus_factor(op: str, ranks: int) -> float:
     """nccl-tests' busbw / algbw factor for ``op`` over ``ranks`` ranks."""
-    try:
-        factor = _BUS_FACTORS[op]
-    except KeyError:
-        raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPERATIONS)}") from None
+    factor = operation(op).factor
     if ranks < 1:
         raise ValueError(f"ranks must be >= 1, got {ranks}")
     return factor(ranks)
-
-
-def redop(op: str) -> str:
-    return _REDOPS.get(op, "none")
 
 
 def algbw_gbps(size_bytes: float, time_us: float) -> float:
@@ -144,13 +112,14 @@ class NcclRow:
         root: int | None = None,
     ) -> NcclRow:
         """Compute algbw and busbw from the size and the time of one operation."""
+        described = operation(op)
         algbw = algbw_gbps(size, time_us)
         return cls(
             size=size,
             count=count,
             dtype=dtype,
-            redop=redop(op),
-            root=(0 if root is None else root) if op in ROOTED else -1,
+            redop=described.redop,
+            root=(0 if root is None else root) if described.rooted else -1,
             time_us=time_us,
             algbw=algbw,
             busbw=algbw * bus_factor(op, ranks),

@@ -8,7 +8,8 @@ same peer in one step travel back to back on the same connection, in the order l
 a sender's regions and its receiver's regions only have to agree on the total length and
 the order (TCP is a byte stream).
 
-Buffers (elements of 4 bytes; names used in regions)::
+Buffers (elements of 4 bytes; names used in regions; what they hold before and after an
+operation, which the workers check, is the operation's result in operations.py)::
 
     all-reduce      data[count]                 in place: every rank ends with the sum
     reduce-scatter  data[count]                 in place: rank r's sum lands in chunk r
@@ -17,7 +18,9 @@ Buffers (elements of 4 bytes; names used in regions)::
                     (+ stage for pxn)           recv came from rank i; blocks = count / n
     p2p             data[count]                 rank 0 sends everything to rank 1
 
-Algorithms (``collective/name``)::
+Algorithms (``collective/name``; registered in :func:`default_registry`, an operation's
+default one first; what each operation is, and how nccl-tests reports it, is in
+operations.py)::
 
     all-reduce/ring           reduce-scatter then all-gather around ranks 0..n-1:
                               2(n-1)/n * S sent per rank
@@ -38,11 +41,17 @@ their NVLink addresses, others over their fabric addresses (the transport decide
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
-ELEMENT_BYTES = 4  # uint32
+from orchestrator.collectives.operations import OPERATIONS, Operation, operation, split
+
+# What the workers move and verify: 4-byte unsigned integers, so that sums are exact (mod
+# 2**32). Tables name the type as nccl-tests would.
+ELEMENT_TYPE = "uint32"
+ELEMENT_BYTES = 4
 
 
 class PlanError(ValueError):
@@ -149,7 +158,9 @@ class Copy:
 
 
 @dataclass(frozen=True)
-class Step:
+class PlanStep:
+    """One step of a plan: its sends, receives and local copies run concurrently."""
+
     phase: str
     sends: tuple[Transfer, ...] = ()
     recvs: tuple[Transfer, ...] = ()
@@ -168,7 +179,7 @@ class Plan:
     rank: int
     count: int
     buffers: tuple[tuple[str, int], ...]
-    steps: tuple[Step, ...] = field(default_factory=tuple)
+    steps: tuple[PlanStep, ...] = field(default_factory=tuple)
 
     def bytes_sent(self) -> dict[int, int]:
         """Bytes this rank sends to each peer per operation."""
@@ -190,18 +201,6 @@ class Plan:
 
     def recv_peers(self) -> set[int]:
         return {t.peer for step in self.steps for t in step.recvs if t.region.count}
-
-
-def split(count: int, parts: int) -> list[tuple[int, int]]:
-    """``count`` elements in ``parts`` contiguous (offset, length) pieces, sizes differing
-    by at most one (the first ``count % parts`` pieces get the extra element)."""
-    base, extra = divmod(count, parts)
-    pieces, offset = [], 0
-    for i in range(parts):
-        length = base + (1 if i < extra else 0)
-        pieces.append((offset, length))
-        offset += length
-    return pieces
 
 
 def _coalesce(transfers: Iterable[Transfer]) -> tuple[Transfer, ...]:
@@ -232,8 +231,8 @@ def _step(
     sends: Iterable[Transfer] = (),
     recvs: Iterable[Transfer] = (),
     copies: Iterable[Copy] = (),
-) -> Step:
-    return Step(
+) -> PlanStep:
+    return PlanStep(
         phase,
         _coalesce(sends),
         _coalesce(recvs),
@@ -246,7 +245,7 @@ def _step(
 
 def ring_reduce_scatter(
     ring: Sequence[int], rank: int, chunks: Sequence[Region], phase: str
-) -> Iterator[Step]:
+) -> Iterator[PlanStep]:
     """Reduce-scatter around ``ring``: afterwards ring position p holds the sum of chunk p.
 
     Step k: position p sends chunk p-k-1 (its own at k = 0, else what it reduced at step
@@ -265,7 +264,7 @@ def ring_reduce_scatter(
 
 def ring_all_gather(
     ring: Sequence[int], rank: int, chunks: Sequence[Region], phase: str
-) -> Iterator[Step]:
+) -> Iterator[PlanStep]:
     """All-gather around ``ring``, ring position p starting with chunk p.
 
     Step k: position p forwards chunk p-k to p+1 and stores chunk p-k-1 from p-1.
@@ -291,7 +290,7 @@ def _plan(
     rank: int,
     count: int,
     buffers: dict[str, int],
-    steps: Iterable[Step],
+    steps: Iterable[PlanStep],
 ) -> Plan:
     return Plan(
         collective,
@@ -318,14 +317,14 @@ def _check(layout: Layout, rank: int, count: int, per_rank: bool) -> None:
 class Algorithm(Protocol):
     """One way to carry out one collective. ``plan`` is pure."""
 
-    collective: str
+    operation: Operation
     name: str
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan: ...
 
 
 class RingAllReduce:
-    collective = "all-reduce"
+    operation = OPERATIONS["all-reduce"]
     name = "ring"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
@@ -336,7 +335,7 @@ class RingAllReduce:
             *ring_reduce_scatter(ring, rank, chunks, "reduce-scatter"),
             *ring_all_gather(ring, rank, chunks, "all-gather"),
         ]
-        return _plan(self.collective, self.name, rank, count, {"data": count}, steps)
+        return _plan(self.operation.name, self.name, rank, count, {"data": count}, steps)
 
 
 class HierarchicalAllReduce:
@@ -346,12 +345,12 @@ class HierarchicalAllReduce:
     2(m-1)/m * S/g over the fabric, all of it to GPUs of its own rail.
     """
 
-    collective = "all-reduce"
+    operation = OPERATIONS["all-reduce"]
     name = "hierarchical"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
         _check(layout, rank, count, per_rank=False)
-        grid = layout.grid(f"{self.collective}/{self.name}")
+        grid = layout.grid(f"{self.operation.name}/{self.name}")
         server = next(s for s, group in enumerate(grid) if rank in group)
         local = grid[server].index(rank)
         g = len(grid[server])
@@ -366,11 +365,11 @@ class HierarchicalAllReduce:
             *ring_all_gather(rail, rank, pieces, "rail all-gather"),
             *ring_all_gather(intra, rank, chunks, "intra all-gather"),
         ]
-        return _plan(self.collective, self.name, rank, count, {"data": count}, steps)
+        return _plan(self.operation.name, self.name, rank, count, {"data": count}, steps)
 
 
 class RingAllGather:
-    collective = "all-gather"
+    operation = OPERATIONS["all-gather"]
     name = "ring"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
@@ -378,11 +377,11 @@ class RingAllGather:
         ring = list(range(layout.size))
         chunks = _chunks("data", 0, count, layout.size)
         steps = ring_all_gather(ring, rank, chunks, "all-gather")
-        return _plan(self.collective, self.name, rank, count, {"data": count}, steps)
+        return _plan(self.operation.name, self.name, rank, count, {"data": count}, steps)
 
 
 class RingReduceScatter:
-    collective = "reduce-scatter"
+    operation = OPERATIONS["reduce-scatter"]
     name = "ring"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
@@ -390,7 +389,7 @@ class RingReduceScatter:
         ring = list(range(layout.size))
         chunks = _chunks("data", 0, count, layout.size)
         steps = ring_reduce_scatter(ring, rank, chunks, "reduce-scatter")
-        return _plan(self.collective, self.name, rank, count, {"data": count}, steps)
+        return _plan(self.operation.name, self.name, rank, count, {"data": count}, steps)
 
 
 def _block(buffer: str, index: int, size: int) -> Region:
@@ -402,7 +401,7 @@ def _own_block_copy(rank: int, block: int) -> Copy:
 
 
 class DirectAllToAll:
-    collective = "all-to-all"
+    operation = OPERATIONS["all-to-all"]
     name = "direct"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
@@ -416,11 +415,11 @@ class DirectAllToAll:
             copies=[_own_block_copy(rank, block)],
         )
         buffers = {"send": count, "recv": count}
-        return _plan(self.collective, self.name, rank, count, buffers, [step])
+        return _plan(self.operation.name, self.name, rank, count, buffers, [step])
 
 
 class ShiftedAllToAll:
-    collective = "all-to-all"
+    operation = OPERATIONS["all-to-all"]
     name = "shifted"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
@@ -438,7 +437,7 @@ class ShiftedAllToAll:
                 )
             )
         buffers = {"send": count, "recv": count}
-        return _plan(self.collective, self.name, rank, count, buffers, steps)
+        return _plan(self.operation.name, self.name, rank, count, buffers, steps)
 
 
 class PxnAllToAll:
@@ -451,12 +450,12 @@ class PxnAllToAll:
     Fabric traffic per rank: (m-1) * g blocks, all to its own rail; NVLink: (g-1) * m.
     """
 
-    collective = "all-to-all"
+    operation = OPERATIONS["all-to-all"]
     name = "pxn"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
         _check(layout, rank, count, per_rank=True)
-        grid = layout.grid(f"{self.collective}/{self.name}")
+        grid = layout.grid(f"{self.operation.name}/{self.name}")
         block = count // layout.size
         m, g = len(grid), len(grid[0])
         s = next(i for i, group in enumerate(grid) if rank in group)
@@ -493,11 +492,11 @@ class PxnAllToAll:
             _step("rail", rail_sends, rail_recvs),
         ]
         buffers = {"send": count, "recv": count, "stage": (m - 1) * g * block}
-        return _plan(self.collective, self.name, rank, count, buffers, steps)
+        return _plan(self.operation.name, self.name, rank, count, buffers, steps)
 
 
 class DirectP2p:
-    collective = "p2p"
+    operation = OPERATIONS["p2p"]
     name = "direct"
 
     def plan(self, layout: Layout, rank: int, count: int) -> Plan:
@@ -510,14 +509,18 @@ class DirectP2p:
             steps.append(_step("send", sends=[Transfer(1, region)]))
         elif rank == 1:
             steps.append(_step("send", recvs=[Transfer(0, region)]))
-        return _plan(self.collective, self.name, rank, count, {"data": count}, steps)
+        return _plan(self.operation.name, self.name, rank, count, {"data": count}, steps)
 
 
 # --- registry -------------------------------------------------------------------------------
 
 
 class AlgorithmRegistry:
-    """Algorithms by (collective, name); held per instance, not as class state."""
+    """Algorithms by (operation, name); held per instance, not as class state.
+
+    The order of registration is the order of listing: an operation's first algorithm is
+    its default one (what the short form ``- all-reduce`` of an experiment means).
+    """
 
     def __init__(self, algorithms: Iterable[Algorithm] = ()) -> None:
         self._algorithms: dict[tuple[str, str], Algorithm] = {}
@@ -525,7 +528,13 @@ class AlgorithmRegistry:
             self.register(algorithm)
 
     def register(self, algorithm: Algorithm) -> None:
-        key = (algorithm.collective, algorithm.name)
+        op = algorithm.operation
+        if OPERATIONS.get(op.name) is not op:
+            raise ValueError(
+                f"algorithm {op.name}/{algorithm.name}: its operation is not one of "
+                f"operations.OPERATIONS ({', '.join(OPERATIONS)})"
+            )
+        key = (op.name, algorithm.name)
         if key in self._algorithms:
             raise ValueError(f"algorithm {key[0]}/{key[1]} is registered twice")
         self._algorithms[key] = algorithm
@@ -539,6 +548,16 @@ class AlgorithmRegistry:
     def names(self) -> list[str]:
         return [f"{c}/{n}" for c, n in self._algorithms]
 
+    def collectives(self) -> dict[str, tuple[str, ...]]:
+        """What experiments may name: each nccl-tests operation that has an algorithm, with
+        the names of its algorithms, the default one first. (p2p is not one.)"""
+        listed: dict[str, tuple[str, ...]] = {}
+        for algorithm in self._algorithms.values():
+            op = algorithm.operation
+            if op.nccl_tests:
+                listed[op.name] = (*listed.get(op.name, ()), algorithm.name)
+        return listed
+
     def __contains__(self, key: object) -> bool:
         return key in self._algorithms
 
@@ -548,40 +567,21 @@ def default_registry() -> AlgorithmRegistry:
         [
             RingAllReduce(),
             HierarchicalAllReduce(),
-            RingAllGather(),
-            RingReduceScatter(),
             DirectAllToAll(),
             ShiftedAllToAll(),
             PxnAllToAll(),
+            RingAllGather(),
+            RingReduceScatter(),
             DirectP2p(),
         ]
     )
 
 
-# Collective operations and their algorithms; the first algorithm is the default one (what
-# the short form ``- all-reduce`` means). The same names as the workers' algorithm registry
-# (default_registry above), which implements them.
-COLLECTIVES: dict[str, tuple[str, ...]] = {
-    "all-reduce": ("ring", "hierarchical"),
-    "all-to-all": ("direct", "shifted", "pxn"),
-    "all-gather": ("ring",),
-    "reduce-scatter": ("ring",),
-}
-
-
-# Collectives whose buffer is n equal per-rank pieces (count rounded down to a multiple of
-# n, and nccl-tests prints the per-rank count); the others use the whole buffer.
-PER_RANK = frozenset({"all-gather", "reduce-scatter", "all-to-all"})
+# Collective operations experiments may name and their algorithms, the default one first:
+# the default registry's listing, for callers that only read it.
+COLLECTIVES: Mapping[str, tuple[str, ...]] = MappingProxyType(default_registry().collectives())
 
 
 def element_count(collective: str, size_bytes: int, ranks: int) -> int:
     """Elements of the full buffer for a requested size (rounded down as nccl-tests does)."""
-    count = size_bytes // ELEMENT_BYTES
-    if collective in PER_RANK:
-        count = count // ranks * ranks
-    return count
-
-
-def table_count(collective: str, count: int, ranks: int) -> int:
-    """The "count" column of nccl-tests: per-rank elements where the buffer is per rank."""
-    return count // ranks if collective in PER_RANK else count
+    return operation(collective).elements(size_bytes, ELEMENT_BYTES, ranks)

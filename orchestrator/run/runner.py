@@ -213,9 +213,9 @@ def record_test(
 ) -> tuple[int, Configuration, list[IterationRecord]]:
     """One collective x size of a run into the bundle; returns (id, configuration, records)."""
     t = test.test
-    from orchestrator.collectives.plans import table_count
+    from orchestrator.collectives.operations import operation
 
-    count = table_count(t.collective, test.count, test.ranks)
+    count = operation(t.collective).table_count(test.count, test.ranks)
     config_id = writer.add_configuration(
         policy=policy,
         collective=t.collective,

@@ -29,11 +29,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from orchestrator.collectives.plans import Plan, split
+from orchestrator.collectives.operations import operation
+from orchestrator.collectives.plans import Plan
 
-DTYPE = np.uint32
-TYPE_NAME = "uint32"
-REDOP_NAME = "sum"
+DTYPE = np.uint32  # plans.ELEMENT_TYPE
 Array = npt.NDArray[np.uint32]
 
 _MASK = 0xFFFFFFFF
@@ -95,12 +94,17 @@ class Pattern:
 
 
 class Buffers:
-    """The arrays one plan works on, filled for an iteration and checked after it."""
+    """The arrays one plan works on, filled for an iteration and checked after it.
+
+    What to fill and what to expect is the operation's :class:`Result`
+    (orchestrator/collectives/operations.py); this class only applies it.
+    """
 
     def __init__(self, plan: Plan, ranks: int, pattern: Pattern) -> None:
         self.plan = plan
         self.ranks = ranks
         self.pattern = pattern
+        self.result = operation(plan.collective).result(plan.rank, ranks, plan.count)
         self.arrays: dict[str, Array] = {
             name: np.empty(count, dtype=DTYPE) for name, count in plan.buffers
         }
@@ -111,46 +115,26 @@ class Buffers:
 
     def fill(self, h: int) -> None:
         """Contents before the operation (outside the timed region)."""
-        rank, collective = self.plan.rank, self.plan.collective
-        if collective == "all-to-all":
-            self.pattern.fill(self.arrays["send"], rank, h)
-            self.arrays["recv"].fill(DTYPE((h ^ 0xA5A5A5A5) & _MASK))
-        elif collective == "p2p" and rank > 1:
-            return
-        else:
-            # all-gather and p2p's receiver: what they should overwrite holds the wrong
-            # rank's values, so a chunk that never arrives is counted.
-            self.pattern.fill(self.arrays["data"], rank, h)
+        for name in self.result.inputs:
+            self.pattern.fill(self.arrays[name], self.plan.rank, h)
+        for name in self.result.outputs:
+            self.arrays[name].fill(DTYPE((h ^ 0xA5A5A5A5) & _MASK))
 
     def check(self, h: int) -> int:
-        """#wrong: elements of this rank's result that differ from the expected ones."""
-        plan, n = self.plan, self.ranks
-        rank, collective, count = plan.rank, plan.collective, plan.count
-        total = n * (n + 1) // 2  # sum over ranks of (r + 1)
-        wrong = self.pattern.count_wrong
-        scratch = self._scratch
-        if collective == "all-reduce":
-            return wrong(self.arrays["data"], 0, total, n * h, scratch)
-        if collective == "reduce-scatter":
-            offset, length = split(count, n)[rank]
-            mine = self.arrays["data"][offset : offset + length]
-            return wrong(mine, offset, total, n * h, scratch)
-        if collective == "all-gather":
-            data = self.arrays["data"]
-            return sum(
-                wrong(data[offset : offset + length], offset, owner + 1, h, scratch)
-                for owner, (offset, length) in enumerate(split(count, n))
+        """#wrong: elements of this rank's result that differ from the expected ones.
+
+        A sum over ranks S of v(r, h, i) is ``g(i) * sum(r + 1 for r in S) + len(S) * h``.
+        """
+        wrong = 0
+        for e in self.result.expected:
+            wrong += self.pattern.count_wrong(
+                self.arrays[e.buffer][e.offset : e.offset + e.count],
+                e.start,
+                sum(r + 1 for r in e.sources),
+                len(e.sources) * h,
+                self._scratch,
             )
-        if collective == "all-to-all":
-            block, recv = count // n, self.arrays["recv"]
-            # block i of recv is block `rank` of rank i's send buffer
-            return sum(
-                wrong(recv[i * block : (i + 1) * block], rank * block, i + 1, h, scratch)
-                for i in range(n)
-            )
-        if collective == "p2p":
-            return wrong(self.arrays["data"], 0, 1, h, scratch) if rank == 1 else 0
-        raise ValueError(f"no check for collective {collective!r}")
+        return wrong
 
 
 def corrupted(view: memoryview) -> Any:

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from orchestrator.collectives.nccl import NcclRow, algbw_gbps, format_table
-from orchestrator.collectives.plans import ELEMENT_BYTES, table_count
-from orchestrator.worker.buffers import TYPE_NAME
+from orchestrator.collectives.nccl import NcclRow, format_table
+from orchestrator.collectives.operations import operation
+from orchestrator.collectives.plans import ELEMENT_BYTES, ELEMENT_TYPE
 from orchestrator.worker.spec import CollectiveTest
 from topologies.errors import EmulationError
 from topologies.fivetuple import FiveTuple
@@ -136,17 +136,11 @@ class CollectiveResult:
 
     def row(self) -> NcclRow:
         collective, n = self.test.collective, self.ranks
-        count = table_count(collective, self.count, n)
-        if collective == "p2p":  # not an nccl-tests operation: busbw = algbw
-            algbw = algbw_gbps(self.size, self.time_us)
-            return NcclRow(
-                self.size, count, TYPE_NAME, "none", -1, self.time_us, algbw, algbw, self.wrong
-            )
         return NcclRow.of(
             collective,
             size=self.size,
-            count=count,
-            dtype=TYPE_NAME,
+            count=operation(collective).table_count(self.count, n),
+            dtype=ELEMENT_TYPE,
             ranks=n,
             time_us=self.time_us,
             wrong=self.wrong,

@@ -45,6 +45,12 @@ def test_row_computes_algbw_and_busbw_in_gb_per_s() -> None:
     assert row.real(1e-4) == pytest.approx((10485.76, 18350.08))
 
 
+def test_p2p_row_has_busbw_equal_to_algbw() -> None:
+    # p2p is not an nccl-tests operation: no redop, no root, bus bandwidth = algbw
+    row = NcclRow.of("p2p", size=4096, count=1024, dtype="uint32", ranks=2, time_us=10, wrong=0)
+    assert (row.redop, row.root, row.busbw) == ("none", -1, row.algbw)
+
+
 def test_counts_and_sizes_follow_nccl_tests() -> None:
     assert buffer_bytes("all-reduce", 1001, "float", 8) == 1000
     assert buffer_bytes("all-to-all", 1001, "float", 8) == 992

@@ -5,20 +5,32 @@ formula prescribes, and keep its fabric traffic where the algorithm promises."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from orchestrator.collectives.nccl import buffer_bytes, count_column
+from orchestrator.collectives.operations import (
+    OPERATIONS,
+    Expected,
+    UnknownOperation,
+    operation,
+)
 from orchestrator.collectives.plans import (
+    COLLECTIVES,
     ELEMENT_BYTES,
     Layout,
     Plan,
     PlanError,
+    PlanStep,
+    Region,
+    RingAllReduce,
+    Transfer,
     UnknownAlgorithm,
     default_registry,
     element_count,
     split,
-    table_count,
 )
 from orchestrator.worker.buffers import Buffers, Pattern, salt
 
@@ -211,8 +223,82 @@ def test_unknown_algorithm_names_the_known_ones() -> None:
 def test_per_rank_counts_round_down_like_nccl_tests() -> None:
     assert element_count("all-reduce", 1000, 3) == 250
     assert element_count("all-gather", 1000, 3) == 249
-    assert table_count("all-gather", 249, 3) == 83
-    assert table_count("all-reduce", 250, 3) == 250
+    assert operation("all-gather").table_count(249, 3) == 83
+    assert operation("all-reduce").table_count(250, 3) == 250
+
+
+def test_experiments_list_the_registered_nccl_tests_operations_default_first() -> None:
+    assert REGISTRY.collectives() == dict(COLLECTIVES)
+    assert dict(COLLECTIVES) == {
+        "all-reduce": ("ring", "hierarchical"),
+        "all-to-all": ("direct", "shifted", "pxn"),
+        "all-gather": ("ring",),
+        "reduce-scatter": ("ring",),
+    }
+    # p2p/direct is an algorithm (the iperf3 comparison), not something experiments list
+    assert "p2p/direct" in REGISTRY.names()
+
+
+class _ChainBroadcast:
+    """A new algorithm as one would add it to plans.py: rank 0's data down the chain of
+    ranks, one hop per step (steps aligned across ranks for ``simulate``)."""
+
+    operation = OPERATIONS["broadcast"]
+    name = "chain"
+
+    def plan(self, layout: Layout, rank: int, count: int) -> Plan:
+        data = Region("data", 0, count)
+        steps = [PlanStep("wait")] * max(rank - 1, 0)
+        if rank > 0:
+            steps.append(PlanStep("chain", recvs=(Transfer(rank - 1, data),)))
+        if rank < layout.size - 1:
+            steps.append(PlanStep("chain", sends=(Transfer(rank + 1, data),)))
+        return Plan("broadcast", self.name, rank, count, (("data", count),), tuple(steps))
+
+
+def test_a_new_algorithm_is_listed_counted_and_checked_once_registered() -> None:
+    registry = default_registry()
+    registry.register(_ChainBroadcast())
+    assert registry.collectives()["broadcast"] == ("chain",)
+    algo = registry.get("broadcast", "chain")
+    for layout in (LAYOUTS["2x1"], LAYOUTS["3x2"]):
+        count = element_count("broadcast", 1001, layout.size)
+        assert count == 250
+        plans = [algo.plan(layout, rank, count) for rank in range(layout.size)]
+        assert simulate(plans) == [0] * layout.size
+        assert sum(simulate(plans, corrupt=0)) == layout.size - 1
+
+
+def test_an_algorithm_of_a_foreign_operation_or_registered_twice_is_refused() -> None:
+    registry = default_registry()
+
+    class Elsewhere(_ChainBroadcast):
+        operation = replace(OPERATIONS["broadcast"])  # equal, but not the registry's
+
+    with pytest.raises(ValueError, match="its operation is not one of"):
+        registry.register(Elsewhere())
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register(RingAllReduce())
+
+
+def test_reduce_is_checked_on_its_root_only() -> None:
+    root, other = (operation("reduce").result(rank, 3, 12) for rank in (0, 1))
+    assert root.expected == (Expected("data", 0, 12, 0, (0, 1, 2)),)
+    assert (other.inputs, other.expected) == (("data",), ())
+
+
+@pytest.mark.parametrize("collective", sorted(OPERATIONS))
+def test_workers_and_nccl_tests_round_sizes_alike(collective: str) -> None:
+    for size, ranks in itertools.product((1, 4, 1000, 1001, 4096, 65537), (1, 2, 3, 8)):
+        elements = element_count(collective, size, ranks)
+        assert buffer_bytes(collective, size, "uint32", ranks) == elements * ELEMENT_BYTES
+        counted = count_column(collective, size, "uint32", ranks)
+        assert counted == operation(collective).table_count(elements, ranks)
+
+
+def test_unknown_operation_names_the_known_ones() -> None:
+    with pytest.raises(UnknownOperation, match="all-reduce"):
+        element_count("all-shuffle", 1024, 2)
 
 
 def test_layout_rejects_two_ranks_in_one_place() -> None:
