@@ -33,8 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import controllers
 from controllers.status import EXIT_LISTEN_FAILED, ControllerStatus, read_status
+from orchestrator import REPO
 from topologies.errors import EmulationError
 
 LOG_NAME = "controller.log"
@@ -230,8 +230,7 @@ class ControllerProcess:
         self._log.flush()
         env = dict(os.environ)
         # Make `-m controllers` resolve to this tree even without an installed package.
-        root = str(Path(controllers.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
         self._proc = subprocess.Popen(
             argv,

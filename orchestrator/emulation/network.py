@@ -61,6 +61,7 @@ from typing import Any
 
 from mininet.net import Mininet
 
+from orchestrator import REPO
 from orchestrator.emulation import batch
 from orchestrator.emulation.controller import ControllerProcess, free_port
 from orchestrator.emulation.datapath import PROBE_BRIDGE, Datapath, detect_datapath
@@ -86,7 +87,6 @@ from topologies.errors import AstralError, EmulationError
 from topologies.generators import build_fabric
 from topologies.spec import FabricSpec, load_fabric_spec
 
-REPO = Path(__file__).resolve().parents[2]
 PRESETS = REPO / "topologies" / "presets"
 DEFAULT_FABRIC = PRESETS / "astral-small.yaml"
 DESCRIPTION_FILE = "fabric.json"

@@ -57,6 +57,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from orchestrator import REPO
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor, format_table
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
@@ -81,7 +82,6 @@ from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import AstralError, EmulationError
 from topologies.units import TCP_PAYLOAD_SHARE
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 RUN_FILE = "run.json"
 TELEMETRY_FILE = "telemetry.jsonl"  # the controller's, copied (docs/telemetry.md)

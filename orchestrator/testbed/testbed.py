@@ -45,8 +45,9 @@ from typing import IO
 
 from controllers.policies import PolicyRegistry
 from controllers.policies import default_registry as policy_registry
+from orchestrator import REPO
 from orchestrator.collectives.ceilings import default_channels
-from orchestrator.emulation.network import REPO, Emulation, Log
+from orchestrator.emulation.network import Emulation, Log
 from orchestrator.results import PortCounter
 from orchestrator.testbed.pinning import PATHS_FILE, Pinning, source_ports
 from orchestrator.testbed.telemetry import read_telemetry

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
+from orchestrator import REPO
 from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
     Layout,
@@ -79,7 +80,6 @@ from orchestrator.worker.spec import CollectiveTest, LaunchOptions, WorkerSpec
 from topologies.errors import EmulationError, ExperimentError
 from topologies.fivetuple import FiveTuple
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SOCKET_NAME = "workers.sock"
 _UNIX_PATH_MAX = 107
 
@@ -105,7 +105,7 @@ Spawn = Callable[[WorkerSpec, list[str], IO[bytes]], WorkerProcess]
 def local_spawn(worker: WorkerSpec, argv: list[str], log: IO[bytes]) -> WorkerProcess:
     """Start a worker on this host (loopback runs and tests)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
     )
