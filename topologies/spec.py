@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from topologies.errors import FabricSpecError
 from topologies.units import format_rate, parse_rate
+from topologies.yamlfile import read_yaml
 
 KINDS = ("astral", "fat-tree", "rail-optimized", "rail-only")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -278,16 +277,5 @@ def parse_fabric_spec(document: object, source: str = "<inline>") -> FabricSpec:
 def load_fabric_spec(path: str | Path) -> FabricSpec:
     """Read and validate a fabric file; every problem becomes one FabricSpecError."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FabricSpecError(path, "", "an existing fabric file", "no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise FabricSpecError(path, "", "a readable UTF-8 text file", str(err)) from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
-        raise FabricSpecError(path, "", "valid YAML", f"a syntax error at {where}") from None
+    document = read_yaml(path, FabricSpecError, "fabric")
     return parse_fabric_spec(document, str(path))

@@ -39,8 +39,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import topologies
 from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
@@ -58,6 +56,7 @@ from topologies.spec import (
     load_fabric_spec,
     parse_fabric_spec,
 )
+from topologies.yamlfile import read_yaml
 
 ORDERS = ("rank", "topology-aware", "random")
 PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
@@ -515,16 +514,5 @@ def load_experiment(path: str | Path, *, policies: Collection[str] | None = None
     (or a FabricSpecError naming the fabric file the experiment refers to). ``policies``:
     as for :func:`parse_experiment`."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ExperimentError(path, "", "an existing experiment file", "no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ExperimentError(path, "", "a readable UTF-8 text file", str(err)) from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
-        raise ExperimentError(path, "", "valid YAML", f"a syntax error at {where}") from None
+    document = read_yaml(path, ExperimentError, "experiment")
     return parse_experiment(document, str(path), path.parent, policies=policies)
