@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
-from topologies.spec import FabricSpec
+from topologies.fabricspec import FabricSpec
 
 
 class Tier(str, Enum):

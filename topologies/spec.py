@@ -1,15 +1,18 @@
-"""The fabric description a user writes (YAML), validated into a typed :class:`FabricSpec`.
+"""The fabric description a user writes (YAML), validated into a typed :class:`FabricSpec`
+(:mod:`topologies.fabricspec`).
 
-This module only checks the *shape* of the document (keys, types, ranges). Whether the
-described fabric can actually be wired (radix large enough, port split consistent with the
-counts) is each generator's business: ``generators.<kind>.check(spec)`` raises the same
-:class:`~topologies.errors.FabricSpecError`, so a user always gets one sentence naming the
-file, the key path, what was expected and what was found.
+This module only checks the *shape* of the document (keys, types, ranges). The kinds it
+accepts, and the NIC ports each defaults to, are the generator registry's
+(:mod:`topologies.generators`). Whether the described fabric can actually be wired (radix
+large enough, port split consistent with the counts) is each generator's business:
+``generators.<kind>.check(spec)`` raises the same :class:`~topologies.errors.FabricSpecError`,
+so a user always gets one sentence naming the file, the key path, what was expected and what
+was found.
 
 Example (``topologies/presets/astral-small.yaml``)::
 
     name: astral-small
-    kind: astral            # astral | fat-tree | rail-optimized | rail-only
+    kind: astral            # a registered kind: astral, fat-tree, rail-optimized, ...
     pods: 2
     servers_per_pod: 2
     gpus_per_server: 2      # = rails
@@ -24,114 +27,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from topologies.errors import FabricSpecError
-from topologies.units import format_rate, parse_rate
+from topologies.fabricspec import (
+    DEFAULT_SCALE,
+    DEFAULT_SPEEDS,
+    EmulationSpec,
+    FabricSpec,
+    Oversubscription,
+    Speeds,
+    SwitchSpec,
+)
+from topologies.generators import GeneratorRegistry, default_registry
+from topologies.units import parse_rate
 from topologies.yamlfile import read_yaml
 
-KINDS = ("astral", "fat-tree", "rail-optimized", "rail-only")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
-
-# Real speeds of the paper's fabric: 200G ports everywhere, NVLink 4.0 at 900 GB/s
-# bidirectional = 3.6 Tbit/s one way.
-DEFAULT_SPEEDS = {"nic": 200e9, "tor_agg": 200e9, "agg_core": 200e9, "nvlink": 3.6e12}
-# 200G real -> 20 Mbit/s emulated: eight dual-ported GPUs then offer 320 Mbit/s in total,
-# well inside what userspace OVS forwards on two cores (docs/fidelity.md).
-DEFAULT_SCALE = 1e-4
-
-
-@dataclass(frozen=True)
-class SwitchSpec:
-    """Switch radix and how its ports split between downlinks and uplinks."""
-
-    radix: int
-    down_ports: int
-
-    @property
-    def up_ports(self) -> int:
-        return self.radix - self.down_ports
-
-
-@dataclass(frozen=True)
-class Speeds:
-    """Real link rates per tier, bit/s."""
-
-    nic: float = DEFAULT_SPEEDS["nic"]
-    tor_agg: float = DEFAULT_SPEEDS["tor_agg"]
-    agg_core: float = DEFAULT_SPEEDS["agg_core"]
-    nvlink: float = DEFAULT_SPEEDS["nvlink"]
-
-
-@dataclass(frozen=True)
-class Oversubscription:
-    """Down:up capacity ratio wanted at the ToR and aggregation tiers (1 = non-blocking)."""
-
-    tor: float = 1.0
-    agg: float = 1.0
-
-
-@dataclass(frozen=True)
-class EmulationSpec:
-    """How real rates map onto the emulated links: emulated = real * scale."""
-
-    scale: float = DEFAULT_SCALE
-
-    def emulated(self, real_bps: float) -> float:
-        return real_bps * self.scale
-
-
-@dataclass(frozen=True)
-class FabricSpec:
-    """A validated fabric description. ``source`` is the file it came from, for messages."""
-
-    name: str
-    kind: str
-    pods: int
-    servers_per_pod: int | None
-    gpus_per_server: int
-    nic_ports: int
-    switch: SwitchSpec
-    speeds: Speeds = field(default_factory=Speeds)
-    oversubscription: Oversubscription = field(default_factory=Oversubscription)
-    emulation: EmulationSpec = field(default_factory=EmulationSpec)
-    source: str = "<inline>"
-
-    @property
-    def rails(self) -> int:
-        return self.gpus_per_server
-
-    def error(
-        self, key: str, expected: str, found: object = None, detail: str = ""
-    ) -> FabricSpecError:
-        """An error about this spec's ``key``, for generators' wiring checks."""
-        return FabricSpecError(self.source, key, expected, found, detail=detail)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The canonical YAML-able form (rates spelled like ``200G``)."""
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "pods": self.pods,
-            "servers_per_pod": self.servers_per_pod,
-            "gpus_per_server": self.gpus_per_server,
-            "nic_ports": self.nic_ports,
-            "switch": {"radix": self.switch.radix, "down_ports": self.switch.down_ports},
-            "speeds": {
-                "nic": format_rate(self.speeds.nic),
-                "tor_agg": format_rate(self.speeds.tor_agg),
-                "agg_core": format_rate(self.speeds.agg_core),
-                "nvlink": format_rate(self.speeds.nvlink),
-            },
-            "oversubscription": {
-                "tor": self.oversubscription.tor,
-                "agg": self.oversubscription.agg,
-            },
-            "emulation": {"scale": self.emulation.scale},
-        }
-
 
 _TOP_KEYS = {
     "name",
@@ -208,8 +121,14 @@ def _describe(value: object) -> str:
     )
 
 
-def parse_fabric_spec(document: object, source: str = "<inline>") -> FabricSpec:
-    """Validate a parsed YAML document into a FabricSpec (shape only, see module docstring)."""
+def parse_fabric_spec(
+    document: object, source: str = "<inline>", kinds: GeneratorRegistry | None = None
+) -> FabricSpec:
+    """Validate a parsed YAML document into a FabricSpec (shape only, see module docstring).
+
+    ``kinds``: the registry whose kinds the document may name (default: the built-in ones).
+    """
+    kinds = kinds or default_registry()
     read = _Reader(source)
     doc = read.mapping(document, "", _TOP_KEYS)
     for required in ("name", "kind", "gpus_per_server", "switch"):
@@ -220,14 +139,13 @@ def parse_fabric_spec(document: object, source: str = "<inline>") -> FabricSpec:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         read.fail("name", "a lower-case name of letters, digits and '-' (at most 32)", name)
     kind = doc["kind"]
-    if kind not in KINDS:
-        read.fail("kind", "one of " + ", ".join(KINDS), kind)
+    generator = kinds.get(kind, source)
 
     pods = read.integer(doc.get("pods", 1), "pods")
     servers = doc.get("servers_per_pod")
     servers_per_pod = None if servers is None else read.integer(servers, "servers_per_pod")
     gpus = read.integer(doc["gpus_per_server"], "gpus_per_server")
-    nic_ports = read.integer(doc.get("nic_ports", 2 if kind == "astral" else 1), "nic_ports")
+    nic_ports = read.integer(doc.get("nic_ports", generator.default_nic_ports), "nic_ports")
     if nic_ports not in (1, 2):
         read.fail("nic_ports", "1 (single-ToR) or 2 (dual-ToR)", nic_ports)
 
@@ -274,8 +192,8 @@ def parse_fabric_spec(document: object, source: str = "<inline>") -> FabricSpec:
     )
 
 
-def load_fabric_spec(path: str | Path) -> FabricSpec:
+def load_fabric_spec(path: str | Path, kinds: GeneratorRegistry | None = None) -> FabricSpec:
     """Read and validate a fabric file; every problem becomes one FabricSpecError."""
     path = Path(path)
     document = read_yaml(path, FabricSpecError, "fabric")
-    return parse_fabric_spec(document, str(path))
+    return parse_fabric_spec(document, str(path), kinds)

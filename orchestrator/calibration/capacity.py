@@ -67,9 +67,9 @@ from pathlib import Path
 from typing import Any
 
 from topologies.errors import ConfigError
+from topologies.fabricspec import FabricSpec
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind
-from topologies.spec import FabricSpec
 from topologies.units import format_rate
 
 VERSION = 1

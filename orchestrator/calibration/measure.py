@@ -50,9 +50,9 @@ from orchestrator.calibration.capacity import (
 from orchestrator.testbed.traffic import Flow, TrafficResult
 from topologies.addressing import FABRIC_PREFIX
 from topologies.errors import EmulationError, EnvironmentProblem
+from topologies.fabricspec import EmulationSpec, FabricSpec, Speeds
 from topologies.generators import build_fabric
 from topologies.model import Fabric
-from topologies.spec import EmulationSpec, FabricSpec, Speeds
 from topologies.units import TCP_PAYLOAD_SHARE, format_rate
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ paths between representative GPU pairs (``topologies.properties``); ``--png PATH
 (``topologies.drawing``), ``--json`` prints the same as JSON.
 
 ``plan`` dimensions a full-size Astral fabric from the switch radix and the port speed in
-closed form and compares the four kinds at the same GPU count (``topologies.planner``).
+closed form and compares every kind at the same GPU count (``topologies.planner``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import topologies
 from topologies.errors import FabricSpecError
+from topologies.generators import default_registry
 from topologies.model import LinkKind, Tier
 from topologies.units import parse_rate
 
@@ -42,19 +43,6 @@ _PLAN_OPTIONS = {
     "oversubscription.tor": "--oversubscription-tor",
     "oversubscription.agg": "--oversubscription-agg",
 }
-_TIER_NAME = {Tier.TOR: "ToR", Tier.AGG: "aggregation", Tier.CORE: "core", Tier.NVLINK: "NVLink"}
-# What each kind calls its tiers (the model's tiers are shared: an edge is a TOR, a spine AGG).
-_KIND_TIER_NAME = {
-    "fat-tree": {Tier.TOR: "edge"},
-    "rail-optimized": {Tier.TOR: "leaf (ToR)", Tier.AGG: "spine"},
-    "rail-only": {Tier.TOR: "rail leaf", Tier.AGG: "rail spine"},
-}
-
-
-def tier_name(kind: str, tier: Tier) -> str:
-    return _KIND_TIER_NAME.get(kind, {}).get(tier, _TIER_NAME[tier])
-
-
 _LINK_NAME = {
     LinkKind.NIC: "NIC - ToR",
     LinkKind.TOR_AGG: "ToR - agg",
@@ -94,7 +82,7 @@ def register(subparsers: Any) -> None:
 
     plan = sub.add_parser(
         "plan",
-        help="dimension a full-size fabric and compare the four kinds",
+        help="dimension a full-size fabric and compare every kind",
         description=__doc__.split("\n\n")[2] if __doc__ else None,
     )
     plan.add_argument("--radix", type=int, default=256, help="switch ports (default 256)")
@@ -208,14 +196,15 @@ def run_show(args: argparse.Namespace) -> int:
 
 def show_report(props: FabricProperties, scale: float) -> list[str]:
     """The text report of ``astral topo show``."""
+    fabric_kind = default_registry().get(props.kind, props.source)
     gpu_bw = props.bisection.gpu_bandwidth
     nic = props.link_capacity.get(LinkKind.NIC)
     ports = "dual-ToR, 2 NIC ports per GPU" if props.nic_ports == 2 else "1 NIC port per GPU"
     servers_per_pod = props.servers // props.pods if props.pods else 0
     rails = (
-        "GPU index means nothing to a fat-tree"
-        if props.kind == "fat-tree"
-        else f"{props.rails} rail(s)"
+        f"{props.rails} rail(s)"
+        if fabric_kind.has_rails
+        else f"GPU index means nothing to a {props.kind}"
     )
     lines = [
         f"{props.name}: {props.kind} fabric from {props.source}",
@@ -235,7 +224,7 @@ def show_report(props: FabricProperties, scale: float) -> list[str]:
     for t in props.tiers:
         rows.append(
             [
-                tier_name(props.kind, t.tier),
+                fabric_kind.tier_names[t.tier],
                 f"{t.switches:,}",
                 f"{t.down_links:,}",
                 f"{t.up_links:,}" if t.up_links else "-",
@@ -419,9 +408,10 @@ def plan_report(p: Plan) -> list[str]:
     lines += ["", "Switches per tier"]
     rows = [["tier", "switches", "down:up"]]
     ratios = p.tier_ratios()
+    names = default_registry().get(p.kind, spec.source).tier_names
     for tier in (Tier.TOR, Tier.AGG, Tier.CORE):
         if tier in p.switches:
-            rows.append([_TIER_NAME[tier], f"{p.switches[tier]:,}", _ratio(ratios.get(tier))])
+            rows.append([names[tier], f"{p.switches[tier]:,}", _ratio(ratios.get(tier))])
     rows.append(["network total", f"{p.network_switches:,}", ""])
     rows.append(["NVLink (servers)", f"{p.switches.get(Tier.NVLINK, 0):,}", ""])
     lines += table(rows)

@@ -84,8 +84,9 @@ from orchestrator.emulation.state import (
 from orchestrator.emulation.wiring import Wiring, check_name, plan_wiring
 from topologies.description import FabricDescription
 from topologies.errors import AstralError, EmulationError
+from topologies.fabricspec import FabricSpec
 from topologies.generators import build_fabric
-from topologies.spec import FabricSpec, load_fabric_spec
+from topologies.spec import load_fabric_spec
 
 PRESETS = REPO / "topologies" / "presets"
 DEFAULT_FABRIC = PRESETS / "astral-small.yaml"

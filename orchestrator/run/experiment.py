@@ -45,12 +45,11 @@ from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_facto
 from orchestrator.collectives.plans import COLLECTIVES
 from orchestrator.collectives.sizes import parse_size
 from topologies.errors import ExperimentError, FabricSpecError
+from topologies.fabricspec import EmulationSpec, FabricSpec
 from topologies.generators import build_fabric
 from topologies.model import Fabric, Gpu
 from topologies.spec import (
     NAME_PATTERN,
-    EmulationSpec,
-    FabricSpec,
     _describe,
     _Reader,
     load_fabric_spec,

@@ -61,7 +61,7 @@ from orchestrator.worker.spec import (
 )
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
-from topologies.spec import FabricSpec
+from topologies.fabricspec import FabricSpec
 
 WORKER_PORT = 47000  # every worker listens here, in its own namespace
 TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)

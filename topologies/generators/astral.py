@@ -38,8 +38,11 @@ from __future__ import annotations
 
 import math
 
+from topologies.fabricspec import FabricSpec
+from topologies.generators.common import TIER_NAMES, tor_groups
+from topologies.generators.cuts import even, group_loads, out_of, split
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
-from topologies.spec import FabricSpec
+from topologies.plan import Plan, PlanInput, nonzero
 
 
 def _tor_groups(spec: FabricSpec) -> int:
@@ -66,7 +69,13 @@ def has_core(spec: FabricSpec) -> bool:
 
 
 class AstralGenerator:
+    """Astral's same-rail tier-2 fabric with dual-ToR (drawn in the module docstring)."""
+
     kind = "astral"
+    default_nic_ports = 2  # dual-ToR, the paper's design
+    two_tier = False
+    has_rails = True
+    tier_names = TIER_NAMES
 
     def check(self, spec: FabricSpec) -> None:
         down, up = spec.switch.down_ports, spec.switch.up_ports
@@ -149,3 +158,55 @@ class AstralGenerator:
                                 f"p{pod}r{rail}a{a}", f"c{core}", LinkKind.AGG_CORE, agg_up
                             )
         return builder.build()
+
+    def plan(self, spec: FabricSpec) -> Plan:
+        P, rails, n_ports = spec.pods, spec.rails, spec.nic_ports
+        D, U = spec.switch.down_ports, spec.switch.up_ports
+        S = astral_servers_per_pod(spec)
+        tors = tor_groups(S, D) * n_ports
+        planes = P * rails
+        core = has_core(spec)
+        n = spec.speeds.nic
+        t = spec.speeds.tor_agg / spec.oversubscription.tor
+        a = spec.speeds.agg_core / spec.oversubscription.agg
+        switches = {
+            Tier.TOR: planes * tors,
+            Tier.AGG: planes * U,
+            Tier.CORE: U * cores_per_group(spec) if core else 0,
+            Tier.NVLINK: P * S,
+        }
+        links = {
+            LinkKind.NIC: P * S * rails * n_ports,
+            LinkKind.TOR_AGG: planes * tors * U,
+            LinkKind.AGG_CORE: planes * U * U if core else 0,
+            LinkKind.NVLINK: P * S * rails,
+        }
+        loads = group_loads(S, D, n_ports)
+        plane_out = min(out_of(loads, n, U * t), U * U * a) if core else out_of(loads, n, U * t)
+        cuts = {}
+        if even(P):
+            cuts["pods"] = P // 2 * rails * plane_out
+        if even(S):
+            half = group_loads(S, D, n_ports, 0, S // 2), group_loads(S, D, n_ports, S // 2)
+            cuts["servers"] = P * rails * split(*half, n, U * t)
+        if even(rails):
+            cuts["rails"] = rails // 2 * P * plane_out
+        hops = 5 if core else (3 if tors > n_ports else 1)
+        return Plan(spec, S, nonzero(switches), nonzero(links), hops, cuts, min(S, D))
+
+    def plan_inputs(self, inputs: PlanInput) -> PlanInput:
+        return inputs
+
+    def max_servers_per_pod(self, inputs: PlanInput) -> int:
+        return inputs.down * (inputs.down // inputs.nic_ports)
+
+    def max_pods(self, inputs: PlanInput) -> int:
+        return max(1, inputs.radix // inputs.rails)  # every agg reaches its whole core group
+
+    def uniform_uplinks(self, spec: FabricSpec) -> bool:
+        """Astral's core groups have ``ceil(pods x rails x U / radix)`` cores, and when that
+        does not divide U some planes put one link more on some cores than on others; a cut
+        that puts the planes with the same surplus on one side (the ``rails`` cut, typically)
+        is then narrower than the closed form, which is exact only for uniform fabrics. The
+        paper's size is uniform (32 cores per group, 128 uplinks)."""
+        return not has_core(spec) or spec.switch.up_ports % cores_per_group(spec) == 0

@@ -21,8 +21,11 @@ Three rules recur in every kind, so they live here once:
 
 from __future__ import annotations
 
-from topologies.model import FabricBuilder, LinkKind
-from topologies.spec import FabricSpec
+from topologies.fabricspec import FabricSpec
+from topologies.model import FabricBuilder, LinkKind, Tier
+
+# What the model's tiers are called, unless a kind names them otherwise (its tier_names).
+TIER_NAMES = {Tier.TOR: "ToR", Tier.AGG: "aggregation", Tier.CORE: "core", Tier.NVLINK: "NVLink"}
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -39,9 +39,14 @@ Rules:
 
 from __future__ import annotations
 
-from topologies.generators.common import round_robin, upper_switches
+from dataclasses import replace
+from typing import Any
+
+from topologies.fabricspec import FabricSpec
+from topologies.generators.common import TIER_NAMES, ceil_div, round_robin, upper_switches
+from topologies.generators.cuts import even, out_of, split
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
-from topologies.spec import FabricSpec
+from topologies.plan import Plan, PlanInput, nonzero
 
 
 def fat_tree_ports_per_pod(spec: FabricSpec) -> int:
@@ -63,7 +68,13 @@ def fat_tree_cores_per_group(spec: FabricSpec) -> int:
 
 
 class FatTreeGenerator:
+    """The k-ary fat-tree, GPUs as its hosts (drawn in the module docstring)."""
+
     kind = "fat-tree"
+    default_nic_ports = 1
+    two_tier = False
+    has_rails = False  # GPU index means nothing to a fat-tree
+    tier_names = {**TIER_NAMES, Tier.TOR: "edge"}
 
     def check(self, spec: FabricSpec) -> None:
         k = spec.switch.radix
@@ -136,3 +147,55 @@ class FatTreeGenerator:
                         core = a * per_group + round_robin(pod, u, half, per_group)
                         builder.connect(f"p{pod}a{a}", f"c{core}", LinkKind.AGG_CORE, agg_up)
         return builder.build()
+
+    def plan(self, spec: FabricSpec) -> Plan:
+        P, gps = spec.pods, spec.gpus_per_server
+        h = spec.switch.radix // 2
+        S = fat_tree_servers_per_pod(spec)
+        per_group = fat_tree_cores_per_group(spec)
+        n = spec.speeds.nic
+        t = spec.speeds.tor_agg / spec.oversubscription.tor
+        a = spec.speeds.agg_core / spec.oversubscription.agg
+        slots = S * gps
+        switches = {Tier.TOR: P * h, Tier.AGG: P * h, Tier.CORE: h * per_group, Tier.NVLINK: P * S}
+        links = {
+            LinkKind.NIC: P * slots,
+            LinkKind.TOR_AGG: P * h * h,
+            LinkKind.AGG_CORE: P * h * h if per_group else 0,
+            LinkKind.NVLINK: P * slots,
+        }
+
+        def edge_loads(in_a: Any) -> tuple[list[int], list[int]]:
+            """GPUs of side A and side B on each edge; ``in_a(slot)`` says which side a slot is."""
+            a_loads, b_loads = [], []
+            for e in range(h):
+                members = range(e * h, min(slots, (e + 1) * h))
+                na = sum(1 for j in members if in_a(j))
+                a_loads.append(na)
+                b_loads.append(len(members) - na)
+            return a_loads, b_loads
+
+        loads = [max(0, min(slots, (e + 1) * h) - e * h) for e in range(h)]
+        cuts = {}
+        if even(P):
+            cuts["pods"] = P // 2 * min(out_of(loads, n, h * t), h * h * a)
+        if even(S):
+            cuts["servers"] = P * split(*edge_loads(lambda j: j < S // 2 * gps), n, h * t)
+        if even(gps):
+            cuts["rails"] = P * split(*edge_loads(lambda j: j % gps < gps // 2), n, h * t)
+        used_edges = ceil_div(slots, h)
+        hops = 5 if per_group else (3 if used_edges > 1 else 1)
+        return Plan(spec, S, nonzero(switches), nonzero(links), hops, cuts, min(h, slots))
+
+    def plan_inputs(self, inputs: PlanInput) -> PlanInput:
+        # A fat-tree host has one NIC port, and a fat-tree switch splits k/2 down, k/2 up.
+        return replace(inputs, nic_ports=1, down_ports=None)
+
+    def max_servers_per_pod(self, inputs: PlanInput) -> int:
+        return (inputs.radix // 2) ** 2 // inputs.rails
+
+    def max_pods(self, inputs: PlanInput) -> int:
+        return inputs.radix
+
+    def uniform_uplinks(self, spec: FabricSpec) -> bool:
+        return True  # core groups are sized to a divisor of the uplinks (common.py)

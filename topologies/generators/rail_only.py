@@ -34,15 +34,20 @@ Rules:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from topologies.fabricspec import FabricSpec
 from topologies.generators.common import (
+    TIER_NAMES,
     connect_rail_nics,
     rail_tor_name,
     round_robin,
     tor_groups,
     upper_switches,
 )
+from topologies.generators.cuts import even, group_loads, out_of, split
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
-from topologies.spec import FabricSpec
+from topologies.plan import Plan, PlanInput, nonzero
 
 
 def rail_only_servers_per_pod(spec: FabricSpec) -> int:
@@ -66,7 +71,13 @@ def rail_only_spines_per_rail(spec: FabricSpec) -> int:
 
 
 class RailOnlyGenerator:
+    """Rail-only: one two-tier network per rail, NVLink between rails (module docstring)."""
+
     kind = "rail-only"
+    default_nic_ports = 1
+    two_tier = True
+    has_rails = True
+    tier_names = {**TIER_NAMES, Tier.TOR: "rail leaf", Tier.AGG: "rail spine"}
 
     def check(self, spec: FabricSpec) -> None:
         radix, down = spec.switch.radix, spec.switch.down_ports
@@ -125,3 +136,43 @@ class RailOnlyGenerator:
                         spine = round_robin(number, u, up, n_spines)
                         builder.connect(leaf, f"r{rail}s{spine}", LinkKind.TOR_AGG, leaf_up)
         return builder.build()
+
+    def plan(self, spec: FabricSpec) -> Plan:
+        P, rails, n_ports = spec.pods, spec.rails, spec.nic_ports
+        D, U = spec.switch.down_ports, spec.switch.up_ports
+        S = rail_only_servers_per_pod(spec)
+        tors = tor_groups(S, D) * n_ports
+        spines = rail_only_spines_per_rail(spec)
+        n = spec.speeds.nic
+        up = U * spec.speeds.tor_agg / spec.oversubscription.tor if spines else 0.0
+        switches = {Tier.TOR: P * rails * tors, Tier.AGG: rails * spines, Tier.NVLINK: P * S}
+        links = {
+            LinkKind.NIC: P * S * rails * n_ports,
+            LinkKind.TOR_AGG: P * rails * tors * U if spines else 0,
+            LinkKind.NVLINK: P * S * rails,
+        }
+        cuts = {}
+        if even(P):
+            cuts["pods"] = P // 2 * rails * out_of(group_loads(S, D, n_ports), n, up)
+        if even(S):
+            half = group_loads(S, D, n_ports, 0, S // 2), group_loads(S, D, n_ports, S // 2)
+            cuts["servers"] = P * rails * split(*half, n, up)
+        if even(rails):
+            # Nothing joins the rails but NVLink: half of every server's GPUs on each side.
+            cuts["rails"] = P * S * (rails // 2) * spec.speeds.nvlink
+        # Same rail: 1 hop on a rail switch, 3 through a rail spine; other rail: +1 NVLink hop.
+        nvlink_hop = 1 if rails > 1 else 0
+        hops = nvlink_hop if P * S == 1 else (3 if spines else 1) + nvlink_hop
+        return Plan(spec, S, nonzero(switches), nonzero(links), hops, cuts, min(S, D))
+
+    def plan_inputs(self, inputs: PlanInput) -> PlanInput:
+        return replace(inputs, oversubscription_agg=1.0)  # nothing above the spines
+
+    def max_servers_per_pod(self, inputs: PlanInput) -> int:
+        return inputs.radix // inputs.nic_ports * inputs.down
+
+    def max_pods(self, inputs: PlanInput) -> int:
+        return 1  # compared as one pod (pods only relabel servers)
+
+    def uniform_uplinks(self, spec: FabricSpec) -> bool:
+        return True  # spines are sized to a divisor of the uplinks (common.py)

@@ -34,15 +34,20 @@ Rules:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from topologies.fabricspec import FabricSpec
 from topologies.generators.common import (
+    TIER_NAMES,
     connect_rail_nics,
     rail_tor_name,
     round_robin,
     tor_groups,
     upper_switches,
 )
+from topologies.generators.cuts import even, group_loads, out_of, split
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
-from topologies.spec import FabricSpec
+from topologies.plan import Plan, PlanInput, nonzero
 
 
 def max_groups_per_rail_pod(spec: FabricSpec) -> int:
@@ -67,7 +72,13 @@ def rail_optimized_spines(spec: FabricSpec) -> int:
 
 
 class RailOptimizedGenerator:
+    """Two-tier rail-optimized leaf-spine (drawn in the module docstring)."""
+
     kind = "rail-optimized"
+    default_nic_ports = 1
+    two_tier = True
+    has_rails = True
+    tier_names = {**TIER_NAMES, Tier.TOR: "leaf (ToR)", Tier.AGG: "spine"}
 
     def check(self, spec: FabricSpec) -> None:
         radix, down = spec.switch.radix, spec.switch.down_ports
@@ -128,3 +139,41 @@ class RailOptimizedGenerator:
                 spine = round_robin(number, u, up, n_spines)
                 builder.connect(leaf, f"s{spine}", LinkKind.TOR_AGG, leaf_up)
         return builder.build()
+
+    def plan(self, spec: FabricSpec) -> Plan:
+        P, rails, n_ports = spec.pods, spec.rails, spec.nic_ports
+        D, U = spec.switch.down_ports, spec.switch.up_ports
+        S = rail_optimized_servers_per_pod(spec)
+        tors = tor_groups(S, D) * n_ports
+        leaves = P * rails * tors
+        n = spec.speeds.nic
+        t = spec.speeds.tor_agg / spec.oversubscription.tor
+        switches = {Tier.TOR: leaves, Tier.AGG: rail_optimized_spines(spec), Tier.NVLINK: P * S}
+        links = {
+            LinkKind.NIC: P * S * rails * n_ports,
+            LinkKind.TOR_AGG: leaves * U,
+            LinkKind.NVLINK: P * S * rails,
+        }
+        plane_out = out_of(group_loads(S, D, n_ports), n, U * t)
+        cuts = {}
+        if even(P):
+            cuts["pods"] = P // 2 * rails * plane_out
+        if even(S):
+            half = group_loads(S, D, n_ports, 0, S // 2), group_loads(S, D, n_ports, S // 2)
+            cuts["servers"] = P * rails * split(*half, n, U * t)
+        if even(rails):
+            cuts["rails"] = rails // 2 * P * plane_out
+        hops = 3 if leaves > n_ports else 1
+        return Plan(spec, S, nonzero(switches), nonzero(links), hops, cuts, min(S, D))
+
+    def plan_inputs(self, inputs: PlanInput) -> PlanInput:
+        return replace(inputs, oversubscription_agg=1.0)  # nothing above the spines
+
+    def max_servers_per_pod(self, inputs: PlanInput) -> int:
+        return inputs.radix // (inputs.rails * inputs.nic_ports) * inputs.down
+
+    def max_pods(self, inputs: PlanInput) -> int:
+        return 1  # compared as one pod (pods only relabel servers)
+
+    def uniform_uplinks(self, spec: FabricSpec) -> bool:
+        return True  # spines are sized to a divisor of the uplinks (common.py)
