@@ -70,7 +70,6 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.calibration.capacity import switch_hops  # noqa: E402
 from orchestrator.calibration.measure import datapath_ports, start_emulation  # noqa: E402
-from orchestrator.commands.topo import resolve_fabric_path  # noqa: E402
 from orchestrator.emulation import batch  # noqa: E402
 from orchestrator.emulation.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL  # noqa: E402
 from orchestrator.emulation.network import Emulation, Terminated  # noqa: E402
@@ -82,6 +81,7 @@ from orchestrator.testbed.traffic import (  # noqa: E402
     run_flows,
 )
 from topologies.addressing import FABRIC_PREFIX  # noqa: E402
+from topologies.catalog import resolve_fabric as resolve_fabric_path  # noqa: E402
 from topologies.generators import build_fabric  # noqa: E402
 from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
 from topologies.spec import FabricSpec, Speeds, load_fabric_spec  # noqa: E402

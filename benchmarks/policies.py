@@ -81,7 +81,6 @@ from orchestrator.calibration.capacity import (  # noqa: E402
     verdict,
 )
 from orchestrator.calibration.measure import machine_conditions  # noqa: E402
-from orchestrator.emulation.network import PRESETS  # noqa: E402
 from orchestrator.emulation.wiring import Veth  # noqa: E402
 from orchestrator.testbed.pinning import (  # noqa: E402
     CANDIDATES,
@@ -99,6 +98,7 @@ from orchestrator.testbed.traffic import (  # noqa: E402
     parse_qdiscs,
     run_flows,
 )
+from topologies.catalog import PRESETS_DIR as PRESETS  # noqa: E402
 from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec  # noqa: E402
 from topologies.units import TCP_PAYLOAD_SHARE  # noqa: E402

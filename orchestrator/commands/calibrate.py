@@ -31,9 +31,9 @@ from typing import Any
 
 from orchestrator.calibration import capacity as cal
 from orchestrator.calibration import measure
-from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
 from orchestrator.run.experiment import ExperimentSpec, load_experiment
 from orchestrator.run.runner import DEFAULT_EXPERIMENT
+from topologies.catalog import DEFAULT_PRESET, resolve_fabric
 from topologies.errors import AstralError
 from topologies.spec import load_fabric_spec
 from topologies.units import TCP_PAYLOAD_SHARE
@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "fabric",
         nargs="?",
-        default=str(DEFAULT_FABRIC),
+        default=DEFAULT_PRESET,
         metavar="FABRIC",
         help="fabric YAML file or preset name to calibrate on (default: astral-small)",
     )
@@ -102,7 +102,7 @@ def say(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = cal.calibration_path(args.out)
-    spec = load_fabric_spec(resolve_fabric_path(args.fabric))
+    spec = load_fabric_spec(resolve_fabric(args.fabric))
     if args.show:
         stored = cal.load_calibration(path)
         if stored is None:

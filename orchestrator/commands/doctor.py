@@ -10,9 +10,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from topologies.errors import EnvironmentProblem, FabricSpecError
+from topologies.catalog import DEFAULT_PRESET, resolve_fabric
+from topologies.errors import EnvironmentProblem
 
-DEFAULT_FABRIC = "astral-small"
+DEFAULT_FABRIC = DEFAULT_PRESET
 
 
 def register(subparsers: Any) -> None:
@@ -32,20 +33,8 @@ def register(subparsers: Any) -> None:
 
 
 def fabric_path(value: str) -> Path:
-    """A preset name or a path -> the fabric file (FabricSpecError if there is none)."""
-    from orchestrator.run.experiment import PRESETS_DIR, presets
-
-    if "/" in value or value.endswith((".yaml", ".yml")):
-        return Path(value).expanduser()
-    path = PRESETS_DIR / f"{value}.yaml"
-    if not path.is_file():
-        raise FabricSpecError(
-            "command line",
-            "FABRIC",
-            "a preset name (one of " + ", ".join(presets()) + ") or a file",
-            value,
-        )
-    return path
+    """The file the FABRIC argument names (FabricSpecError for an unknown preset)."""
+    return resolve_fabric(value)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,18 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import topologies
+from topologies.catalog import DEFAULT_PRESET, preset_names, resolve_fabric
 from topologies.errors import FabricSpecError
 from topologies.generators import default_registry
 from topologies.model import LinkKind, Tier
 from topologies.units import parse_rate
 
 if TYPE_CHECKING:
-    from topologies.planner import Plan, PlanInput, Unreachable
+    from topologies.plan import Plan, PlanInput
+    from topologies.planner import Unreachable
     from topologies.properties import FabricProperties
-
-PRESETS = Path(topologies.__file__).resolve().parent / "presets"
-DEFAULT_FABRIC = PRESETS / "astral-small.yaml"
 
 # Plan inputs are checked as a fabric spec; errors name the option, not the spec key.
 _PLAN_OPTIONS = {
@@ -68,11 +66,10 @@ def register(subparsers: Any) -> None:
     show.add_argument(
         "fabric",
         nargs="?",
-        default=str(DEFAULT_FABRIC),
+        default=DEFAULT_PRESET,
         metavar="FILE",
         help="fabric YAML file, or a preset's name "
-        f"({', '.join(p.stem for p in sorted(PRESETS.glob('*.yaml')))}); "
-        "default: astral-small",
+        f"({', '.join(preset_names())}); default: {DEFAULT_PRESET}",
     )
     show.add_argument(
         "--png", type=Path, metavar="PATH", help="also draw the fabric into this PNG file"
@@ -149,22 +146,13 @@ def _ratio(value: float | None) -> str:
 # --- show --------------------------------------------------------------------------------
 
 
-def resolve_fabric_path(name: str) -> Path:
-    """A path as given, or a preset's file when ``name`` is a preset name."""
-    path = Path(name)
-    preset = PRESETS / f"{name}.yaml"
-    if not path.exists() and "/" not in name and preset.exists():
-        return preset
-    return path
-
-
 def run_show(args: argparse.Namespace) -> int:
     from topologies.drawing import draw_fabric, drawable
     from topologies.generators import build_fabric
     from topologies.properties import fabric_properties
     from topologies.spec import load_fabric_spec
 
-    spec = load_fabric_spec(resolve_fabric_path(args.fabric))
+    spec = load_fabric_spec(resolve_fabric(args.fabric))
     fabric = build_fabric(spec)
     props = fabric_properties(fabric)
 
@@ -309,7 +297,8 @@ def show_report(props: FabricProperties, scale: float) -> list[str]:
 
 
 def _plan_inputs(args: argparse.Namespace) -> PlanInput:
-    from topologies.planner import SOURCE, PlanInput
+    from topologies.plan import PlanInput
+    from topologies.planner import SOURCE
 
     try:
         port_speed = parse_rate(args.port_speed)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from controllers.policies import default_registry as policy_registry
-from orchestrator.commands.topo import DEFAULT_FABRIC, resolve_fabric_path
 from orchestrator.emulation.network import Emulation, Terminated
+from topologies.catalog import DEFAULT_PRESET, resolve_fabric
 from topologies.model import LinkKind, Tier
 from topologies.units import format_rate
 
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "fabric",
         nargs="?",
-        default=str(DEFAULT_FABRIC),
+        default=DEFAULT_PRESET,
         metavar="FILE",
         help="fabric YAML file or preset name (default: astral-small)",
     )
@@ -82,7 +82,7 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = resolve_fabric_path(args.fabric)
+    path = resolve_fabric(args.fabric)
     emulation = Emulation(path, policy=args.policy, ready_timeout=args.timeout, log=say)
     try:
         with emulation:

@@ -61,7 +61,6 @@ from typing import Any
 
 from mininet.net import Mininet
 
-from orchestrator import REPO
 from orchestrator.emulation import batch
 from orchestrator.emulation.controller import ControllerProcess, free_port
 from orchestrator.emulation.datapath import PROBE_BRIDGE, Datapath, detect_datapath
@@ -82,14 +81,13 @@ from orchestrator.emulation.state import (
     unclean_runs,
 )
 from orchestrator.emulation.wiring import Wiring, check_name, plan_wiring
+from topologies.catalog import DEFAULT_FABRIC, resolve_fabric
 from topologies.description import FabricDescription
 from topologies.errors import AstralError, EmulationError
 from topologies.fabricspec import FabricSpec
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec
 
-PRESETS = REPO / "topologies" / "presets"
-DEFAULT_FABRIC = PRESETS / "astral-small.yaml"
 DESCRIPTION_FILE = "fabric.json"
 CONTROLLER_HOST = "127.0.0.1"
 CONTROLLER_ATTEMPTS = 3
@@ -276,7 +274,11 @@ class Emulation:
         if isinstance(source, FabricDescription):
             description = FabricDescription(source.fabric, source.addresses, dict(source.extra))
         else:
-            spec = source if isinstance(source, FabricSpec) else load_fabric_spec(_path(source))
+            spec = (
+                source
+                if isinstance(source, FabricSpec)
+                else load_fabric_spec(resolve_fabric(source))
+            )
             description = FabricDescription.of(build_fabric(spec))
         assert self.datapath is not None and self.state is not None
         description.extra.update(
@@ -714,15 +716,6 @@ class Emulation:
             for signum, handler in saved.items():
                 with contextlib.suppress(ValueError, TypeError):
                     signal.signal(signum, handler)
-
-
-def _path(source: str | Path) -> Path:
-    """A fabric file as given, or a preset's when ``source`` is a preset name."""
-    path = Path(source)
-    preset = PRESETS / f"{source}.yaml"
-    if not path.exists() and "/" not in str(source) and preset.exists():
-        return preset
-    return path
 
 
 def _netns_inode(pid: int) -> int | None:

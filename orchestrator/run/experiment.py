@@ -39,11 +39,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import topologies
 from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
 from orchestrator.collectives.plans import COLLECTIVES
 from orchestrator.collectives.sizes import parse_size
+from topologies.catalog import resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError
 from topologies.fabricspec import EmulationSpec, FabricSpec
 from topologies.generators import build_fabric
@@ -58,7 +58,6 @@ from topologies.spec import (
 from topologies.yamlfile import read_yaml
 
 ORDERS = ("rank", "topology-aware", "random")
-PRESETS_DIR = Path(topologies.__file__).resolve().parent / "presets"
 
 # What the synthetic workers move and verify: 4-byte unsigned integers, so that sums are
 # exact (orchestrator/collectives/plans.py). Tables name it as nccl-tests would.
@@ -354,11 +353,6 @@ def parse_experiment(
     )
 
 
-def presets() -> list[str]:
-    """Names of the fabric presets shipped in topologies/presets/."""
-    return sorted(path.stem for path in PRESETS_DIR.glob("*.yaml"))
-
-
 def _fabric(read: _ExperimentReader, value: object, base_dir: Path) -> tuple[FabricSpec, str]:
     if isinstance(value, Mapping):
         try:
@@ -372,21 +366,17 @@ def _fabric(read: _ExperimentReader, value: object, base_dir: Path) -> tuple[Fab
             _describe(value),
         )
     assert isinstance(value, str)
-    if "/" not in value and not value.endswith((".yaml", ".yml")):
-        path = PRESETS_DIR / f"{value}.yaml"
-        if not path.is_file():
-            read.fail("fabric", "a preset name (one of " + ", ".join(presets()) + ")", value)
-    else:
-        path = Path(value).expanduser()
-        if not path.is_absolute():
-            path = base_dir / path
-        if not path.is_file():
-            read.fail(
-                "fabric",
-                "an existing fabric file (a relative path starts at the experiment's directory)",
-                value,
-                detail=f"no file {path}",
-            )
+    try:
+        path = resolve_fabric(value, base_dir)
+    except FabricSpecError as err:
+        raise ExperimentError(read.source, "fabric", err.expected, value) from None
+    if not path.is_file():
+        read.fail(
+            "fabric",
+            "an existing fabric file (a relative path starts at the experiment's directory)",
+            value,
+            detail=f"no file {path}",
+        )
     try:
         return load_fabric_spec(path), str(path)
     except FabricSpecError as err:

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.commands.topo import DEFAULT_FABRIC, PRESETS, rate, table
+from orchestrator.commands.topo import rate, table
+from topologies.catalog import DEFAULT_FABRIC
+from topologies.catalog import PRESETS_DIR as PRESETS
 from topologies.drawing import MAX_NODES, draw_fabric, drawable
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec, parse_fabric_spec
