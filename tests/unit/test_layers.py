@@ -32,18 +32,7 @@ BELOW_TESTBED = {
 
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "entry": {
-        "run",
-        "calibration",
-        "testbed",
-        "emulation",
-        "worker",
-        "results",
-        "collectives",
-        "controllers",
-        "topologies",
-        "package",
-    },
+    "entry": {"run", "calibration", "testbed", *BELOW_TESTBED},
     "run": {"calibration", "testbed", *BELOW_TESTBED},
     "calibration": {"testbed", *BELOW_TESTBED},
     "testbed": BELOW_TESTBED,

@@ -40,7 +40,7 @@ import math
 
 from topologies.fabricspec import FabricSpec
 from topologies.generators.common import TIER_NAMES, tor_groups
-from topologies.generators.cuts import even, group_loads, out_of, split
+from topologies.generators.cuts import group_loads, out_of, rail_plane_cuts
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
 from topologies.plan import Plan, PlanInput, nonzero
 
@@ -183,14 +183,7 @@ class AstralGenerator:
         }
         loads = group_loads(S, D, n_ports)
         plane_out = min(out_of(loads, n, U * t), U * U * a) if core else out_of(loads, n, U * t)
-        cuts = {}
-        if even(P):
-            cuts["pods"] = P // 2 * rails * plane_out
-        if even(S):
-            half = group_loads(S, D, n_ports, 0, S // 2), group_loads(S, D, n_ports, S // 2)
-            cuts["servers"] = P * rails * split(*half, n, U * t)
-        if even(rails):
-            cuts["rails"] = rails // 2 * P * plane_out
+        cuts = rail_plane_cuts(spec, S, U * t, plane_out)
         hops = 5 if core else (3 if tors > n_ports else 1)
         return Plan(spec, S, nonzero(switches), nonzero(links), hops, cuts, min(S, D))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from topologies.fabricspec import FabricSpec
 from topologies.generators.common import tor_groups
 
 
@@ -45,3 +46,23 @@ def split(a: Sequence[int], b: Sequence[int], nic: float, up: float) -> float:
 
 def even(n: int) -> bool:
     return n > 1 and n % 2 == 0
+
+
+def rail_plane_cuts(
+    spec: FabricSpec, servers: int, up: float, plane_out: float
+) -> dict[str, float]:
+    """The aligned cuts of a fabric of rail planes (one per pod and rail, ``servers`` servers
+    each, ``up`` uplink capacity per ToR) that meet only above their ToRs: halving the pods
+    or the rails cuts whole planes off the layer above (``plane_out`` each), halving the
+    servers splits every plane."""
+    P, rails, n_ports = spec.pods, spec.rails, spec.nic_ports
+    D, n, S = spec.switch.down_ports, spec.speeds.nic, servers
+    cuts = {}
+    if even(P):
+        cuts["pods"] = P // 2 * rails * plane_out
+    if even(S):
+        half = group_loads(S, D, n_ports, 0, S // 2), group_loads(S, D, n_ports, S // 2)
+        cuts["servers"] = P * rails * split(*half, n, up)
+    if even(rails):
+        cuts["rails"] = rails // 2 * P * plane_out
+    return cuts

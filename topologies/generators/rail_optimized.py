@@ -45,7 +45,7 @@ from topologies.generators.common import (
     tor_groups,
     upper_switches,
 )
-from topologies.generators.cuts import even, group_loads, out_of, split
+from topologies.generators.cuts import group_loads, out_of, rail_plane_cuts
 from topologies.model import Fabric, FabricBuilder, LinkKind, Tier
 from topologies.plan import Plan, PlanInput, nonzero
 
@@ -155,14 +155,7 @@ class RailOptimizedGenerator:
             LinkKind.NVLINK: P * S * rails,
         }
         plane_out = out_of(group_loads(S, D, n_ports), n, U * t)
-        cuts = {}
-        if even(P):
-            cuts["pods"] = P // 2 * rails * plane_out
-        if even(S):
-            half = group_loads(S, D, n_ports, 0, S // 2), group_loads(S, D, n_ports, S // 2)
-            cuts["servers"] = P * rails * split(*half, n, U * t)
-        if even(rails):
-            cuts["rails"] = rails // 2 * P * plane_out
+        cuts = rail_plane_cuts(spec, S, U * t, plane_out)
         hops = 3 if leaves > n_ports else 1
         return Plan(spec, S, nonzero(switches), nonzero(links), hops, cuts, min(S, D))
 
