@@ -128,7 +128,8 @@ def parse_fabric_spec(
 
     ``kinds``: the registry whose kinds the document may name (default: the built-in ones).
     """
-    kinds = kinds or default_registry()
+    if kinds is None:
+        kinds = default_registry()
     read = _Reader(source)
     doc = read.mapping(document, "", _TOP_KEYS)
     for required in ("name", "kind", "gpus_per_server", "switch"):
