@@ -1,15 +1,113 @@
 """Reading a YAML file a user wrote (a fabric, an experiment): the one place where a missing,
 unreadable or malformed file becomes a :class:`~topologies.errors.ConfigError` sentence
 naming the file, so that every such file fails the same way. The document's shape is the
-caller's to check."""
+caller's to check.
+
+Two things plain ``yaml.safe_load`` lets through are refused here:
+
+- a key written twice in one mapping (YAML says keys are unique; PyYAML silently keeps the
+  later value, so a fabric would quietly run with half of what its author wrote): the error
+  names the key's path and both lines;
+- nesting deeper than :data:`MAX_DEPTH` (PyYAML's composer recurses once per level, so a
+  few thousand ``[`` end in a RecursionError traceback): no valid fabric or experiment file
+  nests more than a handful of levels.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from topologies.errors import ConfigError
+
+#: Deepest nesting of mappings and lists accepted. The deepest valid file today is an
+#: experiment with an inline fabric (experiment -> fabric -> oversubscription -> value: 4
+#: levels); 32 leaves room for any layout a new key needs.
+MAX_DEPTH = 32
+
+
+class _TooDeep(Exception):
+    def __init__(self, mark: Any) -> None:
+        self.mark = mark
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader with a depth limit on composition."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _where(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
+
+
+def duplicate_key(node: Node | None, path: str = "") -> tuple[str, int, int] | None:
+    """The first key written twice in one mapping of ``node``'s tree, as (dotted key path,
+    first line, second line), or None. Merge keys (``<<``) are YAML's way of repeating on
+    purpose and are not counted."""
+    if isinstance(node, MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, ScalarNode) else "?"
+            where = f"{path}.{name}" if path else name
+            line = key.start_mark.line + 1
+            if name != "<<" and isinstance(key, ScalarNode):
+                if name in seen:
+                    return where, seen[name], line
+                seen[name] = line
+            found = duplicate_key(value, where)
+            if found:
+                return found
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            found = duplicate_key(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def parse_yaml(text: str, source: Path | str, error: type[ConfigError]) -> object:
+    """The document in ``text``; a syntax error, a duplicate key or too deep a nesting raises
+    ``error`` naming ``source``."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        found = duplicate_key(node)
+        if found:
+            key, first, second = found
+            raise error(
+                source,
+                key,
+                "each key once per mapping",
+                detail=f"written on lines {first} and {second}",
+            )
+        return loader.construct_document(node) if node is not None else None
+    except _TooDeep as err:
+        raise error(
+            source,
+            "",
+            f"at most {MAX_DEPTH} levels of nested mappings and lists",
+            detail=f"level {MAX_DEPTH + 1} starts at {_where(err.mark)}",
+        ) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise error(source, "", "valid YAML", f"a syntax error at {_where(mark)}") from None
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: Path, error: type[ConfigError], what: str) -> object:
@@ -21,9 +119,4 @@ def read_yaml(path: Path, error: type[ConfigError], what: str) -> object:
         raise error(path, "", f"an existing {what} file", "no such file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise error(path, "", "a readable UTF-8 text file", str(err)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
-        raise error(path, "", "valid YAML", f"a syntax error at {where}") from None
+    return parse_yaml(text, path, error)

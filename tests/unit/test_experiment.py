@@ -70,6 +70,14 @@ def replace(text: str, key: str, line: str | None) -> str:
 # (what the file does wrong, its text, the key path the error must name, words it must say)
 MALFORMED = [
     ("not yaml", "name: [unclosed\n", "", "valid YAML"),
+    ("a key twice", VALID + "iterations: 5\n", "iterations", "lines 8 and 13"),
+    (
+        "a key twice in the inline fabric",
+        INLINE_FABRIC.replace("  pods: 1\n", "  pods: 1\n  pods: 2\n"),
+        "fabric.pods",
+        "lines 5 and 6",
+    ),
+    ("nesting thousands deep", "name: x\nseed: " + "[" * 3000 + "]" * 3000 + "\n", "", "nested"),
     ("a list, not a mapping", "- name: x\n", "", "a mapping"),
     ("empty file", "", "", "a mapping"),
     ("unknown top-level key", VALID + "colour: blue\n", "colour", "known keys"),

@@ -142,6 +142,20 @@ CASES = [
     # The file as a whole:
     ("bad-yaml", "name: [unclosed\nkind: astral\n", "", "valid YAML"),
     ("bad-yaml-indent", "name: t\n  kind: astral\n", "", "valid YAML"),
+    ("duplicate-key", _doc() + "pods: 3\n", "pods", "each key once"),
+    (
+        "duplicate-nested-key",
+        _doc().replace("speeds:\n", "speeds:\n  nic: 100G\n", 1),
+        "speeds.nic",
+        "each key once",
+    ),
+    ("deep-nesting", "name: t\nkind: " + "[" * 3000 + "]" * 3000 + "\n", "", "nested"),
+    (
+        "deep-mapping",
+        "name: t\nkind:" + "".join(f"\n{' ' * i}k{i}:" for i in range(1, 60)),
+        "",
+        "nested",
+    ),
     ("empty-file", "", "", "mapping"),
     ("only-comment", "# nothing here\n", "", "mapping"),
     ("list-not-mapping", "- name: t\n- kind: astral\n", "", "mapping"),
@@ -238,7 +252,8 @@ def _console_script() -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("case_id"), ["unknown-key", "bad-yaml", "fat-tree-nic-ports-2", "empty-file"]
+    ("case_id"),
+    ["unknown-key", "bad-yaml", "fat-tree-nic-ports-2", "empty-file", "deep-nesting"],
 )
 def test_console_script_prints_no_traceback(case_id: str, tmp_path: Path) -> None:
     _, text, key, word = next(c for c in CASES if c[0] == case_id)
