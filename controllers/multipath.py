@@ -22,6 +22,14 @@ the policies (``controllers.policies``) combine them:
     also reach the GPU's other ToR ("detour"); those aggregation switches get a
     higher-priority entry for packets of that GPU coming *from* that ToR (``in_port``),
     sending them to the other ToR, so a detoured packet never bounces back.
+    A packet for the GPU that came *down* one of those uplinks must not take it back up:
+    OpenFlow drops an output to the ingress port (Open vSwitch: "skipping output to input
+    port"; only the reserved port IN_PORT may send a packet back). So the ToR also gets, per
+    detour uplink, a higher-priority entry for packets arriving on it, whose group has the
+    same delivery bucket but only the *other* detours as backups. Without them, every
+    packet that an aggregation switch sent down to a ToR whose GPU link had died was
+    dropped there whenever that aggregation switch was the ToR's first detour: the stream
+    stopped at the failure instead of failing over.
 
   What stays with the controller: a core's single link down into a plane (core -> agg) has
   no loop-free alternative without a detour through another plane; traffic to it waits
@@ -188,10 +196,33 @@ def failover_actions(
     return (builder.group(route.switch, GroupType.FAST_FAILOVER, buckets),)
 
 
-def add_detour_guards(builder: PlanBuilder, route: Route, detours: list[Adjacency]) -> None:
-    """At each switch a detour goes through: packets for the GPU that come from
-    ``route.switch`` go on over the hops that avoid it (fast-failover, in port order).
+def add_detour_guards(
+    builder: PlanBuilder, route: Route, ordered: list[Adjacency], detours: list[Adjacency]
+) -> None:
+    """The entries that keep a last hop's detours (see :func:`detour_hops`) loop-free, for the
+    route whose entry is ``failover_actions(builder, route, ordered, detours)``:
+
+    - at ``route.switch`` (the ToR), for packets arriving on a detour uplink: the same
+      delivery (``ordered``), then only the other detours, since a switch never sends a
+      packet back out of the port it came in by (the module docstring); none when there is
+      no other detour (such a packet has no way around);
+    - at each switch a detour goes through: packets for the GPU that come from
+      ``route.switch`` go on over the hops that avoid it (fast-failover, in port order).
     """
+    for came_in in detours:
+        others = [d for d in detours if d.port != came_in.port]
+        if not others:
+            continue
+        builder.add_flow(
+            FlowEntry(
+                route.switch.dpid,
+                route.switch.name,
+                route.ip,
+                failover_actions(builder, route, ordered, others),
+                priority=DETOUR_PRIORITY,
+                in_port=came_in.port,
+            )
+        )
     fabric = builder.description.fabric
     dist = builder.distances(route.gpu)
     for detour in detours:

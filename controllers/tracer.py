@@ -3,8 +3,10 @@
 The check half of render, then check, then start: the tests ask where a packet would go under
 a :class:`~controllers.plan.ForwardingPlan`, with groups resolved as a switch would resolve
 them (fast-failover by watched ports, select by the caller's choice or every live bucket),
-and get a :class:`~controllers.routing.RoutingError` for a loop, a missing entry or a port
-that leads nowhere. Nothing here talks to a switch.
+and get a :class:`~controllers.routing.RoutingError` for a loop, a missing entry, a port
+that leads nowhere or an output to the port the packet came in by (an OpenFlow switch drops
+that: only the reserved port IN_PORT sends a packet back; Open vSwitch says "skipping output
+to input port"). Nothing here talks to a switch.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def follow(
     (without ``choose``: a :class:`RoutingError`, since the switch's hash decides; see
     :func:`trace_all`).
 
-    Raises :class:`RoutingError` on a loop, a missing entry or a port that leads nowhere.
+    Raises :class:`RoutingError` on a loop, a missing entry, a port that leads nowhere or an
+    output to the port the packet arrived on (which the switch would drop).
     """
     paths = _trace(description, plan, switch, destination, down, choose, branch=False)
     return paths[0]
@@ -112,6 +115,11 @@ def _trace(
             raise RoutingError(f"{node} has no entry for {ipv4_dst} (path {path})")
         down_here = {port for name, port in down_ends if name == node}
         for port in _resolve_ports(plan.tables[dpid], entry.actions, down_here, choose, branch):
+            if port == in_port:
+                raise RoutingError(
+                    f"{node} sends {ipv4_dst} back out of port {port}, the port it came in "
+                    f"by: a switch drops that (path {path})"
+                )
             link = ends.get((node, port))
             if link is None:
                 raise RoutingError(f"{node} port {port} has no link")

@@ -98,7 +98,7 @@ class EcmpPolicy:
             elif self.fast_failover:
                 detours = detour_hops(builder, route)
                 actions = failover_actions(builder, route, list(route.hops), detours)
-                add_detour_guards(builder, route, detours)
+                add_detour_guards(builder, route, list(route.hops), detours)
             else:
                 actions = hop_actions(description, route, route.hops[0])
             builder.add_flow(FlowEntry(route.switch.dpid, route.switch.name, route.ip, actions))

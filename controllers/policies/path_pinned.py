@@ -82,7 +82,7 @@ class PathPinnedPolicy:
                     self._towards(builder, route, default, detours),
                 )
             )
-            add_detour_guards(builder, route, detours)
+            add_detour_guards(builder, route, self._ordered(route, default), detours)
             bits = layout.field(route.distance)
             if len(route.hops) < 2 or bits is None:
                 continue
@@ -108,8 +108,12 @@ class PathPinnedPolicy:
     ) -> tuple[Action, ...]:
         if not self.fast_failover:
             return hop_actions(builder.description, route, hop)
-        others = [h for h in route.hops if h != hop]
-        return failover_actions(builder, route, [hop, *others], detours)
+        return failover_actions(builder, route, self._ordered(route, hop), detours)
+
+    @staticmethod
+    def _ordered(route: Route, hop: Adjacency) -> list[Adjacency]:
+        """``hop`` first, then the route's other hops (the fast-failover order)."""
+        return [hop, *(h for h in route.hops if h != hop)]
 
     def publish(
         self, description: FabricDescription, failed_links: frozenset[Link]

@@ -50,5 +50,5 @@ class ShortestPathPolicy:
             detours = detour_hops(builder, route)
             actions = failover_actions(builder, route, [chosen, *hops], detours)
             builder.add_flow(FlowEntry(route.switch.dpid, route.switch.name, route.ip, actions))
-            add_detour_guards(builder, route, detours)
+            add_detour_guards(builder, route, [chosen, *hops], detours)
         return builder.plan()

@@ -242,30 +242,53 @@ def nic_link(desc: FabricDescription, gpu: str, port: int) -> Link:
 
 @pytest.mark.parametrize("policy", FAILOVER_POLICIES)
 def test_a_dead_last_hop_detours_through_the_other_tor_in_the_data_plane(policy: str) -> None:
-    """The plan is the one rendered before the failure: only groups react (watch ports)."""
+    """The plan is the one rendered before the failure: only groups react (watch ports).
+    Every NIC link of every GPU, from every source: whichever aggregation switch a packet
+    comes down from, the ToR must not send it back up that port (the tracer refuses an
+    output to the input port, as a switch drops it)."""
     desc = description()
     rendered = plan(policy)
+    for gpu in desc.addresses:
+        for port in (1, 2):
+            dead = nic_link(desc, gpu, port)
+            tor = dead.other(gpu)
+            other_tor = nic_link(desc, gpu, 3 - port).other(gpu)
+            down = [(tor, dead.port_of(tor)), (gpu, port)]
+            dst_ip = desc.addresses[gpu].fabric_ip
+            for src in desc.addresses:
+                if src == gpu:
+                    continue
+                src_ip = desc.addresses[src].fabric_ip
+                for nic in desc.addresses[src].nics:
+                    for sport in range(16384, 16392) if "pinned" in policy else (16385,):
+                        packet = Packet.tcp(src_ip, dst_ip, sport, WORKER_PORT)
+                        for path in trace_all(desc, rendered, nic.peer, packet, down=down):
+                            assert path[-2:] == [other_tor, gpu], path
+    # The ToR itself: a fast-failover group, delivery first, then the uplinks; for packets
+    # that came down an uplink, delivery first, then the other uplink only.
     gpu = "p1s0g1"
     dead = nic_link(desc, gpu, 1)
-    tor = dead.other(gpu)
-    other_tor = nic_link(desc, gpu, 2).other(gpu)
-    down = [(tor, dead.port_of(tor)), (gpu, 1)]
+    tor = desc.fabric.switches[dead.other(gpu)]
     dst_ip = desc.addresses[gpu].fabric_ip
-    for src, _ in cross_pairs(desc):
-        if src == gpu:
-            continue
-        src_ip = desc.addresses[src].fabric_ip
-        for nic in desc.addresses[src].nics:
-            packet = Packet.tcp(src_ip, dst_ip, 16385, WORKER_PORT)
-            for path in trace_all(desc, rendered, nic.peer, packet, down=down):
-                assert path[-2:] == [other_tor, gpu], path
-    # The ToR itself: a fast-failover group, delivery first, then the uplinks.
-    entry = rendered.lookup(desc.fabric.switches[tor].dpid, dst_ip)
+    entry = rendered.lookup(tor.dpid, dst_ip)
     assert entry is not None
-    group = rendered.tables[desc.fabric.switches[tor].dpid].group(entry.group_ids[0])
+    group = rendered.tables[tor.dpid].group(entry.group_ids[0])
     assert group.type is GroupType.FAST_FAILOVER
-    assert group.buckets[0].watch_port == dead.port_of(tor)
+    assert group.buckets[0].watch_port == dead.port_of(tor.name)
     assert len(group.buckets) == 3
+    uplinks = {b.watch_port for b in group.buckets[1:]}
+    returns = [
+        e for e in rendered.tables[tor.dpid].flows if e.ipv4_dst == dst_ip and e.in_port is not None
+    ]
+    assert {e.in_port for e in returns} == uplinks
+    for e in returns:
+        assert e.priority == DETOUR_PRIORITY
+        group = rendered.tables[tor.dpid].group(e.group_ids[0])
+        assert group.type is GroupType.FAST_FAILOVER
+        assert [b.watch_port for b in group.buckets] == [
+            dead.port_of(tor.name),
+            *(uplinks - {e.in_port}),
+        ]
 
 
 @pytest.mark.parametrize("policy", FAILOVER_POLICIES)
