@@ -25,6 +25,7 @@ from tests.integration.assertions import (
     send_udp_flows,
     snapshot,
 )
+from topologies.catalog import preset_names, preset_path
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError, FabricSpecError
 from topologies.generators import build_fabric
@@ -33,8 +34,7 @@ from topologies.spec import load_fabric_spec
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-PRESETS = sorted((REPO / "topologies" / "presets").glob("*.yaml"))
+PRESETS = [preset_path(name) for name in preset_names()]
 MAX_GPUS = 16  # larger presets are for benchmarks/bringup.py
 LOCK_WAIT = 300.0
 READY_TIMEOUT = 120.0

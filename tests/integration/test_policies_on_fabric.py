@@ -25,15 +25,13 @@ from controllers.pinning import PinnedPaths, assign_paths, directed_links, read_
 from controllers.policies.ecmp import switch_basis
 from controllers.routing import programmable_switches
 from orchestrator.emulation.controller import ControllerProcess
+from tests.helpers import preset_description
 from tests.integration.prefixed_net import PrefixedFabric, wait_for
 from topologies.description import FabricDescription
-from topologies.generators import build_fabric
 from topologies.model import Link, LinkKind, Tier
-from topologies.spec import load_fabric_spec
 
 pytestmark = pytest.mark.integration
 
-PRESET = Path(__file__).resolve().parents[2] / "topologies" / "presets" / "astral-small.yaml"
 PROBE = Path(__file__).with_name("stream_probe.py")
 PREFIX = "g3"
 PROGRAM_TIMEOUT = 60.0
@@ -43,7 +41,7 @@ UDP_PORT = 5005
 
 @pytest.fixture(scope="module")
 def description() -> FabricDescription:
-    return FabricDescription.of(build_fabric(load_fabric_spec(PRESET)))
+    return preset_description("astral-small")
 
 
 @pytest.fixture(scope="module")

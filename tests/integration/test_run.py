@@ -29,10 +29,10 @@ from orchestrator.pytest_plugin import FabricFactory, FabricHandle
 from orchestrator.results.store import Configuration
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.runner import RunOptions, RunOutcome
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 COLLECTIVES = [
     {"op": "all-reduce", "algorithm": "ring"},
     {"op": "all-reduce", "algorithm": "hierarchical"},

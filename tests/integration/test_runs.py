@@ -22,12 +22,12 @@ from typing import IO
 import pytest
 
 from orchestrator.emulation.state import RunState
+from tests.helpers import REPO
 from tests.integration.assertions import leftovers, snapshot
 from topologies.description import FabricDescription
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 LOCK_WAIT = 600.0  # another run (a person, another test session) may hold the lock
 READY_WAIT = 300.0
 

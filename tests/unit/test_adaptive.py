@@ -4,7 +4,6 @@ plan it renders on astral-small (catch entries, per-connection entries, moves, e
 from __future__ import annotations
 
 import itertools
-from pathlib import Path as FilePath
 
 import pytest
 
@@ -25,12 +24,10 @@ from controllers.policies.adaptive import (
 )
 from controllers.routing import programmable_switches
 from controllers.tracer import follow
+from tests.helpers import preset_description
 from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
-from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
 
-PRESET = FilePath(__file__).resolve().parents[2] / "topologies" / "presets" / "astral-small.yaml"
 CAP = 20e6
 PARAMS = AdaptiveParams()
 
@@ -194,7 +191,7 @@ def test_params_from_options() -> None:
 
 @pytest.fixture(scope="module")
 def description() -> FabricDescription:
-    return FabricDescription.of(build_fabric(load_fabric_spec(PRESET)))
+    return preset_description("astral-small")
 
 
 def nic(description: FabricDescription, gpu: str, port: int) -> tuple[str, int]:

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from topologies.generators import build_fabric
+from tests.helpers import REPO, preset_fabric
 from topologies.model import Fabric
-from topologies.spec import load_fabric_spec
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +26,7 @@ def bench() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def fabric() -> Fabric:
-    return build_fabric(load_fabric_spec(REPO / "topologies" / "presets" / "astral-small.yaml"))
+    return preset_fabric("astral-small")
 
 
 def test_the_permutation_crosses_pods_and_depends_on_the_seed(

@@ -16,14 +16,12 @@ from orchestrator.cli import main as cli_main
 from orchestrator.run.experiment import load_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.testbed.traffic import Flow, FlowResult, TrafficResult
+from tests.helpers import REPO, preset_fabric, preset_spec
 from topologies.errors import ConfigError, ExperimentError
 from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
 from topologies.units import TCP_PAYLOAD_SHARE
 
-REPO = Path(__file__).resolve().parents[2]
-PRESETS = REPO / "topologies" / "presets"
-SMALL = load_fabric_spec(PRESETS / "astral-small.yaml")
+SMALL = preset_spec("astral-small")
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 
 
@@ -158,7 +156,7 @@ def test_mean_hops_skips_server_mates_and_handles_subsets() -> None:
 
 
 def test_rail_only_reaches_other_rails_through_a_server_mate() -> None:
-    fabric = build_fabric(load_fabric_spec(PRESETS / "rail-only-small.yaml"))
+    fabric = preset_fabric("rail-only-small")
     assert fabric.gpu_forwarding
     hops = cal.switch_hops(fabric, "p0s0g0")
     others = [g for g in fabric.gpus if fabric.gpus[g].server != "p0s0"]

@@ -17,17 +17,13 @@ import pytest
 
 from controllers.status import EXIT_LISTEN_FAILED
 from orchestrator.emulation.controller import ControllerProcess, proc_starttime, stop_recorded
-from topologies.description import FabricDescription
+from tests.helpers import preset_description
 from topologies.errors import EmulationError
-from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
-
-PRESET = Path(__file__).resolve().parents[2] / "topologies" / "presets" / "astral-small.yaml"
 
 
 @pytest.fixture
 def fabric_json(tmp_path: Path) -> Path:
-    desc = FabricDescription.of(build_fabric(load_fabric_spec(PRESET)))
+    desc = preset_description("astral-small")
     return desc.write(tmp_path / "fabric.json")
 
 

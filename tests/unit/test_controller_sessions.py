@@ -14,13 +14,10 @@ from controllers.app import ControllerSettings, FabricController
 from controllers.policies import default_registry
 from controllers.routing import programmable_switches
 from controllers.status import read_status
-from tests.unit.test_routing import PRESET_DIR
-from topologies.description import FabricDescription
-from topologies.generators import build_fabric
+from tests.helpers import preset_description
 from topologies.model import Link, LinkKind
-from topologies.spec import load_fabric_spec
 
-DESCRIPTION = FabricDescription.of(build_fabric(load_fabric_spec(PRESET_DIR / "astral-small.yaml")))
+DESCRIPTION = preset_description("astral-small")
 
 
 class FakeDatapath:

@@ -18,9 +18,10 @@ from orchestrator.run.experiment import (
     load_experiment,
     parse_experiment,
 )
+from tests.helpers import REPO
+from topologies.catalog import preset_path
 from topologies.errors import ConfigError, ExperimentError, FabricSpecError
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "experiments" / "default.yaml"
 
 VALID = """\
@@ -317,7 +318,7 @@ def test_defaults_follow_nccl_tests(tmp_path: Path) -> None:
 
 def test_relative_fabric_path_starts_at_the_experiment_directory(tmp_path: Path) -> None:
     (tmp_path / "fabrics").mkdir()
-    preset = REPO / "topologies" / "presets" / "astral-small.yaml"
+    preset = preset_path("astral-small")
     (tmp_path / "fabrics" / "mine.yaml").write_text(
         preset.read_text().replace("name: astral-small", "name: mine")
     )

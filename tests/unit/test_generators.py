@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import preset_fabric
+from topologies.catalog import preset_names, preset_path
 from topologies.errors import FabricSpecError
 from topologies.generators import build_fabric, default_registry
 from topologies.model import Fabric, LinkKind, Tier
 from topologies.planner import uniform_uplinks
 from topologies.spec import FabricSpec, load_fabric_spec, parse_fabric_spec
 
-PRESETS = sorted((Path(__file__).resolve().parents[2] / "topologies" / "presets").glob("*.yaml"))
+PRESETS = [preset_path(name) for name in preset_names()]
 
 
 def make(kind: str, **fields: Any) -> FabricSpec:
@@ -361,7 +362,7 @@ def test_names_fit_at_the_largest_emulated_sizes() -> None:
 
 def test_port_numbering_snapshot() -> None:
     """The numbering contract of model.py on the default preset, pinned."""
-    fabric = build_fabric(load_fabric_spec(PRESETS[0].with_name("astral-small.yaml")))
+    fabric = preset_fabric("astral-small")
     by_end = {(link.a, link.b): (link.a_port, link.b_port) for link in fabric.links}
     assert by_end[("p0s0g0", "p0s0nv")] == (0, 1)
     assert by_end[("p0s0g0", "p0r0t0")] == (1, 1)

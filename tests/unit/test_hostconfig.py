@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.emulation.batch import plan_steps, script
@@ -12,23 +10,18 @@ from orchestrator.emulation.probe import checksum, echo_request, parse_reply
 from orchestrator.emulation.readiness import probe_plan, round_timeout
 from orchestrator.emulation.shaping import shaping_commands
 from orchestrator.emulation.wiring import check_name, plan_wiring
+from tests.helpers import preset_description
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 from topologies.generators import build_fabric
 from topologies.model import LinkKind, Tier
-from topologies.spec import load_fabric_spec, parse_fabric_spec
-
-PRESETS = Path(__file__).resolve().parents[2] / "topologies" / "presets"
-
-
-def describe(name: str) -> FabricDescription:
-    return FabricDescription.of(build_fabric(load_fabric_spec(PRESETS / f"{name}.yaml")))
+from topologies.spec import parse_fabric_spec
 
 
 @pytest.fixture(scope="module")
 def astral() -> FabricDescription:
-    return describe("astral-small")
+    return preset_description("astral-small")
 
 
 def test_dual_tor_gpu_gets_its_plan_addresses_on_both_nic_ports(
@@ -76,7 +69,7 @@ def test_every_route_runs_cubic_whatever_the_machine_default(astral: FabricDescr
 
 
 def test_single_nic_gpu_gets_a_plain_route() -> None:
-    description = describe("fat-tree-small")
+    description = preset_description("fat-tree-small")
     config = render_host_config(description, "p0s0g0")
     assert len(description.addresses["p0s0g0"].nics) == 1
     route, _nvlink = config.routes
@@ -97,7 +90,7 @@ def test_sysctls_spread_flows_and_drop_dead_ports(astral: FabricDescription) -> 
 
 
 def test_rail_only_gpus_forward_and_route_other_rails_over_nvlink() -> None:
-    description = describe("rail-only-small")
+    description = preset_description("rail-only-small")
     assert description.fabric.gpu_forwarding
     config = render_host_config(description, "p0s1g0")
     sysctls = dict(config.sysctls)
@@ -212,7 +205,7 @@ def test_probe_plan_covers_every_pair_through_every_nic(astral: FabricDescriptio
 
 
 def test_probe_plan_leaves_cross_rail_unbound_on_rail_only() -> None:
-    description = describe("rail-only-small")
+    description = preset_description("rail-only-small")
     plan = probe_plan(description)
     cross = [t for t in plan["p0s0g0"] if t.kind == "fabric" and t.dst.endswith("g1")]
     assert cross and all(t.dev is None for t in cross)

@@ -20,10 +20,7 @@ from controllers.plan import (
 )
 from controllers.routing import RoutingError, shortest_path_plan
 from controllers.tracer import follow, trace_all
-from tests.unit.test_routing import PRESET_DIR
-from topologies.description import FabricDescription
-from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
+from tests.helpers import preset_description
 
 
 def test_masked_source_port_match() -> None:
@@ -81,7 +78,7 @@ def test_stable_group_ids_probe_past_other_content() -> None:
 
 
 def test_follow_resolves_fast_failover_and_select_groups() -> None:
-    desc = FabricDescription.of(build_fabric(load_fabric_spec(PRESET_DIR / "astral-small.yaml")))
+    desc = preset_description("astral-small")
     base = shortest_path_plan(desc)
     tor = desc.fabric.switches["p0r0t0"]
     dst = desc.addresses["p1s0g0"].fabric_ip

@@ -26,20 +26,18 @@ from controllers.policies.path_pinned import PIN_PRIORITY
 from controllers.policies.shortest import ShortestPathPolicy
 from controllers.routing import RoutingGraph, programmable_switches, shortest_path_plan
 from controllers.tracer import follow, trace_all
+from tests.helpers import preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError
-from topologies.generators import build_fabric
 from topologies.model import Link, LinkKind, Tier
-from topologies.spec import load_fabric_spec
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "topologies" / "presets"
 POLICIES = ["shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive"]
 WORKER_PORT = 29500
 
 
 @cache
 def description(preset: str = "astral-small") -> FabricDescription:
-    return FabricDescription.of(build_fabric(load_fabric_spec(PRESET_DIR / f"{preset}.yaml")))
+    return preset_description(preset)
 
 
 @cache

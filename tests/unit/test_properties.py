@@ -9,23 +9,18 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import pytest
 
+from tests.helpers import preset_fabric
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind, Tier
 from topologies.properties import PAIR_CLASSES, fabric_properties
-from topologies.spec import load_fabric_spec, parse_fabric_spec
+from topologies.spec import parse_fabric_spec
 
-PRESETS = Path(__file__).resolve().parents[2] / "topologies" / "presets"
 G = 1e9
-
-
-def preset(name: str) -> Fabric:
-    return build_fabric(load_fabric_spec(PRESETS / f"{name}.yaml"))
 
 
 # (hops, ECMP paths) per class; None = absent.
@@ -82,7 +77,7 @@ MAX_HOPS = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PAIRS))
 def test_pair_classes_on_presets(name: str) -> None:
-    props = fabric_properties(preset(name))
+    props = fabric_properties(preset_fabric(name))
     got = {p.cls: ((p.hops, p.paths) if p.present else None) for p in props.pairs}
     assert [p.cls for p in props.pairs] == list(PAIR_CLASSES)
     assert got == EXPECTED_PAIRS[name]
@@ -95,7 +90,7 @@ def test_pair_classes_on_presets(name: str) -> None:
 
 
 def test_rail_only_cross_rail_goes_through_nvlink() -> None:
-    props = fabric_properties(preset("rail-only-small"))
+    props = fabric_properties(preset_fabric("rail-only-small"))
     for pair in props.pairs:
         crossing = pair.cls.startswith("cross-rail")
         assert pair.nvlink_hops == (1 if crossing else 0)
@@ -104,7 +99,7 @@ def test_rail_only_cross_rail_goes_through_nvlink() -> None:
 
 def test_other_kinds_never_use_nvlink_or_gpus() -> None:
     for name in ("astral-small", "fat-tree-small", "rail-optimized-small"):
-        fabric = preset(name)
+        fabric = preset_fabric(name)
         for pair in fabric_properties(fabric).pairs:
             assert pair.nvlink_hops == 0 and pair.gpu_transits == 0
             assert all(n not in fabric.gpus for n in pair.example[1:-1])
@@ -159,7 +154,7 @@ def _count_paths_networkx(fabric: Fabric, src: str, dst: str) -> tuple[int, int]
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PAIRS))
 def test_path_counts_match_networkx(name: str) -> None:
-    fabric = preset(name)
+    fabric = preset_fabric(name)
     for pair in fabric_properties(fabric).pairs:
         if not pair.present:
             continue
@@ -173,12 +168,12 @@ def test_path_counts_match_networkx(name: str) -> None:
 
 
 def test_tier_capacities() -> None:
-    hpn = {t.tier: t for t in fabric_properties(preset("hpn-like")).tiers}
+    hpn = {t.tier: t for t in fabric_properties(preset_fabric("hpn-like")).tiers}
     assert hpn[Tier.TOR].ratio == pytest.approx(1.0)
     assert hpn[Tier.AGG].ratio == pytest.approx(15.0)
     assert hpn[Tier.AGG].up_capacity == pytest.approx(16 * 200 * G / 15)
     assert hpn[Tier.CORE].ratio is None  # top tier
-    leaf = fabric_properties(preset("rail-optimized-small")).tiers[0]
+    leaf = fabric_properties(preset_fabric("rail-optimized-small")).tiers[0]
     # Each leaf uses 2 of its 4 down ports and all 4 up ports.
     assert (leaf.tier, leaf.switches, leaf.down_links, leaf.up_links) == (Tier.TOR, 8, 16, 32)
     assert leaf.ratio == pytest.approx(0.5) and leaf.worst_ratio == pytest.approx(0.5)
@@ -198,16 +193,18 @@ EXPECTED_CUTS = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_CUTS))
 def test_bisection_cuts_on_presets(name: str) -> None:
-    bisection = fabric_properties(preset(name)).bisection
+    bisection = fabric_properties(preset_fabric(name)).bisection
     got = {cut.name: cut.capacity for cut in bisection.cuts}
     assert got == pytest.approx(EXPECTED_CUTS[name])
     assert bisection.capacity == pytest.approx(min(EXPECTED_CUTS[name].values()))
 
 
 def test_bisection_ratio() -> None:
-    assert fabric_properties(preset("astral-small")).bisection.ratio == pytest.approx(1.0)
-    assert fabric_properties(preset("fat-tree-small")).bisection.per_gpu == pytest.approx(200 * G)
-    assert fabric_properties(preset("hpn-like")).bisection.ratio == pytest.approx(1 / 15)
+    assert fabric_properties(preset_fabric("astral-small")).bisection.ratio == pytest.approx(1.0)
+    assert fabric_properties(preset_fabric("fat-tree-small")).bisection.per_gpu == pytest.approx(
+        200 * G
+    )
+    assert fabric_properties(preset_fabric("hpn-like")).bisection.ratio == pytest.approx(1 / 15)
 
 
 def test_tor_oversubscription_halves_the_server_cut() -> None:
@@ -258,7 +255,7 @@ def _true_bisection(fabric: Fabric) -> float:
     "name", ["astral-small", "hpn-like", "rail-optimized-small", "rail-only-small"]
 )
 def test_aligned_cuts_find_the_true_bisection_of_the_presets(name: str) -> None:
-    fabric = preset(name)
+    fabric = preset_fabric(name)
     assert fabric_properties(fabric).bisection.capacity == pytest.approx(_true_bisection(fabric))
 
 
@@ -285,7 +282,7 @@ def test_bisection_is_an_upper_bound_on_an_irregular_fabric() -> None:
 
 def test_to_dict_is_json() -> None:
     data: dict[str, Any] = json.loads(
-        json.dumps(fabric_properties(preset("rail-only-small")).to_dict())
+        json.dumps(fabric_properties(preset_fabric("rail-only-small")).to_dict())
     )
     assert data["gpus"] == 8 and data["gpu_forwarding"] is True
     assert data["bisection"]["worst_cut"] in ("pods", "servers")

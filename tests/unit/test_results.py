@@ -38,13 +38,11 @@ from orchestrator.results.plots import link_utilization, nic_ceiling_real_gbps
 from orchestrator.results.report import render_bundle
 from orchestrator.results.store import DATABASE, FABRIC
 from orchestrator.results.summary import operation_time_us
+from tests.helpers import preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
-from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
 
-PRESET = Path(__file__).resolve().parents[2] / "topologies" / "presets" / "astral-small.yaml"
 T0 = 1_750_000_000.0
 RANKS = 8
 CEILING = 4.75e6  # bytes/s: 2 ports x 20 Mbit/s x 0.95 / 8
@@ -55,7 +53,7 @@ ITERATIONS, WARMUP = 3, 1
 SAMPLE_PERIOD = 0.01
 COUNTER_PERIOD = 0.5
 WRONG = ("ecmp", "all-to-all", 262144)  # rank 3 finds 5 wrong elements in iteration 1
-DESCRIPTION = FabricDescription.of(build_fabric(load_fabric_spec(PRESET)))
+DESCRIPTION = preset_description("astral-small")
 IPS = {a.rank: a.fabric_ip for a in DESCRIPTION.addresses.values()}
 
 

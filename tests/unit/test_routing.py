@@ -10,7 +10,6 @@ import subprocess
 import sys
 from collections import Counter
 from functools import cache
-from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -26,20 +25,18 @@ from controllers.routing import (
     tie_break,
 )
 from controllers.tracer import follow
+from tests.helpers import REPO, preset_description
 from topologies.addressing import GATEWAY_MAC
+from topologies.catalog import preset_names
 from topologies.description import FabricDescription
-from topologies.generators import build_fabric
 from topologies.model import Link, LinkKind, Tier
-from topologies.spec import load_fabric_spec
 
-REPO = Path(__file__).resolve().parents[2]
-PRESET_DIR = REPO / "topologies" / "presets"
-PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+PRESETS = preset_names()
 
 
 @cache
 def description(preset: str) -> FabricDescription:
-    return FabricDescription.of(build_fabric(load_fabric_spec(PRESET_DIR / f"{preset}.yaml")))
+    return preset_description(preset)
 
 
 def reference_graph(desc: FabricDescription, failed: frozenset[Link] = frozenset()) -> nx.Graph:
@@ -207,11 +204,8 @@ def test_plan_is_the_same_in_another_process() -> None:
     """Python's str hash is salted per process; the tie-break must not depend on it."""
     script = (
         "from controllers.routing import shortest_path_plan\n"
-        "from topologies.description import FabricDescription\n"
-        "from topologies.generators import build_fabric\n"
-        "from topologies.spec import load_fabric_spec\n"
-        f"d = FabricDescription.of(build_fabric(load_fabric_spec({str(PRESET_DIR)!r}"
-        " + '/astral-small.yaml')))\n"
+        "from tests.helpers import preset_description\n"
+        "d = preset_description('astral-small')\n"
         "print(repr(list(shortest_path_plan(d).flows())))\n"
     )
     outputs = {

@@ -33,19 +33,16 @@ from orchestrator.run.runner import Runner, RunOptions, step_seconds
 from orchestrator.testbed.pinning import assign, candidates, fabric_flows
 from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.spec import LaunchOptions, loopback_workers
+from tests.helpers import REPO, preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ExperimentError
-from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
 
-REPO = Path(__file__).resolve().parents[2]
-PRESET = REPO / "topologies" / "presets" / "astral-small.yaml"
 POLICIES = ("shortest", "ecmp", "ecmp-polarized", "path-pinned")
 
 
 @pytest.fixture(scope="module")
 def description() -> FabricDescription:
-    return FabricDescription.of(build_fabric(load_fabric_spec(PRESET)))
+    return preset_description("astral-small")
 
 
 def experiment(**changes: Any) -> ExperimentSpec:

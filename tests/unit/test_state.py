@@ -25,6 +25,7 @@ from orchestrator.emulation.state import (
     state_dir,
     unclean_runs,
 )
+from tests.helpers import REPO
 from topologies.errors import ConcurrentRunError
 
 
@@ -287,7 +288,7 @@ def test_second_lock_holder_is_refused_with_the_holders_pid(tmp_path: Path) -> N
         ],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=REPO,
     )
     try:
         assert holder.stdout is not None

@@ -37,18 +37,16 @@ from orchestrator.testbed.telemetry import (
     summarize_periods,
     telemetry_files,
 )
+from tests.helpers import preset_description
 from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
-from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
 
-PRESET = Path(__file__).resolve().parents[2] / "topologies" / "presets" / "astral-small.yaml"
 MBIT = 1e6
 
 
 @pytest.fixture(scope="module")
 def description() -> FabricDescription:
-    return FabricDescription.of(build_fabric(load_fabric_spec(PRESET)))
+    return preset_description("astral-small")
 
 
 def port(

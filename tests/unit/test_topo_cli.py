@@ -9,14 +9,13 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.commands.topo import rate, table
-from topologies.catalog import DEFAULT_FABRIC
-from topologies.catalog import PRESETS_DIR as PRESETS
+from topologies.catalog import DEFAULT_FABRIC, preset_names, preset_path
 from topologies.drawing import MAX_NODES, draw_fabric, drawable
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec, parse_fabric_spec
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-PRESET_NAMES = sorted(p.stem for p in PRESETS.glob("*.yaml"))
+PRESET_NAMES = preset_names()
 
 
 @pytest.fixture
@@ -67,7 +66,7 @@ def test_show_every_preset_by_name_with_png(
 
 
 def test_show_json(cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topo", "show", str(PRESETS / "hpn-like.yaml"), "--json"]) == 0
+    assert main(["topo", "show", str(preset_path("hpn-like")), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["kind"] == "astral" and data["png"] is None
     assert data["bisection"]["ratio"] == pytest.approx(1 / 15)
@@ -165,7 +164,7 @@ def test_drawing_refuses_large_fabrics(tmp_path: Path) -> None:
 
 def test_drawing_marks_parallel_and_oversubscribed_links(tmp_path: Path) -> None:
     """Smoke test on a fabric with parallel links (1 core for 2 uplinks) and a 15:1 core."""
-    spec = load_fabric_spec(PRESETS / "hpn-like.yaml")
+    spec = load_fabric_spec(preset_path("hpn-like"))
     spec = parse_fabric_spec({**spec.to_dict(), "pods": 1})
     path = draw_fabric(build_fabric(spec), tmp_path / "x.png")
     assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 10_000

@@ -38,10 +38,8 @@ from orchestrator.worker.spec import (
     loopback_workers,
     workers_from_description,
 )
-from topologies.description import FabricDescription
+from tests.helpers import preset_description
 from topologies.errors import EmulationError, ExperimentError
-from topologies.generators import build_fabric
-from topologies.spec import load_fabric_spec
 
 ALGORITHMS = [tuple(name.split("/")) for name in default_registry().names()]
 SIZES = (3 << 14, 40_004)  # a multiple of 2, 3, 4 and 8 ranks x 4 bytes, and not
@@ -382,8 +380,7 @@ def test_worker_process_imports_only_what_it_needs() -> None:
 
 
 def test_workers_from_a_fabric_description_use_its_address_plan() -> None:
-    spec = load_fabric_spec(Path(__file__).parents[2] / "topologies/presets/astral-small.yaml")
-    description = FabricDescription.of(build_fabric(spec))
+    description = preset_description("astral-small")
     workers = workers_from_description(description)
     fabric = description.fabric
     assert [w.rank for w in workers] == list(range(len(fabric.gpus)))

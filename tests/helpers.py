@@ -1,0 +1,33 @@
+"""What the tests share: where the repository is, and fabrics built from the shipped presets.
+
+Presets are found through :mod:`topologies.catalog`, as every entry point finds them, so a
+test exercises the same lookup as ``astral up astral-small`` and no test knows the folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from topologies.catalog import DEFAULT_PRESET, preset_path
+from topologies.description import FabricDescription
+from topologies.generators import build_fabric
+from topologies.model import Fabric
+from topologies.spec import FabricSpec, load_fabric_spec
+
+#: The repository's root (the folder holding pyproject.toml).
+REPO = Path(__file__).resolve().parents[1]
+
+
+def preset_spec(name: str = DEFAULT_PRESET) -> FabricSpec:
+    """The fabric spec of preset ``name``."""
+    return load_fabric_spec(preset_path(name))
+
+
+def preset_fabric(name: str = DEFAULT_PRESET) -> Fabric:
+    """The fabric model of preset ``name``."""
+    return build_fabric(preset_spec(name))
+
+
+def preset_description(name: str = DEFAULT_PRESET) -> FabricDescription:
+    """The fabric description (model and addressing plan) of preset ``name``."""
+    return FabricDescription.of(preset_fabric(name))
