@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.emulation.faults import link_state_commands
 from orchestrator.emulation.network import Emulation
 from orchestrator.emulation.sendbuffer import DEFAULT_SEND_BUFFER, raise_send_buffer
 from orchestrator.emulation.state import RunState
+from orchestrator.emulation.wiring import intf_name
 from tests.integration.assertions import (
     assert_path,
     assert_reachable,
@@ -191,25 +193,26 @@ def test_dual_tor_gpu_uses_both_ports_and_survives_either_failing(
     assert all(count >= 8 for count in sent.values()), f"flows per port: {sent}"
 
     address = "10.1.1.2"  # p1s1g1's fabric address
+    assert astral_small.description is not None
+    link = next(x for x in astral_small.description.fabric.nic_links(src) if x.port_of(src) == 1)
 
-    def set_link(end: str, in_gpu: bool, state: str) -> None:
-        argv = ["ip", "link", "set", "dev", end, state]
-        if in_gpu:
-            astral_small.cmd(src, argv)
-        else:
-            subprocess.run(argv, check=True, capture_output=True)
+    def set_end(node: str, up: bool) -> None:
+        """One end of ``link`` (a fault takes both ends down together)."""
+        (command,) = [c for c in link_state_commands(link, up) if c.node == node]
+        done = astral_small.run(node, command.argv)
+        assert done.ok, done.stderr
 
     # The switch's end (carrier loss must reach the GPU across the veth), then the GPU's own.
-    for end, in_gpu in (("p0r0t0-eth1", False), ("p0s0g0-eth1", True)):
-        set_link(end, in_gpu, "down")
+    for end in (link.other(src), src):
+        set_end(end, up=False)
         try:
             route = astral_small.cmd(src, ["ip", "route", "show", "10.0.0.0/9"])
             assert "linkdown" in route, route
             for _ in range(5):  # different flows, all over the surviving port
                 out = astral_small.cmd(src, ["ping", "-c", "1", "-W", "2", address])
-                assert " 0% packet loss" in out, f"{end} down: {out}"
+                assert " 0% packet loss" in out, f"{intf_name(end, link.port_of(end))} down: {out}"
         finally:
-            set_link(end, in_gpu, "up")
+            set_end(end, up=True)
     assert_reachable(astral_small)
 
 

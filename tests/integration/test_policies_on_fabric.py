@@ -351,7 +351,7 @@ def stream_gap(
     switch, port = busiest_port(fabric, candidates)
     link = link_at(description, switch, port)
     failed_at = time.monotonic()
-    fabric.set_link(link.a, link.a_port, link.b, link.b_port, "down")
+    fabric.faults.set_link_state(link, up=False)
     rerouted = None
     try:
         if with_controller:
@@ -368,14 +368,10 @@ def stream_gap(
         report(sender)
         result = report(receiver)
     finally:
-        fabric.set_link(link.a, link.a_port, link.b, link.b_port, "up")
+        fabric.faults.set_link_state(link, up=True)
         if link.kind is LinkKind.NIC:
             # Setting a device down flushed its permanent gateway entry: put it back.
-            gpu, gpu_port = (link.a, link.a_port) if link.a == dst else (link.b, link.b_port)
-            fabric.host(gpu).pexec(
-                *("ip", "neigh", "replace", "10.255.255.254", "lladdr", "02:a5:ff:ff:ff:fe"),
-                *("dev", fabric.intf(gpu, gpu_port), "nud", "permanent"),
-            )
+            fabric.restore_gateway(dst, link.port_of(dst))
     if with_controller:
         wait_for(
             lambda: (s := process.status()) is not None and not s.failed_links and s.programmed(),
@@ -493,12 +489,12 @@ def test_a_tcp_transfer_survives_a_link_failure_on_its_path_under_ecmp(
         (x.a, x.a_port) for x in description.fabric.links_of_kind(LinkKind.TOR_AGG) if x.a in tors
     ]
     link = link_at(description, *busiest_port(fabric, uplinks))
-    fabric.set_link(link.a, link.a_port, link.b, link.b_port, "down")
+    fabric.faults.set_link_state(link, up=False)
     try:
         sent = report(sender)["sent"]
         got = report(receiver)
     finally:
-        fabric.set_link(link.a, link.a_port, link.b, link.b_port, "up")
+        fabric.faults.set_link_state(link, up=True)
     wait_for(
         lambda: (s := process.status()) is not None and not s.failed_links and s.programmed(),
         10,
