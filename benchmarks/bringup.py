@@ -32,14 +32,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from orchestrator.emulation.lock import RunLock  # noqa: E402
-from orchestrator.emulation.network import Emulation  # noqa: E402
-from orchestrator.emulation.sendbuffer import vswitchd_pid  # noqa: E402
+from orchestrator.emulation.lock import RunLock
+from orchestrator.emulation.network import Emulation
+from orchestrator.emulation.sendbuffer import vswitchd_pid
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 

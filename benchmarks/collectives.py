@@ -34,9 +34,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.collectives.ceilings import busbw_ceiling
 from orchestrator.emulation.network import Terminated
@@ -45,13 +42,13 @@ from orchestrator.testbed.pinning import PATHS_FILE, fabric_flows, source_ports
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import process_ticks
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
+from topologies.catalog import resolve_fabric
 from topologies.errors import ConcurrentRunError
 from topologies.generators import build_fabric
 from topologies.model import Fabric
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
 from topologies.units import TCP_PAYLOAD_SHARE
 
-PRESETS = Path(__file__).resolve().parents[1] / "topologies" / "presets"
 ALGORITHMS = [
     ("all-reduce", "ring", 0.90),
     ("all-reduce", "hierarchical", 0.90),
@@ -164,8 +161,7 @@ def main() -> int:
     args = parser.parse_args()
     size = parse_size(args.size)
     policies = args.policies.split(",")
-    path = Path(args.fabric)
-    spec = load_fabric_spec(path if path.exists() else PRESETS / f"{args.fabric}.yaml")
+    spec = load_fabric_spec(resolve_fabric(args.fabric))
     if args.scale:
         spec = dataclasses.replace(spec, emulation=EmulationSpec(scale=args.scale))
     fabric = build_fabric(spec)

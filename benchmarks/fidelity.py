@@ -65,27 +65,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from orchestrator.calibration.capacity import switch_hops  # noqa: E402
-from orchestrator.calibration.measure import datapath_ports, start_emulation  # noqa: E402
-from orchestrator.emulation import batch  # noqa: E402
-from orchestrator.emulation.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL  # noqa: E402
-from orchestrator.emulation.network import Emulation, Terminated  # noqa: E402
-from orchestrator.emulation.shaping import DEFAULT_RECIPE  # noqa: E402
-from orchestrator.testbed.traffic import (  # noqa: E402
+from orchestrator.calibration.capacity import switch_hops
+from orchestrator.calibration.measure import datapath_ports, start_emulation
+from orchestrator.emulation import batch
+from orchestrator.emulation.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL
+from orchestrator.emulation.network import Emulation, Terminated
+from orchestrator.emulation.shaping import DEFAULT_RECIPE
+from orchestrator.testbed.traffic import (
     Flow,
     LinkDirectionLoad,
     TrafficResult,
     run_flows,
 )
-from topologies.addressing import FABRIC_PREFIX  # noqa: E402
-from topologies.catalog import resolve_fabric as resolve_fabric_path  # noqa: E402
-from topologies.generators import build_fabric  # noqa: E402
-from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
-from topologies.spec import FabricSpec, Speeds, load_fabric_spec  # noqa: E402
-from topologies.units import TCP_PAYLOAD_SHARE, format_rate  # noqa: E402
+from topologies.addressing import FABRIC_PREFIX
+from topologies.catalog import resolve_fabric
+from topologies.generators import build_fabric
+from topologies.model import Fabric, LinkKind, Tier
+from topologies.spec import FabricSpec, Speeds, load_fabric_spec
+from topologies.units import TCP_PAYLOAD_SHARE, format_rate
 
 CASES = ("longest", "nic-down", "nic-up", "tor-agg", "agg-core")
 FLOWS = 8
@@ -460,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(wanted) - set(CASES))
     if unknown:
         parser.error(f"unknown cases {unknown}; known: {', '.join(CASES)}")
-    spec = load_fabric_spec(resolve_fabric_path(args.fabric))
+    spec = load_fabric_spec(resolve_fabric(args.fabric))
     by_variant = build_cases(spec, wanted)
     ccs = [c for c in args.cc.split(",") if c]
     queues = [q for q in args.queue.split(",") if q]

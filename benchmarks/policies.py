@@ -68,21 +68,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from controllers.pinning import PortLayout  # noqa: E402
-from controllers.policies import default_registry as policy_registry  # noqa: E402
-from orchestrator.calibration.capacity import (  # noqa: E402
+from controllers.pinning import PortLayout
+from controllers.policies import default_registry as policy_registry
+from orchestrator.calibration.capacity import (
     OfferedLoad,
     Verdict,
     load_calibration,
     mean_hops,
     verdict,
 )
-from orchestrator.calibration.measure import machine_conditions  # noqa: E402
-from orchestrator.emulation.wiring import Veth  # noqa: E402
-from orchestrator.testbed.pinning import (  # noqa: E402
+from orchestrator.calibration.measure import machine_conditions
+from orchestrator.emulation.faults import FabricFaults
+from orchestrator.emulation.wiring import intf_name
+from orchestrator.testbed.pinning import (
     CANDIDATES,
     PATHS_FILE,
     assign,
@@ -90,20 +88,21 @@ from orchestrator.testbed.pinning import (  # noqa: E402
     route_devices,
     wait_for_paths,
 )
-from orchestrator.testbed.testbed import Testbed  # noqa: E402
-from orchestrator.testbed.traffic import (  # noqa: E402
+from orchestrator.testbed.testbed import Testbed
+from orchestrator.testbed.traffic import (
     BASE_PORT,
     Flow,
     TrafficResult,
     parse_qdiscs,
     run_flows,
 )
-from topologies.catalog import PRESETS_DIR as PRESETS  # noqa: E402
-from topologies.model import Fabric, LinkKind, Tier  # noqa: E402
-from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec  # noqa: E402
-from topologies.units import TCP_PAYLOAD_SHARE  # noqa: E402
+from topologies.catalog import resolve_fabric
+from topologies.model import Fabric, LinkKind, Tier
+from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
+from topologies.units import TCP_PAYLOAD_SHARE
 
-PROBE = REPO / "tests" / "integration" / "stream_probe.py"
+# The policies' integration tests' traffic generator, run as a script in the GPUs.
+PROBE = Path(__file__).resolve().parents[1] / "tests" / "integration" / "stream_probe.py"
 UDP_PORT = 5005
 STREAM_RATE = 1000  # packets/s
 CORE_SHARE = 0.25  # a core link "used": at least this share of a flow's ideal rate
@@ -196,9 +195,7 @@ def core_links_used(result: TrafficResult, ideal_bps: float) -> tuple[int, int]:
 
 def fabric_spec(fabric: str, scale: float | None) -> FabricSpec:
     """The fabric (preset name or file), with its emulation scale replaced if given."""
-    preset = PRESETS / f"{fabric}.yaml"
-    path = preset if "/" not in fabric and not Path(fabric).exists() else Path(fabric)
-    spec = load_fabric_spec(path)
+    spec = load_fabric_spec(resolve_fabric(fabric))
     if scale is None:
         return spec
     return dataclasses.replace(spec, emulation=EmulationSpec(scale=scale))
@@ -282,12 +279,6 @@ def root_tx(intfs: Sequence[str]) -> dict[str, int]:
     return {i: counters.get(i, (0, 0))[0] for i in intfs}
 
 
-def set_veth(veth: Veth, state: str) -> None:
-    """Both ends of a switch-to-switch link (both in the root namespace) up or down."""
-    for intf in (veth.a_intf, veth.b_intf):
-        subprocess.run(["ip", "link", "set", "dev", intf, state], check=True)
-
-
 def wait_until(predicate: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -306,7 +297,7 @@ def stream_gap(bed: Testbed, mode: str) -> Recovery:
     (module docstring); ``mode`` ``data-plane`` or ``controller``."""
     emu = bed.emulation
     controller = emu.controller
-    assert controller is not None and emu.wiring is not None
+    assert controller is not None
     with_controller = mode == "controller"
     controller.policy = "shortest" if with_controller else "shortest:fast_failover=on"
     controller.restart()
@@ -332,17 +323,19 @@ def stream_gap(bed: Testbed, mode: str) -> Recovery:
     )
     time.sleep(0.5)
     tors = {n.peer for n in addresses[src].nics}
-    uplinks = [
-        (v, v.a_intf if v.a_node in tors else v.b_intf)
-        for v in emu.wiring.veths
-        if v.kind is LinkKind.TOR_AGG and (v.a_node in tors or v.b_node in tors)
+    uplinks = [  # (link, the ToR's end of it)
+        (link, intf_name(end, link.port_of(end)))
+        for link in bed.description.fabric.links_of_kind(LinkKind.TOR_AGG)
+        for end in (link.a, link.b)
+        if end in tors
     ]
     before = root_tx([i for _, i in uplinks])
     time.sleep(0.5)
     after = root_tx([i for _, i in uplinks])
-    veth = max(uplinks, key=lambda x: after[x[1]] - before[x[1]])[0]
+    link = max(uplinks, key=lambda x: after[x[1]] - before[x[1]])[0]
+    faults = FabricFaults(emu, bed.description)
     failed_at = time.monotonic()
-    set_veth(veth, "down")
+    faults.set_link_state(link, up=False)
     rerouted = None
     try:
         if with_controller:
@@ -359,7 +352,7 @@ def stream_gap(bed: Testbed, mode: str) -> Recovery:
             raise RuntimeError(f"udp-recv failed: {err.decode()[:300]}")
         report = json.loads(out)
     finally:
-        set_veth(veth, "up")
+        faults.set_link_state(link, up=True)
     if not with_controller:
         controller.policy = "shortest"
         controller.start()
@@ -372,7 +365,7 @@ def stream_gap(bed: Testbed, mode: str) -> Recovery:
     wait_until(back, 15, "the link to be back")
     return Recovery(
         mode,
-        f"{veth.a_node}:{veth.a_port}-{veth.b_node}:{veth.b_port}",
+        f"{link.a}:{link.a_port}-{link.b}:{link.b_port}",
         float(report["max_gap"]),
         int(report.get("lost", 0)),
         int(report.get("packets", 0)),

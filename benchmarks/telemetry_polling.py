@@ -21,8 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from orchestrator.emulation.network import Emulation
 from orchestrator.emulation.sendbuffer import vswitchd_pid
 from orchestrator.testbed.telemetry import read_telemetry, summarize_periods

@@ -27,11 +27,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.collectives.sizes import parse_size
+from orchestrator.emulation.shaping import unshaping_commands
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import ConcurrentRunError
@@ -48,8 +46,9 @@ def unshape(bed: Testbed, gpus: list[str]) -> list[str]:
     ends = []
     for veth in wiring.veths:
         if veth.kind is LinkKind.NVLINK and veth.b_host in gpus:
-            subprocess.run(["tc", "qdisc", "del", "dev", veth.a_intf, "root"], check=False)
-            bed.emulation.cmd(veth.b_host, ["tc", "qdisc", "del", "dev", veth.b_intf, "root"])
+            for node, intf in ((None, veth.a_intf), (veth.b_host, veth.b_intf)):
+                for argv in unshaping_commands(intf):
+                    bed.emulation.run(node, argv)  # already unshaped: nothing to do
             ends += [veth.a_intf, f"{veth.b_host}:{veth.b_intf}"]
     return ends
 

@@ -23,12 +23,9 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.collectives.sizes import parse_size
 from orchestrator.worker.launcher import Launcher

@@ -98,7 +98,7 @@ def leave_by(emulation: Emulation, gpu: str, port: int, sport: int) -> None:
     addr = desc.addresses[gpu]
     (nic,) = [n for n in addr.nics if n.port == port]
     table = str(100 + port)
-    dev = f"{gpu}-eth{port}"
+    dev = nic.intf
     for argv in (
         ["ip", "route", "replace", FABRIC_PREFIX, "via", GATEWAY_IP, "dev", dev, "onlink",
          "src", addr.fabric_ip, "table", table],

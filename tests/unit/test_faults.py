@@ -44,14 +44,7 @@ class RecordingExecutor:
         self.returncode = returncode
         self.stderr = stderr
 
-    def run(
-        self,
-        node: str | None,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        timeout: float = 30.0,
-    ) -> Completed:
+    def run(self, node: str | None, argv: Sequence[str], **options: Any) -> Completed:
         self.calls.append((node, tuple(argv)))
         return Completed(tuple(argv), self.returncode, "", self.stderr)
 

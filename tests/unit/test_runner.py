@@ -30,6 +30,7 @@ from orchestrator.collectives.ceilings import default_channels, fabric_share
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import Runner, RunOptions, step_seconds
+from orchestrator.testbed import testbed
 from orchestrator.testbed.pinning import assign, candidates, fabric_flows
 from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.spec import LaunchOptions, loopback_workers
@@ -73,13 +74,10 @@ class LoopbackTestbed:
     def emulation(self) -> Any:
         return SimpleNamespace(datapath=None, timings={})
 
-    @property
-    def scale(self) -> float:
-        return self.description.fabric.spec.emulation.scale
-
-    @property
-    def nic_ports(self) -> int:
-        return self.description.fabric.spec.nic_ports
+    # Read off the description as the Testbed reads them (its own properties; a class named
+    # Test* imported here would be collected by pytest).
+    scale = testbed.Testbed.scale
+    nic_ports = testbed.Testbed.nic_ports
 
     def rail_bandwidth(self) -> float:
         return 5e6
