@@ -48,7 +48,7 @@ def unshape(bed: Testbed, gpus: list[str]) -> list[str]:
         if veth.kind is LinkKind.NVLINK and veth.b_host in gpus:
             for node, intf in ((None, veth.a_intf), (veth.b_host, veth.b_intf)):
                 for argv in unshaping_commands(intf):
-                    bed.emulation.run(node, argv)  # already unshaped: nothing to do
+                    bed.emulation.run(node, argv)  # fails only where no shaper is left
             ends += [veth.a_intf, f"{veth.b_host}:{veth.b_intf}"]
     return ends
 
