@@ -15,12 +15,26 @@ Shares with n ranks on k servers of g GPUs: ring all-reduce, all-gather, reduce-
 (some rank sends all of its ring traffic on the fabric); direct, shifted and PXN all-to-all
 (n - g) / (n - 1); hierarchical all-reduce (2(k-1)/k x S/g) / (2(n-1)/n x S). On
 astral-small (k = 4, g = 2): 1, 0.857 and 0.429. Pure: no root needed.
+
+A configuration's own ceiling (:class:`Ceiling`, what every table, summary, plot and
+benchmark compares against) is that rate times TCP's payload share: the emulated links are
+shaped in Ethernet frames, and TCP over 1500-byte frames carries at most 1460/1514 of them
+as payload (topologies.units.TCP_PAYLOAD_SHARE)::
+
+    ceiling = NIC ports x emulated NIC rate x 1460/1514 / fabric share
+
+No measured busbw may exceed it. The one emulation artefact that could push a short
+operation past it is the shapers' token bucket: after an idle spell (the barrier before a
+batch) every shaper holds ``burst_s`` of tokens, so a batch of duration T can move at most
+``burst_s / T`` more than the rate allows. :meth:`Ceiling.bucket_share` gives that bound
+and tables flag the cells where it exceeds :data:`BUCKET_FLAG_SHARE`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from orchestrator.collectives.nccl import bus_factor
@@ -30,8 +44,11 @@ from orchestrator.collectives.plans import (
     default_registry,
     element_count,
 )
+from topologies.units import TCP_PAYLOAD_SHARE
 
 REFERENCE_SIZE = 1 << 22  # large enough that rounding to elements does not matter
+#: Flag a cell when the shapers' buckets could have inflated its busbw by more than this.
+BUCKET_FLAG_SHARE = 0.01
 
 
 class WorkerSpec(Protocol):
@@ -115,3 +132,86 @@ def default_channels(
     if peers == 0:
         return 1
     return nic_ports // math.gcd(peers, nic_ports)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The busbw one configuration (collective, algorithm, placement) can reach on its
+    fabric, and what it is made of. Bandwidths in GB/s (10**9 B/s), emulated."""
+
+    #: one GPU's NIC ports x their emulated rate
+    rail: float
+    #: the busiest rank's fabric bytes over S x factor (:func:`fabric_share`); 0 when
+    #: nothing crosses the fabric
+    fabric_share: float
+    #: TCP payload per byte the shapers count
+    payload_share: float = TCP_PAYLOAD_SHARE
+    #: the shapers' bucket depth, seconds at the link rate (0: unknown or none)
+    burst_s: float = 0.0
+
+    @property
+    def busbw(self) -> float:
+        """The ceiling itself: rail x payload share / fabric share."""
+        if self.fabric_share <= 0:
+            return math.inf
+        return self.rail * self.payload_share / self.fabric_share
+
+    def share(self, busbw: float) -> float:
+        """``busbw`` as a share of the ceiling (the ratio every benchmark reports)."""
+        return busbw / self.busbw if math.isfinite(self.busbw) else math.nan
+
+    def bucket_share(self, batch_seconds: float) -> float:
+        """The most the shapers' full buckets can have added to a batch that lasted
+        ``batch_seconds``, as a share of its busbw."""
+        return self.burst_s / batch_seconds if batch_seconds > 0 else math.inf
+
+    def marks(self, busbw: float, batch_seconds: float) -> list[str]:
+        """What a table says beside a cell: above the ceiling (a bug to find, printed,
+        never hidden), or short enough that the buckets could inflate it."""
+        out = []
+        if math.isfinite(self.busbw) and busbw > self.busbw:
+            out.append(f"ABOVE CEILING x{busbw / self.busbw:.3f}")
+        bucket = self.bucket_share(batch_seconds)
+        if bucket > BUCKET_FLAG_SHARE:
+            out.append(f"bucket <= {bucket:.0%}")
+        return out
+
+    def describe(self, scale: float | None = None) -> str:
+        """One line for a table's header."""
+        if not math.isfinite(self.busbw):
+            return "busbw ceiling: none (no byte crosses the fabric)"
+
+        def rate(value: float) -> str:
+            text = f"{value:.6f} GB/s emulated"
+            return text + (f" ({value / scale:.2f} real)" if scale else "")
+
+        return (
+            f"busbw ceiling {rate(self.busbw)} = rail {rate(self.rail)} x TCP payload "
+            f"{self.payload_share:.3f} / fabric share {self.fabric_share:.3f}"
+        )
+
+    def to_dict(self) -> dict[str, float | None]:
+        busbw = self.busbw
+        return {
+            "busbw": busbw if math.isfinite(busbw) else None,
+            "rail": self.rail,
+            "fabric_share": self.fabric_share,
+            "payload_share": self.payload_share,
+            "burst_s": self.burst_s,
+        }
+
+
+def configuration_ceiling(
+    workers: Sequence[WorkerSpec],
+    collective: str,
+    algorithm: str,
+    rail_bandwidth: float,
+    burst_s: float = 0.0,
+) -> Ceiling:
+    """The :class:`Ceiling` of ``collective``/``algorithm`` on ``workers``; ``rail_bandwidth``
+    in bytes/s, emulated."""
+    return Ceiling(
+        rail=rail_bandwidth / 1e9,
+        fabric_share=fabric_share(workers, collective, algorithm),
+        burst_s=burst_s,
+    )

@@ -8,8 +8,10 @@ without a legend. Definitions (nccl-tests doc/PERFORMANCE.md; docs/astral.md, "M
     busbw = algbw * factor(op, n)      all-reduce 2(n-1)/n; all-gather, reduce-scatter and
                                        all-to-all (n-1)/n; broadcast and reduce 1
 
-``t`` is the time of one operation averaged over the timed iterations of a rank, then
-averaged across ranks (nccl-tests' default ``-a 1``).
+``t`` is the time of one operation: the timed iterations run back to back after one
+barrier, all ranks starting at the same instant; a rank's time is its whole batch (until
+its last byte has arrived at its peers and its last expected byte at itself) divided by the
+iterations; then the mean across ranks (nccl-tests' default ``-a 1``).
 
 Rates are measured on emulated links that run ``scale`` times the real speed
 (``emulation.scale`` of the fabric, e.g. 1e-4: 200G -> 20 Mbit/s). The table prints the
@@ -36,9 +38,14 @@ from dataclasses import dataclass
 
 from orchestrator.collectives.operations import operation
 
-# How a size's time is reduced over iterations and ranks, wherever astral prints numbers
-# (the launcher's rows, the results summary, ``astral run``): nccl-tests' default ``-a 1``.
-TIME_DEFINITION = "time: mean over ranks of each rank's mean timed iteration (nccl-tests -a 1)"
+# How a size's time is measured and reduced over ranks, wherever astral prints numbers (the
+# launcher's rows, the results summary, ``astral run``): as nccl-tests does, the timed
+# iterations run back to back after one barrier, each rank's time is its batch (from the
+# common start to its last byte delivered) / iterations, then the mean over ranks (``-a 1``).
+TIME_DEFINITION = (
+    "time: per rank, one back-to-back batch of the timed iterations from a common start to "
+    "its last byte delivered, / iterations; mean over ranks (nccl-tests -a 1)"
+)
 
 # Element sizes of the nccl-tests type names (``-d``).
 ELEMENT_SIZES = {
@@ -166,14 +173,19 @@ def format_row(row: NcclRow, scale: float | None = None) -> str:
 
 
 def format_table(
-    rows: Iterable[NcclRow], *, title: Sequence[str] = (), scale: float | None = None
+    rows: Iterable[NcclRow],
+    *,
+    title: Sequence[str] = (),
+    scale: float | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The table as nccl-tests prints it, ending with ``# Avg bus bandwidth    : X``.
 
     ``title`` lines are printed first, each behind ``# ``. With ``scale`` (the fabric's
     emulation scale), two extra columns give algbw and busbw at real link speeds, and a line
     before the last one gives the average bus bandwidth at real speeds; the last line keeps
-    nccl-tests' exact form (emulated GB/s), so tools that parse it still work.
+    nccl-tests' exact form (emulated GB/s), so tools that parse it still work. ``notes[i]``,
+    where not empty, is printed after row i, two spaces apart (a flag on that cell).
     """
     rows = list(rows)
     lines = [f"# {text}" for text in title]
@@ -186,7 +198,11 @@ def format_table(
         head += _REAL_HEAD
         units += _REAL_UNITS
     lines += [head, units]
-    lines += [format_row(row, scale) for row in rows]
+    notes = list(notes) + [""] * (len(rows) - len(notes))
+    lines += [
+        format_row(row, scale) + (f"  {note}" if note else "")
+        for row, note in zip(rows, notes, strict=True)
+    ]
     average = average_busbw(rows)
     wrong = sum(row.wrong for row in rows)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")

@@ -31,6 +31,10 @@ that hosts every emulated namespace, so they compare across ranks and switches::
     port_counters       (run_id, t, switch, port, rx_bytes, tx_bytes, rx_packets,
                          tx_packets, drops)        cumulative, as OpenFlow port stats report
     timelines           (config_id, iteration, rank, phase, start, end)
+    ceilings            (config_id, rail, fabric_share, payload_share, burst_s)
+                         the configuration's busbw ceiling, GB/s emulated
+                         (orchestrator.collectives.ceilings.Ceiling; absent in bundles
+                         written before it existed)
 
 A bundle holds one run. :class:`ResultsWriter` is what the runner calls, from one thread;
 :class:`ResultsBundle` reads a finished (or crashed) bundle back.
@@ -50,6 +54,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from orchestrator.collectives.ceilings import Ceiling
 from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
@@ -137,6 +142,13 @@ CREATE TABLE port_counters (
     drops INTEGER NOT NULL
 );
 CREATE INDEX port_counters_by_port ON port_counters (switch, port, t);
+CREATE TABLE ceilings (
+    config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
+    rail REAL NOT NULL,
+    fabric_share REAL NOT NULL,
+    payload_share REAL NOT NULL,
+    burst_s REAL NOT NULL
+);
 CREATE TABLE timelines (
     config_id INTEGER NOT NULL REFERENCES configurations(id),
     iteration INTEGER NOT NULL,
@@ -456,6 +468,21 @@ class ResultsWriter:
             )
         return len(rows)
 
+    def add_ceiling(self, config_id: int, ceiling: Ceiling) -> None:
+        """The busbw ceiling of a configuration (what its figures are judged against)."""
+        with self._db:
+            self._db.execute(
+                "INSERT INTO ceilings (config_id, rail, fabric_share, payload_share, burst_s)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (
+                    config_id,
+                    ceiling.rail,
+                    ceiling.fabric_share,
+                    ceiling.payload_share,
+                    ceiling.burst_s,
+                ),
+            )
+
     def add_timelines(self, config_id: int, phases: Iterable[Phase]) -> int:
         """Phase timelines (per iteration and rank) of a configuration."""
         rows = [(config_id, p.iteration, p.rank, p.phase, p.start, p.end) for p in phases]
@@ -603,6 +630,16 @@ class ResultsBundle:
         )
         for row in rows:
             yield PortCounter(*row)
+
+    def ceilings(self) -> dict[int, Ceiling]:
+        """Per configuration id, its busbw ceiling (empty for bundles from before)."""
+        try:
+            rows = self._db.execute(
+                "SELECT config_id, rail, fabric_share, payload_share, burst_s FROM ceilings"
+            ).fetchall()
+        except sqlite3.OperationalError:  # no such table: an older bundle
+            return {}
+        return {int(r[0]): Ceiling(r[1], r[2], r[3], r[4]) for r in rows}
 
     def timelines(self, config_id: int) -> list[Phase]:
         rows = self._db.execute(

@@ -2,13 +2,17 @@
 
 How a configuration's numbers are computed (nccl-tests' rules, ``orchestrator.collectives.nccl``):
 
-- time: per rank, the mean of its timed (non-warm-up) iterations; then the mean over ranks;
+- time: per rank, the mean of its timed (non-warm-up) iterations, which ran back to back
+  from a common start (so the mean is the batch / iterations); then the mean over ranks;
 - algbw = size / time, busbw = algbw * factor(collective, ranks), both in GB/s, emulated;
 - busbw_min / busbw_max: busbw of the slowest and the fastest timed iteration (each
   iteration's time averaged over ranks), a spread the plots draw as a band;
 - #wrong: the sum over all iterations and ranks, warm-up included (corruption is wrong
   whenever it happens);
-- real-speed figures: emulated / the fabric's emulation scale.
+- real-speed figures: emulated / the fabric's emulation scale;
+- the ceiling: the configuration's own busbw ceiling (``orchestrator.collectives.ceilings``),
+  printed in each table's header; a cell above it, or short enough that the shapers'
+  buckets could have inflated it, is marked beside its row.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from orchestrator.collectives.ceilings import Ceiling
 from orchestrator.collectives.nccl import (
     CSV_COLUMNS,
     TIME_DEFINITION,
@@ -53,6 +58,23 @@ class ConfigurationResult:
     busbw_max: float
     timed: int  # timed (iteration, rank) records behind the figures
     scale: float
+    ceiling: Ceiling | None = None
+
+    @property
+    def batch_seconds(self) -> float:
+        """How long the timed batch lasted, mean over ranks (time x iterations)."""
+        return self.row.time_us * self.configuration.iterations / 1e6
+
+    @property
+    def ceiling_share(self) -> float:
+        """busbw / the configuration's own ceiling (nan without one)."""
+        return self.ceiling.share(self.row.busbw) if self.ceiling else math.nan
+
+    def marks(self) -> list[str]:
+        """What the table says beside this row (see :meth:`Ceiling.marks`)."""
+        if self.ceiling is None or math.isnan(self.row.busbw):
+            return []
+        return self.ceiling.marks(self.row.busbw, self.batch_seconds)
 
     @property
     def algbw_real(self) -> float:
@@ -64,7 +86,8 @@ class ConfigurationResult:
 
 
 def operation_time_us(records: Iterable[IterationRecord]) -> float:
-    """Mean over ranks of each rank's mean timed iteration (nccl-tests ``-a 1``)."""
+    """Mean over ranks of each rank's mean timed iteration (nccl-tests ``-a 1``): a rank's
+    timed iterations follow each other without a gap, so its mean is its batch / iterations."""
     per_rank: dict[int, list[float]] = {}
     for record in records:
         if not record.warmup:
@@ -84,7 +107,10 @@ def iteration_times_us(records: Iterable[IterationRecord]) -> list[float]:
 
 
 def result_of(
-    configuration: Configuration, records: Sequence[IterationRecord], scale: float
+    configuration: Configuration,
+    records: Sequence[IterationRecord],
+    scale: float,
+    ceiling: Ceiling | None = None,
 ) -> ConfigurationResult:
     c = configuration
     row = NcclRow.of(
@@ -115,13 +141,20 @@ def result_of(
         busbw_max=max(spread, default=math.nan),
         timed=sum(1 for record in records if not record.warmup),
         scale=scale,
+        ceiling=ceiling,
     )
 
 
 def summarize(bundle: ResultsBundle) -> list[ConfigurationResult]:
     """Every configuration of the bundle, in the order the run recorded them."""
+    ceilings = bundle.ceilings()
     return [
-        result_of(configuration, bundle.iterations(configuration.id), bundle.scale)
+        result_of(
+            configuration,
+            bundle.iterations(configuration.id),
+            bundle.scale,
+            ceilings.get(configuration.id),
+        )
         for configuration in bundle.configurations()
     ]
 
@@ -159,8 +192,30 @@ def format_group(
         f"astral run {bundle.run.experiment!r} ({bundle.run.status}), {bundle.run.started}",
         group_title(group, results, bundle),
         TIME_DEFINITION,
+        *ceiling_lines(results, bundle.scale),
     ]
-    return format_table([r.row for r in results], title=title, scale=bundle.scale)
+    return format_table(
+        [r.row for r in results],
+        title=title,
+        scale=bundle.scale,
+        notes=["; ".join(r.marks()) for r in results],
+    )
+
+
+def ceiling_lines(results: Sequence[ConfigurationResult], scale: float) -> list[str]:
+    """The header lines that name a group's ceiling (its configurations share one; sizes
+    round differently, so the first one's is shown) and what the row marks mean."""
+    ceiling = next((r.ceiling for r in results if r.ceiling is not None), None)
+    if ceiling is None:
+        return ["busbw ceiling: not recorded (a bundle from before ceilings were stored)"]
+    lines = [ceiling.describe(scale)]
+    if any(r.marks() for r in results):
+        lines.append(
+            "marks: ABOVE CEILING = busbw over the ceiling (an emulation or timing fault); "
+            f"bucket <= p = the shapers' {ceiling.burst_s * 1e3:g} ms buckets could have "
+            "added up to p to this short batch"
+        )
+    return lines
 
 
 def _number(value: float) -> float | None:
@@ -195,6 +250,9 @@ def summary_document(
                 "busbw_min_GBps": _number(result.busbw_min),
                 "busbw_max_GBps": _number(result.busbw_max),
                 "wrong": row.wrong,
+                "ceiling": result.ceiling.to_dict() if result.ceiling else None,
+                "ceiling_share": _number(result.ceiling_share),
+                "marks": result.marks(),
                 "real": {
                     "algbw_GBps": _number(result.algbw_real),
                     "busbw_GBps": _number(result.busbw_real),

@@ -69,7 +69,7 @@ from orchestrator.results import (
     Versions,
 )
 from orchestrator.results.store import Configuration
-from orchestrator.results.summary import ConfigurationResult, result_of
+from orchestrator.results.summary import ConfigurationResult, ceiling_lines, result_of
 from orchestrator.run.experiment import (
     Collective,
     ConfigurationStep,
@@ -450,6 +450,7 @@ class Runner:
                 for collective in spec.collectives:
                     group = [s for s in policy_steps if s.collective == collective]
                     results = []
+                    ceiling = testbed.ceiling(spec.gpus, collective.op, collective.algorithm)
                     with self._launcher(
                         testbed, replace(launch, channels=channels[collective]), collective
                     ) as launcher:
@@ -468,8 +469,11 @@ class Runner:
                                     warmup=launch.warmup,
                                     dtype=spec.dtype,
                                 )
+                                writer.add_ceiling(configuration.id, ceiling)
                                 if done.timed() and result.failure is None:
-                                    results.append(result_of(configuration, records, testbed.scale))
+                                    results.append(
+                                        result_of(configuration, records, testbed.scale, ceiling)
+                                    )
                             step_times.append(
                                 {
                                     "step": step.index,
@@ -548,8 +552,14 @@ class Runner:
             f"{label}, policy {policy}, {spec.ranks} ranks, {spec.iterations} iterations "
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
+            *ceiling_lines(results, testbed.scale),
         ]
-        return format_table([r.row for r in results], title=title, scale=testbed.scale)
+        return format_table(
+            [r.row for r in results],
+            title=title,
+            scale=testbed.scale,
+            notes=["; ".join(r.marks()) for r in results],
+        )
 
     # -- the end -----------------------------------------------------------------------
 

@@ -46,8 +46,9 @@ from typing import IO
 from controllers.policies import PolicyRegistry
 from controllers.policies import default_registry as policy_registry
 from orchestrator import REPO
-from orchestrator.collectives.ceilings import default_channels
+from orchestrator.collectives.ceilings import Ceiling, configuration_ceiling, default_channels
 from orchestrator.emulation.network import Emulation, Log
+from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.results import PortCounter
 from orchestrator.testbed.pinning import PATHS_FILE, Pinning, source_ports
 from orchestrator.testbed.telemetry import read_telemetry
@@ -150,6 +151,17 @@ class Testbed:
         """One GPU's emulated NIC bandwidth, bytes/s: NIC ports x the NIC links' rate."""
         spec = self.description.fabric.spec
         return spec.nic_ports * spec.emulation.emulated(spec.speeds.nic) / 8
+
+    def ceiling(self, gpus: Sequence[str] | None, collective: str, algorithm: str) -> Ceiling:
+        """The busbw ceiling of ``collective``/``algorithm`` with ranks on ``gpus`` (default:
+        every GPU), on this fabric's NIC rate and shapers (orchestrator.collectives.ceilings)."""
+        return configuration_ceiling(
+            self.workers(gpus),
+            collective,
+            algorithm,
+            self.rail_bandwidth(),
+            burst_s=DEFAULT_RECIPE.burst_s,  # the recipe wiring and hostconfig apply
+        )
 
     # --- policies -----------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Runs a plan over the rank's connections: one step at a time, each step's transfers at once.
 
 A step's sends and receives go to the connections' own threads; local copies run meanwhile
-in the calling thread; the step ends when every transfer has completed. With C channels,
+in the calling thread; the step ends when every transfer has completed. The operation ends
+when, after its last step, every connection it sent on has drained (the peer acknowledged
+every byte): completion means the data arrived, not that the kernel took it. With C channels,
 the bytes one step exchanges with one peer (its regions, concatenated in plan order) are
 cut into C contiguous ranges, one per channel's connection; sender and receiver cut the
 same way, whatever regions each side lists.
@@ -115,14 +117,23 @@ class Executor:
         buffers: Buffers,
         progress: Progress,
         *,
+        start: float | None = None,
         corrupt: bool = False,
         poll: float = 0.25,
     ) -> Outcome:
+        """Run ``plan`` once. ``start`` (epoch seconds, default now) is when the operation
+        counts as begun: the batch's common start for its first operation, the previous
+        operation's end for the others (worker.py), so that the times of a batch add up
+        to its whole duration."""
         arrays = buffers.arrays
         views = buffers.views()
         before = [(c.sent, c.received) for c in self.pool.order]
         wall0, t0 = time.time(), time.perf_counter()
+        if start is not None:  # the same instant on the perf_counter clock
+            t0 -= wall0 - start
+            wall0 = start
         outcome = Outcome(start=wall0, time_us=0.0)
+        sent_on: dict[int, Connection] = {}
         for k, step in enumerate(plan.steps):
             done = Completion()
             progress.enter(k, step.phase, done)
@@ -135,6 +146,7 @@ class Executor:
                         out[0] = corrupted(out[0])
                         corrupt = False
                     conn.send(out, done)
+                    sent_on[conn.index] = conn
             for peer, transfers in _group(step.recvs).items():
                 for channel, piece in self._per_channel(transfers):
                     conn = self.pool.incoming(peer, channel)
@@ -153,13 +165,20 @@ class Executor:
                     arrays[dst.buffer][dst.offset : dst.offset + dst.count],
                     arrays[src.buffer][src.offset : src.offset + src.count],
                 )
-            while not done.wait(poll):
-                pass
-            if done.error is not None:
-                culprit = getattr(done.error, "peer", None)
-                raise StepFailed(f"step {k} ({step.phase}): {done.error}", culprit)
+            _wait(done, poll, f"step {k} ({step.phase})")
             s1 = time.perf_counter()
             outcome.phases.append([step.phase, k, wall0 + (s0 - t0), wall0 + (s1 - t0)])
+        if sent_on:
+            done = Completion()
+            progress.enter(len(plan.steps), "delivery", done)
+            s0 = time.perf_counter()
+            for conn in sent_on.values():
+                conn.drain(done)
+            _wait(done, poll, "delivery of the last sends")
+            s1 = time.perf_counter()
+            outcome.phases.append(
+                ["delivery", len(plan.steps), wall0 + (s0 - t0), wall0 + (s1 - t0)]
+            )
         progress.enter(-1, "checking")
         outcome.time_us = (time.perf_counter() - t0) * 1e6
         for conn, (sent, received) in zip(self.pool.order, before, strict=False):
@@ -187,6 +206,14 @@ class Executor:
             reduce_into(dst[i : i + n], scratch[:n])
 
         return RecvTarget(view, byte_view(scratch), combine)
+
+
+def _wait(done: Completion, poll: float, what: str) -> None:
+    while not done.wait(poll):
+        pass
+    if done.error is not None:
+        culprit = getattr(done.error, "peer", None)
+        raise StepFailed(f"{what}: {done.error}", culprit)
 
 
 def _bytes(r: Region) -> slice:

@@ -2,9 +2,10 @@
 
 :class:`Launcher` owns a Unix socket on the shared file system and the worker processes it
 spawned; nothing else. It does the rendezvous (each worker reports its rank and listening
-addresses), hands out the peer table, runs collectives with a barrier between iterations,
-collects timings, timelines, per-connection byte counts and #wrong, and turns them into
-nccl-tests rows. Usage::
+addresses), hands out the peer table, runs collectives as nccl-tests does (the warm-up
+iterations, then the timed ones, each a batch run back to back after one barrier from a
+common start instant), collects timings, timelines, per-connection byte counts and #wrong,
+and turns them into nccl-tests rows. Usage::
 
     workers = workers_from_description(description)      # or loopback_workers(4, 2)
     spawn = lambda worker, argv, log: net[worker.host].popen(argv, stdout=log, stderr=STDOUT)
@@ -82,6 +83,10 @@ from topologies.fivetuple import FiveTuple
 
 SOCKET_NAME = "workers.sock"
 _UNIX_PATH_MAX = 107
+#: How far ahead of ``start`` a batch begins (Launcher._start_at). Measured: a worker on a
+#: loaded 2-core machine takes up to a few milliseconds to wake for a message.
+START_LEAD_S = 0.02
+START_LEAD_PER_RANK_S = 0.001
 
 
 # --- spawning workers -------------------------------------------------------------------------
@@ -157,7 +162,8 @@ class _Rank:
     link: _Link | None = None
     hello: Message | None = None
     ready: Message | None = None
-    done: Message | None = None
+    # the current batch's done messages, by iteration
+    dones: dict[int, Message] = field(default_factory=dict)
     failed: Message | None = None
     heartbeat: Message | None = None
     heartbeat_at: float = 0.0
@@ -195,6 +201,7 @@ class Launcher:
         self._setup_sent_at: float | None = None
         self._samples: list[ThroughputSample] = []
         self._awaiting_done = False
+        self._batch = 0  # operations in the batch being awaited
         self.failure: Failure | None = None
         self._closed = False
 
@@ -358,9 +365,10 @@ class Launcher:
         return results
 
     def run(self, tests: Sequence[CollectiveTest]) -> RunResult:
-        """Run ``tests`` in order, each ``warmup + iterations`` times, barrier between
-        operations. On a worker failure the result carries ``failure`` and what completed;
-        the workers are then gone and the launcher cannot run again."""
+        """Run ``tests`` in order: each ``warmup`` times, then ``iterations`` times, each
+        of the two a batch of back-to-back operations after one barrier. On a worker
+        failure the result carries ``failure`` and what completed; the workers are then
+        gone and the launcher cannot run again."""
         if self.failure is not None:
             raise EmulationError(f"the workers already failed: {self.failure}")
         if self._setup_sent_at is None:
@@ -394,47 +402,90 @@ class Launcher:
             result.connections = self._connections()
             for test_id, test_result in zip(ids, results, strict=True):
                 result.tests.append(test_result)
-                for iteration in range(o.warmup + o.iterations):
-                    stage = f"{test_result.test.label} iteration {iteration}"
-                    test_result.iterations.append(
-                        self._operate(test_id, iteration, iteration < o.warmup, stage)
-                    )
+                batches = [(0, o.warmup, True), (o.warmup, o.iterations, False)]
+                for first, count, warmup in batches:
+                    if count:
+                        last = first + count - 1
+                        stage = f"{test_result.test.label} iterations {first}-{last}"
+                        self._operate(test_result, test_id, first, count, warmup, stage)
             self._await_samples()
         except _Abort as abort:
             self._fail(abort.failure)
             result.failure = abort.failure
         return result
 
-    def _operate(self, test_id: int, iteration: int, warmup: bool, stage: str) -> IterationResult:
+    def _operate(
+        self,
+        into: CollectiveResult,
+        test_id: int,
+        first: int,
+        count: int,
+        warmup: bool,
+        stage: str,
+    ) -> None:
+        """One batch: iterations ``first`` .. ``first + count - 1`` back to back on every
+        rank, after one barrier (this call starts only when every rank has answered the
+        previous batch), all ranks counting from the same instant (:meth:`_start_at`).
+        The iterations every rank completed are added to ``into``, also when the batch
+        fails part way."""
         for rank in self._ranks.values():
-            rank.done = None
-        self._awaiting_done = True
-        self._broadcast(protocol.start(test_id, iteration))
-        self._await("done", lambda r: r.done is not None, None, stage)
-        self._awaiting_done = False
-        out = IterationResult(iteration, warmup)
-        for r, rank in self._ranks.items():
-            message = rank.done
-            assert message is not None
-            if (message["test"], message["iteration"]) != (test_id, iteration):
-                problem = Problem(r, rank.spec.host, ERROR, "answered the wrong operation")
-                raise _Abort(Failure(stage, (problem,)))
-            traffic = tuple(
-                (rank.connections[index], sent, received)
-                for index, sent, received in message["traffic"]
-                if index in rank.connections
-            )
-            out.ranks[r] = RankIteration(
-                rank=r,
-                start=float(message["start"]),
-                time_us=float(message["time_us"]),
-                wrong=int(message["wrong"]),
-                sent=sum(t[1] for t in traffic),
-                received=sum(t[2] for t in traffic),
-                phases=tuple(PhaseRecord(p[0], int(p[1]), p[2], p[3]) for p in message["phases"]),
-                traffic=traffic,
-            )
+            rank.dones = {}
+        self._awaiting_done, self._batch = True, count
+        self._broadcast(protocol.start(test_id, first, count, self._start_at()))
+        try:
+            self._await("done", lambda r: len(r.dones) >= count, None, stage)
+        finally:
+            self._awaiting_done = False
+            into.iterations += self._completed(test_id, range(first, first + count), warmup)
+        wanted = set(range(first, first + count))
+        wrong = tuple(
+            Problem(r, rank.spec.host, ERROR, "answered the wrong operation")
+            for r, rank in self._ranks.items()
+            if set(rank.dones) != wanted or any(m["test"] != test_id for m in rank.dones.values())
+        )
+        if wrong:
+            raise _Abort(Failure(stage, wrong))
+
+    def _completed(self, test_id: int, wanted: range, warmup: bool) -> list[IterationResult]:
+        """The iterations of ``wanted`` that every rank has answered, in order, up to the
+        first one some rank has not (answers for other operations are ignored)."""
+        out = []
+        for i in wanted:
+            messages = {r: rank.dones.get(i) for r, rank in self._ranks.items()}
+            if any(m is None or m["test"] != test_id for m in messages.values()):
+                break
+            result = IterationResult(i, warmup)
+            for r, message in messages.items():
+                assert message is not None
+                rank = self._ranks[r]
+                traffic = tuple(
+                    (rank.connections[index], sent, received)
+                    for index, sent, received in message["traffic"]
+                    if index in rank.connections
+                )
+                result.ranks[r] = RankIteration(
+                    rank=r,
+                    start=float(message["start"]),
+                    time_us=float(message["time_us"]),
+                    wrong=int(message["wrong"]),
+                    sent=sum(t[1] for t in traffic),
+                    received=sum(t[2] for t in traffic),
+                    phases=tuple(
+                        PhaseRecord(p[0], int(p[1]), p[2], p[3]) for p in message["phases"]
+                    ),
+                    traffic=traffic,
+                )
+            out.append(result)
         return out
+
+    def _start_at(self) -> float:
+        """The common instant a batch begins at (epoch seconds): far enough ahead that
+        every worker has the start message and is waiting when it comes (the launcher
+        writes to n sockets; each worker's control thread hands it to the main thread),
+        so that no rank's data reaches a peer that has not begun counting yet. A rank
+        that is late anyway counts from this instant too: lateness makes times longer,
+        never shorter."""
+        return time.time() + START_LEAD_S + START_LEAD_PER_RANK_S * len(self._ranks)
 
     def _await_samples(self) -> None:
         """Wait (briefly) for a heartbeat sent after the last operation from every rank:
@@ -559,7 +610,7 @@ class Launcher:
         elif kind == protocol.READY:
             rank.ready = message
         elif kind == protocol.DONE:
-            rank.done = message
+            rank.dones[int(message["iteration"])] = message
         elif kind == protocol.FAILED:
             rank.failed = message
         elif kind == protocol.BYE:
@@ -598,7 +649,7 @@ class Launcher:
         states = {}
         for r, rank in self._ranks.items():
             beat = rank.heartbeat
-            if rank.done is None and beat is not None and beat["busy"]:
+            if len(rank.dones) < self._batch and beat is not None and beat["busy"]:
                 states[r] = (
                     float(beat["elapsed"]) + now - rank.heartbeat_at,
                     list(beat["waiting_on"]),

@@ -11,9 +11,12 @@ A worker's lifetime::
       |    (opens its connections, fills the    |
       |     first iteration's buffers)          |
       | -- ready {connections} ---------------> |  five-tuples of every connection
-      | <-- start {test, iteration} ----------- |  barrier: sent when all are done/ready
-      | -- done {time_us, phases, bytes, wrong} |  (after checking, and filling the next)
-      |    ... start/done per iteration ...     |
+      | <-- start {test, iteration, count, at}  |  barrier: sent when all are done/ready;
+      |    (waits until the instant ``at``,     |  ``count`` operations back to back from
+      |     then runs ``count`` operations)     |  the common start ``at`` (epoch s)
+      | -- done {time_us, phases, bytes, wrong} |  one per operation (after checking it
+      |    ... done per operation ...           |  and filling the next)
+      |    ... start/done per batch ...         |
       | <-- finish ---------------------------- |  flush the last samples, say bye, exit
       | -- bye -------------------------------> |
     any time:
@@ -163,8 +166,13 @@ def ready(rank: int, connections: list[dict[str, Any]]) -> Message:
     return {"type": READY, "rank": rank, "connections": connections}
 
 
-def start(test: int, iteration: int) -> Message:
-    return {"type": START, "test": test, "iteration": iteration}
+def start(test: int, iteration: int, count: int = 1, at: float | None = None) -> Message:
+    """Run operations ``iteration`` .. ``iteration + count - 1`` of ``test`` back to back,
+    the first counted from ``at`` (epoch seconds; None: when the message arrives)."""
+    message: Message = {"type": START, "test": test, "iteration": iteration, "count": count}
+    if at is not None:
+        message["at"] = at
+    return message
 
 
 def done(

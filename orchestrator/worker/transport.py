@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import queue
 import selectors
 import socket
@@ -52,6 +53,12 @@ _TCPI_BYTES_RECEIVED = 128
 #: SO_LINGER {on, 0 s}: close with a reset instead of FIN and TIME_WAIT (Connection.close).
 _LINGER_ABORT = struct.pack("ii", 1, 0)
 _TCPI_MIN_LEN = 136
+#: ioctl: bytes in a TCP socket's send queue not yet acknowledged by the peer (TIOCOUTQ,
+#: include/uapi/asm-generic/ioctls.h; tcp(7) calls it SIOCOUTQ).
+_SIOCOUTQ = 0x5411
+#: How often a drain looks at the send queue: short against one step of a collective at
+#: emulated rates (milliseconds), long enough not to spin.
+DRAIN_POLL_S = 0.0002
 
 
 class TransportError(Exception):
@@ -170,6 +177,22 @@ class Connection:
         self.submitted += 1
         self._jobs.put((targets, done))
 
+    def drain(self, done: Completion) -> None:
+        """Complete ``done`` once the peer has acknowledged every byte sent so far: the
+        data has arrived, not merely left this process (``sendall`` returns as soon as the
+        kernel holds the bytes). An operation ends on a rank only when its sends have
+        drained this way (executor.py), as a collective's kernel ends when its last write
+        has completed at the far side."""
+        done.add(self.peer)
+        self.submitted += 1
+        self._jobs.put(([], done))
+
+    def unacknowledged(self) -> int:
+        """Bytes sent on this connection that the peer has not acknowledged yet."""
+        value = fcntl.ioctl(self.sock.fileno(), _SIOCOUTQ, b"\0\0\0\0")
+        queued: int = struct.unpack("i", value)[0]
+        return queued
+
     @property
     def busy(self) -> bool:
         return self.submitted != self.completed
@@ -204,7 +227,9 @@ class Connection:
                 return
             items, done = job
             try:
-                if self.outgoing:
+                if self.outgoing and not items:
+                    self._wait_acknowledged()
+                elif self.outgoing:
                     for view in items:
                         assert isinstance(view, memoryview)
                         self.sock.sendall(view)
@@ -221,6 +246,10 @@ class Connection:
                 done.finish(self.peer)
             finally:
                 self.completed += 1
+
+    def _wait_acknowledged(self) -> None:
+        while self.unacknowledged():
+            time.sleep(DRAIN_POLL_S)
 
     def _receive(self, target: RecvTarget) -> None:
         if target.combine is None or target.scratch is None:

@@ -2,8 +2,9 @@
 
 One per emulated GPU, started by the launcher (``host.popen`` in Mininet, ``Popen`` on
 loopback). It listens on its fabric and NVLink addresses, reports them, takes the peer
-table and the schedule, opens its connections, then runs one operation per ``start`` and
-answers ``done`` with its time, timeline, bytes and #wrong (protocol.py has the sequence).
+table and the schedule, opens its connections, then runs a batch of operations back to
+back per ``start`` (from the common instant it names) and answers ``done`` for each with
+its time, timeline, bytes and #wrong (protocol.py has the sequence).
 
 Threads: the main thread runs the operations; a control reader turns launcher messages
 into a queue (and exits the process on ``abort`` or when the launcher goes away); a
@@ -111,6 +112,9 @@ class Worker:
         self.position = (0, 0)  # (index into tests, iteration) of the next operation
         self.buffers: Buffers | None = None
         self.global_iteration = 0
+        # (start, end) of the check and fill that ran between the previous operation of a
+        # batch and the next; None at a batch's start
+        self._verify_phase: tuple[float, float] | None = None
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self.reading = False
@@ -186,7 +190,14 @@ class Worker:
             if kind == protocol.SCHEDULE:
                 self.prepare_schedule(message["tests"])
             elif kind == protocol.START:
-                self.operate(int(message["test"]), int(message["iteration"]))
+                self._verify_phase = None
+                at = message.get("at")
+                self.operate(
+                    int(message["test"]),
+                    int(message["iteration"]),
+                    int(message.get("count", 1)),
+                    None if at is None else float(at),
+                )
             elif kind == protocol.FINISH:
                 self.finish()
                 return 0
@@ -288,7 +299,31 @@ class Worker:
             return  # unchecked runs fill once per test (touching the pages before timing)
         self.buffers.fill(salt(test.id, iteration))
 
-    def operate(self, test_id: int, iteration: int) -> None:
+    def operate(
+        self, test_id: int, iteration: int, count: int = 1, at: float | None = None
+    ) -> None:
+        """Run ``count`` operations of a test back to back from ``iteration`` on, as
+        nccl-tests times its ``-n`` iterations: one barrier (the launcher's ``start``,
+        which names the common instant ``at`` every rank begins at), then no other.
+
+        Iteration i counts from the end of iteration i - 1 on this rank (the first from
+        ``at``), so the times of a batch add up to its whole duration, from the common
+        start to this rank's last delivery. Between two operations the rank checks the
+        one that ended and fills the next (in-place algorithms overwrite their input);
+        that time falls into the next iteration, is recorded as its ``verify`` phase, and
+        only ever makes a time longer. A rank that gets ``start`` after ``at`` still
+        counts from ``at``.
+        """
+        if at is not None:
+            delay = at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        begin = at
+        for k in range(count):
+            begin = self._operate_one(test_id, iteration + k, begin)
+
+    def _operate_one(self, test_id: int, iteration: int, begin: float | None) -> float:
+        """One operation from ``begin`` (epoch seconds; None: now); returns when it ended."""
         index, expected_iteration = self.position
         if index >= len(self.tests) or (self.tests[index].id, expected_iteration) != (
             test_id,
@@ -306,12 +341,17 @@ class Worker:
             -1,
             self.global_iteration,
         )
-        outcome = executor.run(test.plan, buffers, self.progress, corrupt=corrupt)
+        outcome = executor.run(test.plan, buffers, self.progress, start=begin, corrupt=corrupt)
+        end = outcome.start + outcome.time_us / 1e6
+        if self._verify_phase is not None:  # the gap before this operation's first step
+            outcome.phases.insert(0, ["verify", -1, *self._verify_phase])
+        check0 = time.time()
         wrong = buffers.check(salt(test_id, iteration)) if self.options.get("verify", True) else -1
         self.global_iteration += 1
         iteration += 1
         self.position = (index, iteration) if iteration < test.total else (index + 1, 0)
         self._prepare_next()
+        self._verify_phase = (check0, time.time())
         self.progress.end()
         self.channel.send(
             protocol.done(
@@ -325,6 +365,7 @@ class Worker:
                 wrong=wrong,
             )
         )
+        return end
 
     def finish(self) -> None:
         self._stop.set()

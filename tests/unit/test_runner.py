@@ -26,7 +26,13 @@ import pytest
 
 from controllers.pinning import PinnedPaths, paths_document
 from orchestrator.calibration.capacity import Calibration
-from orchestrator.collectives.ceilings import default_channels, fabric_share
+from orchestrator.collectives.ceilings import (
+    Ceiling,
+    configuration_ceiling,
+    default_channels,
+    fabric_share,
+)
+from orchestrator.collectives.nccl import TIME_DEFINITION
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import Runner, RunOptions, step_seconds
@@ -85,6 +91,10 @@ class LoopbackTestbed:
     def default_channels(self, gpus: Any, collectives: Any) -> int:
         workers = loopback_workers(8, 2)
         return max(default_channels(workers, op, alg, 2) for op, alg in collectives)
+
+    def ceiling(self, gpus: Any, collective: str, algorithm: str) -> Ceiling:
+        workers = loopback_workers(len(gpus or self.description.fabric.gpus), 2)
+        return configuration_ceiling(workers, collective, algorithm, self.rail_bandwidth(), 0.01)
 
     def use_policy(self, name: str) -> float:
         if name == self.policy:
@@ -149,7 +159,7 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
     assert all(r.row.wrong == 0 and r.row.busbw > 0 for r in outcome.results)
     # one table per policy and collective, nccl-tests style, real speeds and the time rule
     assert printed.count("# Avg bus bandwidth    :") == 4
-    assert printed.count("# time: mean over ranks") >= 4
+    assert printed.count(f"# {TIME_DEFINITION}") >= 4
     assert "real speed" in printed and "# astral run 'unit': ok" in printed
     assert "load guard:" in printed
     bundle = tmp_path / "bundle"

@@ -115,13 +115,48 @@ def test_collective_verifies_and_moves_the_prescribed_bytes(index: int) -> None:
             assert r.wrong == 0, f"rank {r.rank} iteration {iteration.iteration}"
             assert r.sent == test.expected_sent[r.rank]
             assert r.time_us > 0
-            assert [p.step for p in r.phases] == list(range(len(r.phases)))
+            # [verify between two operations of a batch], the plan's steps, [delivery]
+            steps = [p.step for p in r.phases if p.phase not in ("verify", "delivery")]
+            assert steps == list(range(len(steps)))
+            extra = [(p.phase, p.step) for p in r.phases if p.phase in ("verify", "delivery")]
+            assert extra in (
+                [("verify", -1), ("delivery", len(steps))],
+                [("delivery", len(steps))],
+                [("verify", -1)],
+                [],
+            )
+            if r.sent:
+                assert r.phases[-1].phase == "delivery"
+            assert r.phases[-1].end <= r.start + r.time_us / 1e6 + 1e-6
             spans = phase_spans(r.phases)
             assert all(a.end <= b.start for a, b in itertools.pairwise(spans))
         total_sent = sum(r.sent for r in iteration.ranks.values())
         assert total_sent == sum(r.received for r in iteration.ranks.values())
     row = test.row()
     assert row.wrong == 0 and row.size == test.size and row.algbw > 0
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_iterations_run_as_nccl_tests_batches(ranks: int) -> None:
+    """Warm-up and timed iterations are two batches: every rank begins a batch at the same
+    instant, and within a batch each operation counts from the end of the previous one on
+    that rank (no barrier between them), so a rank's times add up to its batch."""
+    run = run_eight() if ranks == 8 else run_everything(ranks, LAYOUTS[ranks])
+    for test in run.tests:
+        warmup = [i for i in test.iterations if i.warmup]
+        timed = [i for i in test.iterations if not i.warmup]
+        assert len(warmup) == 1 and len(timed) == 2
+        for batch in (warmup, timed):
+            first = batch[0].ranks
+            assert len({r.start for r in first.values()}) == 1, "one common start per batch"
+            for before, after in itertools.pairwise(batch):
+                for rank, r in after.ranks.items():
+                    previous = before.ranks[rank]
+                    end = previous.start + previous.time_us / 1e6
+                    assert r.start == pytest.approx(end, abs=1e-6)
+        # the timed batch begins after every rank finished the warm-up
+        warm_end = max(r.start + r.time_us / 1e6 for r in warmup[0].ranks.values())
+        assert next(iter(timed[0].ranks.values())).start >= warm_end
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
