@@ -108,13 +108,13 @@ def main() -> int:
                 + f"  ratio {rates['workers'][-1] / rates['iperf3'][-1]:4.2f}",
                 flush=True,
             )
-    rate = {name: statistics.median(values) for name, values in rates.items()}
+    median_rate = {name: statistics.median(values) for name, values in rates.items()}
     eff = {name: statistics.median(values) for name, values in efficiency.items()}
     print(
         "median GB/s: "
-        + ", ".join(f"{name} {value / 1e9:.3f}" for name, value in rate.items())
-        + f"; workers / iperf3 {rate['workers'] / rate['iperf3']:.2f}"
-        + f", workers / iperf3 -l {rate['workers'] / rate['iperf3 -l']:.2f}"
+        + ", ".join(f"{name} {value / 1e9:.3f}" for name, value in median_rate.items())
+        + f"; workers / iperf3 {median_rate['workers'] / median_rate['iperf3']:.2f}"
+        + f", workers / iperf3 -l {median_rate['workers'] / median_rate['iperf3 -l']:.2f}"
     )
     print(
         "GB per CPU second: "

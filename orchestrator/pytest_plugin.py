@@ -146,14 +146,12 @@ class FabricHandle:
     def busbw_ceiling(
         self, collective: str, algorithm: str, gpus: Sequence[str] | None = None
     ) -> float:
-        """The physical busbw ceiling, GB/s emulated: the busbw at which the busiest rank's
-        fabric bytes (NVLink bytes taken as free) would move at full NIC bandwidth. Equals
-        the rail bandwidth for flat algorithms; higher where NVLink carries a share
+        """The configuration's own busbw ceiling, GB/s emulated: the busbw at which the
+        busiest rank's fabric bytes (NVLink bytes taken as free) would move at full NIC
+        bandwidth times TCP's payload share (orchestrator.collectives.ceilings). The rail
+        bandwidth x 1460/1514 for flat algorithms; higher where NVLink carries a share
         (hierarchical all-reduce, PXN all-to-all)."""
-        from orchestrator.collectives.ceilings import fabric_share
-
-        share = fabric_share(self.testbed.workers(gpus), collective, algorithm)
-        return self.rail_bandwidth() / share
+        return self.testbed.ceiling(gpus, collective, algorithm).busbw
 
     def run(
         self,
@@ -203,7 +201,7 @@ class FabricHandle:
         title = [f"{collective} ({algorithm}), policy {testbed.policy}", TIME_DEFINITION]
         text = format_table(result.rows(), title=title, scale=testbed.scale)
         if record:
-            self._record(result, iterations, warmup)
+            self._record(result, iterations, warmup, gpus)
         return CollectiveRun(collective, algorithm, testbed.policy, rows, result, text)
 
     def run_experiment(
@@ -232,7 +230,9 @@ class FabricHandle:
         """Switch port counters from the controller's telemetry (cumulative)."""
         return self.testbed.port_counters(since)
 
-    def _record(self, result: RunResult, iterations: int, warmup: int) -> None:
+    def _record(
+        self, result: RunResult, iterations: int, warmup: int, gpus: Sequence[str] | None
+    ) -> None:
         from orchestrator.results import ResultsWriter
         from orchestrator.run.runner import record_test, software_versions
 
@@ -244,7 +244,7 @@ class FabricHandle:
                 experiment="pytest", host=socket.gethostname(), versions=software_versions()
             )
         for test in result.tests:
-            record_test(
+            config_id, _, _ = record_test(
                 self._writer,
                 self.testbed.policy,
                 test,
@@ -252,6 +252,8 @@ class FabricHandle:
                 iterations=iterations,
                 warmup=warmup,
             )
+            ceiling = self.testbed.ceiling(gpus, test.test.collective, test.test.algorithm)
+            self._writer.add_ceiling(config_id, ceiling)
 
     def bundle(self, *, plots: bool = False) -> Path:
         """Close the results bundle of the runs so far (port counters included) and render

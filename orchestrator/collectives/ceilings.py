@@ -27,7 +27,9 @@ No measured busbw may exceed it. The one emulation artefact that could push a sh
 operation past it is the shapers' token bucket: after an idle spell (the barrier before a
 batch) every shaper holds ``burst_s`` of tokens, so a batch of duration T can move at most
 ``burst_s / T`` more than the rate allows. :meth:`Ceiling.bucket_share` gives that bound
-and tables flag the cells where it exceeds :data:`BUCKET_FLAG_SHARE`.
+and tables flag the cells where it exceeds :data:`BUCKET_FLAG_SHARE`. To keep cells from
+getting there, the launcher lengthens a short operation's timed batch to
+:func:`min_batch_seconds` (more iterations, judged by the warm-up's time).
 """
 
 from __future__ import annotations
@@ -49,6 +51,16 @@ from topologies.units import TCP_PAYLOAD_SHARE
 REFERENCE_SIZE = 1 << 22  # large enough that rounding to elements does not matter
 #: Flag a cell when the shapers' buckets could have inflated its busbw by more than this.
 BUCKET_FLAG_SHARE = 0.01
+#: What the timed batch is sized for: the buckets may add at most this share to it.
+BUCKET_TARGET_SHARE = 0.005
+
+
+def min_batch_seconds(burst_s: float) -> float:
+    """How long a timed batch must last for shapers with ``burst_s`` buckets to add at
+    most :data:`BUCKET_TARGET_SHARE` to it (10 ms buckets: 2 s). The launcher repeats a
+    short operation until its batch lasts that long, instead of reporting a figure the
+    buckets inflated."""
+    return burst_s / BUCKET_TARGET_SHARE
 
 
 class WorkerSpec(Protocol):

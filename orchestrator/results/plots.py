@@ -2,7 +2,9 @@
 
 - ``plots/busbw-<collective>-<algorithm>.png``: bus bandwidth against message size, one
   line per policy, at real link speeds (emulated on the right axis), with the spread over
-  timed iterations as a band and the NIC ceiling as a reference;
+  timed iterations as a band, the configuration's own busbw ceiling (the algorithm's share
+  of fabric vs NVLink bytes, orchestrator.collectives.ceilings) and the rail's TCP ceiling
+  as references;
 - ``plots/link-utilization.png``: every link direction against time, utilization = rate /
   capacity, from the switches' cumulative port counters and the capacities in fabric.json;
 - ``plots/connections/<policy>__<collective>-<algorithm>__<size>.png``: per-connection
@@ -130,21 +132,36 @@ def busbw_plots(
             (line,) = axes.plot(x, y, marker="o", linewidth=2, label=f"policy {group[0]}")
             axes.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         nic = f"{spec['nic_ports']} x {spec['speeds']['nic']}"
-        axes.axhline(ceiling, color="0.4", linestyle="--", linewidth=1)
-        axes.annotate(
-            f"NIC ceiling ({nic} x {TCP_PAYLOAD_SHARE:.3f})",
-            xy=(0.01, ceiling),
-            xycoords=("axes fraction", "data"),
-            xytext=(0, 4),
-            textcoords="offset points",
-            fontsize=9,
-            color="0.3",
-        )
+        references = [(ceiling, f"rail x TCP payload ({nic} x {TCP_PAYLOAD_SHARE:.3f})", ":")]
+        own = next((m.ceiling for members in groups.values() for m in members if m.ceiling), None)
+        if own is not None and math.isfinite(own.busbw):
+            top = own.busbw / scale
+            share = own.fabric_share
+            if abs(top - ceiling) > 1e-9 * ceiling:
+                references.insert(
+                    0, (top, f"{algorithm}'s ceiling (fabric share {share:.3f})", "--")
+                )
+            else:
+                references = [
+                    (top, f"ceiling: rail x TCP payload ({nic} x {TCP_PAYLOAD_SHARE:.3f})", "--")
+                ]
+        for value, text, style in references:
+            axes.axhline(value, color="0.4", linestyle=style, linewidth=1)
+            axes.annotate(
+                text,
+                xy=(0.01, value),
+                xycoords=("axes fraction", "data"),
+                xytext=(0, 4),
+                textcoords="offset points",
+                fontsize=9,
+                color="0.3",
+            )
+        highest = max(value for value, _, _ in references)
         axes.set_xscale("log", base=2)
         ticks = sorted(sizes)
         axes.set_xticks(ticks, [format_size(size) for size in ticks])
         axes.minorticks_off()
-        axes.set_ylim(0, max(ceiling * 1.15, axes.get_ylim()[1]))
+        axes.set_ylim(0, max(highest * 1.15, axes.get_ylim()[1]))
         axes.set_xlabel("message size (bytes; 1K = 1024)")
         axes.set_ylabel("bus bandwidth at real link speed (GB/s)")
         right = axes.secondary_yaxis(

@@ -178,9 +178,11 @@ def group_slug(group: Group) -> str:
 def group_title(group: Group, results: Sequence[ConfigurationResult], bundle: ResultsBundle) -> str:
     policy, collective, algorithm = group
     first = results[0].configuration
+    counts = sorted({r.configuration.iterations for r in results})
+    iterations = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     return (
         f"{collective} ({algorithm}), policy {policy}, {first.ranks} ranks, "
-        f"{first.iterations} iterations (+{first.warmup} warm-up), fabric {bundle.run.fabric}"
+        f"{iterations} iterations (+{first.warmup} warm-up), fabric {bundle.run.fabric}"
     )
 
 

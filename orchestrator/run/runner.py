@@ -211,8 +211,11 @@ def record_test(
     warmup: int,
     dtype: str = "uint32",
 ) -> tuple[int, Configuration, list[IterationRecord]]:
-    """One collective x size of a run into the bundle; returns (id, configuration, records)."""
+    """One collective x size of a run into the bundle; returns (id, configuration, records).
+    ``iterations`` is what was asked; the configuration records how many timed iterations
+    ran (the launcher lengthens short operations' batches)."""
     t = test.test
+    iterations = len(test.timed()) or iterations
     from orchestrator.collectives.operations import operation
 
     count = operation(t.collective).table_count(test.count, test.ranks)
@@ -549,7 +552,7 @@ class Runner:
     ) -> str:
         spec = self.spec
         title = [
-            f"{label}, policy {policy}, {spec.ranks} ranks, {spec.iterations} iterations "
+            f"{label}, policy {policy}, {spec.ranks} ranks, {iteration_text(results, spec)} "
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
             *ceiling_lines(results, testbed.scale),
@@ -636,6 +639,17 @@ class Runner:
         if outcome.bundle is not None:
             lines.append(f"# bundle {outcome.bundle} (summary.json, tables/, plots/, run.json)")
         return lines
+
+
+def iteration_text(results: Sequence[ConfigurationResult], spec: ExperimentSpec) -> str:
+    """ "4 iterations", or the range that ran where short operations were repeated more."""
+    counts = sorted({r.configuration.iterations for r in results} or {spec.iterations})
+    if counts == [spec.iterations]:
+        return f"{spec.iterations} iterations"
+    return (
+        f"{counts[0]}-{counts[-1]} iterations (asked {spec.iterations}; a short operation "
+        "repeats until its batch lasts long enough for the shapers' buckets not to count)"
+    )
 
 
 class _WorkersFailed(Exception):

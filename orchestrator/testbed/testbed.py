@@ -46,7 +46,12 @@ from typing import IO
 from controllers.policies import PolicyRegistry
 from controllers.policies import default_registry as policy_registry
 from orchestrator import REPO
-from orchestrator.collectives.ceilings import Ceiling, configuration_ceiling, default_channels
+from orchestrator.collectives.ceilings import (
+    Ceiling,
+    configuration_ceiling,
+    default_channels,
+    min_batch_seconds,
+)
 from orchestrator.emulation.network import Emulation, Log
 from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.results import PortCounter
@@ -231,9 +236,12 @@ class Testbed:
         collectives: Sequence[tuple[str, str]] | None = None,
     ) -> LaunchOptions:
         """``options`` completed for this fabric: the default channels of ``collectives``
-        when no options are given, and the fixed listening port."""
+        when no options are given, the timed batches' minimum length for this fabric's
+        shapers (unless set), and the fixed listening port."""
         if options is None:
             options = LaunchOptions(channels=self.default_channels(gpus, collectives))
+        if not options.min_batch_seconds:
+            options = replace(options, min_batch_seconds=min_batch_seconds(DEFAULT_RECIPE.burst_s))
         return replace(options, worker_args=("--port", str(WORKER_PORT), *options.worker_args))
 
     def launch(

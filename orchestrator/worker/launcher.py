@@ -36,6 +36,7 @@ spawned are touched.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import selectors
@@ -47,6 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean
 from typing import IO, Protocol
 
 from orchestrator import REPO
@@ -402,8 +404,8 @@ class Launcher:
             result.connections = self._connections()
             for test_id, test_result in zip(ids, results, strict=True):
                 result.tests.append(test_result)
-                batches = [(0, o.warmup, True), (o.warmup, o.iterations, False)]
-                for first, count, warmup in batches:
+                for first, warmup in ((0, True), (o.warmup, False)):
+                    count = o.warmup if warmup else self._timed_count(test_result)
                     if count:
                         last = first + count - 1
                         stage = f"{test_result.test.label} iterations {first}-{last}"
@@ -477,6 +479,18 @@ class Launcher:
                 )
             out.append(result)
         return out
+
+    def _timed_count(self, result: CollectiveResult) -> int:
+        """How many operations the timed batch runs: ``iterations``, or more where the
+        warm-up says an operation is so short that the batch would last less than
+        ``min_batch_seconds`` (at most ``max_iterations``)."""
+        o = self.options
+        warm = [i.time_us for i in result.iterations if i.warmup and i.ranks]
+        if not o.min_batch_seconds or not warm:
+            return o.iterations
+        per_operation = fmean(warm) / 1e6
+        wanted = math.ceil(o.min_batch_seconds / per_operation) if per_operation > 0 else 0
+        return max(o.iterations, min(wanted, o.max_iterations))
 
     def _start_at(self) -> float:
         """The common instant a batch begins at (epoch seconds): far enough ahead that

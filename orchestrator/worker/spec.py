@@ -48,6 +48,13 @@ class LaunchOptions:
 
     warmup: int = 1
     iterations: int = 5
+    #: the timed batch runs at least ``iterations`` operations and, judged by the warm-up's
+    #: time per operation, long enough to last this many seconds (0: exactly
+    #: ``iterations``). The testbed sets it so that the shapers' token buckets can add at
+    #: most a small share to a batch (orchestrator.collectives.ceilings.min_batch_seconds).
+    min_batch_seconds: float = 0.0
+    #: ... but never more operations than this
+    max_iterations: int = 1000
     channels: int = 1  # connections per ordered peer pair
     verify: bool = True
     socket_buffer: int = 0  # SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
