@@ -528,6 +528,9 @@ class Runner:
             if failure is not None:
                 raise _WorkersFailed(failure) from None
             raise
+        except BaseException:  # Ctrl-C or SIGTERM while the workers start: stop them too
+            launcher.close()
+            raise
         try:
             yield launcher
         finally:
@@ -602,20 +605,30 @@ class Runner:
             lines.append(
                 f"# average bus bandwidth, GB/s at real speed (emulated GB/s); {TIME_DEFINITION}"
             )
-            lines.append(f"#   {'collective':<{width}}{head}")
+            lines.append(f"#   {'collective':<{width}}{head}{'ceiling':>26}")
+            ceilings = {
+                (r.configuration.collective, r.configuration.algorithm): r.ceiling
+                for r in outcome.results
+                if r.ceiling is not None
+            }
             for collective in spec.collectives:
                 cells = []
                 for policy in spec.policies:
                     value = averages.get((policy, collective.op, collective.algorithm), math.nan)
                     cell = "-" if math.isnan(value) else f"{value / scale:.2f} ({value:.6f})"
                     cells.append(f"{cell:>26}")
+                ceiling = ceilings.get((collective.op, collective.algorithm))
+                top = ceiling.busbw if ceiling is not None else math.nan
+                cell = "-" if not math.isfinite(top) else f"{top / scale:.2f} ({top:.6f})"
+                cells.append(f"{cell:>26}")
                 lines.append(f"#   {collective.label:<{width}}{''.join(cells)}")
         fabric = spec.fabric
         rail = fabric.nic_ports * fabric.speeds.nic / 8 / 1e9
         lines.append(
             f"# per-GPU rail bandwidth {fabric.nic_ports} x {fabric.speeds.nic / 1e9:g}G = "
             f"{rail:g} GB/s real ({rail * scale * 1e3:g} MB/s emulated); TCP over 1500-byte "
-            f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it"
+            f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it; ceiling: each collective's "
+            "own busbw ceiling (rail x TCP payload / its fabric share, docs/measurement.md)"
         )
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]
