@@ -262,6 +262,35 @@ def test_a_malformed_experiment_exits_2_and_creates_nothing(tmp_path: Path) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
 
 
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("name: bad\nfabric: astral-small\nfabric: fat-tree-small\n", "lines 2 and 3"),
+        ("name: bad\nseed: " + "[" * 4000 + "]" * 4000 + "\n", "levels of nested"),
+        ("name: bad\nseed: &s [*s]\n", "recursive alias"),
+        (
+            "name: bad\nl0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+            "values once aliases are expanded",
+        ),
+    ],
+    ids=["duplicate key", "deep nesting", "recursive alias", "alias bomb"],
+)
+def test_a_file_yaml_cannot_hold_safely_exits_2_without_a_traceback(
+    tmp_path: Path, text: str, words: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", str(bad), "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert str(bad) in result.stderr and words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
 def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
     tmp_path: Path, description: FabricDescription
 ) -> None:
