@@ -224,6 +224,7 @@ def measure(
                     cpu_used += vswitchd_cpu_seconds() - c0
                 result.raise_for_failure()
                 row = result.rows()[0]
+                assert row.wrong is not None  # the workers verify unless told not to
                 wrong += row.wrong
                 ratio = row.busbw * 1e9 / rail
                 ratios.setdefault((policy, op, alg), []).append(ratio)

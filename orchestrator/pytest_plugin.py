@@ -63,7 +63,7 @@ class SizeResult:
     time_us: float
     algbw: float
     busbw: float
-    wrong: int
+    wrong: int | None  # None: not verified
     scale: float
 
     @property
@@ -94,9 +94,13 @@ class CollectiveRun:
         return len(self.rows)
 
     @property
-    def wrong(self) -> int:
-        """Wrong elements over all sizes (warm-up included)."""
-        return sum(row.wrong for row in self.rows)
+    def wrong(self) -> int | None:
+        """Wrong elements over all sizes (warm-up included); None if a size was not
+        verified (so that ``assert result.wrong == 0`` cannot pass on unchecked data)."""
+        counts = [row.wrong for row in self.rows]
+        if any(count is None for count in counts):
+            return None
+        return sum(count for count in counts if count is not None)
 
     @property
     def failure(self) -> Failure | None:

@@ -24,7 +24,8 @@ that hosts every emulated namespace, so they compare across ranks and switches::
     configurations      (id, run_id, policy, collective, algorithm, size, count, dtype, ranks,
                          iterations, warmup)
     iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong)
-                         one operation of one rank; warmup = 1 for untimed ones
+                         one operation of one rank; warmup = 1 for untimed ones;
+                         wrong = -1: not verified
     connections         (id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port)
     connection_samples  (connection_id, t, bytes)   bytes sent in (previous sample, t]
     connection_samples_flat  view: the two above joined (config_id, rank, five-tuple, t, bytes)
@@ -161,7 +162,8 @@ class Versions:
 @dataclass(frozen=True)
 class IterationRecord:
     """One collective operation as one rank saw it. ``bytes``: what the rank sent;
-    ``wrong``: elements that failed verification; ``warmup``: not timed."""
+    ``wrong``: elements that failed verification, -1 when the rank did not verify them;
+    ``warmup``: not timed."""
 
     iteration: int
     rank: int

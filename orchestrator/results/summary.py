@@ -7,7 +7,7 @@ How a configuration's numbers are computed (nccl-tests' rules, ``orchestrator.co
 - busbw_min / busbw_max: busbw of the slowest and the fastest timed iteration (each
   iteration's time averaged over ranks), a spread the plots draw as a band;
 - #wrong: the sum over all iterations and ranks, warm-up included (corruption is wrong
-  whenever it happens);
+  whenever it happens); none (not verified) if any of them was not verified;
 - real-speed figures: emulated / the fabric's emulation scale.
 """
 
@@ -83,6 +83,13 @@ def iteration_times_us(records: Iterable[IterationRecord]) -> list[float]:
     return [fmean(times) for _, times in sorted(per_iteration.items())]
 
 
+def wrong_elements(records: Sequence[IterationRecord]) -> int | None:
+    """#wrong of a configuration; None if a record was not verified (wrong -1)."""
+    if any(record.wrong < 0 for record in records):
+        return None
+    return sum(record.wrong for record in records)
+
+
 def result_of(
     configuration: Configuration, records: Sequence[IterationRecord], scale: float
 ) -> ConfigurationResult:
@@ -94,7 +101,7 @@ def result_of(
         dtype=c.dtype,
         ranks=c.ranks,
         time_us=operation_time_us(records),
-        wrong=sum(record.wrong for record in records),
+        wrong=wrong_elements(records),
     )
     spread = [
         NcclRow.of(
@@ -194,7 +201,8 @@ def summary_document(
                 "busbw_GBps": _number(row.busbw),
                 "busbw_min_GBps": _number(result.busbw_min),
                 "busbw_max_GBps": _number(result.busbw_max),
-                "wrong": row.wrong,
+                "wrong": row.wrong,  # null: not verified
+                "verified": row.wrong is not None,
                 "real": {
                     "algbw_GBps": _number(result.algbw_real),
                     "busbw_GBps": _number(result.busbw_real),

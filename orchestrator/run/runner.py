@@ -171,7 +171,7 @@ def iteration_records(test: CollectiveResult) -> list[IterationRecord]:
             rank=rank.rank,
             time_us=rank.time_us,
             bytes=rank.sent,
-            wrong=max(rank.wrong, 0),
+            wrong=rank.wrong,  # -1: not verified (the bundle keeps it so)
             warmup=iteration.warmup,
         )
         for iteration in test.iterations

@@ -456,3 +456,31 @@ def test_bundle_without_fabric_json_or_with_foreign_database(tmp_path: Path) -> 
     (tmp_path / "a" / FABRIC).write_text("{")
     with pytest.raises(ResultsError, match=r"a readable fabric\.json"):
         render_bundle(tmp_path / "a")
+
+
+def test_an_unverified_configuration_is_not_verified_in_the_summary_and_tables(
+    tmp_path: Path,
+) -> None:
+    versions = Versions(python="3.11.2", mininet="2.3.0", os_ken="4.2.2", ovs="3.1.0")
+    path = tmp_path / "unverified"
+    with ResultsWriter(path, DESCRIPTION) as results:
+        results.add_run(experiment="unverified", host="h", versions=versions, started=T0)
+        for size, wrong in ((65536, -1), (262144, 0)):
+            config = results.add_configuration(
+                policy="ecmp", collective="all-reduce", algorithm="ring", size=size,
+                count=count_column("all-reduce", size, "uint32", RANKS), dtype="uint32",
+                ranks=RANKS, iterations=1, warmup=0,
+            )  # fmt: skip
+            results.add_iterations(
+                config, [IterationRecord(0, r, 1000.0, size, wrong) for r in range(RANKS)]
+            )
+    render_bundle(path, plots=False)
+    summary = json.loads((path / "summary.json").read_text())
+    first, second = summary["configurations"]
+    assert (first["wrong"], first["verified"]) == (None, False)
+    assert (second["wrong"], second["verified"]) == (0, True)
+    table = (path / "tables" / "ecmp__all-reduce-ring.txt").read_text()
+    assert "# Out of bounds values : 0 OK (1 of 2 sizes not verified)" in table
+    assert [line.split()[8] for line in table.splitlines() if line[:1] != "#"] == ["N/A", "0"]
+    with (path / "tables" / "ecmp__all-reduce-ring.csv").open() as source:
+        assert [row["wrong"] for row in csv.DictReader(source)] == ["", "0"]
