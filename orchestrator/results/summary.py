@@ -196,6 +196,8 @@ def summary_document(
                 "iterations": c.iterations,
                 "warmup": c.warmup,
                 "timed_records": result.timed,
+                # connections that got no pinned source port (null: the policy pins none)
+                "unpinned_connections": c.unpinned,
                 "time_us": _number(row.time_us),
                 "algbw_GBps": _number(row.algbw),
                 "busbw_GBps": _number(row.busbw),

@@ -34,7 +34,10 @@ the conditions (load average, datapath, TSO, cores), the load guard's verdict, t
 ranks and hosts.
 
 Endings: a worker that dies or hangs ends the run (the launcher names the rank and host),
-the fabric is torn down, the bundle is marked ``failed``, exit status 4. Ctrl-C and SIGTERM
+the fabric is torn down, the bundle is marked ``failed``, exit status 4. A run that
+completes but whose data failed verification in any configuration (#wrong > 0) is marked
+``failed`` too and exits 7, naming each such configuration (nccl-tests also exits non-zero
+when its check fails). Ctrl-C and SIGTERM
 tear down too (the Emulation handles its part) and mark the bundle ``interrupted``
 (exit 130, 143). The bundle keeps whatever was measured before the end.
 """
@@ -79,7 +82,7 @@ from orchestrator.run.loadguard import LoadVerdict, load_guard
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
-from topologies.errors import AstralError, EmulationError
+from topologies.errors import AstralError, EmulationError, WrongResultsError
 from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
@@ -120,6 +123,13 @@ class RunOutcome:
     results: list[ConfigurationResult] = field(default_factory=list)
     verdict: LoadVerdict | None = None
     timings: dict[str, Any] = field(default_factory=dict)
+    # (policy, collective label) -> (connections left unpinned, fabric connections), for
+    # the launches whose policy pins source ports
+    pinning: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+
+    def wrong_results(self) -> list[ConfigurationResult]:
+        """The configurations whose data failed verification (#wrong > 0)."""
+        return [r for r in self.results if r.row.wrong is not None and r.row.wrong > 0]
 
     def averages(self) -> dict[tuple[str, str, str], float]:
         """(policy, collective, algorithm) -> average busbw, GB/s emulated."""
@@ -210,8 +220,10 @@ def record_test(
     iterations: int,
     warmup: int,
     dtype: str = "uint32",
+    unpinned: int | None = None,
 ) -> tuple[int, Configuration, list[IterationRecord]]:
-    """One collective x size of a run into the bundle; returns (id, configuration, records)."""
+    """One collective x size of a run into the bundle; returns (id, configuration, records).
+    ``unpinned``: its connections that got no pinned source port (None: none pinned)."""
     t = test.test
     from orchestrator.collectives.operations import operation
 
@@ -226,6 +238,7 @@ def record_test(
         ranks=test.ranks,
         iterations=iterations,
         warmup=warmup,
+        unpinned=unpinned,
     )
     records = iteration_records(test)
     writer.add_iterations(config_id, records)
@@ -242,6 +255,7 @@ def record_test(
         test.ranks,
         iterations,
         warmup,
+        unpinned,
     )
     return config_id, configuration, records
 
@@ -453,6 +467,7 @@ class Runner:
                     with self._launcher(
                         testbed, replace(launch, channels=channels[collective]), collective
                     ) as launcher:
+                        unpinned = self._pinning(testbed, policy, collective, outcome)
                         for step in group:
                             self.progress.step(step)
                             began = time.monotonic()
@@ -467,6 +482,7 @@ class Runner:
                                     iterations=launch.iterations,
                                     warmup=launch.warmup,
                                     dtype=spec.dtype,
+                                    unpinned=unpinned,
                                 )
                                 if done.timed() and result.failure is None:
                                     results.append(result_of(configuration, records, testbed.scale))
@@ -502,8 +518,22 @@ class Runner:
         finally:
             if self.progress is not None:
                 self.progress.close()
+        self._check_wrong(outcome)
         self._record_telemetry(writer, testbed)
         writer.finish(status=outcome.status)
+
+    def _check_wrong(self, outcome: RunOutcome) -> None:
+        """Data that failed verification fails the run (exit 7), unless it failed already
+        for another reason, whose status stands; the summary names the configurations."""
+        wrong = outcome.wrong_results()
+        if not wrong:
+            return
+        error = WrongResultsError([wrong_phrase(r) for r in wrong])
+        self.say(f"WRONG DATA: {error}")
+        if outcome.exit_status == 0:
+            outcome.status = "failed"
+            outcome.error = str(error)
+            outcome.exit_status = error.exit_status
 
     @contextmanager
     def _launcher(
@@ -521,10 +551,31 @@ class Runner:
             if failure is not None:
                 raise _WorkersFailed(failure) from None
             raise
+        except BaseException:  # Ctrl-C or SIGTERM while the workers start: stop them too
+            launcher.close()
+            raise
         try:
             yield launcher
         finally:
             launcher.close()
+
+    def _pinning(
+        self, testbed: Testbed, policy: str, collective: Collective, outcome: RunOutcome
+    ) -> int | None:
+        """How many of this launch's fabric connections got no pinned source port (None:
+        its policy pins none); said at once when any, and kept for the summary."""
+        pinning = testbed.pinning
+        if pinning is None:
+            return None
+        left = len(pinning.unpinned)
+        outcome.pinning[(policy, collective.label)] = (left, pinning.flows)
+        if left:
+            self.say(
+                f"WARNING: policy {policy}, {collective.label}: {left} of {pinning.flows} "
+                "fabric connections got no pinned source port and use an ephemeral one "
+                "(their paths are left to hashing)"
+            )
+        return left
 
     def _record_telemetry(self, writer: ResultsWriter, testbed: Testbed) -> None:
         """The controller's port counters into the database, its telemetry file (routes of
@@ -604,11 +655,13 @@ class Runner:
             f"{rail:g} GB/s real ({rail * scale * 1e3:g} MB/s emulated); TCP over 1500-byte "
             f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it"
         )
+        lines += self._pinning_lines(outcome)
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]
+        lines += [f"# WRONG DATA: {wrong_phrase(r)}" for r in outcome.wrong_results()]
         if outcome.failure is not None:
             lines.append(f"# FAILED: {outcome.failure}")
-        elif outcome.error:
+        elif outcome.error and outcome.exit_status != WrongResultsError.exit_status:
             lines.append(f"# stopped: {outcome.error}")
         timings = outcome.timings
         parts = [f"total {timings.get('total', 0):.1f} s"]
@@ -626,6 +679,29 @@ class Runner:
         if outcome.bundle is not None:
             lines.append(f"# bundle {outcome.bundle} (summary.json, tables/, plots/, run.json)")
         return lines
+
+    def _pinning_lines(self, outcome: RunOutcome) -> list[str]:
+        """Per policy that pins source ports, how many connections got theirs."""
+        lines = []
+        for policy in self.spec.policies:
+            cells = [
+                f"{label} {total - left} of {total}" + (f" ({left} left ephemeral)" if left else "")
+                for (p, label), (left, total) in outcome.pinning.items()
+                if p == policy
+            ]
+            if cells:
+                lines.append(f"# {policy}: source ports pinned, " + ", ".join(cells))
+        return lines
+
+
+def wrong_phrase(result: ConfigurationResult) -> str:
+    """A configuration whose data was wrong, as the run names it: ``policy ecmp, all-reduce
+    (ring), 64K: 16384 wrong elements``."""
+    c = result.configuration
+    return (
+        f"policy {c.policy}, {c.collective} ({c.algorithm}), {format_size(c.size)}: "
+        f"{result.row.wrong} wrong elements"
+    )
 
 
 class _WorkersFailed(Exception):

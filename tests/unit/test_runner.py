@@ -16,6 +16,8 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,16 +26,23 @@ from typing import Any
 
 import pytest
 
-from controllers.pinning import PinnedPaths, paths_document
+from controllers.pinning import PinnedPaths, paths_document, write_json
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.collectives.ceilings import default_channels, fabric_share
+from orchestrator.emulation.executor import Completed
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import Runner, RunOptions, step_seconds
 from orchestrator.testbed import testbed
-from orchestrator.testbed.pinning import assign, candidates, fabric_flows
-from orchestrator.worker.launcher import Launcher
-from orchestrator.worker.spec import LaunchOptions, loopback_workers
+from orchestrator.testbed.pinning import (
+    Pinning,
+    assign,
+    candidates,
+    fabric_flows,
+    source_ports,
+)
+from orchestrator.worker.launcher import Launcher, local_spawn
+from orchestrator.worker.spec import LaunchOptions, loopback_workers, workers_from_description
 from tests.helpers import REPO, preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ExperimentError
@@ -69,6 +78,10 @@ class LoopbackTestbed:
     policy: str = "ecmp"
     switches: list[str] = field(default_factory=list)
     launches: int = 0
+    pinning: Pinning | None = None  # the last launch's source ports, as Testbed has it
+    pinnings: dict[str, Pinning] = field(default_factory=dict)  # policy -> what to report
+    spawn_delay: float = 0.0  # seconds before each worker starts (a slow start-up)
+    spawned: list[Any] = field(default_factory=list)  # every worker process started
 
     @property
     def emulation(self) -> Any:
@@ -100,6 +113,7 @@ class LoopbackTestbed:
         collectives: Any = None,
     ) -> Launcher:
         self.launches += 1
+        self.pinning = self.pinnings.get(self.policy)
         fast = replace(
             options or LaunchOptions(),
             heartbeat_interval=0.1,
@@ -108,9 +122,16 @@ class LoopbackTestbed:
         )
         return Launcher(
             loopback_workers(len(gpus or self.description.fabric.gpus), 2),
+            spawn=self.spawn,
             options=fast,
             run_dir=self.run_dir / f"w{self.launches}",
         )
+
+    def spawn(self, worker: Any, argv: list[str], log: Any) -> Any:
+        time.sleep(self.spawn_delay)
+        process = local_spawn(worker, argv, log)
+        self.spawned.append(process)
+        return process
 
     def port_counters(self, since: float | None = None) -> list[Any]:
         return []
@@ -191,6 +212,36 @@ def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
     assert summary["run"]["status"] == "failed"
 
 
+def test_a_corrupted_chunk_fails_the_run_with_exit_7_naming_the_configuration(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    # rank 1 corrupts its first region in global iteration 4: the ring's 16K under ecmp
+    # (iterations 0-2 are 4K's warm-up and timed ones, 3-5 16K's)
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
+    outcome, _, printed = run(
+        spec,
+        tmp_path,
+        description,
+        worker_args=("--corrupt-rank", "1", "--corrupt-iteration", "4"),
+    )
+    assert (outcome.status, outcome.exit_status) == ("failed", 7)
+    assert outcome.failure is None  # every step ran
+    wrong = outcome.wrong_results()
+    assert [(r.configuration.policy, r.configuration.size) for r in wrong] == [("ecmp", 16384)]
+    assert wrong[0].row.wrong is not None and wrong[0].row.wrong > 0
+    phrase = f"policy ecmp, all-reduce (ring), 16K: {wrong[0].row.wrong} wrong elements"
+    assert outcome.error == f"1 configuration delivered wrong data (#wrong > 0): {phrase}"
+    assert f"# WRONG DATA: {phrase}" in printed and "# stopped" not in printed
+    assert "# astral run 'unit': failed" in printed
+    bundle = tmp_path / "bundle"
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["run"]["status"] == "failed"
+    assert [c["size"] for c in summary["configurations"] if c["wrong"]] == [16384]
+    run_file = json.loads((bundle / "run.json").read_text())
+    assert run_file["status"] == "failed" and run_file["error"] == outcome.error
+    assert run_file["failure"] is None
+
+
 def test_load_guard_refuses_above_the_safe_share_unless_forced() -> None:
     spec = experiment()
     none = load_guard(spec, uncalibrated=True)
@@ -228,6 +279,90 @@ def test_pinning_puts_the_ring_on_disjoint_links(description: FabricDescription)
     assert len(ring_links) == len(set(ring_links))  # no link carries two ring connections
     for rank in range(1, 8, 2):  # the two channels leave by the two NIC ports
         assert {chosen[(rank, (rank + 1) % 8, c)].nic for c in (0, 1)} == {1, 2}
+
+
+class RouteAnswers:
+    """A CommandExecutor for ``ip -json -batch`` of ``route get``: the device is NIC 1 or 2
+    by a hash of the source port (as the kernel's multipath hash picks one), or always NIC
+    1 for the GPUs in ``stuck`` (so that a connection asking for NIC 2 there never finds a
+    port)."""
+
+    def __init__(self, stuck: set[str]) -> None:
+        self.stuck = stuck
+
+    def run(self, node: str | None, argv: Sequence[str], **options: Any) -> Completed:
+        answers = []
+        for line in str(options.get("input", "")).splitlines():
+            sport = int(line.split(" sport ")[1].split()[0])
+            port = 1 if node in self.stuck else zlib.crc32(b"%d" % sport) % 2 + 1
+            answers.append(json.dumps([{"dev": f"{node}-eth{port}"}]))
+        return Completed(tuple(argv), 0, "\n".join(answers) + "\n", "")
+
+    def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> Any:
+        raise AssertionError("pinning starts no process")
+
+
+def test_connections_without_a_port_or_without_a_path_are_counted_unpinned(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    document = paths_document(PinnedPaths(description))
+    # the controller published no path for one pair: its flows cannot be pinned either
+    document["pairs"] = [
+        p for p in document["pairs"] if (p["src"], p["dst"]) != ("p0s0g1", "p0s1g1")
+    ]
+    write_json(tmp_path / "paths.json", document)
+    workers = workers_from_description(description)
+    pinning = source_ports(
+        RouteAnswers(stuck={"p1s1g1"}),
+        description,
+        tmp_path / "paths.json",
+        workers,
+        2,
+        47000,
+        [("all-to-all", "direct")],
+        policy="path-pinned",
+    )
+    flows = fabric_flows(workers, [("all-to-all", "direct")], 2)[0]
+    assert pinning.flows == len(flows) == 8 * 6 * 2
+    assert set(pinning.ports) | set(pinning.unpinned) == set(flows)
+    rank = {w.host: w.rank for w in workers}
+    no_path = {(rank["p0s0g1"], rank["p0s1g1"], c) for c in (0, 1)}
+    assert no_path <= set(pinning.unpinned)  # never chosen, still counted
+    stuck = {f for f in pinning.chosen if f[0] == rank["p1s1g1"] and pinning.chosen[f].nic == 2}
+    assert stuck and stuck <= set(pinning.unpinned)
+    assert set(pinning.unpinned) == no_path | stuck
+
+
+def test_the_run_counts_unpinned_connections_per_configuration(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    bed = LoopbackTestbed(description, tmp_path / "run")
+    ports = {(r, (r + 1) % 8, c): 40000 + r for r in range(8) for c in (0, 1)}
+    left = [(0, 1, 0), (2, 3, 1), (4, 5, 0)]
+    bed.pinnings["path-pinned"] = Pinning(
+        ports={f: p for f, p in ports.items() if f not in left}, unpinned=left
+    )
+    said: list[str] = []
+    lines: list[str] = []
+    runner = Runner(
+        experiment(collectives=["all-reduce"]),
+        RunOptions(out=tmp_path / "bundle", plots=False),
+        out=SimpleNamespace(write=lines.append, flush=lambda: None),  # type: ignore[arg-type]
+        say=said.append,
+    )
+    outcome = runner.run(bed)  # type: ignore[arg-type]
+    assert outcome.status == "ok", outcome.error
+    summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
+    counts = {
+        (c["policy"], c["size"]): c["unpinned_connections"] for c in summary["configurations"]
+    }
+    assert counts == {("ecmp", 4096): None, ("ecmp", 16384): None,
+                      ("path-pinned", 4096): 3, ("path-pinned", 16384): 3}  # fmt: skip
+    printed = "".join(lines)
+    assert "# path-pinned: source ports pinned, all-reduce (ring) 13 of 16 (3 left ephemeral)" in (
+        printed
+    )
+    assert any("3 of 16 fabric connections got no pinned source port" in m for m in said)
 
 
 def test_fabric_shares_and_channels_of_the_algorithms() -> None:
@@ -308,3 +443,24 @@ def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
     summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
     assert summary["run"]["status"] == "interrupted"
     assert not list((tmp_path / "run").glob("w*/workers.sock"))  # the launcher closed
+
+
+def test_ctrl_c_while_the_workers_start_stops_them_too(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    bed = LoopbackTestbed(description, tmp_path / "run", spawn_delay=0.4)  # 8 x 0.4 s
+    runner = Runner(
+        experiment(policies=["ecmp"], collectives=["all-reduce"]),
+        RunOptions(out=tmp_path / "bundle", plots=False),
+        out=SimpleNamespace(write=lambda text: None, flush=lambda: None),  # type: ignore[arg-type]
+    )
+    timer = threading.Timer(1.5, _thread.interrupt_main)  # while rank 3 or so starts
+    timer.start()
+    try:
+        outcome = runner.run(bed)  # type: ignore[arg-type]
+    finally:
+        timer.cancel()
+    assert outcome.status == "interrupted" and outcome.exit_status == 130
+    assert 0 < len(bed.spawned) < 8  # it was interrupted during start-up
+    assert all(process.poll() is not None for process in bed.spawned)
+    assert not list((tmp_path / "run").glob("w*/workers.sock"))
