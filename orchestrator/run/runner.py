@@ -21,7 +21,8 @@ What :meth:`Runner.run` does, in order:
    iterations`` operations per size, records them and prints the nccl-tests table
    (real-speed columns included);
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
-   side-by-side summary with the run's conditions.
+   side-by-side summary with the run's conditions (among them the minimum RTO the workers'
+   connections got: a warning where the kernel's 200 ms floor holds).
 
 Every number printed follows one definition of time (orchestrator.collectives.nccl.TIME_DEFINITION,
 nccl-tests ``-a 1``): the tables printed during the run are computed by the same function
@@ -29,7 +30,8 @@ as the bundle's (orchestrator.results.summary.result_of) from the same records.
 
 The bundle (orchestrator.results.store has the layout) gets, besides what ResultsWriter
 writes, ``run.json``: what the runner knew and the database has no place for: the command,
-the conditions (load average, datapath, TSO, cores), the load guard's verdict, timings
+the conditions (load average, datapath, TSO, cores, the minimum RTO the kernel grants and
+what the workers' connections got), the load guard's verdict, timings
 (bring-up, each policy switch, each step, teardown) and, if the run failed, the failing
 ranks and hosts.
 
@@ -80,6 +82,7 @@ from orchestrator.run.experiment import (
 )
 from orchestrator.run.loadguard import LoadVerdict, load_guard
 from orchestrator.testbed.testbed import Testbed
+from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import AstralError, EmulationError, WrongResultsError
@@ -126,6 +129,13 @@ class RunOutcome:
     # (policy, collective label) -> (connections left unpinned, fabric connections), for
     # the launches whose policy pins source ports
     pinning: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # (policy, collective label) -> each connection's minimum RTO as its sender reported it
+    # (None: not in effect; orchestrator.worker.rto)
+    rto_min: dict[tuple[str, str], list[int | None]] = field(default_factory=dict)
+
+    def rto_floors(self) -> list[int | None]:
+        """Every launch's connections' minimum RTO, in one list."""
+        return [floor for floors in self.rto_min.values() for floor in floors]
 
     def wrong_results(self) -> list[ConfigurationResult]:
         """The configurations whose data failed verification (#wrong > 0)."""
@@ -167,8 +177,44 @@ def software_versions() -> Versions:
 
 
 def conditions() -> dict[str, Any]:
-    """What else ran on this machine: the load average and its cores."""
-    return {"loadavg": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
+    """What else ran on this machine (the load average and its cores), and the minimum RTO
+    this kernel grants a new TCP socket, in us (None: the 200 ms floor holds;
+    orchestrator.worker.rto)."""
+    return {
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "tcp_rto_min_us": rto.probe()[1],
+    }
+
+
+def rto_min_summary(floors: Sequence[int | None]) -> dict[str, Any]:
+    """run.json's account of the workers' connections' minimum RTO (their senders' reports)."""
+    granted = sorted({f for f in floors if f is not None})
+    return {
+        "requested_us": rto.RTO_MIN_US,
+        "connections": len(floors),
+        "in_effect": sum(f is not None for f in floors),
+        "granted_us": granted,
+    }
+
+
+def rto_min_line(floors: Sequence[int | None]) -> str:
+    """One sentence on the connections' minimum RTO: in effect everywhere, or a warning
+    with what it costs."""
+    missing = sum(f is None for f in floors)
+    if not missing:
+        granted = "/".join(f"{f / 1000:g}" for f in sorted({f for f in floors if f}))
+        return (
+            f"minimum RTO {granted} ms on all {len(floors)} connections "
+            f"({rto.RTO_MIN_US / 1000:g} ms asked, in the kernel's clock ticks)"
+        )
+    return (
+        f"WARNING: the {rto.RTO_MIN_US / 1000:g} ms minimum RTO is not in effect on {missing} "
+        f"of {len(floors)} connections (this kernel lacks TCP_RTO_MIN_US, Linux 6.15+): a "
+        f"transfer whose tail an incast drops waits {rto.KERNEL_RTO_MIN_US / 1000:g} ms for "
+        "its retransmission, so small all-to-all sizes measure that timer, not the fabric "
+        "(astral doctor checks it)"
+    )
 
 
 # --- from the launcher's results to the bundle's records -------------------------------------
@@ -473,6 +519,7 @@ class Runner:
                             began = time.monotonic()
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
                             result = launcher.run([test])
+                            self._rto_min(result, policy, collective, outcome)
                             for done in result.tests:
                                 _, configuration, records = record_test(
                                     writer,
@@ -577,6 +624,19 @@ class Runner:
             )
         return left
 
+    def _rto_min(
+        self, result: RunResult, policy: str, collective: Collective, outcome: RunOutcome
+    ) -> None:
+        """Keep what a launch's workers reported of their connections' minimum RTO (once per
+        launch: the connections stay); warn the first time some connection lacks it."""
+        key = (policy, collective.label)
+        if key in outcome.rto_min or not result.connections:
+            return
+        warned = None in outcome.rto_floors()
+        outcome.rto_min[key] = [c.rto_min_us for c in result.connections]
+        if None in outcome.rto_min[key] and not warned:
+            self.say(rto_min_line(outcome.rto_min[key]))
+
     def _record_telemetry(self, writer: ResultsWriter, testbed: Testbed) -> None:
         """The controller's port counters into the database, its telemetry file (routes of
         the policies that place flows included) into the bundle as it is."""
@@ -617,6 +677,7 @@ class Runner:
             }
         )
         self.run_file["conditions"]["end"] = conditions()
+        self.run_file["conditions"]["tcp_rto_min"] = rto_min_summary(outcome.rto_floors())
         _write_json(outcome.bundle / RUN_FILE, self.run_file)
         try:
             from orchestrator.results.report import render_bundle
@@ -656,6 +717,8 @@ class Runner:
             f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it"
         )
         lines += self._pinning_lines(outcome)
+        if outcome.rto_min:
+            lines.append(f"# {rto_min_line(outcome.rto_floors())}")
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]
         lines += [f"# WRONG DATA: {wrong_phrase(r)}" for r in outcome.wrong_results()]

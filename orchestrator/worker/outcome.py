@@ -38,13 +38,16 @@ BLAME_ORDER = (EXITED, UNRESPONSIVE, HUNG, STALLED, ERROR)
 
 @dataclass(frozen=True)
 class ConnectionInfo:
-    """One connection: data flows src -> dst on ``channel`` over ``link``."""
+    """One connection: data flows src -> dst on ``channel`` over ``link``. ``rto_min_us``:
+    the minimum RTO its sender's kernel granted, None if none (the 200 ms floor holds;
+    orchestrator.worker.rto)."""
 
     src: int
     dst: int
     channel: int
     link: str
     five_tuple: FiveTuple
+    rto_min_us: int | None = None
 
 
 @dataclass(frozen=True)

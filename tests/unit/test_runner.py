@@ -32,7 +32,13 @@ from orchestrator.collectives.ceilings import default_channels, fabric_share
 from orchestrator.emulation.executor import Completed
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
-from orchestrator.run.runner import Runner, RunOptions, step_seconds
+from orchestrator.run.runner import (
+    Runner,
+    RunOptions,
+    rto_min_line,
+    rto_min_summary,
+    step_seconds,
+)
 from orchestrator.testbed import testbed
 from orchestrator.testbed.pinning import (
     Pinning,
@@ -41,6 +47,7 @@ from orchestrator.testbed.pinning import (
     fabric_flows,
     source_ports,
 )
+from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher, local_spawn
 from orchestrator.worker.spec import LaunchOptions, loopback_workers, workers_from_description
 from tests.helpers import REPO, preset_description
@@ -193,6 +200,27 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
     assert run_file["status"] == "ok"
     assert [s["step"] for s in run_file["timings"]["steps"]] == list(range(8))
     assert run_file["load_guard"]["offered_bps"] == pytest.approx(8 * 2 * 20e6)
+    # the minimum RTO: the kernel's answer at start and end, and the workers' reports
+    granted = rto.probe()[1]
+    conditions = run_file["conditions"]
+    assert conditions["start"]["tcp_rto_min_us"] == conditions["end"]["tcp_rto_min_us"] == granted
+    reported = conditions["tcp_rto_min"]
+    assert reported["requested_us"] == 5000 and reported["connections"] > 0
+    assert reported["in_effect"] == (reported["connections"] if granted else 0)
+    assert reported["granted_us"] == ([granted] if granted else [])
+    assert ("minimum RTO" in printed) and (("WARNING" in printed) is (granted is None))
+
+
+def test_the_minimum_rto_line_warns_with_the_cost_where_it_is_missing() -> None:
+    assert rto_min_line([8000, 8000]) == (
+        "minimum RTO 8 ms on all 2 connections (5 ms asked, in the kernel's clock ticks)"
+    )
+    line = rto_min_line([8000, None, None])
+    assert line.startswith("WARNING: the 5 ms minimum RTO is not in effect on 2 of 3 ")
+    assert "TCP_RTO_MIN_US" in line and "waits 200 ms" in line and "astral doctor" in line
+    assert rto_min_summary([8000, None, 4000]) == {
+        "requested_us": 5000, "connections": 3, "in_effect": 2, "granted_us": [4000, 8000]
+    }  # fmt: skip
 
 
 def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
