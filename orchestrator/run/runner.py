@@ -576,7 +576,6 @@ class Runner:
         if not wrong:
             return
         error = WrongResultsError([wrong_phrase(r) for r in wrong])
-        self.say(f"WRONG DATA: {error}")
         if outcome.exit_status == 0:
             outcome.status = "failed"
             outcome.error = str(error)

@@ -454,6 +454,23 @@ def test_a_file_yaml_cannot_hold_safely_exits_2_without_a_traceback(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
 
 
+def test_a_referenced_fabric_file_yaml_cannot_hold_safely_exits_2_naming_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "fab.yaml").write_text("name: f\nkind: astral\npods: &p [*p]\n")
+    bad = tmp_path / "exp.yaml"
+    bad.write_text("name: e\nfabric: fab.yaml\npolicy: ecmp\ncollectives: [all-reduce]\n"
+                   "sizes: {min: 1K, max: 4K}\n")  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", str(bad), "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "fab.yaml: expected no alias inside the value of its own anchor" in result.stderr
+    assert "the fabric of experiment" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "fab.yaml"]
+
+
 def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
     tmp_path: Path, description: FabricDescription
 ) -> None:
