@@ -7,7 +7,7 @@ How a configuration's numbers are computed (nccl-tests' rules, ``orchestrator.co
 - busbw_min / busbw_max: busbw of the slowest and the fastest timed iteration (each
   iteration's time averaged over ranks), a spread the plots draw as a band;
 - #wrong: the sum over all iterations and ranks, warm-up included (corruption is wrong
-  whenever it happens); none (not verified) if any of them was not verified;
+  whenever it happens);
 - real-speed figures: emulated / the fabric's emulation scale.
 """
 
@@ -84,7 +84,8 @@ def iteration_times_us(records: Iterable[IterationRecord]) -> list[float]:
 
 
 def wrong_elements(records: Sequence[IterationRecord]) -> int | None:
-    """#wrong of a configuration; None if a record was not verified (wrong -1)."""
+    """#wrong of a configuration; None (not verified) if any record was not verified (its
+    wrong is -1): a sum that skipped them would claim a check that never ran."""
     if any(record.wrong < 0 for record in records):
         return None
     return sum(record.wrong for record in records)
@@ -198,13 +199,13 @@ def summary_document(
                 "timed_records": result.timed,
                 # connections that got no pinned source port (null: the policy pins none)
                 "unpinned_connections": c.unpinned,
+                "verified": row.wrong is not None,  # false: "wrong" is null, nothing checked
                 "time_us": _number(row.time_us),
                 "algbw_GBps": _number(row.algbw),
                 "busbw_GBps": _number(row.busbw),
                 "busbw_min_GBps": _number(result.busbw_min),
                 "busbw_max_GBps": _number(result.busbw_max),
-                "wrong": row.wrong,  # null: not verified
-                "verified": row.wrong is not None,
+                "wrong": row.wrong,
                 "real": {
                     "algbw_GBps": _number(result.algbw_real),
                     "busbw_GBps": _number(result.busbw_real),

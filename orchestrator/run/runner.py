@@ -266,10 +266,9 @@ def record_test(
     iterations: int,
     warmup: int,
     dtype: str = "uint32",
-    unpinned: int | None = None,
+    unpinned: int | None = None,  # its connections left unpinned (None: none pinned)
 ) -> tuple[int, Configuration, list[IterationRecord]]:
-    """One collective x size of a run into the bundle; returns (id, configuration, records).
-    ``unpinned``: its connections that got no pinned source port (None: none pinned)."""
+    """One collective x size of a run into the bundle; returns (id, configuration, records)."""
     t = test.test
     from orchestrator.collectives.operations import operation
 

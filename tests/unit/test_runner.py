@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,10 +25,9 @@ from typing import Any
 
 import pytest
 
-from controllers.pinning import PinnedPaths, paths_document, write_json
+from controllers.pinning import PinnedPaths, paths_document
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.collectives.ceilings import default_channels, fabric_share
-from orchestrator.emulation.executor import Completed
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import (
@@ -40,16 +38,10 @@ from orchestrator.run.runner import (
     step_seconds,
 )
 from orchestrator.testbed import testbed
-from orchestrator.testbed.pinning import (
-    Pinning,
-    assign,
-    candidates,
-    fabric_flows,
-    source_ports,
-)
+from orchestrator.testbed.pinning import Pinning, assign, candidates, fabric_flows
 from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher, local_spawn
-from orchestrator.worker.spec import LaunchOptions, loopback_workers, workers_from_description
+from orchestrator.worker.spec import LaunchOptions, loopback_workers
 from tests.helpers import REPO, preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ExperimentError
@@ -307,58 +299,6 @@ def test_pinning_puts_the_ring_on_disjoint_links(description: FabricDescription)
     assert len(ring_links) == len(set(ring_links))  # no link carries two ring connections
     for rank in range(1, 8, 2):  # the two channels leave by the two NIC ports
         assert {chosen[(rank, (rank + 1) % 8, c)].nic for c in (0, 1)} == {1, 2}
-
-
-class RouteAnswers:
-    """A CommandExecutor for ``ip -json -batch`` of ``route get``: the device is NIC 1 or 2
-    by a hash of the source port (as the kernel's multipath hash picks one), or always NIC
-    1 for the GPUs in ``stuck`` (so that a connection asking for NIC 2 there never finds a
-    port)."""
-
-    def __init__(self, stuck: set[str]) -> None:
-        self.stuck = stuck
-
-    def run(self, node: str | None, argv: Sequence[str], **options: Any) -> Completed:
-        answers = []
-        for line in str(options.get("input", "")).splitlines():
-            sport = int(line.split(" sport ")[1].split()[0])
-            port = 1 if node in self.stuck else zlib.crc32(b"%d" % sport) % 2 + 1
-            answers.append(json.dumps([{"dev": f"{node}-eth{port}"}]))
-        return Completed(tuple(argv), 0, "\n".join(answers) + "\n", "")
-
-    def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> Any:
-        raise AssertionError("pinning starts no process")
-
-
-def test_connections_without_a_port_or_without_a_path_are_counted_unpinned(
-    tmp_path: Path, description: FabricDescription
-) -> None:
-    document = paths_document(PinnedPaths(description))
-    # the controller published no path for one pair: its flows cannot be pinned either
-    document["pairs"] = [
-        p for p in document["pairs"] if (p["src"], p["dst"]) != ("p0s0g1", "p0s1g1")
-    ]
-    write_json(tmp_path / "paths.json", document)
-    workers = workers_from_description(description)
-    pinning = source_ports(
-        RouteAnswers(stuck={"p1s1g1"}),
-        description,
-        tmp_path / "paths.json",
-        workers,
-        2,
-        47000,
-        [("all-to-all", "direct")],
-        policy="path-pinned",
-    )
-    flows = fabric_flows(workers, [("all-to-all", "direct")], 2)[0]
-    assert pinning.flows == len(flows) == 8 * 6 * 2
-    assert set(pinning.ports) | set(pinning.unpinned) == set(flows)
-    rank = {w.host: w.rank for w in workers}
-    no_path = {(rank["p0s0g1"], rank["p0s1g1"], c) for c in (0, 1)}
-    assert no_path <= set(pinning.unpinned)  # never chosen, still counted
-    stuck = {f for f in pinning.chosen if f[0] == rank["p1s1g1"] and pinning.chosen[f].nic == 2}
-    assert stuck and stuck <= set(pinning.unpinned)
-    assert set(pinning.unpinned) == no_path | stuck
 
 
 def test_the_run_counts_unpinned_connections_per_configuration(
