@@ -23,9 +23,8 @@ case); one fabric at a time, because runs take a machine-wide lock.
 Needs root, Mininet's ``mnexec`` and a running Open vSwitch: without them the fixture skips
 the test with the reason, except under CI (the environment variable ``CI`` set), where it
 fails the test instead (:func:`unavailable`): a CI run must not pass by skipping the tests
-that need a fabric. While another run holds the
-machine-wide lock, bring-up waits for it (``lock_wait``, default ``$ASTRAL_LOCK_WAIT`` or
-600 s) instead of failing.
+that need a fabric. While another run holds the machine-wide lock, bring-up waits for it
+(``lock_wait``, default ``$ASTRAL_LOCK_WAIT`` or 600 s) instead of failing.
 """
 
 from __future__ import annotations
