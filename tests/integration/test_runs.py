@@ -1,6 +1,8 @@
 """Whole runs as a user starts them (``astral up`` in a subprocess): nothing is left behind
 after Ctrl-C, SIGTERM, or kill -9 followed by ``astral clean``, and a second concurrent run is
-refused with exit status 5.
+refused with exit status 5. ``astral run`` with a corrupted chunk (the workers' hidden
+``--corrupt-rank``, passed through ``--worker-arg``) exits 7, names the configuration and
+keeps its bundle.
 
 Needs root and Open vSwitch (tests/conftest.py skips or, under CI, fails without them).
 A run waits for the astral run lock if another run holds it.
