@@ -141,18 +141,36 @@ class LoopbackTestbed:
 
 
 def run(
-    spec: ExperimentSpec, tmp_path: Path, description: FabricDescription, **options: Any
+    spec: ExperimentSpec,
+    tmp_path: Path,
+    description: FabricDescription,
+    *,
+    bed: LoopbackTestbed | None = None,
+    said: list[str] | None = None,
+    **options: Any,
 ) -> tuple[Any, LoopbackTestbed, str]:
-    bed = LoopbackTestbed(description, tmp_path / "run")
+    """Run ``spec`` on ``bed`` (default a fresh LoopbackTestbed); the status messages go
+    to ``said``; returns the outcome, the bed and what the runner printed."""
+    bed = bed or LoopbackTestbed(description, tmp_path / "run")
     lines: list[str] = []
     runner = Runner(
         spec,
         RunOptions(out=tmp_path / "bundle", plots=False, **options),
         text="name: unit\n",
         out=SimpleNamespace(write=lines.append, flush=lambda: None),  # type: ignore[arg-type]
+        say=None if said is None else said.append,
     )
     outcome = runner.run(bed)  # type: ignore[arg-type]
     return outcome, bed, "".join(lines)
+
+
+def astral_run(experiment_file: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``astral run EXPERIMENT --out tmp_path/b`` in a subprocess, from ``tmp_path``."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", str(experiment_file),
+         "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
 
 
 def test_the_runner_runs_every_step_and_writes_the_bundle(
@@ -311,14 +329,9 @@ def test_the_run_counts_unpinned_connections_per_configuration(
         ports={f: p for f, p in ports.items() if f not in left}, unpinned=left
     )
     said: list[str] = []
-    lines: list[str] = []
-    runner = Runner(
-        experiment(collectives=["all-reduce"]),
-        RunOptions(out=tmp_path / "bundle", plots=False),
-        out=SimpleNamespace(write=lines.append, flush=lambda: None),  # type: ignore[arg-type]
-        say=said.append,
+    outcome, _, printed = run(
+        experiment(collectives=["all-reduce"]), tmp_path, description, bed=bed, said=said
     )
-    outcome = runner.run(bed)  # type: ignore[arg-type]
     assert outcome.status == "ok", outcome.error
     summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
     counts = {
@@ -326,7 +339,6 @@ def test_the_run_counts_unpinned_connections_per_configuration(
     }
     assert counts == {("ecmp", 4096): None, ("ecmp", 16384): None,
                       ("path-pinned", 4096): 3, ("path-pinned", 16384): 3}  # fmt: skip
-    printed = "".join(lines)
     assert "# path-pinned: source ports pinned, all-reduce (ring) 13 of 16 (3 left ephemeral)" in (
         printed
     )
@@ -356,10 +368,7 @@ def test_a_malformed_experiment_exits_2_and_creates_nothing(tmp_path: Path) -> N
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nfabric: astral-small\npolicy: nope\ncollectives: [all-reduce]\n"
                    "sizes: {min: 1K, max: 4K}\n")  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(bad), "--out", str(tmp_path / "b")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+    result = astral_run(bad, tmp_path)
     assert result.returncode == 2
     assert f"{bad}: key 'policy'" in result.stderr and "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
@@ -384,10 +393,7 @@ def test_a_file_yaml_cannot_hold_safely_exits_2_without_a_traceback(
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(bad), "--out", str(tmp_path / "b")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+    result = astral_run(bad, tmp_path)
     assert result.returncode == 2, result.stderr
     assert str(bad) in result.stderr and words in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
@@ -401,10 +407,7 @@ def test_a_referenced_fabric_file_yaml_cannot_hold_safely_exits_2_naming_it(
     bad = tmp_path / "exp.yaml"
     bad.write_text("name: e\nfabric: fab.yaml\npolicy: ecmp\ncollectives: [all-reduce]\n"
                    "sizes: {min: 1K, max: 4K}\n")  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(bad), "--out", str(tmp_path / "b")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+    result = astral_run(bad, tmp_path)
     assert result.returncode == 2, result.stderr
     assert "fab.yaml: expected no alias inside the value of its own anchor" in result.stderr
     assert "the fabric of experiment" in result.stderr and "Traceback" not in result.stderr
@@ -434,15 +437,11 @@ def test_ctrl_c_while_the_workers_start_stops_them_too(
     tmp_path: Path, description: FabricDescription
 ) -> None:
     bed = LoopbackTestbed(description, tmp_path / "run", spawn_delay=0.4)  # 8 x 0.4 s
-    runner = Runner(
-        experiment(policies=["ecmp"], collectives=["all-reduce"]),
-        RunOptions(out=tmp_path / "bundle", plots=False),
-        out=SimpleNamespace(write=lambda text: None, flush=lambda: None),  # type: ignore[arg-type]
-    )
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
     timer = threading.Timer(1.5, _thread.interrupt_main)  # while rank 3 or so starts
     timer.start()
     try:
-        outcome = runner.run(bed)  # type: ignore[arg-type]
+        outcome, _, _ = run(spec, tmp_path, description, bed=bed)
     finally:
         timer.cancel()
     assert outcome.status == "interrupted" and outcome.exit_status == 130
