@@ -225,6 +225,7 @@ def measure(
                     cpu_used += vswitchd_cpu_seconds() - c0
                 result.raise_for_failure()
                 row = result.rows()[0]
+                assert row.wrong is not None  # the workers verify unless told not to
                 wrong += row.wrong
                 ratio = ceilings[(op, alg)].share(row.busbw)
                 ratios.setdefault((policy, op, alg), []).append(ratio)

@@ -11,7 +11,9 @@ port, hitless) and measured on the same traffic:
 
 - a permutation in which every GPU sends one long TCP flow to a GPU of another pod (so
   every flow crosses the core); a different random permutation per repeat (``--seed`` +
-  repeat), the same one for every policy within a repeat;
+  repeat), the same one for every policy within a repeat, built rather than sampled
+  (:func:`cross_group_derangement`; a fabric where one pod holds more than half the GPUs
+  has none and is refused before bring-up);
 - the policies' order rotates by one per repeat (the machine's load drifts during a run);
 - flows are iperf3 clients in the GPUs' namespaces, measured by
   :func:`orchestrator.testbed.traffic.run_flows`: goodput at the receivers over one common window
@@ -97,6 +99,7 @@ from orchestrator.testbed.traffic import (
     run_flows,
 )
 from topologies.catalog import resolve_fabric
+from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind, Tier
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
 from topologies.units import TCP_PAYLOAD_SHARE
@@ -113,15 +116,53 @@ BUSY_CPU = 0.9  # CPU share above which a window is flagged emulator-bound
 
 
 def cross_pod_permutation(fabric: Fabric, seed: int) -> list[tuple[str, str]]:
-    """A random permutation of the GPUs in which nobody sends inside its own pod."""
+    """A random permutation of the GPUs in which nobody sends inside its own pod, the same
+    for the same seed. Raises ValueError when none exists: a pod holds more than half the
+    GPUs (its GPUs need more partners outside it than there are)."""
     gpus = fabric.gpus_by_rank()
-    rng = random.Random(seed)
-    for _ in range(10_000):
-        targets = gpus[:]
-        rng.shuffle(targets)
-        if all(s.pod != d.pod for s, d in zip(gpus, targets, strict=True)):
-            return [(s.name, d.name) for s, d in zip(gpus, targets, strict=True)]
-    raise RuntimeError("no cross-pod permutation found (one pod holds over half the GPUs?)")
+    targets = cross_group_derangement([g.pod for g in gpus], random.Random(seed))
+    return [(gpus[i].name, gpus[j].name) for i, j in enumerate(targets)]
+
+
+def cross_group_derangement(groups: Sequence[object], rng: random.Random) -> list[int]:
+    """``targets``, a permutation of ``range(len(groups))`` with ``groups[i] !=
+    groups[targets[i]]`` for every i, built, not sampled (random permutations that happen
+    to cross pods are rare: 1 in 48620 for two pods of 9 GPUs).
+
+    Construction: the members in a random order of groups, each group's members in a random
+    order and contiguous; each one sends to the member ``m`` places further round the
+    circle, ``m`` the largest group's size. A group's block is at most ``m`` long and at
+    most ``n - m`` (when ``m <= n / 2``), so neither way round does a member land in its
+    own block. Then random swaps of two members' targets, each kept only if both still
+    leave their group, mix the result (a swap walk that never leaves the valid set), so
+    that it is not always a rotation. Deterministic for ``rng``'s seed.
+    """
+    n = len(groups)
+    members: dict[object, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(group, []).append(i)
+    largest = max((len(m) for m in members.values()), default=0)
+    if n and 2 * largest > n:
+        big = max(members, key=lambda g: len(members[g]))
+        raise ValueError(
+            f"no cross-pod permutation exists: pod {big} holds {largest} of the {n} GPUs, "
+            f"more than half, so its GPUs cannot all send outside it"
+        )
+    order = list(members)
+    rng.shuffle(order)
+    circle: list[int] = []
+    for group in order:
+        block = members[group][:]
+        rng.shuffle(block)
+        circle += block
+    targets = [0] * n
+    for position, member in enumerate(circle):
+        targets[member] = circle[(position + largest) % n]
+    for _ in range(8 * n):
+        a, b = rng.randrange(n), rng.randrange(n)
+        if groups[a] != groups[targets[b]] and groups[b] != groups[targets[a]]:
+            targets[a], targets[b] = targets[b], targets[a]
+    return targets
 
 
 def ideal_flow_bps(fabric: Fabric, pairs: Sequence[tuple[str, str]]) -> float:
@@ -459,7 +500,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown policies {unknown}; known: {', '.join(known)}")
 
     began = time.monotonic()
-    bed = start_testbed(fabric_spec(args.fabric, args.scale), policies[0], args.lock_wait)
+    chosen = fabric_spec(args.fabric, args.scale)
+    try:  # before bring-up: a fabric without a cross-pod permutation is an error at once
+        permutations = [
+            cross_pod_permutation(build_fabric(chosen), args.seed + r) for r in range(args.repeats)
+        ]
+    except ValueError as error:
+        parser.error(str(error))
+    bed = start_testbed(chosen, policies[0], args.lock_wait)
     runs: list[PolicyRun] = []
     recoveries: list[Recovery] = []
     try:
@@ -473,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = load_calibration()
         load_verdict = verdict(offered.hop_bps, calibration)
         for repeat in range(args.repeats):
-            permutation = cross_pod_permutation(fabric, args.seed + repeat)
+            permutation = permutations[repeat]
             print(
                 f"repeat {repeat}: permutation "
                 + ", ".join(f"{s}->{d}" for s, d in permutation)

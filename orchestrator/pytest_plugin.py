@@ -20,10 +20,11 @@ fabric tears the first down. Everything is torn down when the module's tests are
 whether they passed, failed or were interrupted (pytest runs fixture finalizers in every
 case); one fabric at a time, because runs take a machine-wide lock.
 
-Needs root and a running Open vSwitch: without them the fixture skips the test with the
-reason (our own conftest turns that into a failure under CI). While another run holds the
-machine-wide lock, bring-up waits for it (``lock_wait``, default ``$ASTRAL_LOCK_WAIT`` or
-600 s) instead of failing.
+Needs root, Mininet's ``mnexec`` and a running Open vSwitch: without them the fixture skips
+the test with the reason, except under CI (the environment variable ``CI`` set), where it
+fails the test instead (:func:`unavailable`): a CI run must not pass by skipping the tests
+that need a fabric. While another run holds the machine-wide lock, bring-up waits for it
+(``lock_wait``, default ``$ASTRAL_LOCK_WAIT`` or 600 s) instead of failing.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -61,7 +62,7 @@ class SizeResult:
     time_us: float
     algbw: float
     busbw: float
-    wrong: int
+    wrong: int | None  # None: not verified
     scale: float
 
     @property
@@ -92,9 +93,13 @@ class CollectiveRun:
         return len(self.rows)
 
     @property
-    def wrong(self) -> int:
-        """Wrong elements over all sizes (warm-up included)."""
-        return sum(row.wrong for row in self.rows)
+    def wrong(self) -> int | None:
+        """Wrong elements over all sizes (warm-up included); None if a size was not
+        verified (so that ``assert result.wrong == 0`` cannot pass on unchecked data)."""
+        counts = [row.wrong for row in self.rows]
+        if any(count is None for count in counts):
+            return None
+        return sum(count for count in counts if count is not None)
 
     @property
     def failure(self) -> Failure | None:
@@ -326,18 +331,46 @@ class FabricFactory:
 
 
 def missing_requirements() -> str | None:
-    """Why a fabric cannot come up here (None if it can)."""
+    """Why a fabric cannot come up here (None if it can): root, the commands, and both
+    Open vSwitch daemons answering."""
     if os.geteuid() != 0:
-        return "astral_fabric needs root"
-    if shutil.which("ovs-vsctl") is None or shutil.which("mnexec") is None:
-        return "astral_fabric needs Open vSwitch and Mininet's mnexec"
-    try:
-        subprocess.run(
-            ["ovs-vsctl", "--timeout=20", "show"], capture_output=True, check=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "astral_fabric needs Open vSwitch running (ovs-vsctl show failed)"
+        return "needs root (run: sudo ./setup.sh test)"
+    absent = [command for command in ("ovs-vsctl", "mnexec") if shutil.which(command) is None]
+    if absent:
+        return f"needs Open vSwitch and Mininet's mnexec ({', '.join(absent)} not on PATH)"
+    # `ovs-vsctl show` reaches ovsdb-server only; ovs-appctl reaches ovs-vswitchd itself.
+    # Generous timeouts: a busy ovs-vswitchd (hundreds of bridges) answers slowly.
+    for argv in (
+        ["ovs-vsctl", "--timeout=20", "show"],
+        ["ovs-appctl", "--timeout=20", "-t", "ovs-vswitchd", "version"],
+    ):
+        try:
+            subprocess.run(argv, capture_output=True, check=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return f"needs Open vSwitch running (`{' '.join(argv)}` failed; run ./setup.sh)"
     return None
+
+
+def under_ci(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this is a CI run: the environment variable ``CI`` is set (to anything but
+    the empty string), as CI services and this project's ``.ci/run`` set it."""
+    return bool(environ.get("CI"))
+
+
+def unavailable_outcome(reason: str, environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """What a test that cannot get a fabric for ``reason`` becomes: ("skip", reason), or
+    under CI ("fail", a sentence saying why it could not run)."""
+    if under_ci(environ):
+        return "fail", f"cannot run under CI (CI is set): {reason}"
+    return "skip", reason
+
+
+def unavailable(reason: str, environ: Mapping[str, str] = os.environ) -> NoReturn:
+    """Skip the current test for ``reason``, or fail it under CI (:func:`unavailable_outcome`)."""
+    outcome, message = unavailable_outcome(reason, environ)
+    if outcome == "fail":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +379,7 @@ def astral_fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricFa
     :class:`FabricHandle` on a fabric that is up; torn down after the module's tests."""
     missing = missing_requirements()
     if missing is not None:
-        pytest.skip(missing)
+        unavailable(f"astral_fabric {missing}")
     factory = FabricFactory(tmp_path_factory.mktemp("astral"))
     try:
         yield factory

@@ -3,18 +3,20 @@
 Integration tests are the ones marked ``@pytest.mark.integration`` (the marker is declared in
 pyproject.toml) plus everything under ``tests/integration/``, which gets the marker here so
 that ``-m "not integration"`` selects the unit tests alone. They need root and a running Open
-vSwitch. Where either is missing they are skipped with the reason, except when the
-environment variable ``CI`` is set: there they fail, so that CI cannot pass by skipping them.
+vSwitch (and Mininet's mnexec). Where any is missing they are skipped with the reason, except
+when the environment variable ``CI`` is set: there they fail, so that CI cannot pass by
+skipping them (orchestrator.pytest_plugin.unavailable decides, for the astral_fabric fixture
+too).
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from orchestrator.pytest_plugin import missing_requirements, unavailable
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
@@ -29,20 +31,9 @@ def _is_integration(item: pytest.Item) -> bool:
 
 @functools.cache
 def _missing_for_integration() -> str | None:
-    """Why integration tests cannot run here, or None if they can."""
-    if os.geteuid() != 0:
-        return "needs root (run: sudo ./setup.sh test)"
-    # `ovs-vsctl show` reaches ovsdb-server only; ovs-appctl reaches ovs-vswitchd itself.
-    # Generous timeouts: a busy ovs-vswitchd (hundreds of bridges) answers slowly.
-    for argv in (
-        ["ovs-vsctl", "--timeout=20", "show"],
-        ["ovs-appctl", "--timeout=20", "-t", "ovs-vswitchd", "version"],
-    ):
-        try:
-            subprocess.run(argv, capture_output=True, check=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return f"needs Open vSwitch running (`{' '.join(argv)}` failed; run ./setup.sh)"
-    return None
+    """Why integration tests cannot run here, or None if they can (what the astral_fabric
+    fixture needs: root, mnexec, Open vSwitch answering)."""
+    return missing_requirements()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,6 +48,4 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     missing = _missing_for_integration()
     if missing is None:
         return
-    if os.environ.get("CI"):
-        pytest.fail(f"integration test cannot run under CI: {missing}", pytrace=False)
-    pytest.skip(missing)
+    unavailable(f"integration test {missing}")

@@ -15,6 +15,7 @@ It lives in ``topologies/`` because that package imports nothing else of ours, s
     +-- EmulationError           bringing a fabric up or down failed (exit 4)
     +-- ConcurrentRunError       another run holds the lock (exit 5)
     +-- ResultsError             a results bundle is missing, damaged or foreign (exit 6)
+    +-- WrongResultsError        a run completed, but a collective delivered wrong data (exit 7)
 """
 
 from __future__ import annotations
@@ -99,3 +100,20 @@ class ResultsError(AstralError):
         self.found = found
         found_text = "" if found is None else f", found {found}"
         super().__init__(f"results bundle {self.bundle}: expected {expected}{found_text}")
+
+
+class WrongResultsError(AstralError):
+    """A run completed, but data failed verification (nccl-tests' #wrong > 0) in the
+    configurations named, each as a phrase (policy, collective, size, count). Like
+    nccl-tests, which exits non-zero when a check fails, ``astral run`` then exits 7; the
+    bundle is written and says the same."""
+
+    exit_status = 7
+
+    def __init__(self, configurations: list[str]) -> None:
+        self.configurations = configurations
+        n = len(configurations)
+        super().__init__(
+            f"{n} configuration{'s' if n != 1 else ''} delivered wrong data (#wrong > 0): "
+            + "; ".join(configurations)
+        )

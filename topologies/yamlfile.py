@@ -10,7 +10,12 @@ Two things plain ``yaml.safe_load`` lets through are refused here:
   names the key's path and both lines;
 - nesting deeper than :data:`MAX_DEPTH` (PyYAML's composer recurses once per level, so a
   few thousand ``[`` end in a RecursionError traceback): no valid fabric or experiment file
-  nests more than a handful of levels.
+  nests more than a handful of levels;
+- aliases (``*name``) that make the document recursive (``a: &a [*a]``), nest it deeper than
+  :data:`MAX_DEPTH` through a chain of anchors, or expand it past :data:`MAX_VALUES` values
+  (nine nested lists of ten aliases are a billion): PyYAML builds each without complaint,
+  and every later walk over the document, ours or the validator's, either recurses without
+  end or takes hours. Anchors and aliases within those bounds (``<<: *defaults``) are fine.
 """
 
 from __future__ import annotations
@@ -27,11 +32,23 @@ from topologies.errors import ConfigError
 #: experiment with an inline fabric (experiment -> fabric -> oversubscription -> value: 4
 #: levels); 32 leaves room for any layout a new key needs.
 MAX_DEPTH = 32
+#: Most values (mappings, lists, scalars; keys included) a document may hold once its
+#: aliases are expanded. The largest valid file today has a few hundred.
+MAX_VALUES = 100_000
 
 
 class _TooDeep(Exception):
     def __init__(self, mark: Any) -> None:
         self.mark = mark
+
+
+class _Recursive(Exception):
+    def __init__(self, mark: Any) -> None:
+        self.mark = mark
+
+
+class _TooBig(Exception):
+    pass
 
 
 class _Loader(yaml.SafeLoader):
@@ -53,6 +70,47 @@ class _Loader(yaml.SafeLoader):
 
 def _where(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def check_expansion(root: Node) -> None:
+    """Raise _Recursive, _TooDeep or _TooBig if ``root``'s node graph, aliases followed, is
+    cyclic, deeper than MAX_DEPTH or larger than MAX_VALUES. An alias is the node it names,
+    so the graph is a DAG at best: each node is measured once (its height and expanded
+    size memoized), and the walk never goes deeper than MAX_DEPTH + 1 calls."""
+    measured: dict[int, tuple[int, int]] = {}  # id(node) -> (height, expanded size)
+    open_: set[int] = set()  # nodes on the current path: meeting one again is a cycle
+
+    def measure(node: Node, depth: int) -> tuple[int, int]:
+        key = id(node)
+        if key in open_:
+            raise _Recursive(node.start_mark)
+        if key in measured:
+            height, size = measured[key]
+            if depth + height - 1 > MAX_DEPTH:
+                raise _TooDeep(node.start_mark)
+            return height, size
+        if depth > MAX_DEPTH:
+            raise _TooDeep(node.start_mark)
+        open_.add(key)
+        height, size = 1, 1
+        for child in _children(node):
+            child_height, child_size = measure(child, depth + 1)
+            height, size = max(height, child_height + 1), size + child_size
+            if size > MAX_VALUES:
+                raise _TooBig
+        open_.discard(key)
+        measured[key] = (height, size)
+        return height, size
+
+    measure(root, 1)
 
 
 def duplicate_key(node: Node | None, path: str = "") -> tuple[str, int, int] | None:
@@ -86,6 +144,8 @@ def parse_yaml(text: str, source: Path | str, error: type[ConfigError]) -> objec
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            check_expansion(node)
         found = duplicate_key(node)
         if found:
             key, first, second = found
@@ -102,6 +162,20 @@ def parse_yaml(text: str, source: Path | str, error: type[ConfigError]) -> objec
             "",
             f"at most {MAX_DEPTH} levels of nested mappings and lists",
             detail=f"level {MAX_DEPTH + 1} starts at {_where(err.mark)}",
+        ) from None
+    except _Recursive as err:
+        raise error(
+            source,
+            "",
+            "no alias inside the value of its own anchor",
+            detail=f"a recursive alias at {_where(err.mark)}",
+        ) from None
+    except _TooBig:
+        raise error(
+            source,
+            "",
+            f"at most {MAX_VALUES} values once aliases are expanded",
+            detail="aliases repeat a value each time they are used",
         ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)

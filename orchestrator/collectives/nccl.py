@@ -28,6 +28,11 @@ megabit rates) and two extra, labelled columns scaled back to real link speeds
     # Avg bus bandwidth    : 0.004750
 
 (``...`` stands for the count, type and redop columns, as in nccl-tests.)
+
+A size whose data was not checked (verification off) has no #wrong (``NcclRow.wrong`` is
+None): its column says ``N/A``, as nccl-tests prints it with ``-c 0``, and the line below
+the table says ``not verified`` instead of ``0 OK``, which would claim a check that never
+ran.
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ class NcclRow:
     time_us: float
     algbw: float
     busbw: float
-    wrong: int
+    wrong: int | None  # elements that failed verification; None: not verified
 
     @classmethod
     def of(
@@ -115,7 +120,7 @@ class NcclRow:
         dtype: str,
         ranks: int,
         time_us: float,
-        wrong: int,
+        wrong: int | None,
         root: int | None = None,
     ) -> NcclRow:
         """Compute algbw and busbw from the size and the time of one operation."""
@@ -160,11 +165,28 @@ def _number(value: float, spec: str) -> str:
     return format(value, spec) if not math.isnan(value) else "nan"
 
 
+def format_wrong(wrong: int | None) -> str:
+    """The #wrong column: the count, or ``N/A`` where nothing was verified (nccl-tests)."""
+    return "N/A" if wrong is None else str(wrong)
+
+
+def out_of_bounds(rows: Sequence[NcclRow]) -> str:
+    """The verdict after ``# Out of bounds values :``: ``N OK`` or ``N FAILED`` over the
+    verified rows, ``not verified`` when none was, and how many were not when some were."""
+    checked = [row.wrong for row in rows if row.wrong is not None]
+    if rows and not checked:
+        return "not verified"
+    wrong = sum(checked)
+    verdict = f"{wrong} {'OK' if wrong == 0 else 'FAILED'}"
+    unchecked = len(rows) - len(checked)
+    return verdict + (f" ({unchecked} of {len(rows)} sizes not verified)" if unchecked else "")
+
+
 def format_row(row: NcclRow, scale: float | None = None) -> str:
     line = (
         f"{row.size:>12}  {row.count:>12}  {row.dtype:>8}  {row.redop:>6}  {row.root:>6}"
         f"  {_number(row.time_us, '10.1f'):>10}  {_number(row.algbw, '10.6f'):>10}"
-        f"  {_number(row.busbw, '10.6f'):>10}  {row.wrong:>6}"
+        f"  {_number(row.busbw, '10.6f'):>10}  {format_wrong(row.wrong):>6}"
     )
     if scale is not None:
         algbw, busbw = row.real(scale)
@@ -204,8 +226,7 @@ def format_table(
         for row, note in zip(rows, notes, strict=True)
     ]
     average = average_busbw(rows)
-    wrong = sum(row.wrong for row in rows)
-    lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    lines.append(f"# Out of bounds values : {out_of_bounds(rows)}")
     if scale is not None:
         lines.append(f"# Avg bus bandwidth at real speed : {_number(average / scale, '.2f')}")
     lines.append(f"# Avg bus bandwidth    : {_number(average, '.6f')}")
@@ -229,7 +250,8 @@ CSV_COLUMNS = (
 
 
 def csv_record(row: NcclRow, scale: float) -> list[object]:
-    """The row in :data:`CSV_COLUMNS` order (real-speed columns last)."""
+    """The row in :data:`CSV_COLUMNS` order (real-speed columns last); ``wrong`` empty
+    where the data was not verified."""
     algbw, busbw = row.real(scale)
     return [
         row.size,
@@ -240,7 +262,7 @@ def csv_record(row: NcclRow, scale: float) -> list[object]:
         round(row.time_us, 3),
         row.algbw,
         row.busbw,
-        row.wrong,
+        "" if row.wrong is None else row.wrong,
         algbw,
         busbw,
     ]

@@ -39,10 +39,12 @@ def fabric_path(value: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator.emulation.doctor import diagnose, render
+    from orchestrator.worker import rto
     from topologies.generators import build_fabric
     from topologies.spec import load_fabric_spec
 
     fabric = build_fabric(load_fabric_spec(fabric_path(args.fabric)))
-    report = diagnose(fabric)
+    report = diagnose(fabric, rto_min=rto.probe)  # the workers' own probe (emulation/
+    # does not import worker/)
     print(render(report.results, report.demand))
     return 0 if report.ok else EnvironmentProblem.exit_status

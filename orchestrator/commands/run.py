@@ -14,8 +14,9 @@ A progress bar with the current step and an ETA shows on a terminal.
 
 Exit status: 0; 2 a bad experiment file or a load the emulator cannot carry (nothing is
 created); 3 environment; 4 the emulation or a worker failed (the failing rank and host are
-named, the bundle is kept and marked failed); 5 another run holds the lock; 130/143
-interrupted (the bundle is marked interrupted).
+named, the bundle is kept and marked failed); 5 another run holds the lock; 7 the run
+completed but data failed verification, #wrong > 0 (each such configuration is named, the
+bundle is kept and marked failed); 130/143 interrupted (the bundle is marked interrupted).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="how long bring-up and reprogramming may take",
     )
+    parser.add_argument(  # fault injection for the integration tests (worker.py's flags)
+        "--worker-arg", action="append", default=[], metavar="ARG", help=argparse.SUPPRESS
+    )
     parser.set_defaults(func=run)
 
 
@@ -82,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not quiet and sys.stderr.isatty(),
         plots=not args.no_plots,
         ready_timeout=args.timeout,
+        worker_args=tuple(args.worker_arg),
     )
     runner = Runner(spec, options, text=text, say=say, command=sys.argv)
     outcome = runner.run()

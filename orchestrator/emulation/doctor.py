@@ -3,7 +3,8 @@
 ``astral doctor`` works in two steps, kept apart so that the second can be tested anywhere:
 
 1. :func:`gather_facts` looks at the machine (user id, Open vSwitch, datapath, tools on
-   PATH, the Python packages, cores and memory). Only this step runs commands.
+   PATH, the Python packages, cores and memory, and, through the probe the command hands
+   it, the minimum RTO a worker's socket gets). Only this step runs commands.
 2. Each check in :data:`CHECKS` turns :class:`Facts` and the :class:`Demand` of the fabric
    asked for into one :class:`CheckResult`: a name, a verdict (OK, WARN, FAIL), a detail and,
    unless OK, a fix. A run cannot work while any check FAILs; WARN means it works but
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -107,6 +109,22 @@ class OvsFacts:
 
 
 @dataclass(frozen=True)
+class RtoMinFacts:
+    """What a new TCP socket got when it asked for the workers' minimum RTO, in us
+    (orchestrator.worker.rto). ``granted_us`` None: the kernel's 200 ms floor holds."""
+
+    requested_us: int
+    granted_us: int | None
+    kernel: str
+
+
+#: What measures RtoMinFacts: (requested us, granted us or None). The worker's own code
+#: (orchestrator.worker.rto.probe), handed in by ``astral doctor``: this layer does not
+#: import the workers.
+RtoMinProbe = Callable[[], tuple[int, int | None]]
+
+
+@dataclass(frozen=True)
 class Facts:
     euid: int
     ovs: OvsFacts | None  # None: not looked at (needs root)
@@ -115,6 +133,7 @@ class Facts:
     cpus: int
     mem_available: int  # bytes
     mem_total: int
+    rto_min: RtoMinFacts | None = None  # None: not probed
 
 
 @dataclass(frozen=True)
@@ -288,6 +307,30 @@ def check_memory(facts: Facts, demand: Demand) -> CheckResult:
     return CheckResult(name, Verdict.OK, detail)
 
 
+def check_rto_min(facts: Facts, demand: Demand) -> CheckResult:
+    name = "minimum RTO"
+    found = facts.rto_min
+    if found is None:
+        return CheckResult(name, Verdict.WARN, "not checked (no probe given)")
+    asked = f"{found.requested_us / 1000:g} ms"
+    if found.granted_us is not None:
+        return CheckResult(
+            name,
+            Verdict.OK,
+            f"{found.granted_us / 1000:g} ms on a TCP socket ({asked} asked, TCP_RTO_MIN_US)",
+        )
+    return CheckResult(
+        name,
+        Verdict.WARN,
+        f"kernel {found.kernel} refuses TCP_RTO_MIN_US ({asked} asked): the workers' "
+        "connections keep Linux's 200 ms floor, so a transfer whose tail an incast drops "
+        "waits 200 ms for its retransmission and small all-to-all sizes measure that timer; "
+        "runs warn and record it",
+        "a kernel with TCP_RTO_MIN_US (Linux 6.15 or later; docs/environment.md, "
+        '"The minimum RTO")',
+    )
+
+
 CHECKS: tuple[Check, ...] = (
     check_root,
     check_ovs,
@@ -297,6 +340,7 @@ CHECKS: tuple[Check, ...] = (
     check_python,
     check_cpus,
     check_memory,
+    check_rto_min,
 )
 
 
@@ -407,7 +451,14 @@ def _meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
     return values
 
 
-def gather_facts() -> Facts:
+def gather_rto_min(probe: RtoMinProbe) -> RtoMinFacts:
+    requested, granted = probe()
+    return RtoMinFacts(requested, granted, platform.release())
+
+
+def gather_facts(rto_min: RtoMinProbe | None = None) -> Facts:
+    """The machine's facts; ``rto_min``: the probe of the workers' minimum RTO (None: the
+    check says not checked)."""
     euid = os.geteuid()
     memory = _meminfo()
     return Facts(
@@ -418,6 +469,7 @@ def gather_facts() -> Facts:
         cpus=len(os.sched_getaffinity(0)),
         mem_available=memory.get("MemAvailable", memory.get("MemFree", 0)),
         mem_total=memory.get("MemTotal", 0),
+        rto_min=gather_rto_min(rto_min) if rto_min is not None else None,
     )
 
 
@@ -431,7 +483,8 @@ class Report:
         return all(result.ok for result in self.results)
 
 
-def diagnose(fabric: Fabric) -> Report:
-    """Gather the facts and check them against ``fabric``."""
+def diagnose(fabric: Fabric, rto_min: RtoMinProbe | None = None) -> Report:
+    """Gather the facts (``rto_min``: see :func:`gather_facts`) and check them against
+    ``fabric``."""
     demand = Demand.of(fabric)
-    return Report(demand, evaluate(gather_facts(), demand))
+    return Report(demand, evaluate(gather_facts(rto_min), demand))

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.collectives.nccl import average_busbw
+from orchestrator.collectives.nccl import average_busbw, format_wrong
 from orchestrator.collectives.sizes import format_size
 from orchestrator.results.store import ResultsBundle
 from orchestrator.results.summary import ConfigurationResult, summarize
@@ -66,7 +66,7 @@ def _side_columns(result: ConfigurationResult) -> str:
     row = result.row
     return (
         f"  {_fmt(row.time_us, '11.1f'):>11}  {_fmt(row.busbw, '10.6f'):>10}"
-        f"  {_fmt(result.busbw_real, '7.2f'):>7}  {row.wrong:>6}"
+        f"  {_fmt(result.busbw_real, '7.2f'):>7}  {format_wrong(row.wrong):>6}"
     )
 
 

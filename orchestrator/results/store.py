@@ -8,7 +8,8 @@ Layout::
                            link capacities and the emulation scale, for utilization and
                            real-speed figures
       experiment.yaml      the experiment file as the run read it (if the runner passed it)
-      summary.json         per configuration: time, algbw, busbw, #wrong, real-speed figures
+      summary.json         per configuration: time, algbw, busbw, #wrong, real-speed figures,
+                           connections left unpinned
       tables/              per (policy, collective, algorithm): nccl-tests text (.txt) + CSV
       plots/               busbw vs size per collective, link utilization heat map,
                            connections/ per-connection throughput per configuration
@@ -22,9 +23,12 @@ that hosts every emulated namespace, so they compare across ranks and switches::
     runs                (id, experiment, started, finished, status, host, python, mininet,
                          os_ken, ovs, seed, fabric, emulation_scale)
     configurations      (id, run_id, policy, collective, algorithm, size, count, dtype, ranks,
-                         iterations, warmup)
+                         iterations, warmup, unpinned)
+                         unpinned: fabric connections that got no pinned source port under
+                         a policy that pins them (ephemeral instead); NULL: nothing pinned
     iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong)
-                         one operation of one rank; warmup = 1 for untimed ones
+                         one operation of one rank; warmup = 1 for untimed ones;
+                         wrong = -1: not verified
     connections         (id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port)
     connection_samples  (connection_id, t, bytes)   bytes sent in (previous sample, t]
     connection_samples_flat  view: the two above joined (config_id, rank, five-tuple, t, bytes)
@@ -59,7 +63,9 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL).
+READABLE_VERSIONS = (1, 2)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -97,6 +103,7 @@ CREATE TABLE configurations (
     ranks INTEGER NOT NULL,
     iterations INTEGER NOT NULL,
     warmup INTEGER NOT NULL,
+    unpinned INTEGER,
     UNIQUE (run_id, policy, collective, algorithm, size, dtype, ranks)
 );
 CREATE TABLE iterations (
@@ -173,7 +180,8 @@ class Versions:
 @dataclass(frozen=True)
 class IterationRecord:
     """One collective operation as one rank saw it. ``bytes``: what the rank sent;
-    ``wrong``: elements that failed verification; ``warmup``: not timed."""
+    ``wrong``: elements that failed verification, -1 when the rank did not verify them;
+    ``warmup``: not timed."""
 
     iteration: int
     rank: int
@@ -244,6 +252,7 @@ class Configuration:
     ranks: int
     iterations: int
     warmup: int
+    unpinned: int | None = None  # connections left unpinned; None: the policy pins none
 
     @property
     def group(self) -> tuple[str, str, str]:
@@ -388,11 +397,14 @@ class ResultsWriter:
         ranks: int,
         iterations: int,
         warmup: int,
+        unpinned: int | None = None,
     ) -> int:
-        """Record one configuration (an experiment step); returns its id for the add_* calls."""
+        """Record one configuration (an experiment step); returns its id for the add_* calls.
+        ``unpinned``: its connections that got no pinned source port (None: none pinned)."""
         cursor = self._db.execute(
             "INSERT INTO configurations (run_id, policy, collective, algorithm, size, count,"
-            " dtype, ranks, iterations, warmup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " dtype, ranks, iterations, warmup, unpinned)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self.run_id,
                 policy,
@@ -404,6 +416,7 @@ class ResultsWriter:
                 ranks,
                 iterations,
                 warmup,
+                unpinned,
             ),
         )
         self._db.commit()
@@ -516,9 +529,16 @@ class ResultsWriter:
 class ResultsBundle:
     """A bundle opened for reading (the database read-only). Bad paths are ResultsErrors."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection, fabric: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        db: sqlite3.Connection,
+        fabric: dict[str, Any],
+        version: int = SCHEMA_VERSION,
+    ) -> None:
         self.path = path
         self._db = db
+        self.version = version
         self.fabric = fabric
         self.run = self._read_run()
         self.scale = float(fabric["spec"]["emulation"]["scale"])
@@ -553,15 +573,16 @@ class ResultsBundle:
         if application_id != APPLICATION_ID:
             db.close()
             raise ResultsError(path, f"an astral results database in {DATABASE}", "another file")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             db.close()
             raise ResultsError(
                 path,
-                f"results schema version {SCHEMA_VERSION} (this astral's)",
+                f"results schema version {' or '.join(map(str, READABLE_VERSIONS))} "
+                "(this astral's)",
                 f"version {version}",
             )
         try:
-            return cls(path, db, fabric)
+            return cls(path, db, fabric, version)
         except ResultsError:
             db.close()
             raise
@@ -597,9 +618,10 @@ class ResultsBundle:
 
     def configurations(self) -> list[Configuration]:
         """Every configuration, ordered (policy, collective, algorithm, size) as recorded."""
+        unpinned = "unpinned" if self.version >= 2 else "NULL"
         rows = self._db.execute(
             "SELECT id, policy, collective, algorithm, size, count, dtype, ranks, iterations,"
-            " warmup FROM configurations ORDER BY id"
+            f" warmup, {unpinned} FROM configurations ORDER BY id"
         ).fetchall()
         return [Configuration(*row) for row in rows]
 

@@ -106,6 +106,14 @@ def iteration_times_us(records: Iterable[IterationRecord]) -> list[float]:
     return [fmean(times) for _, times in sorted(per_iteration.items())]
 
 
+def wrong_elements(records: Sequence[IterationRecord]) -> int | None:
+    """#wrong of a configuration; None (not verified) if any record was not verified (its
+    wrong is -1): a sum that skipped them would claim a check that never ran."""
+    if any(record.wrong < 0 for record in records):
+        return None
+    return sum(record.wrong for record in records)
+
+
 def result_of(
     configuration: Configuration,
     records: Sequence[IterationRecord],
@@ -120,7 +128,7 @@ def result_of(
         dtype=c.dtype,
         ranks=c.ranks,
         time_us=operation_time_us(records),
-        wrong=sum(record.wrong for record in records),
+        wrong=wrong_elements(records),
     )
     spread = [
         NcclRow.of(
@@ -246,6 +254,9 @@ def summary_document(
                 "iterations": c.iterations,
                 "warmup": c.warmup,
                 "timed_records": result.timed,
+                # connections that got no pinned source port (null: the policy pins none)
+                "unpinned_connections": c.unpinned,
+                "verified": row.wrong is not None,  # false: "wrong" is null, nothing checked
                 "time_us": _number(row.time_us),
                 "algbw_GBps": _number(row.algbw),
                 "busbw_GBps": _number(row.busbw),

@@ -21,7 +21,8 @@ What :meth:`Runner.run` does, in order:
    iterations`` operations per size, records them and prints the nccl-tests table
    (real-speed columns included);
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
-   side-by-side summary with the run's conditions.
+   side-by-side summary with the run's conditions (among them the minimum RTO the workers'
+   connections got: a warning where the kernel's 200 ms floor holds).
 
 Every number printed follows one definition of time (orchestrator.collectives.nccl.TIME_DEFINITION,
 nccl-tests ``-a 1``): the tables printed during the run are computed by the same function
@@ -29,12 +30,16 @@ as the bundle's (orchestrator.results.summary.result_of) from the same records.
 
 The bundle (orchestrator.results.store has the layout) gets, besides what ResultsWriter
 writes, ``run.json``: what the runner knew and the database has no place for: the command,
-the conditions (load average, datapath, TSO, cores), the load guard's verdict, timings
+the conditions (load average, datapath, TSO, cores, the minimum RTO the kernel grants and
+what the workers' connections got), the load guard's verdict, timings
 (bring-up, each policy switch, each step, teardown) and, if the run failed, the failing
 ranks and hosts.
 
 Endings: a worker that dies or hangs ends the run (the launcher names the rank and host),
-the fabric is torn down, the bundle is marked ``failed``, exit status 4. Ctrl-C and SIGTERM
+the fabric is torn down, the bundle is marked ``failed``, exit status 4. A run that
+completes but whose data failed verification in any configuration (#wrong > 0) is marked
+``failed`` too and exits 7, naming each such configuration (nccl-tests also exits non-zero
+when its check fails). Ctrl-C and SIGTERM
 tear down too (the Emulation handles its part) and mark the bundle ``interrupted``
 (exit 130, 143). The bundle keeps whatever was measured before the end.
 """
@@ -77,9 +82,10 @@ from orchestrator.run.experiment import (
 )
 from orchestrator.run.loadguard import LoadVerdict, load_guard
 from orchestrator.testbed.testbed import Testbed
+from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
-from topologies.errors import AstralError, EmulationError
+from topologies.errors import AstralError, EmulationError, WrongResultsError
 from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
@@ -120,6 +126,20 @@ class RunOutcome:
     results: list[ConfigurationResult] = field(default_factory=list)
     verdict: LoadVerdict | None = None
     timings: dict[str, Any] = field(default_factory=dict)
+    # (policy, collective label) -> (connections left unpinned, fabric connections), for
+    # the launches whose policy pins source ports
+    pinning: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # (policy, collective label) -> each connection's minimum RTO as its sender reported it
+    # (None: not in effect; orchestrator.worker.rto)
+    rto_min: dict[tuple[str, str], list[int | None]] = field(default_factory=dict)
+
+    def rto_floors(self) -> list[int | None]:
+        """Every launch's connections' minimum RTO, in one list."""
+        return [floor for floors in self.rto_min.values() for floor in floors]
+
+    def wrong_results(self) -> list[ConfigurationResult]:
+        """The configurations whose data failed verification (#wrong > 0)."""
+        return [r for r in self.results if r.row.wrong is not None and r.row.wrong > 0]
 
     def averages(self) -> dict[tuple[str, str, str], float]:
         """(policy, collective, algorithm) -> average busbw, GB/s emulated."""
@@ -157,8 +177,44 @@ def software_versions() -> Versions:
 
 
 def conditions() -> dict[str, Any]:
-    """What else ran on this machine: the load average and its cores."""
-    return {"loadavg": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
+    """What else ran on this machine (the load average and its cores), and the minimum RTO
+    this kernel grants a new TCP socket, in us (None: the 200 ms floor holds;
+    orchestrator.worker.rto)."""
+    return {
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "tcp_rto_min_us": rto.probe()[1],
+    }
+
+
+def rto_min_summary(floors: Sequence[int | None]) -> dict[str, Any]:
+    """run.json's account of the workers' connections' minimum RTO (their senders' reports)."""
+    granted = sorted({f for f in floors if f is not None})
+    return {
+        "requested_us": rto.RTO_MIN_US,
+        "connections": len(floors),
+        "in_effect": sum(f is not None for f in floors),
+        "granted_us": granted,
+    }
+
+
+def rto_min_line(floors: Sequence[int | None]) -> str:
+    """One sentence on the connections' minimum RTO: in effect everywhere, or a warning
+    with what it costs."""
+    missing = sum(f is None for f in floors)
+    if not missing:
+        granted = "/".join(f"{f / 1000:g}" for f in sorted({f for f in floors if f}))
+        return (
+            f"minimum RTO {granted} ms on all {len(floors)} connections "
+            f"({rto.RTO_MIN_US / 1000:g} ms asked, in the kernel's clock ticks)"
+        )
+    return (
+        f"WARNING: the {rto.RTO_MIN_US / 1000:g} ms minimum RTO is not in effect on {missing} "
+        f"of {len(floors)} connections (this kernel lacks TCP_RTO_MIN_US, Linux 6.15+): a "
+        f"transfer whose tail an incast drops waits {rto.KERNEL_RTO_MIN_US / 1000:g} ms for "
+        "its retransmission, so small all-to-all sizes measure that timer, not the fabric "
+        "(astral doctor checks it)"
+    )
 
 
 # --- from the launcher's results to the bundle's records -------------------------------------
@@ -171,7 +227,7 @@ def iteration_records(test: CollectiveResult) -> list[IterationRecord]:
             rank=rank.rank,
             time_us=rank.time_us,
             bytes=rank.sent,
-            wrong=max(rank.wrong, 0),
+            wrong=rank.wrong,  # -1: not verified (the bundle keeps it so)
             warmup=iteration.warmup,
         )
         for iteration in test.iterations
@@ -210,6 +266,7 @@ def record_test(
     iterations: int,
     warmup: int,
     dtype: str = "uint32",
+    unpinned: int | None = None,  # its connections left unpinned (None: none pinned)
 ) -> tuple[int, Configuration, list[IterationRecord]]:
     """One collective x size of a run into the bundle; returns (id, configuration, records).
     ``iterations`` is what was asked; the configuration records how many timed iterations
@@ -229,6 +286,7 @@ def record_test(
         ranks=test.ranks,
         iterations=iterations,
         warmup=warmup,
+        unpinned=unpinned,
     )
     records = iteration_records(test)
     writer.add_iterations(config_id, records)
@@ -245,6 +303,7 @@ def record_test(
         test.ranks,
         iterations,
         warmup,
+        unpinned,
     )
     return config_id, configuration, records
 
@@ -457,11 +516,13 @@ class Runner:
                     with self._launcher(
                         testbed, replace(launch, channels=channels[collective]), collective
                     ) as launcher:
+                        unpinned = self._pinning(testbed, policy, collective, outcome)
                         for step in group:
                             self.progress.step(step)
                             began = time.monotonic()
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
                             result = launcher.run([test])
+                            self._rto_min(result, policy, collective, outcome)
                             for done in result.tests:
                                 _, configuration, records = record_test(
                                     writer,
@@ -471,6 +532,7 @@ class Runner:
                                     iterations=launch.iterations,
                                     warmup=launch.warmup,
                                     dtype=spec.dtype,
+                                    unpinned=unpinned,
                                 )
                                 writer.add_ceiling(configuration.id, ceiling)
                                 if done.timed() and result.failure is None:
@@ -509,8 +571,21 @@ class Runner:
         finally:
             if self.progress is not None:
                 self.progress.close()
+        self._check_wrong(outcome)
         self._record_telemetry(writer, testbed)
         writer.finish(status=outcome.status)
+
+    def _check_wrong(self, outcome: RunOutcome) -> None:
+        """Data that failed verification fails the run (exit 7), unless it failed already
+        for another reason, whose status stands; the summary names the configurations."""
+        wrong = outcome.wrong_results()
+        if not wrong:
+            return
+        error = WrongResultsError([wrong_phrase(r) for r in wrong])
+        if outcome.exit_status == 0:
+            outcome.status = "failed"
+            outcome.error = str(error)
+            outcome.exit_status = error.exit_status
 
     @contextmanager
     def _launcher(
@@ -535,6 +610,37 @@ class Runner:
             yield launcher
         finally:
             launcher.close()
+
+    def _pinning(
+        self, testbed: Testbed, policy: str, collective: Collective, outcome: RunOutcome
+    ) -> int | None:
+        """How many of this launch's fabric connections got no pinned source port (None:
+        its policy pins none); said at once when any, and kept for the summary."""
+        pinning = testbed.pinning
+        if pinning is None:
+            return None
+        left = len(pinning.unpinned)
+        outcome.pinning[(policy, collective.label)] = (left, pinning.flows)
+        if left:
+            self.say(
+                f"WARNING: policy {policy}, {collective.label}: {left} of {pinning.flows} "
+                "fabric connections got no pinned source port and use an ephemeral one "
+                "(their paths are left to hashing)"
+            )
+        return left
+
+    def _rto_min(
+        self, result: RunResult, policy: str, collective: Collective, outcome: RunOutcome
+    ) -> None:
+        """Keep what a launch's workers reported of their connections' minimum RTO (once per
+        launch: the connections stay); warn the first time some connection lacks it."""
+        key = (policy, collective.label)
+        if key in outcome.rto_min or not result.connections:
+            return
+        warned = None in outcome.rto_floors()
+        outcome.rto_min[key] = [c.rto_min_us for c in result.connections]
+        if None in outcome.rto_min[key] and not warned:
+            self.say(rto_min_line(outcome.rto_min[key]))
 
     def _record_telemetry(self, writer: ResultsWriter, testbed: Testbed) -> None:
         """The controller's port counters into the database, its telemetry file (routes of
@@ -582,6 +688,7 @@ class Runner:
             }
         )
         self.run_file["conditions"]["end"] = conditions()
+        self.run_file["conditions"]["tcp_rto_min"] = rto_min_summary(outcome.rto_floors())
         _write_json(outcome.bundle / RUN_FILE, self.run_file)
         try:
             from orchestrator.results.report import render_bundle
@@ -630,11 +737,15 @@ class Runner:
             f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it; ceiling: each collective's "
             "own busbw ceiling (rail x TCP payload / its fabric share, docs/measurement.md)"
         )
+        lines += self._pinning_lines(outcome)
+        if outcome.rto_min:
+            lines.append(f"# {rto_min_line(outcome.rto_floors())}")
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]
+        lines += [f"# WRONG DATA: {wrong_phrase(r)}" for r in outcome.wrong_results()]
         if outcome.failure is not None:
             lines.append(f"# FAILED: {outcome.failure}")
-        elif outcome.error:
+        elif outcome.error and outcome.exit_status != WrongResultsError.exit_status:
             lines.append(f"# stopped: {outcome.error}")
         timings = outcome.timings
         parts = [f"total {timings.get('total', 0):.1f} s"]
@@ -652,6 +763,29 @@ class Runner:
         if outcome.bundle is not None:
             lines.append(f"# bundle {outcome.bundle} (summary.json, tables/, plots/, run.json)")
         return lines
+
+    def _pinning_lines(self, outcome: RunOutcome) -> list[str]:
+        """Per policy that pins source ports, how many connections got theirs."""
+        lines = []
+        for policy in self.spec.policies:
+            cells = [
+                f"{label} {total - left} of {total}" + (f" ({left} left ephemeral)" if left else "")
+                for (p, label), (left, total) in outcome.pinning.items()
+                if p == policy
+            ]
+            if cells:
+                lines.append(f"# {policy}: source ports pinned, " + ", ".join(cells))
+        return lines
+
+
+def wrong_phrase(result: ConfigurationResult) -> str:
+    """A configuration whose data was wrong, as the run names it: ``policy ecmp, all-reduce
+    (ring), 64K: 16384 wrong elements``."""
+    c = result.configuration
+    return (
+        f"policy {c.policy}, {c.collective} ({c.algorithm}), {format_size(c.size)}: "
+        f"{result.row.wrong} wrong elements"
+    )
 
 
 def iteration_text(results: Sequence[ConfigurationResult], spec: ExperimentSpec) -> str:

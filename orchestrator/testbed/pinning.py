@@ -21,8 +21,10 @@ fixed while the namespace lives). So the orchestrator pins both:
    is the chosen NIC's (each candidate matches with probability 1/ports, so 32 candidates
    miss with probability 2**-32 on a dual-port NIC).
 
-A connection whose port could not be found keeps an ephemeral port (the kernel's choice)
-and is counted in :attr:`Pinning.unpinned`.
+A connection whose port could not be found, or between GPUs for which the controller
+published no path, keeps an ephemeral port (the kernel's choice, its path left to hashing)
+and is counted in :attr:`Pinning.unpinned`; ``astral run`` reports the count per
+configuration.
 """
 
 from __future__ import annotations
@@ -68,7 +70,12 @@ class Pinning:
 
     ports: dict[Flow, int] = field(default_factory=dict)
     chosen: dict[Flow, Candidate] = field(default_factory=dict)
-    unpinned: list[Flow] = field(default_factory=list)
+    unpinned: list[Flow] = field(default_factory=list)  # fabric flows left ephemeral
+
+    @property
+    def flows(self) -> int:
+        """Fabric connections the pinning was for: pinned plus unpinned."""
+        return len(self.ports) + len(self.unpinned)
 
 
 def wait_for_paths(
@@ -231,5 +238,6 @@ def source_ports(
             if device is not None and nic_of.get(device) == chosen[flow].nic:
                 result.ports[flow] = port
                 used.add(port)
-    result.unpinned = sorted(f for f in chosen if f not in result.ports)
+    flows = {flow for group in groups for flow in group}  # a flow without paths too
+    result.unpinned = sorted(f for f in flows if f not in result.ports)
     return result

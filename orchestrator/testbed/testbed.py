@@ -110,7 +110,7 @@ class Testbed:
         self.ready_timeout = ready_timeout
         self.policy = policy
         self.policy_switches: dict[str, float] = {}  # policy -> seconds to reprogram
-        self.pinning: Pinning | None = None  # the last pinned launch's source ports
+        self.pinning: Pinning | None = None  # the last launch's source ports (None: none)
         self._policy_since = 0.0  # epoch seconds of the last controller (re)start
         self._launches = 0
 
@@ -258,6 +258,7 @@ class Testbed:
 
         workers = self.workers(gpus)
         options = self.launch_options(options, gpus, collectives)
+        self.pinning = None
         if self.pins_source_ports and not options.source_ports:
             pinning = source_ports(
                 self.emulation,

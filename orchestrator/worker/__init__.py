@@ -10,6 +10,7 @@ its wire protocol, numpy and the standard library; never Mininet, os-ken or matp
       subprocess.Popen on loopback,             buffers      fill pattern, reduction, checking
       host.popen in Mininet), rendezvous,       transport    TCP connections, byte counters,
       peer table, barriers, timings,                         the 10 ms sampler
+                                                rto          the minimum RTO asked, read back
       failure detection, nccl-tests rows        executor     runs a plan over the connections
     spec     what a launch is given
     outcome  what it returns (RunResult,

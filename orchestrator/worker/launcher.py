@@ -522,6 +522,7 @@ class Launcher:
                     channel=int(c["channel"]),
                     link=str(c["link"]),
                     five_tuple=FiveTuple(*c["five_tuple"]),
+                    rto_min_us=c.get("rto_min_us"),
                 )
                 rank.connections[int(c["index"])] = info
                 if c["outgoing"]:

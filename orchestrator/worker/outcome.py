@@ -38,13 +38,16 @@ BLAME_ORDER = (EXITED, UNRESPONSIVE, HUNG, STALLED, ERROR)
 
 @dataclass(frozen=True)
 class ConnectionInfo:
-    """One connection: data flows src -> dst on ``channel`` over ``link``."""
+    """One connection: data flows src -> dst on ``channel`` over ``link``. ``rto_min_us``:
+    the minimum RTO its sender's kernel granted, None if none (the 200 ms floor holds;
+    orchestrator.worker.rto)."""
 
     src: int
     dst: int
     channel: int
     link: str
     five_tuple: FiveTuple
+    rto_min_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,11 @@ class IterationResult:
         return fmean(r.time_us for r in self.ranks.values())
 
     @property
-    def wrong(self) -> int:
-        return sum(max(r.wrong, 0) for r in self.ranks.values())
+    def wrong(self) -> int | None:
+        """Wrong elements summed over ranks; None if any rank did not verify."""
+        if any(r.wrong < 0 for r in self.ranks.values()):
+            return None
+        return sum(r.wrong for r in self.ranks.values())
 
 
 @dataclass
@@ -130,9 +136,13 @@ class CollectiveResult:
         return fmean(i.time_us for i in timed) if timed else float("nan")
 
     @property
-    def wrong(self) -> int:
-        """Wrong elements summed over ranks, in the worst iteration (warm-up included)."""
-        return max((i.wrong for i in self.iterations), default=0)
+    def wrong(self) -> int | None:
+        """Wrong elements summed over ranks, in the worst iteration (warm-up included);
+        None if an iteration was not verified."""
+        counts = [i.wrong for i in self.iterations]
+        if any(count is None for count in counts):
+            return None
+        return max((count for count in counts if count is not None), default=0)
 
     def row(self) -> NcclRow:
         collective, n = self.test.collective, self.ranks

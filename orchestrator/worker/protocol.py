@@ -162,7 +162,8 @@ def schedule(tests: list[dict[str, Any]]) -> Message:
 
 def ready(rank: int, connections: list[dict[str, Any]]) -> Message:
     """``connections``: every connection of the rank so far: {index, src, dst, channel,
-    link, outgoing, five_tuple: [src_ip, src_port, dst_ip, dst_port]}."""
+    link, outgoing, five_tuple: [src_ip, src_port, dst_ip, dst_port], rto_min_us: the
+    minimum RTO the kernel granted it, null if none (orchestrator.worker.rto)}."""
     return {"type": READY, "rank": rank, "connections": connections}
 
 

@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from orchestrator.worker import rto
+
 HELLO = struct.Struct("!4sIII")
 # What the kernel counts beyond the application's bytes on an idle, open connection:
 # acknowledged = SYN + hello on the sender, received = hello on the receiver.
@@ -43,9 +45,6 @@ HANDSHAKE_SENT = 1 + HELLO.size
 HANDSHAKE_RECEIVED = HELLO.size
 MAGIC = b"AWK1"
 LINKS = ("fabric", "nvlink")
-
-TCP_RTO_MIN_US = 45  # include/uapi/linux/tcp.h (recent kernels only)
-RTO_MIN_US = 5000  # see tune()
 
 # struct tcp_info offsets (include/uapi/linux/tcp.h, stable since Linux 4.2)
 _TCPI_BYTES_ACKED = 120
@@ -280,20 +279,11 @@ class Connection:
 
 
 def tune(sock: socket.socket, buffer_bytes: int) -> None:
-    """TCP_NODELAY; a small minimum RTO; socket buffers only when asked (0 keeps the
-    kernel's autotuning, which grows past what SO_SNDBUF may set when net.core.wmem_max is
-    small).
-
-    The minimum RTO: when a collective's flows converge on a receiver (all-to-all incast)
-    into the emulated switches' 10 ms queues, a flow can lose the tail of a small transfer,
-    which only a retransmission timeout recovers, and Linux floors that at 200 ms: a 256 KiB
-    all-to-all took 430 ms instead of about 50. An RDMA NIC retransmits within milliseconds;
-    :data:`RTO_MIN_US` keeps the floor near that (the RTO still follows the measured RTT).
-    Kernels without the TCP_RTO_MIN_US option (it is recent; 6.18 has it) keep their floor.
-    """
+    """TCP_NODELAY; a small minimum RTO (orchestrator.worker.rto: why, and how a kernel
+    without it is reported); socket buffers only when asked (0 keeps the kernel's
+    autotuning, which grows past what SO_SNDBUF may set when net.core.wmem_max is small)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, RTO_MIN_US)
+    rto.request(sock)
     if buffer_bytes:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)

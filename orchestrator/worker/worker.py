@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.collectives.plans import AlgorithmRegistry, Layout, Plan, default_registry
-from orchestrator.worker import protocol
+from orchestrator.worker import protocol, rto
 from orchestrator.worker.buffers import Buffers, Pattern, salt
 from orchestrator.worker.executor import Executor, Progress, StepFailed
 from orchestrator.worker.protocol import Channel, Message, ProtocolError
@@ -280,6 +280,7 @@ class Worker:
                     c.dst_address.ip,
                     c.dst_address.port,
                 ],
+                "rto_min_us": rto.granted_us(c.sock),
             }
             for c in self.pool.order
         ]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.emulation import doctor
+from orchestrator.worker import rto
 
 ASTRAL = Path(sys.executable).parent / "astral"
 
@@ -18,6 +19,10 @@ def test_facts_are_gathered_from_the_machine() -> None:
     assert facts.ovs.version
     assert all(not v.startswith("error") for v in facts.modules.values()), facts.modules
     assert facts.cpus >= 1 and 0 < facts.mem_available <= facts.mem_total
+    assert facts.rto_min is None  # no probe handed in
+    with_probe = doctor.gather_facts(rto.probe)
+    assert with_probe.rto_min is not None
+    assert with_probe.rto_min.granted_us == rto.probe()[1]
 
 
 def test_doctor_says_a_run_can_work_on_a_set_up_machine() -> None:
@@ -28,6 +33,12 @@ def test_doctor_says_a_run_can_work_on_a_set_up_machine() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ready: a run can work here" in result.stdout
     assert "FAIL" not in result.stdout
+    granted = rto.probe()[1]  # this kernel's answer, as the check must report it
+    line = next(x for x in result.stdout.splitlines() if "minimum RTO" in x)
+    if granted is None:
+        assert line.startswith("WARN") and "refuses TCP_RTO_MIN_US" in line
+    else:
+        assert line.startswith("OK") and f"{granted / 1000:g} ms on a TCP socket" in line
 
 
 def test_doctor_rejects_an_unknown_fabric_in_one_sentence() -> None:

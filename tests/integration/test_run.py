@@ -110,10 +110,18 @@ def test_the_bundle_has_every_file(outcome: RunOutcome) -> None:
     assert summary["run"]["status"] == "ok"
     assert len(summary["configurations"]) == len(outcome.results)
     assert all(c["wrong"] == 0 for c in summary["configurations"])
+    assert all(c["verified"] for c in summary["configurations"])
+    # path-pinned pins every fabric connection's source port; ecmp pins none
+    unpinned = {(c["policy"], c["unpinned_connections"]) for c in summary["configurations"]}
+    assert unpinned == {("ecmp", None), ("path-pinned", 0)}
     assert summary["run"]["versions"]["ovs"] not in ("", "unknown")
     run = json.loads((bundle / "run.json").read_text())
     assert run["status"] == "ok" and run["failure"] is None
     assert run["load_guard"]["offered_bps"] == pytest.approx(8 * 2 * 20e6)
+    floors = run["conditions"]["tcp_rto_min"]  # every launch's connections, as reported
+    assert floors["connections"] > 0
+    granted = run["conditions"]["start"]["tcp_rto_min_us"]
+    assert floors["in_effect"] == (floors["connections"] if granted else 0)
     with sqlite3.connect(bundle / "results.sqlite") as db:
         for table in ("iterations", "connection_samples", "timelines", "port_counters"):
             (count,) = db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()

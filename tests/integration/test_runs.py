@@ -1,6 +1,8 @@
 """Whole runs as a user starts them (``astral up`` in a subprocess): nothing is left behind
 after Ctrl-C, SIGTERM, or kill -9 followed by ``astral clean``, and a second concurrent run is
-refused with exit status 5.
+refused with exit status 5. ``astral run`` with a corrupted chunk (the workers' hidden
+``--corrupt-rank``, passed through ``--worker-arg``) exits 7, names the configuration and
+keeps its bundle.
 
 Needs root and Open vSwitch (tests/conftest.py skips or, under CI, fails without them).
 A run waits for the astral run lock if another run holds it.
@@ -22,6 +24,7 @@ from typing import IO
 import pytest
 
 from orchestrator.emulation.state import RunState
+from orchestrator.worker import rto
 from tests.helpers import REPO
 from tests.integration.assertions import leftovers, snapshot
 from topologies.description import FabricDescription
@@ -154,3 +157,65 @@ def test_second_concurrent_run_is_refused_with_status_5() -> None:
         process.send_signal(signal.SIGTERM)
         finish(process)
     assert json.loads((state.run_dir / "state.json").read_text())["status"] == "clean"
+
+
+CORRUPTED = """\
+name: it-corrupted
+fabric: astral-small
+policies: [path-pinned]
+collectives: [{op: all-reduce, algorithm: ring}]
+sizes: {min: 64K, max: 64K}
+iterations: 1
+warmup: 1
+"""
+
+
+def run_experiment(*args: str) -> subprocess.CompletedProcess[str]:
+    """``astral run ARGS`` to its end; another run holding the lock (exit 5) is waited for,
+    up to LOCK_WAIT seconds."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        result = subprocess.run(
+            astral("run", *args), capture_output=True, text=True, cwd=REPO, timeout=READY_WAIT
+        )
+        if result.returncode != 5 or time.monotonic() > deadline:
+            return result
+        time.sleep(2)
+
+
+def test_a_corrupted_chunk_exits_7_naming_the_configuration_and_keeps_the_bundle(
+    tmp_path: Path,
+) -> None:
+    experiment = tmp_path / "corrupted.yaml"
+    experiment.write_text(CORRUPTED)
+    bundle = tmp_path / "bundle"
+    result = run_experiment(
+        str(experiment), "--out", str(bundle), "--quiet", "--no-plots",
+        "--worker-arg=--corrupt-rank", "--worker-arg=1",
+    )  # fmt: skip
+    assert result.returncode == 7, result.stdout + result.stderr
+    summary = json.loads((bundle / "summary.json").read_text())
+    (configuration,) = summary["configurations"]
+    wrong = configuration["wrong"]
+    assert wrong > 0 and configuration["verified"] is True
+    phrase = f"policy path-pinned, all-reduce (ring), 64K: {wrong} wrong elements"
+    assert f"astral: run failed: 1 configuration delivered wrong data (#wrong > 0): {phrase}" in (
+        result.stderr
+    )
+    assert f"# WRONG DATA: {phrase}" in result.stdout
+    assert "# Out of bounds values : " + str(wrong) + " FAILED" in result.stdout
+    assert "Traceback" not in result.stderr
+    # the bundle is whole and says the same
+    assert summary["run"]["status"] == "failed"
+    assert (bundle / "tables" / "path-pinned__all-reduce-ring.txt").is_file()
+    run = json.loads((bundle / "run.json").read_text())
+    assert run["status"] == "failed" and phrase in run["error"] and run["failure"] is None
+    # every fabric connection got its pinned source port, and the count says so
+    assert configuration["unpinned_connections"] == 0
+    assert "# path-pinned: source ports pinned, all-reduce (ring) 8 of 8" in result.stdout
+    # the workers' minimum RTO, as this kernel grants it (orchestrator/worker/rto.py)
+    granted = rto.probe()[1]
+    floors = run["conditions"]["tcp_rto_min"]
+    assert floors["connections"] == 8 + 8  # 4 fabric + 4 NVLink ring hops, 2 channels each
+    assert floors["in_effect"] == (floors["connections"] if granted else 0)
+    assert ("WARNING: the 5 ms minimum RTO" in result.stdout) is (granted is None)

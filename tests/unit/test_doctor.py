@@ -13,7 +13,14 @@ import pytest
 
 from orchestrator.commands import doctor as doctor_command
 from orchestrator.emulation import doctor
-from orchestrator.emulation.doctor import CheckResult, Demand, Facts, OvsFacts, Verdict
+from orchestrator.emulation.doctor import (
+    CheckResult,
+    Demand,
+    Facts,
+    OvsFacts,
+    RtoMinFacts,
+    Verdict,
+)
 from topologies.errors import FabricSpecError
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec
@@ -28,6 +35,7 @@ HEALTHY = Facts(
     cpus=2,
     mem_available=20 * GIB,
     mem_total=24 * GIB,
+    rto_min=RtoMinFacts(requested_us=5000, granted_us=8000, kernel="6.18.0"),
 )
 SMALL = Demand("astral-small", gpus=8, switches=24, switch_ports=88)
 
@@ -104,6 +112,25 @@ def test_a_package_that_does_not_import_fails_with_its_error() -> None:
     result = verdicts(replace(HEALTHY, modules=modules))["python packages"]
     assert result.verdict is Verdict.FAIL
     assert "os_ken.base.app_manager: error: ImportError: eventlet" in result.detail
+
+
+def test_the_minimum_rto_granted_is_ok_refused_warns_with_the_cost_and_the_fix() -> None:
+    result = verdicts(HEALTHY)["minimum RTO"]
+    assert result.verdict is Verdict.OK
+    assert result.detail == "8 ms on a TCP socket (5 ms asked, TCP_RTO_MIN_US)"
+    refused = RtoMinFacts(requested_us=5000, granted_us=None, kernel="6.1.0-28-amd64")
+    result = verdicts(replace(HEALTHY, rto_min=refused))["minimum RTO"]
+    assert result.verdict is Verdict.WARN and result.ok  # a run still works, slower
+    assert "kernel 6.1.0-28-amd64 refuses TCP_RTO_MIN_US" in result.detail
+    assert "200 ms" in result.detail and "incast" in result.detail
+    assert "Linux 6.15 or later" in result.fix
+    unprobed = verdicts(replace(HEALTHY, rto_min=None))["minimum RTO"]
+    assert unprobed.verdict is Verdict.WARN and "not checked" in unprobed.detail
+
+
+def test_the_minimum_rto_fact_comes_from_the_probe_handed_in() -> None:
+    facts = doctor.gather_rto_min(lambda: (5000, None))
+    assert (facts.requested_us, facts.granted_us) == (5000, None) and facts.kernel
 
 
 def test_memory_verdicts_follow_the_estimate() -> None:

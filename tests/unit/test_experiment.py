@@ -79,6 +79,22 @@ MALFORMED = [
         "lines 5 and 6",
     ),
     ("nesting thousands deep", "name: x\nseed: " + "[" * 3000 + "]" * 3000 + "\n", "", "nested"),
+    ("a recursive alias", VALID + "x: &x {y: [*x]}\n", "", "recursive alias at line 13"),
+    (
+        "an alias chain deeper than the limit",
+        VALID + "".join(f"a{i}: &a{i} [{'1' if i == 0 else f'*a{i - 1}'}]\n" for i in range(40)),
+        "",
+        "nested",
+    ),
+    (
+        "an alias bomb in the collectives",
+        VALID.replace("collectives:\n  - all-reduce\n  - {op: all-to-all, algorithm: pxn}\n", "")
+        + "l0: &l0 [all-reduce, all-reduce, all-reduce, all-reduce, all-reduce]\n"
+        + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 5)}]\n" for i in range(1, 9))
+        + "collectives: *l8\n",
+        "",
+        "values once aliases are expanded",
+    ),
     ("a list, not a mapping", "- name: x\n", "", "a mapping"),
     ("empty file", "", "", "a mapping"),
     ("unknown top-level key", VALID + "colour: blue\n", "colour", "known keys"),
@@ -297,6 +313,19 @@ def test_valid_experiment_loads_into_typed_objects(tmp_path: Path) -> None:
     assert (spec.iterations, spec.warmup, spec.seed) == (3, 1, 7)
     assert spec.ranks == 8
     assert spec.load_limit.force is False
+
+
+def test_anchors_aliases_and_merge_keys_within_the_bounds_load(tmp_path: Path) -> None:
+    text = VALID.replace("collectives:\n  - all-reduce\n  - {op: all-to-all, algorithm: pxn}\n", "")
+    text += (
+        "x-ring: &ring {op: all-reduce, algorithm: ring}\n"
+        "collectives: [*ring, {<<: *ring, op: all-gather}]\n"
+    )
+    with pytest.raises(ExperimentError, match="x-ring"):  # the anchor's own key is unknown
+        load_experiment(write(tmp_path, text))
+    text = VALID.replace("  - all-reduce\n", "  - &ar all-reduce\n") + "description: *ar\n"
+    spec = load_experiment(write(tmp_path, text))
+    assert spec.collectives[0] == Collective("all-reduce", "ring")
 
 
 def test_scale_overrides_the_fabric_emulation_scale(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from orchestrator.collectives.nccl import (
     buffer_bytes,
     bus_factor,
     count_column,
+    csv_record,
     format_table,
 )
 
@@ -77,3 +78,30 @@ def test_table_ends_with_the_average_bus_bandwidth_and_labels_real_columns() -> 
     assert float(first[10]) == pytest.approx(65536 / 0.02 / 1e9 * 7 / 8 / 1e-4, abs=0.01)
     plain = format_table(rows).splitlines()
     assert len(plain[2].split()) == 9  # the nccl-tests columns only
+
+
+def _rows(*wrongs: int | None) -> list[NcclRow]:
+    return [
+        NcclRow.of("all-reduce", size=4096 << i, count=1024 << i, dtype="uint32", ranks=4,
+                   time_us=100.0 * (i + 1), wrong=w)
+        for i, w in enumerate(wrongs)
+    ]  # fmt: skip
+
+
+def test_unverified_sizes_say_not_verified_never_ok() -> None:
+    text = format_table(_rows(None, None), scale=1e-4)
+    lines = text.splitlines()
+    assert "# Out of bounds values : not verified" in lines
+    assert "OK" not in text and "FAILED" not in text
+    for line in lines[4:6]:
+        assert line.split()[8] == "N/A"  # the #wrong column, as nccl-tests -c 0 prints it
+    assert csv_record(_rows(None)[0], 1e-4)[8] == ""
+
+
+def test_a_table_with_some_sizes_unverified_says_how_many() -> None:
+    lines = format_table(_rows(0, None, 0)).splitlines()
+    assert "# Out of bounds values : 0 OK (1 of 3 sizes not verified)" in lines
+    lines = format_table(_rows(2, None)).splitlines()
+    assert "# Out of bounds values : 2 FAILED (1 of 2 sizes not verified)" in lines
+    assert "# Out of bounds values : 0 OK" in format_table(_rows(0, 0)).splitlines()
+    assert "# Out of bounds values : 0 OK" in format_table([]).splitlines()

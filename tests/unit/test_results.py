@@ -36,7 +36,7 @@ from orchestrator.results import (
 )
 from orchestrator.results.plots import link_utilization, nic_ceiling_real_gbps
 from orchestrator.results.report import render_bundle
-from orchestrator.results.store import DATABASE, FABRIC
+from orchestrator.results.store import DATABASE, FABRIC, SCHEMA_VERSION
 from orchestrator.results.summary import operation_time_us
 from tests.helpers import preset_description
 from topologies.description import FabricDescription
@@ -246,7 +246,7 @@ def test_operation_time_is_the_mean_over_ranks_of_each_ranks_mean() -> None:
 def test_database_has_schema_version_and_flat_samples_view(bundle: Path) -> None:
     db = sqlite3.connect(bundle / DATABASE)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         columns = [d[0] for d in db.execute("SELECT * FROM connection_samples_flat").description]
         assert " ".join(columns) == (
             "config_id rank protocol src_ip src_port dst_ip dst_port t bytes"
@@ -292,6 +292,36 @@ def test_a_run_that_raises_is_marked_failed_and_keeps_its_data(tmp_path: Path) -
         assert results.run.status == "failed"
         assert results.run.finished is not None
         assert len(results.iterations(results.configurations()[0].id)) == 8
+
+
+def test_unpinned_connections_are_kept_per_configuration(tmp_path: Path) -> None:
+    with ResultsWriter(tmp_path / "b", DESCRIPTION) as writer:
+        writer.add_run(experiment="x", host="h", versions=Versions("a", "b", "c", "d"))
+        for policy, unpinned in (("ecmp", None), ("path-pinned", 3)):
+            config = writer.add_configuration(**{**TINY, "policy": policy}, unpinned=unpinned)
+            writer.add_iterations(config, [IterationRecord(0, r, 10.0, 112) for r in range(8)])
+    render_bundle(tmp_path / "b", plots=False)
+    with ResultsBundle.open(tmp_path / "b") as results:
+        assert [c.unpinned for c in results.configurations()] == [None, 3]
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert [c["unpinned_connections"] for c in summary["configurations"]] == [None, 3]
+
+
+def test_a_version_1_bundle_still_reads_without_unpinned_counts(tmp_path: Path) -> None:
+    with ResultsWriter(tmp_path / "old", DESCRIPTION) as writer:
+        writer.add_run(experiment="x", host="h", versions=Versions("a", "b", "c", "d"))
+        config = writer.add_configuration(**TINY, unpinned=2)
+        writer.add_iterations(config, [IterationRecord(0, r, 10.0, 112) for r in range(8)])
+    with sqlite3.connect(tmp_path / "old" / DATABASE) as db:  # as astral wrote it before
+        db.execute("ALTER TABLE configurations DROP COLUMN unpinned")
+        db.execute("PRAGMA user_version = 1")
+    with ResultsBundle.open(tmp_path / "old") as results:
+        assert results.version == 1
+        assert [c.unpinned for c in results.configurations()] == [None]
+    with sqlite3.connect(tmp_path / "old" / DATABASE) as db:
+        db.execute("PRAGMA user_version = 3")
+    with pytest.raises(ResultsError, match=r"schema version 1 or 2 .* found version 3"):
+        ResultsBundle.open(tmp_path / "old")
 
 
 # --- report: summary, tables, plots ----------------------------------------------------------
@@ -456,3 +486,31 @@ def test_bundle_without_fabric_json_or_with_foreign_database(tmp_path: Path) -> 
     (tmp_path / "a" / FABRIC).write_text("{")
     with pytest.raises(ResultsError, match=r"a readable fabric\.json"):
         render_bundle(tmp_path / "a")
+
+
+def test_an_unverified_configuration_is_not_verified_in_the_summary_and_tables(
+    tmp_path: Path,
+) -> None:
+    versions = Versions(python="3.11.2", mininet="2.3.0", os_ken="4.2.2", ovs="3.1.0")
+    path = tmp_path / "unverified"
+    with ResultsWriter(path, DESCRIPTION) as results:
+        results.add_run(experiment="unverified", host="h", versions=versions, started=T0)
+        for size, wrong in ((65536, -1), (262144, 0)):
+            config = results.add_configuration(
+                policy="ecmp", collective="all-reduce", algorithm="ring", size=size,
+                count=count_column("all-reduce", size, "uint32", RANKS), dtype="uint32",
+                ranks=RANKS, iterations=1, warmup=0,
+            )  # fmt: skip
+            results.add_iterations(
+                config, [IterationRecord(0, r, 1000.0, size, wrong) for r in range(RANKS)]
+            )
+    render_bundle(path, plots=False)
+    summary = json.loads((path / "summary.json").read_text())
+    first, second = summary["configurations"]
+    assert (first["wrong"], first["verified"]) == (None, False)
+    assert (second["wrong"], second["verified"]) == (0, True)
+    table = (path / "tables" / "ecmp__all-reduce-ring.txt").read_text()
+    assert "# Out of bounds values : 0 OK (1 of 2 sizes not verified)" in table
+    assert [line.split()[8] for line in table.splitlines() if line[:1] != "#"] == ["N/A", "0"]
+    with (path / "tables" / "ecmp__all-reduce-ring.csv").open() as source:
+        assert [row["wrong"] for row in csv.DictReader(source)] == ["", "0"]

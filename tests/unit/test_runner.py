@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,10 +36,17 @@ from orchestrator.collectives.ceilings import (
 from orchestrator.collectives.nccl import TIME_DEFINITION
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
-from orchestrator.run.runner import Runner, RunOptions, step_seconds
+from orchestrator.run.runner import (
+    Runner,
+    RunOptions,
+    rto_min_line,
+    rto_min_summary,
+    step_seconds,
+)
 from orchestrator.testbed import testbed
-from orchestrator.testbed.pinning import assign, candidates, fabric_flows
-from orchestrator.worker.launcher import Launcher
+from orchestrator.testbed.pinning import Pinning, assign, candidates, fabric_flows
+from orchestrator.worker import rto
+from orchestrator.worker.launcher import Launcher, local_spawn
 from orchestrator.worker.spec import LaunchOptions, loopback_workers
 from tests.helpers import REPO, preset_description
 from topologies.description import FabricDescription
@@ -75,6 +83,10 @@ class LoopbackTestbed:
     policy: str = "ecmp"
     switches: list[str] = field(default_factory=list)
     launches: int = 0
+    pinning: Pinning | None = None  # the last launch's source ports, as Testbed has it
+    pinnings: dict[str, Pinning] = field(default_factory=dict)  # policy -> what to report
+    spawn_delay: float = 0.0  # seconds before each worker starts (a slow start-up)
+    spawned: list[Any] = field(default_factory=list)  # every worker process started
 
     @property
     def emulation(self) -> Any:
@@ -110,6 +122,7 @@ class LoopbackTestbed:
         collectives: Any = None,
     ) -> Launcher:
         self.launches += 1
+        self.pinning = self.pinnings.get(self.policy)
         fast = replace(
             options or LaunchOptions(),
             heartbeat_interval=0.1,
@@ -118,9 +131,16 @@ class LoopbackTestbed:
         )
         return Launcher(
             loopback_workers(len(gpus or self.description.fabric.gpus), 2),
+            spawn=self.spawn,
             options=fast,
             run_dir=self.run_dir / f"w{self.launches}",
         )
+
+    def spawn(self, worker: Any, argv: list[str], log: Any) -> Any:
+        time.sleep(self.spawn_delay)
+        process = local_spawn(worker, argv, log)
+        self.spawned.append(process)
+        return process
 
     def port_counters(self, since: float | None = None) -> list[Any]:
         return []
@@ -131,18 +151,36 @@ class LoopbackTestbed:
 
 
 def run(
-    spec: ExperimentSpec, tmp_path: Path, description: FabricDescription, **options: Any
+    spec: ExperimentSpec,
+    tmp_path: Path,
+    description: FabricDescription,
+    *,
+    bed: LoopbackTestbed | None = None,
+    said: list[str] | None = None,
+    **options: Any,
 ) -> tuple[Any, LoopbackTestbed, str]:
-    bed = LoopbackTestbed(description, tmp_path / "run")
+    """Run ``spec`` on ``bed`` (default a fresh LoopbackTestbed); the status messages go
+    to ``said``; returns the outcome, the bed and what the runner printed."""
+    bed = bed or LoopbackTestbed(description, tmp_path / "run")
     lines: list[str] = []
     runner = Runner(
         spec,
         RunOptions(out=tmp_path / "bundle", plots=False, **options),
         text="name: unit\n",
         out=SimpleNamespace(write=lines.append, flush=lambda: None),  # type: ignore[arg-type]
+        say=None if said is None else said.append,
     )
     outcome = runner.run(bed)  # type: ignore[arg-type]
     return outcome, bed, "".join(lines)
+
+
+def astral_run(experiment_file: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``astral run EXPERIMENT --out tmp_path/b`` in a subprocess, from ``tmp_path``."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "run", str(experiment_file),
+         "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
 
 
 def test_the_runner_runs_every_step_and_writes_the_bundle(
@@ -182,6 +220,27 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
     assert run_file["status"] == "ok"
     assert [s["step"] for s in run_file["timings"]["steps"]] == list(range(8))
     assert run_file["load_guard"]["offered_bps"] == pytest.approx(8 * 2 * 20e6)
+    # the minimum RTO: the kernel's answer at start and end, and the workers' reports
+    granted = rto.probe()[1]
+    conditions = run_file["conditions"]
+    assert conditions["start"]["tcp_rto_min_us"] == conditions["end"]["tcp_rto_min_us"] == granted
+    reported = conditions["tcp_rto_min"]
+    assert reported["requested_us"] == 5000 and reported["connections"] > 0
+    assert reported["in_effect"] == (reported["connections"] if granted else 0)
+    assert reported["granted_us"] == ([granted] if granted else [])
+    assert ("minimum RTO" in printed) and (("WARNING" in printed) is (granted is None))
+
+
+def test_the_minimum_rto_line_warns_with_the_cost_where_it_is_missing() -> None:
+    assert rto_min_line([8000, 8000]) == (
+        "minimum RTO 8 ms on all 2 connections (5 ms asked, in the kernel's clock ticks)"
+    )
+    line = rto_min_line([8000, None, None])
+    assert line.startswith("WARNING: the 5 ms minimum RTO is not in effect on 2 of 3 ")
+    assert "TCP_RTO_MIN_US" in line and "waits 200 ms" in line and "astral doctor" in line
+    assert rto_min_summary([8000, None, 4000]) == {
+        "requested_us": 5000, "connections": 3, "in_effect": 2, "granted_us": [4000, 8000]
+    }  # fmt: skip
 
 
 def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
@@ -199,6 +258,36 @@ def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
     assert (culprit["rank"], culprit["host"], culprit["kind"]) == (3, "lo3", "hung")
     summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
     assert summary["run"]["status"] == "failed"
+
+
+def test_a_corrupted_chunk_fails_the_run_with_exit_7_naming_the_configuration(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    # rank 1 corrupts its first region in global iteration 4: the ring's 16K under ecmp
+    # (iterations 0-2 are 4K's warm-up and timed ones, 3-5 16K's)
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
+    outcome, _, printed = run(
+        spec,
+        tmp_path,
+        description,
+        worker_args=("--corrupt-rank", "1", "--corrupt-iteration", "4"),
+    )
+    assert (outcome.status, outcome.exit_status) == ("failed", 7)
+    assert outcome.failure is None  # every step ran
+    wrong = outcome.wrong_results()
+    assert [(r.configuration.policy, r.configuration.size) for r in wrong] == [("ecmp", 16384)]
+    assert wrong[0].row.wrong is not None and wrong[0].row.wrong > 0
+    phrase = f"policy ecmp, all-reduce (ring), 16K: {wrong[0].row.wrong} wrong elements"
+    assert outcome.error == f"1 configuration delivered wrong data (#wrong > 0): {phrase}"
+    assert f"# WRONG DATA: {phrase}" in printed and "# stopped" not in printed
+    assert "# astral run 'unit': failed" in printed
+    bundle = tmp_path / "bundle"
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["run"]["status"] == "failed"
+    assert [c["size"] for c in summary["configurations"] if c["wrong"]] == [16384]
+    run_file = json.loads((bundle / "run.json").read_text())
+    assert run_file["status"] == "failed" and run_file["error"] == outcome.error
+    assert run_file["failure"] is None
 
 
 def test_load_guard_refuses_above_the_safe_share_unless_forced() -> None:
@@ -240,6 +329,32 @@ def test_pinning_puts_the_ring_on_disjoint_links(description: FabricDescription)
         assert {chosen[(rank, (rank + 1) % 8, c)].nic for c in (0, 1)} == {1, 2}
 
 
+def test_the_run_counts_unpinned_connections_per_configuration(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    bed = LoopbackTestbed(description, tmp_path / "run")
+    ports = {(r, (r + 1) % 8, c): 40000 + r for r in range(8) for c in (0, 1)}
+    left = [(0, 1, 0), (2, 3, 1), (4, 5, 0)]
+    bed.pinnings["path-pinned"] = Pinning(
+        ports={f: p for f, p in ports.items() if f not in left}, unpinned=left
+    )
+    said: list[str] = []
+    outcome, _, printed = run(
+        experiment(collectives=["all-reduce"]), tmp_path, description, bed=bed, said=said
+    )
+    assert outcome.status == "ok", outcome.error
+    summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
+    counts = {
+        (c["policy"], c["size"]): c["unpinned_connections"] for c in summary["configurations"]
+    }
+    assert counts == {("ecmp", 4096): None, ("ecmp", 16384): None,
+                      ("path-pinned", 4096): 3, ("path-pinned", 16384): 3}  # fmt: skip
+    assert "# path-pinned: source ports pinned, all-reduce (ring) 13 of 16 (3 left ephemeral)" in (
+        printed
+    )
+    assert any("3 of 16 fabric connections got no pinned source port" in m for m in said)
+
+
 def test_fabric_shares_and_channels_of_the_algorithms() -> None:
     workers = loopback_workers(8, 2)  # 4 servers of 2 GPUs, as astral-small
     assert fabric_share(workers, "all-reduce", "ring") == pytest.approx(1.0)
@@ -263,13 +378,50 @@ def test_a_malformed_experiment_exits_2_and_creates_nothing(tmp_path: Path) -> N
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nfabric: astral-small\npolicy: nope\ncollectives: [all-reduce]\n"
                    "sizes: {min: 1K, max: 4K}\n")  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(bad), "--out", str(tmp_path / "b")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+    result = astral_run(bad, tmp_path)
     assert result.returncode == 2
     assert f"{bad}: key 'policy'" in result.stderr and "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("name: bad\nfabric: astral-small\nfabric: fat-tree-small\n", "lines 2 and 3"),
+        ("name: bad\nseed: " + "[" * 4000 + "]" * 4000 + "\n", "levels of nested"),
+        ("name: bad\nseed: &s [*s]\n", "recursive alias"),
+        (
+            "name: bad\nl0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+            "values once aliases are expanded",
+        ),
+    ],
+    ids=["duplicate key", "deep nesting", "recursive alias", "alias bomb"],
+)
+def test_a_file_yaml_cannot_hold_safely_exits_2_without_a_traceback(
+    tmp_path: Path, text: str, words: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    result = astral_run(bad, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert str(bad) in result.stderr and words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_a_referenced_fabric_file_yaml_cannot_hold_safely_exits_2_naming_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "fab.yaml").write_text("name: f\nkind: astral\npods: &p [*p]\n")
+    bad = tmp_path / "exp.yaml"
+    bad.write_text("name: e\nfabric: fab.yaml\npolicy: ecmp\ncollectives: [all-reduce]\n"
+                   "sizes: {min: 1K, max: 4K}\n")  # fmt: skip
+    result = astral_run(bad, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "fab.yaml: expected no alias inside the value of its own anchor" in result.stderr
+    assert "the fabric of experiment" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "fab.yaml"]
 
 
 def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
@@ -289,3 +441,20 @@ def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
     summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
     assert summary["run"]["status"] == "interrupted"
     assert not list((tmp_path / "run").glob("w*/workers.sock"))  # the launcher closed
+
+
+def test_ctrl_c_while_the_workers_start_stops_them_too(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    bed = LoopbackTestbed(description, tmp_path / "run", spawn_delay=0.4)  # 8 x 0.4 s
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
+    timer = threading.Timer(1.5, _thread.interrupt_main)  # while rank 3 or so starts
+    timer.start()
+    try:
+        outcome, _, _ = run(spec, tmp_path, description, bed=bed)
+    finally:
+        timer.cancel()
+    assert outcome.status == "interrupted" and outcome.exit_status == 130
+    assert 0 < len(bed.spawned) < 8  # it was interrupted during start-up
+    assert all(process.poll() is not None for process in bed.spawned)
+    assert not list((tmp_path / "run").glob("w*/workers.sock"))

@@ -156,6 +156,21 @@ CASES = [
         "",
         "nested",
     ),
+    ("recursive-alias", "name: t\nkind: &k [*k]\n", "", "recursive alias at line 2"),
+    ("recursive-alias-mapping", "name: t\nspeeds: &s {nic: *s}\n", "", "recursive alias"),
+    (
+        "alias-chain-deeper-than-the-limit",
+        "name: t\na0: &a0 [1]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 2000)),
+        "",
+        "nested",
+    ),
+    (
+        "alias-bomb",
+        "name: t\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+        "",
+        "values once aliases are expanded",
+    ),
     ("empty-file", "", "", "mapping"),
     ("only-comment", "# nothing here\n", "", "mapping"),
     ("list-not-mapping", "- name: t\n- kind: astral\n", "", "mapping"),
@@ -253,7 +268,17 @@ def _console_script() -> list[str]:
 
 @pytest.mark.parametrize(
     ("case_id"),
-    ["unknown-key", "bad-yaml", "fat-tree-nic-ports-2", "empty-file", "deep-nesting"],
+    [
+        "unknown-key",
+        "bad-yaml",
+        "fat-tree-nic-ports-2",
+        "empty-file",
+        "deep-nesting",
+        "duplicate-nested-key",
+        "recursive-alias",
+        "alias-chain-deeper-than-the-limit",
+        "alias-bomb",
+    ],
 )
 def test_console_script_prints_no_traceback(case_id: str, tmp_path: Path) -> None:
     _, text, key, word = next(c for c in CASES if c[0] == case_id)

@@ -224,6 +224,20 @@ def test_corrupted_chunk_is_counted_in_that_iteration_only() -> None:
     assert "FAILED" in result.table()
 
 
+def test_a_run_without_verification_says_not_verified() -> None:
+    options = fast(warmup=1, iterations=2, verify=False, worker_args=("--corrupt-rank", "1"))
+    with Launcher(loopback_workers(3), options=options) as launcher:
+        result = launcher.run([CollectiveTest("all-reduce", "ring", 1 << 16)])
+    assert result.failure is None
+    test = result.tests[0]
+    assert all(r.wrong == -1 for i in test.iterations for r in i.ranks.values())
+    assert [i.wrong for i in test.iterations] == [None, None, None]  # warm-up too
+    assert test.wrong is None and result.rows()[0].wrong is None
+    table = result.table()
+    assert "# Out of bounds values : not verified" in table  # corrupted, but unchecked
+    assert " OK" not in table and "FAILED" not in table
+
+
 def _long_run() -> list[CollectiveTest]:
     return [CollectiveTest("all-reduce", "ring", 1 << 16)]
 
