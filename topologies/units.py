@@ -1,6 +1,8 @@
-"""Link rates written the way network people write them: ``200G``, ``25M``, ``3.6T``.
+"""Link rates and latencies written the way network people write them: ``200G``, ``25M``,
+``3.6T``; ``600ns``, ``0.6us``, ``2ms``.
 
 Rates are bits per second, decimal prefixes (``1G`` = 10**9 bit/s), as on switch data sheets.
+Durations are seconds; a bare number is microseconds (the unit latencies are quoted in).
 """
 
 from __future__ import annotations
@@ -49,3 +51,37 @@ def format_rate(bps: float) -> str:
             text = f"{value:.3f}".rstrip("0").rstrip(".")
             return f"{text}{prefix}"
     return f"{bps:.0f}"
+
+
+_DURATION_UNIT = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ns|us|\u00b5s|ms|s)?\s*$")
+_DURATION_FORMS = "a duration such as 600ns, 0.6us or 2ms (a bare number is microseconds)"
+
+
+def parse_duration(text: object) -> float:
+    """Return seconds for ``600ns``, ``0.6us`` (or ``0.6\u00b5s``), ``2ms``, ``1s`` or a bare
+    number of microseconds; zero is allowed (a component that adds nothing).
+
+    Raises ``ValueError`` with the accepted forms for anything else.
+    """
+    if isinstance(text, bool):
+        raise ValueError(_DURATION_FORMS)
+    if isinstance(text, (int, float)):
+        if text < 0 or text != text:
+            raise ValueError("a duration >= 0")
+        return float(text) * 1e-6
+    if not isinstance(text, str):
+        raise ValueError(_DURATION_FORMS)
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(_DURATION_FORMS)
+    return float(match.group(1)) * _DURATION_UNIT[match.group(2) or "us"]
+
+
+def format_duration(seconds: float) -> str:
+    """``6e-07`` -> ``'0.6us'``; ``0.0167`` -> ``'16.7ms'``: microseconds below 1 ms, then
+    milliseconds, then seconds, with at most three decimals (parse_duration reads it back)."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f}".rstrip("0").rstrip(".") + unit
+    return f"{seconds / 1e-6:.3f}".rstrip("0").rstrip(".") + "us"

@@ -39,6 +39,7 @@ from orchestrator.results.store import (
     ResultsBundle,
     _write_json,
 )
+from topologies.latency import latency_title
 
 Group = tuple[str, str, str]  # (policy, collective, algorithm)
 
@@ -160,6 +161,8 @@ def format_group(
         group_title(group, results, bundle),
         TIME_DEFINITION,
     ]
+    latency = latency_title(bundle.fabric.get("latency"))
+    title += [latency] if latency else []
     return format_table([r.row for r in results], title=title, scale=bundle.scale)
 
 

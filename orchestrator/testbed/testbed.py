@@ -47,6 +47,7 @@ from controllers.policies import PolicyRegistry
 from controllers.policies import default_registry as policy_registry
 from orchestrator import REPO
 from orchestrator.collectives.ceilings import default_channels
+from orchestrator.collectives.latency import LatencyTable
 from orchestrator.emulation.network import Emulation, Log
 from orchestrator.results import PortCounter
 from orchestrator.testbed.pinning import PATHS_FILE, Pinning, source_ports
@@ -62,6 +63,7 @@ from orchestrator.worker.spec import (
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 from topologies.fabricspec import FabricSpec
+from topologies.latency import applied_latency
 
 WORKER_PORT = 47000  # every worker listens here, in its own namespace
 TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)
@@ -219,10 +221,22 @@ class Testbed:
         collectives: Sequence[tuple[str, str]] | None = None,
     ) -> LaunchOptions:
         """``options`` completed for this fabric: the default channels of ``collectives``
-        when no options are given, and the fixed listening port."""
+        when no options are given, the fabric's latencies unless the options carry their
+        own, and the fixed listening port."""
         if options is None:
             options = LaunchOptions(channels=self.default_channels(gpus, collectives))
+        if options.latency is None:
+            options = replace(options, latency=self.latency_table(gpus))
         return replace(options, worker_args=("--port", str(WORKER_PORT), *options.worker_args))
+
+    def latency_table(self, gpus: Sequence[str] | None = None) -> LatencyTable:
+        """The emulated per-step latencies of ranks on ``gpus`` (topologies/latency.py);
+        empty with ``latency: off``."""
+        names = [w.host for w in self.workers(gpus)]
+        applied = applied_latency(self.description.fabric, names)
+        return (
+            LatencyTable(applied.one_way, applied.operation) if applied.enabled else LatencyTable()
+        )
 
     def launch(
         self,

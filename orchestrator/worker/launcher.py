@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from orchestrator import REPO
+from orchestrator.collectives.latency import LatencyTable
 from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
     Layout,
@@ -271,6 +272,7 @@ class Launcher:
                 "sample_interval": o.sample_interval,
                 "connect_timeout": o.setup_timeout,
                 "source_ports": [[s, d, c, p] for (s, d, c), p in o.source_ports.items()],
+                "latency": (o.latency or LatencyTable()).to_message(),
             },
         )
         self._broadcast(setup)
