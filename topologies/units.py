@@ -8,6 +8,7 @@ Durations are seconds; a bare number is microseconds (the unit latencies are quo
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 #: TCP's payload share of a full Ethernet frame as a shaper counts it: a 1500-byte MTU less
 #: 20 bytes of IP and 20 of TCP header (no TCP options: the GPUs turn timestamps off) is
@@ -53,7 +54,8 @@ def format_rate(bps: float) -> str:
     return f"{bps:.0f}"
 
 
-_DURATION_UNIT = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0}
+# decimal exponents, so that "6.6us" is the float nearest 6.6e-06 (it reads back equal)
+_DURATION_EXPONENT = {"ns": -9, "us": -6, "\u00b5s": -6, "ms": -3, "s": 0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ns|us|\u00b5s|ms|s)?\s*$")
 _DURATION_FORMS = "a duration such as 600ns, 0.6us or 2ms (a bare number is microseconds)"
 
@@ -69,13 +71,17 @@ def parse_duration(text: object) -> float:
     if isinstance(text, (int, float)):
         if text < 0 or text != text:
             raise ValueError("a duration >= 0")
-        return float(text) * 1e-6
+        return _seconds(repr(float(text)), -6)
     if not isinstance(text, str):
         raise ValueError(_DURATION_FORMS)
     match = _DURATION.match(text)
     if not match:
         raise ValueError(_DURATION_FORMS)
-    return float(match.group(1)) * _DURATION_UNIT[match.group(2) or "us"]
+    return _seconds(match.group(1), _DURATION_EXPONENT[match.group(2) or "us"])
+
+
+def _seconds(number: str, exponent: int) -> float:
+    return float(Decimal(number).scaleb(exponent))
 
 
 def format_duration(seconds: float) -> str:
