@@ -48,6 +48,7 @@ from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_facto
 from orchestrator.collectives.plans import COLLECTIVES, Layout, element_count
 from orchestrator.collectives.plans import default_registry as algorithm_registry
 from orchestrator.collectives.sizes import parse_size
+from orchestrator.worker.spec import LaunchOptions
 from topologies.catalog import resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError
 from topologies.fabricspec import EmulationSpec, FabricSpec
@@ -371,6 +372,7 @@ def parse_experiment(
     load_limit = LoadLimit(force=read.boolean(raw_limit.get("force", False), "load_limit.force"))
 
     gpus = placement.select(fabric, seed)
+    _check_latency(read, fabric, gpus, "scale" if "scale" in doc else "latency")
     for collective in collectives:
         if buffer_bytes(collective.op, sizes.max, DTYPE, len(gpus)) == 0:
             unit = ELEMENT_SIZES[DTYPE] * len(gpus)
@@ -396,6 +398,24 @@ def parse_experiment(
         description=description,
         source=source,
     )
+
+
+def _check_latency(read: _ExperimentReader, fabric: Fabric, gpus: Sequence[str], key: str) -> None:
+    """A step's scaled latency must leave the workers' step deadline room: a rank waiting
+    longer than it would be taken for a hung one."""
+    applied = applied_latency(fabric, gpus)
+    worst = applied.operation + max((max(row) for row in applied.one_way), default=0.0)
+    limit = LaunchOptions().step_deadline / 3
+    if worst > limit:
+        scale = fabric.spec.emulation.scale
+        read.fail(
+            key,
+            f"a scale at which a step's latency stays under {limit:g} s (the workers' step "
+            f"deadline is {LaunchOptions().step_deadline:g} s)",
+            scale if key == "scale" else fabric.spec.latency.to_dict(),
+            detail=f"at scale {scale:g} the fabric's latencies make a step wait up to "
+            f"{worst:.1f} s; use a larger scale, smaller latencies or `latency: off`",
+        )
 
 
 def _fabric(read: _ExperimentReader, value: object, base_dir: Path) -> tuple[FabricSpec, str]:

@@ -272,7 +272,7 @@ class Launcher:
                 "sample_interval": o.sample_interval,
                 "connect_timeout": o.setup_timeout,
                 "source_ports": [[s, d, c, p] for (s, d, c), p in o.source_ports.items()],
-                "latency": (o.latency or LatencyTable()).to_message(),
+                "latency": (o.latency if o.latency is not None else LatencyTable()).to_message(),
             },
         )
         self._broadcast(setup)

@@ -321,3 +321,16 @@ def test_two_loopback_workers_take_at_least_the_configured_round_trip() -> None:
 
 def test_the_default_experiment_file_says_what_it_runs() -> None:
     assert load_experiment(REPO / "experiments" / "default.yaml").fabric.latency.enabled
+
+
+def test_a_scale_whose_latency_outlasts_the_step_deadline_is_refused(tmp_path: Path) -> None:
+    # at 1e-7 a cross-pod message would wait 51 s and an operation 66 s: the launcher
+    # would take the waiting ranks for hung ones
+    path = tmp_path / "exp.yaml"
+    path.write_text(EXPERIMENT.replace("scale: 1.0e-4", "scale: 1.0e-7"), encoding="utf-8")
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(path)
+    assert info.value.key == "scale"
+    assert "step deadline" in str(info.value) and "latency: off" in str(info.value)
+    path.write_text(EXPERIMENT.replace("scale: 1.0e-4", "scale: 1.0e-7\nlatency: off"))
+    assert load_experiment(path).fabric.emulation.scale == 1e-7  # without latency it may
