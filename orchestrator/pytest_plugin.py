@@ -179,6 +179,7 @@ class FabricHandle:
         from orchestrator.collectives.plans import COLLECTIVES
         from orchestrator.collectives.sizes import parse_size
         from orchestrator.worker.spec import CollectiveTest, LaunchOptions
+        from topologies.latency import latency_record, latency_title
 
         algorithm = algorithm or COLLECTIVES[collective][0]
         testbed = self.testbed
@@ -204,6 +205,8 @@ class FabricHandle:
             for row in result.rows()
         ]
         title = [f"{collective} ({algorithm}), policy {testbed.policy}", TIME_DEFINITION]
+        latency = latency_title(latency_record(testbed.description.fabric, gpus))
+        title += [latency] if latency else []
         text = format_table(result.rows(), title=title, scale=testbed.scale)
         if record:
             self._record(result, iterations, warmup, gpus)

@@ -13,6 +13,8 @@ and the workers read it instead of deriving anything themselves. Format (version
      "gpus": [{"name", "rank", "pod", "server", "local_rank"}, ...],
      "links": [{"a", "a_port", "b", "b_port", "kind", "capacity", "emulated"}, ...],
      "addresses": {"<gpu>": {...GpuAddresses...}, ...},
+     "latency": {...latency_record(fabric)...},   # the one-way latencies applied, per
+                               # kind of path, real and emulated (topologies/latency.py)
      "extra": {...}}           # free-form, for the orchestrator (controller port, policy)
 """
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from topologies.addressing import GATEWAY_IP, GATEWAY_MAC, GpuAddresses, PortAddress, address_plan
+from topologies.latency import latency_record
 from topologies.model import Fabric, Gpu, Link, LinkKind, Server, Switch, Tier
 from topologies.spec import parse_fabric_spec
 
@@ -63,6 +66,7 @@ class FabricDescription:
                 for link in fabric.links
             ],
             "addresses": {name: asdict(a) for name, a in self.addresses.items()},
+            "latency": latency_record(fabric),
             "extra": self.extra,
         }
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topologies.errors import FabricSpecError
-from topologies.units import format_rate
+from topologies.units import format_duration, format_rate
 
 # Real speeds of the paper's fabric: 200G ports everywhere, NVLink 4.0 at 900 GB/s
 # bidirectional = 3.6 Tbit/s one way.
@@ -59,6 +59,48 @@ class EmulationSpec:
         return real_bps * self.scale
 
 
+# Real-world latencies, seconds (docs/latency.md says where each figure comes from):
+#   switch_hop  one switch crossed (port to port), a 51.2T Tomahawk-5-class ASIC
+#   nic         one NIC crossed (half of a ConnectX-6 back-to-back one-way figure)
+#   library     the collective library's own cost per network message (NCCL's proxy and
+#               network plugin), set so that NIC + switch + NIC + library on a same-ToR path
+#               equals NCCL's per-step network latency for its ring (LL protocol)
+#   nvlink      one message between GPUs of one server (NCCL's per-step NVLink latency)
+#   operation   once per collective operation (NCCL's base latency of a ring)
+DEFAULT_LATENCY = {
+    "switch_hop": 0.6e-6,
+    "nic": 0.4e-6,
+    "library": 1.3e-6,
+    "nvlink": 0.6e-6,
+    "operation": 6.6e-6,
+}
+
+
+@dataclass(frozen=True)
+class LatencySpec:
+    """Real-world latencies the emulation adds, scaled by 1 / emulation scale (a real 1 us
+    is 16.7 ms at scale 0.6e-4), in the workers: each step of a collective waits the
+    one-way latency of its slowest peer before sending (docs/latency.md). ``enabled``
+    False (``latency: off``) adds none, as before latencies were modelled."""
+
+    enabled: bool = True
+    switch_hop: float = DEFAULT_LATENCY["switch_hop"]
+    nic: float = DEFAULT_LATENCY["nic"]
+    library: float = DEFAULT_LATENCY["library"]
+    nvlink: float = DEFAULT_LATENCY["nvlink"]
+    operation: float = DEFAULT_LATENCY["operation"]
+
+    def components(self) -> dict[str, float]:
+        """Component name -> real seconds, in DEFAULT_LATENCY's order."""
+        return {name: float(getattr(self, name)) for name in DEFAULT_LATENCY}
+
+    def to_dict(self) -> dict[str, Any] | str:
+        """``"off"`` or the components spelled like ``0.6us`` (the spec file's form)."""
+        if not self.enabled:
+            return "off"
+        return {name: format_duration(value) for name, value in self.components().items()}
+
+
 @dataclass(frozen=True)
 class FabricSpec:
     """A validated fabric description. ``source`` is the file it came from, for messages."""
@@ -73,6 +115,7 @@ class FabricSpec:
     speeds: Speeds = field(default_factory=Speeds)
     oversubscription: Oversubscription = field(default_factory=Oversubscription)
     emulation: EmulationSpec = field(default_factory=EmulationSpec)
+    latency: LatencySpec = field(default_factory=LatencySpec)
     source: str = "<inline>"
 
     @property
@@ -106,4 +149,5 @@ class FabricSpec:
                 "agg": self.oversubscription.agg,
             },
             "emulation": {"scale": self.emulation.scale},
+            "latency": self.latency.to_dict(),
         }

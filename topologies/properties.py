@@ -381,6 +381,42 @@ class _PathGraph:
         return best, paths, example
 
 
+@dataclass(frozen=True)
+class Route:
+    """What a shortest network path between two GPUs crosses (see the module docstring)."""
+
+    switches: int  # network switches: ToR, aggregation, core
+    nvlink_hops: int = 0  # NVLink switches on it (cross-rail forwarding, rail-only)
+    gpu_transits: int = 0  # GPUs forwarding on it
+
+
+def routes_from(fabric: Fabric, src: str, graph: _PathGraph | None = None) -> dict[str, Route]:
+    """The shortest network path from GPU ``src`` to every GPU it reaches, by what it crosses.
+
+    Every policy routes on shortest paths (controllers/routing.py), and all of one pair's
+    shortest paths cross the same number of switches, so one example path tells.
+    """
+    graph = graph if graph is not None else _PathGraph(fabric)
+    _, _, example = graph.search(src)
+    routes = {}
+    for dst, walk in example.items():
+        inner = walk[1:-1]
+        nvlink = sum(1 for n in inner if n in fabric.switches and _is_nvlink(fabric, n))
+        transits = sum(1 for n in inner if n in fabric.gpus)
+        routes[dst] = Route(len(inner) - transits - nvlink, nvlink, transits)
+    return routes
+
+
+def all_routes(fabric: Fabric) -> dict[tuple[str, str], Route]:
+    """:func:`routes_from` every GPU: (src, dst) -> Route, one search per GPU."""
+    graph = _PathGraph(fabric)
+    return {
+        (src, dst): route
+        for src in fabric.gpus
+        for dst, route in routes_from(fabric, src, graph).items()
+    }
+
+
 def _any_kind(kind: LinkKind) -> bool:
     return True
 

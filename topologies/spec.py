@@ -21,27 +21,33 @@ Example (``topologies/presets/astral-small.yaml``)::
     speeds: {nic: 200G, tor_agg: 200G, agg_core: 200G, nvlink: 3.6T}
     oversubscription: {tor: 1, agg: 1}
     emulation: {scale: 1.0e-4}   # 200G real -> 20M emulated
+    latency: {switch_hop: 0.6us, nic: 0.4us, library: 1.3us, nvlink: 0.6us, operation: 6.6us}
+                                 # real-world figures, applied / scale; `latency: off` adds
+                                 # none; a key left out keeps its default (docs/latency.md)
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from topologies.errors import FabricSpecError
 from topologies.fabricspec import (
+    DEFAULT_LATENCY,
     DEFAULT_SCALE,
     DEFAULT_SPEEDS,
     EmulationSpec,
     FabricSpec,
+    LatencySpec,
     Oversubscription,
     Speeds,
     SwitchSpec,
 )
 from topologies.generators import GeneratorRegistry, default_registry
-from topologies.units import parse_rate
+from topologies.units import parse_duration, parse_rate
 from topologies.yamlfile import read_yaml
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -57,7 +63,11 @@ _TOP_KEYS = {
     "speeds",
     "oversubscription",
     "emulation",
+    "latency",
 }
+
+# Above this a "real-world latency" is a unit mistake (they are micro-, not milliseconds).
+MAX_LATENCY = 1e-3
 
 
 class _Reader:
@@ -102,6 +112,37 @@ class _Reader:
             rng = f">= {low:g}" if high is None else f"between {low:g} and {high:g}"
             self.fail(key, f"a number {rng}", value)
         return float(value)
+
+    def duration(self, value: object, key: str) -> float:
+        try:
+            seconds = parse_duration(value)
+        except ValueError as err:
+            self.fail(key, str(err), value)
+        if seconds > MAX_LATENCY:
+            self.fail(
+                key,
+                "a real-world latency of at most 1ms (they are microseconds; a bare number"
+                " is microseconds)",
+                value,
+            )
+        return seconds
+
+    def latency(self, value: object, key: str, base: LatencySpec) -> LatencySpec:
+        """``off``/``false``, ``on``/``true``, or a mapping of components over ``base``'s
+        figures (a key left out keeps its value); a mapping or ``on`` turns latency on."""
+        if value is False or value == "off":
+            return replace(base, enabled=False)
+        if value is True or value == "on":
+            return replace(base, enabled=True)
+        if not isinstance(value, Mapping):
+            self.fail(
+                key,
+                "off, on, or a mapping of " + ", ".join(DEFAULT_LATENCY) + " to durations",
+                _describe(value),
+            )
+        raw = self.mapping(value, key, set(DEFAULT_LATENCY))
+        figures = {name: self.duration(v, f"{key}.{name}") for name, v in raw.items()}
+        return replace(base, enabled=True, **figures)
 
     def rate(self, value: object, key: str) -> float:
         try:
@@ -178,6 +219,8 @@ def parse_fabric_spec(
     if emulation.scale <= 0:
         read.fail("emulation.scale", "a number above 0", emulation.scale)
 
+    latency = read.latency(doc.get("latency", True), "latency", LatencySpec())
+
     return FabricSpec(
         name=name,
         kind=kind,
@@ -189,6 +232,7 @@ def parse_fabric_spec(
         speeds=speeds,
         oversubscription=over,
         emulation=emulation,
+        latency=latency,
         source=source,
     )
 

@@ -1,11 +1,14 @@
-"""Link rates written the way network people write them: ``200G``, ``25M``, ``3.6T``.
+"""Link rates and latencies written the way network people write them: ``200G``, ``25M``,
+``3.6T``; ``600ns``, ``0.6us``, ``2ms``.
 
 Rates are bits per second, decimal prefixes (``1G`` = 10**9 bit/s), as on switch data sheets.
+Durations are seconds; a bare number is microseconds (the unit latencies are quoted in).
 """
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 #: TCP's payload share of a full Ethernet frame as a shaper counts it: a 1500-byte MTU less
 #: 20 bytes of IP and 20 of TCP header (no TCP options: the GPUs turn timestamps off) is
@@ -49,3 +52,42 @@ def format_rate(bps: float) -> str:
             text = f"{value:.3f}".rstrip("0").rstrip(".")
             return f"{text}{prefix}"
     return f"{bps:.0f}"
+
+
+# decimal exponents, so that "6.6us" is the float nearest 6.6e-06 (it reads back equal)
+_DURATION_EXPONENT = {"ns": -9, "us": -6, "\u00b5s": -6, "ms": -3, "s": 0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ns|us|\u00b5s|ms|s)?\s*$")
+_DURATION_FORMS = "a duration such as 600ns, 0.6us or 2ms (a bare number is microseconds)"
+
+
+def parse_duration(text: object) -> float:
+    """Return seconds for ``600ns``, ``0.6us`` (or ``0.6\u00b5s``), ``2ms``, ``1s`` or a bare
+    number of microseconds; zero is allowed (a component that adds nothing).
+
+    Raises ``ValueError`` with the accepted forms for anything else.
+    """
+    if isinstance(text, bool):
+        raise ValueError(_DURATION_FORMS)
+    if isinstance(text, (int, float)):
+        if text < 0 or text != text:
+            raise ValueError("a duration >= 0")
+        return _seconds(repr(float(text)), -6)
+    if not isinstance(text, str):
+        raise ValueError(_DURATION_FORMS)
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(_DURATION_FORMS)
+    return _seconds(match.group(1), _DURATION_EXPONENT[match.group(2) or "us"])
+
+
+def _seconds(number: str, exponent: int) -> float:
+    return float(Decimal(number).scaleb(exponent))
+
+
+def format_duration(seconds: float) -> str:
+    """``6e-07`` -> ``'0.6us'``; ``0.0167`` -> ``'16.7ms'``: microseconds below 1 ms, then
+    milliseconds, then seconds, with at most three decimals (parse_duration reads it back)."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f}".rstrip("0").rstrip(".") + unit
+    return f"{seconds / 1e-6:.3f}".rstrip("0").rstrip(".") + "us"

@@ -149,6 +149,7 @@ def _ratio(value: float | None) -> str:
 def run_show(args: argparse.Namespace) -> int:
     from topologies.drawing import draw_fabric, drawable
     from topologies.generators import build_fabric
+    from topologies.latency import latency_record, latency_title
     from topologies.properties import fabric_properties
     from topologies.spec import load_fabric_spec
 
@@ -178,6 +179,7 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"astral: drawing {png_note}", file=sys.stderr)
         return 0
     print("\n".join(show_report(props, fabric.spec.emulation.scale)))
+    print(f"  {latency_title(latency_record(fabric))}")  # docs/latency.md
     print(f"\nDrawing: {png_note}")
     return 0
 

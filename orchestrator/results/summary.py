@@ -44,6 +44,7 @@ from orchestrator.results.store import (
     ResultsBundle,
     _write_json,
 )
+from topologies.latency import latency_title
 
 Group = tuple[str, str, str]  # (policy, collective, algorithm)
 
@@ -204,6 +205,8 @@ def format_group(
         TIME_DEFINITION,
         *ceiling_lines(results, bundle.scale),
     ]
+    latency = latency_title(bundle.fabric.get("latency"))
+    title += [latency] if latency else []
     return format_table(
         [r.row for r in results],
         title=title,

@@ -25,6 +25,9 @@ Example (``experiments/default.yaml`` is the annotated one)::
     load_limit: {force: false}    # true: run even above the emulator's measured capacity
     scale: 0.6e-4                 # optional: the fabric's emulation scale for this run
                                   # (emulated = real x scale), e.g. to fit a machine
+    latency: off                  # optional: the fabric's real-world latencies for this
+                                  # run: off, on, or {nic: 1us, ...} over the fabric's
+                                  # figures (topologies/spec.py, docs/latency.md)
 
 :meth:`ExperimentSpec.steps` expands it into the concrete runs, policy x collective x size,
 in the order a runner should execute them (a policy change reprograms the fabric, so
@@ -40,13 +43,17 @@ from pathlib import Path
 from typing import Any
 
 from controllers.policies import default_registry as policy_registry
+from orchestrator.collectives.latency import LatencyTable, operation_latency
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
-from orchestrator.collectives.plans import COLLECTIVES
+from orchestrator.collectives.plans import COLLECTIVES, Layout, element_count
+from orchestrator.collectives.plans import default_registry as algorithm_registry
 from orchestrator.collectives.sizes import parse_size
+from orchestrator.worker.spec import LaunchOptions
 from topologies.catalog import resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError
 from topologies.fabricspec import EmulationSpec, FabricSpec
 from topologies.generators import build_fabric
+from topologies.latency import applied_latency
 from topologies.model import Fabric, Gpu
 from topologies.spec import (
     NAME_PATTERN,
@@ -81,6 +88,7 @@ _TOP_KEYS = {
     "seed",
     "load_limit",
     "scale",
+    "latency",
 }
 
 
@@ -248,6 +256,40 @@ class ExperimentSpec:
             for step in self.steps()
         )
 
+    def fabric_model(self) -> Fabric:
+        """The experiment's fabric, generated (pure; cheap for the shipped fabrics)."""
+        return build_fabric(self.fabric)
+
+    def step_latencies(self) -> dict[int, float]:
+        """Step index -> emulated seconds of latency one operation of it adds (the fabric's
+        latencies on this placement, :func:`~orchestrator.collectives.latency.operation_latency`);
+        all zero with ``latency: off``."""
+        fabric = self.fabric_model()
+        applied = applied_latency(fabric, self.gpus)
+        table = LatencyTable(applied.one_way, applied.operation)
+        layout = Layout(
+            tuple(fabric.gpus[g].server for g in self.gpus),
+            tuple(fabric.gpus[g].local_rank for g in self.gpus),
+        )
+        registry = algorithm_registry()
+        per_test: dict[tuple[str, str, int], float] = {}
+        latencies = {}
+        for step in self.steps():
+            key = (step.collective.op, step.collective.algorithm, step.size)
+            if key not in per_test:
+                algorithm = registry.get(key[0], key[1])
+                count = element_count(key[0], step.size, self.ranks)
+                plans = [algorithm.plan(layout, rank, count) for rank in range(self.ranks)]
+                per_test[key] = operation_latency(plans, table)
+            latencies[step.index] = per_test[key]
+        return latencies
+
+    def latency_seconds(self) -> float:
+        """Seconds the fabric's latencies add to the whole experiment (warm-up included),
+        :meth:`step_latencies` times the operations of each step."""
+        runs = self.iterations + self.warmup
+        return sum(runs * seconds for seconds in self.step_latencies().values())
+
 
 class _ExperimentReader(_Reader):
     """The fabric spec's document walker, raising ExperimentError instead."""
@@ -313,6 +355,10 @@ def parse_experiment(
         # nccl-tests tables' real-speed columns follow the spec's scale)
         scale = read.number(doc["scale"], "scale", 1e-9, 1.0)
         fabric_spec = replace(fabric_spec, emulation=EmulationSpec(scale=scale))
+    if "latency" in doc:
+        # the same fabric with other real-world latencies, or none (`latency: off`)
+        latency = read.latency(doc["latency"], "latency", fabric_spec.latency)
+        fabric_spec = replace(fabric_spec, latency=latency)
     fabric = _build(read, fabric_spec, fabric_source)
 
     chosen_policies = _policies(read, doc, policies)
@@ -326,6 +372,7 @@ def parse_experiment(
     load_limit = LoadLimit(force=read.boolean(raw_limit.get("force", False), "load_limit.force"))
 
     gpus = placement.select(fabric, seed)
+    _check_latency(read, fabric, gpus, "scale" if "scale" in doc else "latency")
     for collective in collectives:
         if buffer_bytes(collective.op, sizes.max, DTYPE, len(gpus)) == 0:
             unit = ELEMENT_SIZES[DTYPE] * len(gpus)
@@ -351,6 +398,24 @@ def parse_experiment(
         description=description,
         source=source,
     )
+
+
+def _check_latency(read: _ExperimentReader, fabric: Fabric, gpus: Sequence[str], key: str) -> None:
+    """A step's scaled latency must leave the workers' step deadline room: a rank waiting
+    longer than it would be taken for a hung one."""
+    applied = applied_latency(fabric, gpus)
+    worst = applied.operation + max((max(row) for row in applied.one_way), default=0.0)
+    limit = LaunchOptions().step_deadline / 3
+    if worst > limit:
+        scale = fabric.spec.emulation.scale
+        read.fail(
+            key,
+            f"a scale at which a step's latency stays under {limit:g} s (the workers' step "
+            f"deadline is {LaunchOptions().step_deadline:g} s)",
+            scale if key == "scale" else fabric.spec.latency.to_dict(),
+            detail=f"at scale {scale:g} the fabric's latencies make a step wait up to "
+            f"{worst:.1f} s; use a larger scale, smaller latencies or `latency: off`",
+        )
 
 
 def _fabric(read: _ExperimentReader, value: object, base_dir: Path) -> tuple[FabricSpec, str]:

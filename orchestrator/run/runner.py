@@ -55,7 +55,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -86,6 +86,7 @@ from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import AstralError, EmulationError, WrongResultsError
+from topologies.latency import latency_record, latency_title
 from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
@@ -315,8 +316,15 @@ class Progress:
     """A tqdm bar over the experiment's steps, weighted by their expected seconds (so the
     ETA is meaningful when sizes grow by 4x a step); silent when disabled."""
 
-    def __init__(self, steps: Sequence[ConfigurationStep], rate: float, enabled: bool) -> None:
-        self.weights = {s.index: step_seconds(s, rate) for s in steps}
+    def __init__(
+        self,
+        steps: Sequence[ConfigurationStep],
+        rate: float,
+        enabled: bool,
+        latencies: Mapping[int, float] | None = None,
+    ) -> None:
+        latencies = latencies or {}
+        self.weights = {s.index: step_seconds(s, rate) + latencies.get(s.index, 0.0) for s in steps}
         self.bar: Any = None
         if enabled:
             from tqdm import tqdm
@@ -477,6 +485,10 @@ class Runner:
         self.run_file["conditions"]["userspace_tso"] = datapath.tso if datapath else None
         self.run_file["conditions"]["emulation_scale"] = testbed.scale
         self.run_file["conditions"]["rail_bandwidth_Bps"] = testbed.rail_bandwidth()
+        # the latencies among the experiment's GPUs (fabric.json has the whole fabric's)
+        self.run_file["conditions"]["latency"] = latency_record(
+            testbed.description.fabric, spec.gpus
+        )
         launch = LaunchOptions(
             warmup=spec.warmup,
             iterations=spec.iterations,
@@ -498,7 +510,9 @@ class Runner:
             seed=spec.seed,
         )
         self.say(f"results bundle: {writer.path}")
-        self.progress = Progress(steps, testbed.rail_bandwidth(), options.progress)
+        self.progress = Progress(
+            steps, testbed.rail_bandwidth(), options.progress, spec.step_latencies()
+        )
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -666,6 +680,8 @@ class Runner:
             TIME_DEFINITION,
             *ceiling_lines(results, testbed.scale),
         ]
+        latency = latency_title(latency_record(testbed.description.fabric))
+        title += [latency] if latency else []
         return format_table(
             [r.row for r in results],
             title=title,

@@ -52,6 +52,7 @@ from orchestrator.collectives.ceilings import (
     default_channels,
     min_batch_seconds,
 )
+from orchestrator.collectives.latency import LatencyTable
 from orchestrator.emulation.network import Emulation, Log
 from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.results import PortCounter
@@ -68,6 +69,7 @@ from orchestrator.worker.spec import (
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 from topologies.fabricspec import FabricSpec
+from topologies.latency import applied_latency
 
 WORKER_PORT = 47000  # every worker listens here, in its own namespace
 TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)
@@ -237,12 +239,24 @@ class Testbed:
     ) -> LaunchOptions:
         """``options`` completed for this fabric: the default channels of ``collectives``
         when no options are given, the timed batches' minimum length for this fabric's
-        shapers (unless set), and the fixed listening port."""
+        shapers (unless set), the fabric's latencies unless the options carry their own,
+        and the fixed listening port."""
         if options is None:
             options = LaunchOptions(channels=self.default_channels(gpus, collectives))
         if not options.min_batch_seconds:
             options = replace(options, min_batch_seconds=min_batch_seconds(DEFAULT_RECIPE.burst_s))
+        if options.latency is None:
+            options = replace(options, latency=self.latency_table(gpus))
         return replace(options, worker_args=("--port", str(WORKER_PORT), *options.worker_args))
+
+    def latency_table(self, gpus: Sequence[str] | None = None) -> LatencyTable:
+        """The emulated per-step latencies of ranks on ``gpus`` (topologies/latency.py);
+        empty with ``latency: off``."""
+        names = [w.host for w in self.workers(gpus)]
+        applied = applied_latency(self.description.fabric, names)
+        return (
+            LatencyTable(applied.one_way, applied.operation) if applied.enabled else LatencyTable()
+        )
 
     def launch(
         self,

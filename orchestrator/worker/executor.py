@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.collectives.latency import NO_LATENCY, StepLatency
 from orchestrator.collectives.plans import ELEMENT_BYTES, Plan, Region, Transfer, split
 from orchestrator.worker.buffers import DTYPE, Array, Buffers, byte_view, corrupted, reduce_into
 from orchestrator.worker.transport import Completion, Connection, ConnectionPool, RecvTarget
@@ -99,9 +100,12 @@ def _cut(transfers: Sequence[Transfer], start: int, count: int) -> list[Transfer
 
 
 class Executor:
-    def __init__(self, pool: ConnectionPool, channels: int = 1) -> None:
+    def __init__(
+        self, pool: ConnectionPool, channels: int = 1, latency: StepLatency = NO_LATENCY
+    ) -> None:
         self.pool = pool
         self.channels = channels
+        self.latency = latency  # what each step waits before its sends (docs/latency.md)
         self._scratch: dict[int, Array] = {}  # connection index -> reduction slice
 
     def _scratch_of(self, conn: Connection) -> Array:
@@ -138,6 +142,7 @@ class Executor:
             done = Completion()
             progress.enter(k, step.phase, done)
             s0 = time.perf_counter()
+            self.latency.wait(k, step)
             for peer, transfers in _group(step.sends).items():
                 for channel, piece in self._per_channel(transfers):
                     conn = self.pool.outgoing(peer, channel)

@@ -52,6 +52,7 @@ from statistics import fmean
 from typing import IO, Protocol
 
 from orchestrator import REPO
+from orchestrator.collectives.latency import LatencyTable
 from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
     Layout,
@@ -280,6 +281,7 @@ class Launcher:
                 "sample_interval": o.sample_interval,
                 "connect_timeout": o.setup_timeout,
                 "source_ports": [[s, d, c, p] for (s, d, c), p in o.source_ports.items()],
+                "latency": (o.latency if o.latency is not None else LatencyTable()).to_message(),
             },
         )
         self._broadcast(setup)

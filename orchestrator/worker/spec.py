@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from orchestrator.collectives.latency import LatencyTable
+
 if TYPE_CHECKING:
     from topologies.description import FabricDescription
 
@@ -43,8 +45,8 @@ class CollectiveTest:
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """How the ranks run: iterations, connections, socket buffers, pinned source ports,
-    and the timings of the launcher's failure detection."""
+    """How the ranks run: iterations, connections, socket buffers, pinned source ports, the
+    latencies each step waits, and the timings of the launcher's failure detection."""
 
     warmup: int = 1
     iterations: int = 5
@@ -60,6 +62,9 @@ class LaunchOptions:
     socket_buffer: int = 0  # SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
     # (src rank, dst rank, channel) -> source port of that connection (path pinning)
     source_ports: Mapping[tuple[int, int, int], int] = field(default_factory=dict)
+    # emulated per-step latencies (orchestrator.collectives.latency); None: the testbed
+    # fills in its fabric's, and a launch without a fabric (loopback) adds none
+    latency: LatencyTable | None = None
     heartbeat_interval: float = 0.2
     heartbeat_timeout: float = 3.0
     step_deadline: float = 30.0

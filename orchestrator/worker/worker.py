@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.collectives.latency import LatencyTable
 from orchestrator.collectives.plans import AlgorithmRegistry, Layout, Plan, default_registry
 from orchestrator.worker import protocol, rto
 from orchestrator.worker.buffers import Buffers, Pattern, salt
@@ -210,7 +211,8 @@ class Worker:
         if not 0 <= self.rank < self.peers.layout.size:
             raise ProtocolError(f"rank {self.rank} is not in the peer table")
         self.pool = ConnectionPool(self.rank, int(self.options.get("socket_buffer", 0)))
-        self.executor = Executor(self.pool, int(self.options.get("channels", 1)))
+        latency = LatencyTable.from_message(self.options.get("latency")).row(self.rank)
+        self.executor = Executor(self.pool, int(self.options.get("channels", 1)), latency)
         self.sampler = Sampler(self.pool, float(self.options.get("sample_interval", 0.01)))
         self.sampler.start()
         interval = float(self.options.get("heartbeat_interval", 0.2))

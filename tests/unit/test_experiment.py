@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from controllers.policies import default_registry as policy_registry
+from orchestrator.collectives.nccl import bus_factor
 from orchestrator.collectives.plans import COLLECTIVES
 from orchestrator.collectives.sizes import format_size, parse_size
 from orchestrator.run.experiment import (
@@ -385,6 +386,22 @@ def test_default_experiment_is_valid_and_fits_the_time_budget() -> None:
     busbw = 2 * 12e6 * 1460 / 1514 / 8
     assert spec.ideal_seconds(busbw) == pytest.approx(50.6, abs=0.1)
     assert spec.ideal_seconds(busbw) / 2 * (1 / 0.5 + 1 / 0.9) + len(spec.steps()) + 40 < 180
+    # The fabric's latencies (docs/latency.md) add 1.3 s to every ring all-reduce (14 steps
+    # x 85 ms + 110 ms at 0.6e-4) and 0.2 s to every direct all-to-all: 60 s if they added
+    # up. They overlap the bytes instead (a send completes once TCP has it, so a step's
+    # wait runs while the previous step's bytes are still on the wire; measured: 64K and
+    # 1M ring all-reduces both about 1.35 s), so an operation takes about the larger of
+    # the two, which still fits.
+    assert spec.latency_seconds() == pytest.approx(59.8, abs=0.1)
+    latency = spec.step_latencies()
+    efficiency = {"ecmp": 0.5, "path-pinned": 0.9}
+    runs = spec.iterations + spec.warmup
+    seconds = sum(
+        runs * max(latency[s.index], s.size * bus_factor(s.collective.op, s.ranks) / busbw
+                   / efficiency[s.policy])
+        for s in spec.steps()
+    )  # fmt: skip
+    assert seconds + len(spec.steps()) + 40 < 180
 
 
 # --- placement ---------------------------------------------------------------------------------

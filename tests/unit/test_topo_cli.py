@@ -47,6 +47,7 @@ def test_show_default(cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "p0s0g0 -> p0s1g0",
         "absent",
         "maximum hops between any two GPUs: 5",
+        "latency one way, real -> emulated (/ scale): NVLink 0.6us -> 6ms, 1 switch 2.7us -> 27ms",
         "Drawing: not written",
     ):
         assert text in out, text
