@@ -8,7 +8,10 @@ How a configuration's numbers are computed (nccl-tests' rules, ``orchestrator.co
   iteration's time averaged over ranks), a spread the plots draw as a band;
 - #wrong: the sum over all iterations and ranks, warm-up included (corruption is wrong
   whenever it happens);
-- real-speed figures: emulated / the fabric's emulation scale.
+- real-speed figures: emulated / the fabric's emulation scale;
+- the emulator's load: whether it was saturated while the configuration was measured, as
+  the run judged it (orchestrator.results.emulator), in summary.json and in the header of
+  every table that has such a configuration.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from orchestrator.collectives.nccl import (
     csv_record,
     format_table,
 )
+from orchestrator.results.emulator import EmulatorLoad, saturation_lines
 from orchestrator.results.store import (
     SCHEMA_VERSION,
     SUMMARY,
@@ -159,8 +163,17 @@ def format_group(
         f"astral run {bundle.run.experiment!r} ({bundle.run.status}), {bundle.run.started}",
         group_title(group, results, bundle),
         TIME_DEFINITION,
+        *saturation_lines(emulator_loads(results, bundle)),
     ]
     return format_table([r.row for r in results], title=title, scale=bundle.scale)
+
+
+def emulator_loads(
+    results: Sequence[ConfigurationResult], bundle: ResultsBundle
+) -> list[tuple[int, EmulatorLoad | None]]:
+    """(size, the emulator's load while it was measured) per result, in order."""
+    loads = bundle.emulator_loads()
+    return [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
 
 
 def _number(value: float) -> float | None:
@@ -173,6 +186,7 @@ def summary_document(
     """The JSON summary: the run, the fabric's figures, each configuration, group averages."""
     run = bundle.run
     spec = bundle.fabric["spec"]
+    loads = bundle.emulator_loads()
     configurations = []
     for result in results:
         c, row = result.configuration, result.row
@@ -195,6 +209,8 @@ def summary_document(
                 "busbw_min_GBps": _number(result.busbw_min),
                 "busbw_max_GBps": _number(result.busbw_max),
                 "wrong": row.wrong,
+                "emulator_saturated": loads[c.id].saturated if c.id in loads else None,
+                "emulator_load": loads[c.id].to_dict() if c.id in loads else None,
                 "real": {
                     "algbw_GBps": _number(result.algbw_real),
                     "busbw_GBps": _number(result.busbw_real),
@@ -241,6 +257,10 @@ def summary_document(
         },
         "configurations": configurations,
         "averages": averages,
+        "emulator": {
+            "sampled": len(loads),
+            "saturated_configurations": sorted(i for i, load in loads.items() if load.saturated),
+        },
     }
 
 

@@ -40,6 +40,11 @@ class LoadVerdict:
         return self.assessment.offered.gpu_bps
 
     @property
+    def offered_hop_bps(self) -> float:
+        """The same in the calibration's unit (x mean switch hops)."""
+        return self.assessment.offered.hop_bps
+
+    @property
     def calibrated(self) -> bool:
         return self.assessment.calibration is not None
 

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator import REPO
+from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor, format_table
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
@@ -68,6 +69,7 @@ from orchestrator.results import (
     ResultsWriter,
     Versions,
 )
+from orchestrator.results.emulator import EmulatorLoad, saturation_lines
 from orchestrator.results.store import Configuration
 from orchestrator.results.summary import ConfigurationResult, result_of
 from orchestrator.run.experiment import (
@@ -76,6 +78,7 @@ from orchestrator.run.experiment import (
     ExperimentSpec,
 )
 from orchestrator.run.loadguard import LoadVerdict, load_guard
+from orchestrator.testbed.cpuload import CpuSampler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
@@ -120,6 +123,7 @@ class RunOutcome:
     results: list[ConfigurationResult] = field(default_factory=list)
     verdict: LoadVerdict | None = None
     timings: dict[str, Any] = field(default_factory=dict)
+    emulator: dict[int, EmulatorLoad] = field(default_factory=dict)  # config id -> verdict
 
     def averages(self) -> dict[tuple[str, str, str], float]:
         """(policy, collective, algorithm) -> average busbw, GB/s emulated."""
@@ -437,6 +441,9 @@ class Runner:
         )
         self.say(f"results bundle: {writer.path}")
         self.progress = Progress(steps, testbed.rail_bandwidth(), options.progress)
+        offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0
+        self.run_file["emulator_saturation"] = DEFAULT_THRESHOLDS.to_dict()
+        sampler = CpuSampler().start()  # the CPU while configurations run (calibration.saturation)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -458,8 +465,9 @@ class Runner:
                             began = time.monotonic()
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
                             result = launcher.run([test])
+                            sampler.sample()  # one right after: every window is spanned
                             for done in result.tests:
-                                _, configuration, records = record_test(
+                                config_id, configuration, records = record_test(
                                     writer,
                                     policy,
                                     done,
@@ -468,6 +476,10 @@ class Runner:
                                     warmup=launch.warmup,
                                     dtype=spec.dtype,
                                 )
+                                load = judge_test(done, sampler.snapshot(), offered)
+                                if load is not None:
+                                    writer.add_emulator_load(config_id, load)
+                                    outcome.emulator[config_id] = load
                                 if done.timed() and result.failure is None:
                                     results.append(result_of(configuration, records, testbed.scale))
                             step_times.append(
@@ -484,7 +496,9 @@ class Runner:
                                 raise _WorkersFailed(result.failure)
                             self.progress.done(step)
                     outcome.results += results
-                    self.emit(self._table(testbed, policy, collective.label, results))
+                    self.emit(
+                        self._table(testbed, policy, collective.label, results, outcome.emulator)
+                    )
             outcome.status = "ok"
         except _WorkersFailed as failed:
             outcome.status = "failed"
@@ -500,6 +514,7 @@ class Runner:
             writer.finish(status="interrupted")
             raise
         finally:
+            sampler.stop()
             if self.progress is not None:
                 self.progress.close()
         self._record_telemetry(writer, testbed)
@@ -541,13 +556,21 @@ class Runner:
             self.say(f"cannot read the controller's telemetry: {error}")
 
     def _table(
-        self, testbed: Testbed, policy: str, label: str, results: list[ConfigurationResult]
+        self,
+        testbed: Testbed,
+        policy: str,
+        label: str,
+        results: list[ConfigurationResult],
+        loads: dict[int, EmulatorLoad],
     ) -> str:
         spec = self.spec
         title = [
             f"{label}, policy {policy}, {spec.ranks} ranks, {spec.iterations} iterations "
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
+            *saturation_lines(
+                [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
+            ),
         ]
         return format_table([r.row for r in results], title=title, scale=testbed.scale)
 
@@ -606,6 +629,7 @@ class Runner:
         )
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]
+        lines.append(f"# {emulator_line(outcome.emulator)}")
         if outcome.failure is not None:
             lines.append(f"# FAILED: {outcome.failure}")
         elif outcome.error:
@@ -626,6 +650,22 @@ class Runner:
         if outcome.bundle is not None:
             lines.append(f"# bundle {outcome.bundle} (summary.json, tables/, plots/, run.json)")
         return lines
+
+
+def emulator_line(loads: dict[int, EmulatorLoad]) -> str:
+    """The run's summary of the live saturation flags (calibration.saturation)."""
+    if not loads:
+        return "emulator load: no configuration was sampled"
+    flagged = sum(1 for load in loads.values() if load.saturated)
+    if not flagged:
+        return (
+            f"emulator load: not saturated in any of the {len(loads)} configurations "
+            "(CPU sampled over each measured window)"
+        )
+    return (
+        f"emulator load: SATURATED in {flagged} of {len(loads)} configurations (marked in "
+        "their tables): those cells measured the emulator, not the fabric"
+    )
 
 
 class _WorkersFailed(Exception):
