@@ -10,6 +10,8 @@ What :meth:`Runner.run` does, in order:
 
 1. load guard (:func:`load_guard`): the experiment's offered load against the emulator's
    measured capacity (``astral calibrate``), refusing above the safe share unless forced;
+   with ``RunOptions.calibrate`` (``astral run``'s default) and no calibration on the
+   machine, the quick calibration runs first, once, and is stored (``ensure_calibration``);
 2. brings the fabric up once (:class:`~orchestrator.testbed.testbed.Testbed`: Mininet, controller,
    readiness; it takes the run lock) under the first policy;
 3. per policy (policies vary slowest, :meth:`ExperimentSpec.steps`): reprograms the fabric
@@ -19,7 +21,10 @@ What :meth:`Runner.run` does, in order:
    orchestrator.collectives.ceilings.default_channels;
    source ports pinned to disjoint paths under ``path-pinned``), runs ``warmup +
    iterations`` operations per size, records them and prints the nccl-tests table
-   (real-speed columns included);
+   (real-speed columns included); meanwhile a thread samples the CPU (idle share,
+   ovs-vswitchd's and the softirq threads'), and each configuration is judged on its
+   measured window: was the emulator saturated (orchestrator.calibration.saturation)? The
+   verdict goes into the bundle and the header of the configuration's table;
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions.
 
@@ -58,6 +63,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator import REPO
+from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor, format_table
 from orchestrator.collectives.sizes import format_size
@@ -77,7 +83,7 @@ from orchestrator.run.experiment import (
     ConfigurationStep,
     ExperimentSpec,
 )
-from orchestrator.run.loadguard import LoadVerdict, load_guard
+from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
 from orchestrator.testbed.cpuload import CpuSampler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
@@ -100,6 +106,9 @@ class RunOptions:
     out: Path | None = None  # the bundle directory; default results/<timestamp>-<name>
     results_root: Path = Path("results")
     force: bool = False  # run even above the emulator's safe load (= load_limit.force)
+    # without a calibration file, run the quick calibration first and store it (astral run
+    # does; the library's callers, the pytest plugin and the tests never measure unasked)
+    calibrate: bool = False
     progress: bool = False  # a tqdm bar on stderr
     plots: bool = True
     ready_timeout: float = 60.0
@@ -361,7 +370,11 @@ class Runner:
         spec = self.spec
         outcome = RunOutcome(spec)
         began = time.monotonic()
-        verdict = load_guard(spec, force=self.options.force)
+        calibration = None
+        if self.options.calibrate:
+            calibration = ensure_calibration(self._quick_calibration, say=self.say)
+            outcome.timings["calibration"] = round(time.monotonic() - began, 3)
+        verdict = load_guard(spec, force=self.options.force, calibration=calibration)
         outcome.verdict = verdict
         for line in verdict.lines():
             self.say(line)
@@ -410,6 +423,15 @@ class Runner:
         outcome.timings["total"] = round(time.monotonic() - began, 3)
         self._finish_bundle(outcome, testbed)
         return outcome
+
+    def _quick_calibration(self) -> Calibration:
+        """``astral calibrate --quick`` on its default fabric (orchestrator.calibration)."""
+        from orchestrator.calibration.measure import QUICK_PLAN, calibrate
+        from topologies.catalog import DEFAULT_PRESET, resolve_fabric
+        from topologies.spec import load_fabric_spec
+
+        fabric = load_fabric_spec(resolve_fabric(DEFAULT_PRESET))
+        return calibrate(fabric, QUICK_PLAN, lock_wait=0.0, log=self.say)
 
     def _run_on(self, testbed: Testbed, outcome: RunOutcome) -> None:
         spec, options = self.spec, self.options

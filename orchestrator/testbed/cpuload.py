@@ -126,7 +126,8 @@ def load_between(
 ) -> CpuLoad | None:
     """The CPU over [``start``, ``end``] from ``samples`` (ordered by time): from the last
     sample at or before ``start`` (else the first) to the first at or after ``end`` (else
-    the last). None with fewer than two samples or no time between them."""
+    the last). None when that leaves fewer than two samples (a window wholly after the
+    last one) or no time between them."""
     if len(samples) < 2 or end < start:
         return None
     times = [s.t for s in samples]

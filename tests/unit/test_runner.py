@@ -29,7 +29,7 @@ from orchestrator.calibration.capacity import Calibration
 from orchestrator.collectives.ceilings import default_channels, fabric_share
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
-from orchestrator.run.runner import Runner, RunOptions, step_seconds
+from orchestrator.run.runner import Runner, RunOptions, emulator_line, step_seconds
 from orchestrator.testbed import testbed
 from orchestrator.testbed.pinning import assign, candidates, fabric_flows
 from orchestrator.worker.launcher import Launcher
@@ -172,6 +172,34 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
     assert run_file["status"] == "ok"
     assert [s["step"] for s in run_file["timings"]["steps"]] == list(range(8))
     assert run_file["load_guard"]["offered_bps"] == pytest.approx(8 * 2 * 20e6)
+
+
+def test_every_configuration_is_judged_on_the_cpu_sampled_while_it_ran(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    spec = experiment(policies=["ecmp"])
+    outcome, _, printed = run(spec, tmp_path, description)
+    assert outcome.status == "ok", outcome.error
+    ids = {r.configuration.id for r in outcome.results}
+    assert set(outcome.emulator) == ids  # every configuration sampled and judged
+    offered = outcome.verdict.offered_hop_bps if outcome.verdict else None
+    for load in outcome.emulator.values():
+        assert load.samples >= 2 and load.sampled_s >= load.window_s > 0
+        assert 0 <= load.idle_share <= 1 and load.vswitchd_cores >= 0
+        assert load.offered_hop_bps == offered
+        assert load.saturated == bool(load.reasons)  # the verdict and its reasons agree
+    flagged = sum(load.saturated for load in outcome.emulator.values())
+    assert (
+        f"of the {len(ids)} configurations" in printed or f"in {flagged} of {len(ids)}" in printed
+    )
+    bundle = tmp_path / "bundle"
+    summary = json.loads((bundle / "summary.json").read_text())
+    stored = {c["id"]: c["emulator_saturated"] for c in summary["configurations"]}
+    assert stored == {i: load.saturated for i, load in outcome.emulator.items()}
+    with sqlite3.connect(bundle / "results.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM emulator_load").fetchone()[0] == len(ids)
+    thresholds = json.loads((bundle / "run.json").read_text())["emulator_saturation"]
+    assert set(thresholds) == {"idle_share", "cores_per_hop_gbps", "vswitchd_wait", "softirqd_wait"}
 
 
 def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
