@@ -189,9 +189,8 @@ def test_every_configuration_is_judged_on_the_cpu_sampled_while_it_ran(
         assert load.offered_hop_bps == offered
         assert load.saturated == bool(load.reasons)  # the verdict and its reasons agree
     flagged = sum(load.saturated for load in outcome.emulator.values())
-    assert (
-        f"of the {len(ids)} configurations" in printed or f"in {flagged} of {len(ids)}" in printed
-    )
+    assert f"# {emulator_line(outcome.emulator)}" in printed
+    assert (f"in {flagged} of {len(ids)}" if flagged else f"any of the {len(ids)}") in printed
     bundle = tmp_path / "bundle"
     summary = json.loads((bundle / "summary.json").read_text())
     stored = {c["id"]: c["emulator_saturated"] for c in summary["configurations"]}
