@@ -27,11 +27,12 @@ from orchestrator.results import IterationRecord, ResultsBundle, ResultsWriter, 
 from orchestrator.results.emulator import EmulatorLoad, saturation_lines
 from orchestrator.results.report import render_bundle
 from orchestrator.results.store import DATABASE
-from orchestrator.run.loadguard import ensure_calibration
+from orchestrator.run.experiment import parse_experiment
+from orchestrator.run.loadguard import ensure_calibration, load_guard
 from orchestrator.testbed.cpuload import CpuLoad, CpuSample, CpuSampler, load_between
 from orchestrator.worker.outcome import CollectiveResult, IterationResult, RankIteration
 from orchestrator.worker.spec import CollectiveTest
-from tests.helpers import preset_description
+from tests.helpers import REPO, preset_description
 from topologies.errors import ConfigError
 
 HZ = 100.0  # clock ticks per second in the synthetic samples
@@ -269,3 +270,21 @@ def test_astral_run_calibrates_unless_told_not_to() -> None:
     parser = build_parser()
     assert parser.parse_args(["run"]).no_calibrate is False
     assert parser.parse_args(["run", "--no-calibrate"]).no_calibrate is True
+
+
+def test_an_uncalibrated_run_is_warned_before_it_starts() -> None:
+    spec = parse_experiment(
+        {
+            "name": "u",
+            "fabric": "astral-small",
+            "collectives": ["all-reduce"],
+            "sizes": {"min": "1M", "max": "1M"},
+            "policy": "ecmp",
+        },
+        "u.yaml",
+        REPO,
+    )
+    (line,) = load_guard(spec, uncalibrated=True).lines()
+    assert line.startswith("warning: offered") and "unknown" in line
+    calibrated = cal.Calibration(capacity_bps=1e12, bound="bracketed")
+    assert load_guard(spec, calibration=calibrated).lines() == []
