@@ -32,8 +32,10 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
+from orchestrator.emulation.sendbuffer import vswitchd_pid
 from orchestrator.testbed.traffic import VSWITCHD_PIDFILE, cpu_times, process_ticks
 
 DEFAULT_INTERVAL = 0.1  # seconds between samples (10 Hz)
@@ -97,17 +99,12 @@ def softirq_threads() -> list[int]:
     return sorted(pids)
 
 
-def read_pid(pidfile: str) -> int | None:
-    try:
-        with open(pidfile, encoding="ascii") as handle:
-            return int(handle.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def read_sample(pidfile: str = VSWITCHD_PIDFILE, softirqd: Sequence[int] = ()) -> CpuSample:
     busy, total = cpu_times()
-    pid = read_pid(pidfile)
+    try:
+        pid: int | None = vswitchd_pid(Path(pidfile))
+    except (OSError, ValueError):
+        pid = None  # not running: no figures of its own
     return CpuSample(
         time.time(),
         busy,
