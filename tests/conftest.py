@@ -7,15 +7,23 @@ vSwitch (and Mininet's mnexec). Where any is missing they are skipped with the r
 when the environment variable ``CI`` is set: there they fail, so that CI cannot pass by
 skipping them (orchestrator.pytest_plugin.unavailable decides, for the astral_fabric fixture
 too).
+
+Every test session sees no calibration unless a test makes one: ``$ASTRAL_CALIBRATION``
+points into the session's temporary directory, so the load guard's verdicts (and whether
+``astral run`` calibrates first) do not depend on what a person's ``astral calibrate`` or
+``astral run`` left in /var/lib/astral, and no test writes there.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.calibration.capacity import ENV_VAR as CALIBRATION_ENV_VAR
 from orchestrator.pytest_plugin import missing_requirements, unavailable
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
@@ -49,3 +57,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if missing is None:
         return
     unavailable(f"integration test {missing}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_machine_calibration(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """$ASTRAL_CALIBRATION at a file no test has written (subprocesses inherit it)."""
+    before = os.environ.get(CALIBRATION_ENV_VAR)
+    os.environ[CALIBRATION_ENV_VAR] = str(tmp_path_factory.mktemp("calibration") / "none.json")
+    yield
+    if before is None:
+        os.environ.pop(CALIBRATION_ENV_VAR, None)
+    else:
+        os.environ[CALIBRATION_ENV_VAR] = before

@@ -281,9 +281,15 @@ class Calibration:
         }[self.bound]
         c = self.conditions
         load = c.get("loadavg_start", []), c.get("loadavg_end", [])
+        quick = self.fabric.get("plan") == "quick"
         return [
             f"capacity   {hop_mbps(self.capacity_bps)} ({bound}; threshold "
-            f"{self.threshold:g} of the ideal goodput)",
+            f"{self.threshold:g} of the ideal goodput"
+            + (
+                "; the quick calibration: `sudo astral calibrate` measures more steps)"
+                if quick
+                else ")"
+            ),
             f"safe load  {hop_mbps(self.safe_bps)} ({self.safe_share:.0%} of the capacity)",
             f"measured   {self.measured_at or '?'} on {c.get('hostname', '?')}: "
             f"{c.get('cpus', '?')} CPUs, load average {_loads(load[0])} -> {_loads(load[1])}",

@@ -68,6 +68,7 @@ class Plan:
     """Load steps: (flows, rate factor) each; flows beyond the fabric's GPUs are clipped."""
 
     steps: tuple[tuple[int, float], ...]
+    name: str = "default"  # recorded with the calibration ("quick": a first estimate)
     duration: float = 4.0  # seconds of each step's measuring window
     omit: float = 2.0  # seconds before it (slow start)
     confirm: bool = True  # measure a step below the threshold once more
@@ -76,7 +77,7 @@ class Plan:
 
 
 DEFAULT_PLAN = Plan(steps=((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8)))
-QUICK_PLAN = Plan(steps=((2, 1), (8, 2)), duration=2.5, omit=1.0, confirm=False)
+QUICK_PLAN = Plan(steps=((2, 1), (8, 2)), name="quick", duration=2.5, omit=1.0, confirm=False)
 
 
 def calibration_fabric(spec: FabricSpec, trunk_factor: float = DEFAULT_TRUNK_FACTOR) -> FabricSpec:
@@ -312,6 +313,7 @@ def calibrate(
             "trunk_factor": plan.trunk_factor,
             "gpus": len(model.gpus),
             "policy": "shortest",
+            "plan": plan.name,
             "duration_s": plan.duration,
             "omit_s": plan.omit,
         },

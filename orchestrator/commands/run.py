@@ -4,6 +4,7 @@
     astral run experiments/mine.yaml        any experiment file
     astral run EXP --out /tmp/bundle        the bundle there instead of results/<time>-<name>/
     astral run EXP --force                  run even above the emulator's safe load
+    astral run EXP --no-calibrate           no quick calibration on a machine without one
     astral run EXP --quiet                  no progress bar and no status lines
 
 Brings the experiment's fabric up once, runs every policy x collective x size (policies
@@ -11,6 +12,12 @@ vary slowest: each is one controller reprogramming), prints an nccl-tests table 
 and collective with bandwidths also scaled back to real link speeds, tears down, and writes
 results/<timestamp>-<name>/ (results.sqlite, summary.json, tables/, plots/, run.json).
 A progress bar with the current step and an ETA shows on a terminal.
+
+On a machine without a calibration file (``astral calibrate``) it first runs the quick
+calibration (under a minute) and stores it where calibration files live, so it happens
+once per machine; ``--no-calibrate`` skips it and the load guard's verdict is "unknown".
+While configurations run it samples the CPU and marks, in their tables and the bundle,
+every configuration measured while the emulator was saturated (docs/calibration.md).
 
 Exit status: 0; 2 a bad experiment file or a load the emulator cannot carry (nothing is
 created); 3 environment; 4 the emulation or a worker failed (the failing rank and host are
@@ -51,6 +58,11 @@ def register(subparsers: Any) -> None:
         help="run even if the offered load exceeds the emulator's calibrated safe share",
     )
     parser.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="without a calibration file, run uncalibrated instead of calibrating first",
+    )
+    parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress bar and no status messages"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (faster)")
@@ -83,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     options = RunOptions(
         out=args.out,
         force=args.force,
+        calibrate=not args.no_calibrate,
         progress=not quiet and sys.stderr.isatty(),
         plots=not args.no_plots,
         ready_timeout=args.timeout,

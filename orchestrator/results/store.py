@@ -39,6 +39,13 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          the configuration's busbw ceiling, GB/s emulated
                          (orchestrator.collectives.ceilings.Ceiling; absent in bundles
                          written before it existed)
+    emulator_load       (config_id, window_s, sampled_s, samples, idle_share,
+                         vswitchd_cores, vswitchd_wait, softirqd_wait, offered_hop_bps,
+                         saturated, reasons, idle_share_min, cores_per_hop_gbps,
+                         vswitchd_wait_min, softirqd_wait_max)
+                         the CPU during the configuration's measured window and whether the
+                         emulator was saturated (orchestrator.results.emulator; absent in
+                         bundles written before it existed)
 
 A bundle holds one run. :class:`ResultsWriter` is what the runner calls, from one thread;
 :class:`ResultsBundle` reads a finished (or crashed) bundle back.
@@ -52,13 +59,14 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from orchestrator.collectives.ceilings import Ceiling
+from orchestrator.results.emulator import EmulatorLoad
 from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
@@ -164,7 +172,27 @@ CREATE TABLE timelines (
     start REAL NOT NULL,
     "end" REAL NOT NULL
 );
+CREATE TABLE emulator_load (
+    config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
+    window_s REAL NOT NULL,
+    sampled_s REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    idle_share REAL NOT NULL,
+    vswitchd_cores REAL NOT NULL,
+    vswitchd_wait REAL NOT NULL,
+    softirqd_wait REAL NOT NULL,
+    offered_hop_bps REAL NOT NULL,
+    saturated INTEGER NOT NULL,
+    reasons TEXT NOT NULL,
+    idle_share_min REAL NOT NULL,
+    cores_per_hop_gbps REAL NOT NULL,
+    vswitchd_wait_min REAL NOT NULL,
+    softirqd_wait_max REAL NOT NULL
+);
 """
+
+
+_EMULATOR_LOAD = tuple(f.name for f in fields(EmulatorLoad))  # the table's columns
 
 
 @dataclass(frozen=True)
@@ -507,6 +535,15 @@ class ResultsWriter:
             )
         return len(rows)
 
+    def add_emulator_load(self, config_id: int, load: EmulatorLoad) -> None:
+        """The CPU during a configuration's measured window and the verdict on it."""
+        with self._db:
+            self._db.execute(
+                f"INSERT INTO emulator_load (config_id, {', '.join(_EMULATOR_LOAD)})"
+                f" VALUES (?{', ?' * len(_EMULATOR_LOAD)})",
+                (config_id, *(getattr(load, name) for name in _EMULATOR_LOAD)),
+            )
+
     def finish(self, *, status: str = "ok", finished: float | None = None) -> Path:
         """Mark the run finished and close the database. Returns the bundle's path; its
         summary, tables and plots are rendered from it by
@@ -662,6 +699,22 @@ class ResultsBundle:
         except sqlite3.OperationalError:  # no such table: an older bundle
             return {}
         return {int(r[0]): Ceiling(r[1], r[2], r[3], r[4]) for r in rows}
+
+    def emulator_loads(self) -> dict[int, EmulatorLoad]:
+        """Per configuration id, the CPU during its window and the verdict (empty for
+        bundles from before the table existed; configurations not sampled are absent)."""
+        try:
+            rows = self._db.execute(
+                f"SELECT config_id, {', '.join(_EMULATOR_LOAD)} FROM emulator_load"
+            ).fetchall()
+        except sqlite3.OperationalError:  # no such table: an older bundle
+            return {}
+        loads = {}
+        for config_id, *values in rows:
+            named = dict(zip(_EMULATOR_LOAD, values, strict=True))
+            named["saturated"] = bool(named["saturated"])
+            loads[int(config_id)] = EmulatorLoad(**named)
+        return loads
 
     def timelines(self, config_id: int) -> list[Phase]:
         rows = self._db.execute(

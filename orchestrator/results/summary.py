@@ -13,6 +13,9 @@ How a configuration's numbers are computed (nccl-tests' rules, ``orchestrator.co
 - the ceiling: the configuration's own busbw ceiling (``orchestrator.collectives.ceilings``),
   printed in each table's header; a cell above it, or short enough that the shapers'
   buckets could have inflated it, is marked beside its row.
+- the emulator's load: whether it was saturated while the configuration was measured, as
+  the run judged it (orchestrator.results.emulator), in summary.json and in the header of
+  every table that has such a configuration.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from orchestrator.collectives.nccl import (
     csv_record,
     format_table,
 )
+from orchestrator.results.emulator import EmulatorLoad, saturation_lines
 from orchestrator.results.store import (
     SCHEMA_VERSION,
     SUMMARY,
@@ -204,6 +208,7 @@ def format_group(
         group_title(group, results, bundle),
         TIME_DEFINITION,
         *ceiling_lines(results, bundle.scale),
+        *saturation_lines(emulator_loads(results, bundle)),
     ]
     latency = latency_title(bundle.fabric.get("latency"))
     title += [latency] if latency else []
@@ -231,6 +236,14 @@ def ceiling_lines(results: Sequence[ConfigurationResult], scale: float) -> list[
     return lines
 
 
+def emulator_loads(
+    results: Sequence[ConfigurationResult], bundle: ResultsBundle
+) -> list[tuple[int, EmulatorLoad | None]]:
+    """(size, the emulator's load while it was measured) per result, in order."""
+    loads = bundle.emulator_loads()
+    return [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
+
+
 def _number(value: float) -> float | None:
     return None if math.isnan(value) else value
 
@@ -241,6 +254,7 @@ def summary_document(
     """The JSON summary: the run, the fabric's figures, each configuration, group averages."""
     run = bundle.run
     spec = bundle.fabric["spec"]
+    loads = bundle.emulator_loads()
     configurations = []
     for result in results:
         c, row = result.configuration, result.row
@@ -269,6 +283,8 @@ def summary_document(
                 "ceiling": result.ceiling.to_dict() if result.ceiling else None,
                 "ceiling_share": _number(result.ceiling_share),
                 "marks": result.marks(),
+                "emulator_saturated": loads[c.id].saturated if c.id in loads else None,
+                "emulator_load": loads[c.id].to_dict() if c.id in loads else None,
                 "real": {
                     "algbw_GBps": _number(result.algbw_real),
                     "busbw_GBps": _number(result.busbw_real),
@@ -315,6 +331,10 @@ def summary_document(
         },
         "configurations": configurations,
         "averages": averages,
+        "emulator": {
+            "sampled": len(loads),
+            "saturated_configurations": sorted(i for i, load in loads.items() if load.saturated),
+        },
     }
 
 

@@ -10,12 +10,20 @@ hop-bit/s: GPUs x NIC ports x emulated NIC rate x mean switch hops). Before a ru
 - above it: refuse (ExperimentError on ``load_limit.force``, exit 2, nothing created),
   unless the experiment says ``load_limit: {force: true}`` or the command line ``--force``:
   then run, warn, and mark the results emulator-bound (``run.json``'s ``load_guard``);
-- no calibration on this machine: run, and say so in the summary. No figure is invented.
+- no calibration on this machine: ``astral run`` says so and runs the quick calibration
+  once (:func:`ensure_calibration`, ``astral calibrate --quick``, under a minute), stores it
+  where calibration files live (orchestrator.calibration.capacity.calibration_path), and
+  judges against it; this run and every later one on the machine read it from there.
+  With ``--no-calibrate`` (and for library callers, the pytest plugin and the tests, which
+  never measure behind their caller's back) it runs uncalibrated, says so before the run
+  and in the summary, and no figure is invented.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from orchestrator.calibration.capacity import (
@@ -23,7 +31,9 @@ from orchestrator.calibration.capacity import (
     Calibration,
     Verdict,
     assess,
+    calibration_path,
     load_calibration,
+    save_calibration,
 )
 from orchestrator.run.experiment import ExperimentSpec
 from topologies.errors import ExperimentError
@@ -38,6 +48,11 @@ class LoadVerdict:
     def offered_bps(self) -> float:
         """bit/s the GPUs can inject (GPUs x NIC ports x emulated NIC rate)."""
         return self.assessment.offered.gpu_bps
+
+    @property
+    def offered_hop_bps(self) -> float:
+        """The same in the calibration's unit (x mean switch hops)."""
+        return self.assessment.offered.hop_bps
 
     @property
     def calibrated(self) -> bool:
@@ -68,6 +83,8 @@ class LoadVerdict:
         """Warnings to show before the run (empty when all is well)."""
         if self.emulator_bound:
             return [f"warning: {self.assessment.line()}; forced: results are emulator-bound"]
+        if not self.calibrated:
+            return [f"warning: {self.assessment.line()}"]
         return []
 
     def summary(self) -> list[str]:
@@ -106,3 +123,28 @@ def load_guard(
     return LoadVerdict(
         assess(spec.fabric, spec.gpus, calibration), forced=force or spec.load_limit.force
     )
+
+
+def ensure_calibration(
+    measure: Callable[[], Calibration],
+    *,
+    path: str | Path | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> Calibration:
+    """This machine's calibration: the stored one if there is one, else what ``measure``
+    finds (the quick calibration), stored at ``path`` (default: where calibration files
+    live) so that it runs once per machine. A damaged file is a ConfigError, never
+    replaced behind the user's back."""
+    where = calibration_path(path)
+    stored = load_calibration(where)
+    if stored is not None:
+        return stored
+    say(
+        f"no calibration at {where}: measuring the emulator's capacity once for this machine "
+        "(`astral calibrate --quick`, under a minute; `astral run --no-calibrate` skips it)"
+    )
+    measured = measure()
+    saved = save_calibration(measured, where)
+    calibration = load_calibration(saved) or measured  # what later runs will read
+    say(f"calibration stored in {saved}: {calibration.lines()[0]}")
+    return calibration

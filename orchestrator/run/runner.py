@@ -10,6 +10,8 @@ What :meth:`Runner.run` does, in order:
 
 1. load guard (:func:`load_guard`): the experiment's offered load against the emulator's
    measured capacity (``astral calibrate``), refusing above the safe share unless forced;
+   with ``RunOptions.calibrate`` (``astral run``'s default) and no calibration on the
+   machine, the quick calibration runs first, once, and is stored (``ensure_calibration``);
 2. brings the fabric up once (:class:`~orchestrator.testbed.testbed.Testbed`: Mininet, controller,
    readiness; it takes the run lock) under the first policy;
 3. per policy (policies vary slowest, :meth:`ExperimentSpec.steps`): reprograms the fabric
@@ -19,7 +21,10 @@ What :meth:`Runner.run` does, in order:
    orchestrator.collectives.ceilings.default_channels;
    source ports pinned to disjoint paths under ``path-pinned``), runs ``warmup +
    iterations`` operations per size, records them and prints the nccl-tests table
-   (real-speed columns included);
+   (real-speed columns included); meanwhile a thread samples the CPU (idle share,
+   ovs-vswitchd's and the softirq threads'), and each configuration is judged on its
+   measured window: was the emulator saturated (orchestrator.calibration.saturation)? The
+   verdict goes into the bundle and the header of the configuration's table;
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions (among them the minimum RTO the workers'
    connections got: a warning where the kernel's 200 ms floor holds).
@@ -63,6 +68,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from orchestrator import REPO
+from orchestrator.calibration.capacity import Calibration
+from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor, format_table
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
@@ -73,6 +80,7 @@ from orchestrator.results import (
     ResultsWriter,
     Versions,
 )
+from orchestrator.results.emulator import EmulatorLoad, saturation_lines
 from orchestrator.results.store import Configuration
 from orchestrator.results.summary import ConfigurationResult, ceiling_lines, result_of
 from orchestrator.run.experiment import (
@@ -80,7 +88,8 @@ from orchestrator.run.experiment import (
     ConfigurationStep,
     ExperimentSpec,
 )
-from orchestrator.run.loadguard import LoadVerdict, load_guard
+from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
+from orchestrator.testbed.cpuload import CpuSampler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
@@ -104,6 +113,9 @@ class RunOptions:
     out: Path | None = None  # the bundle directory; default results/<timestamp>-<name>
     results_root: Path = Path("results")
     force: bool = False  # run even above the emulator's safe load (= load_limit.force)
+    # without a calibration file, run the quick calibration first and store it (astral run
+    # does; the library's callers, the pytest plugin and the tests never measure unasked)
+    calibrate: bool = False
     progress: bool = False  # a tqdm bar on stderr
     plots: bool = True
     ready_timeout: float = 60.0
@@ -141,6 +153,8 @@ class RunOutcome:
     def wrong_results(self) -> list[ConfigurationResult]:
         """The configurations whose data failed verification (#wrong > 0)."""
         return [r for r in self.results if r.row.wrong is not None and r.row.wrong > 0]
+
+    emulator: dict[int, EmulatorLoad] = field(default_factory=dict)  # config id -> verdict
 
     def averages(self) -> dict[tuple[str, str, str], float]:
         """(policy, collective, algorithm) -> average busbw, GB/s emulated."""
@@ -395,6 +409,7 @@ class Runner:
         self.command = list(command)
         self.progress: Progress | None = None
         self.run_file: dict[str, Any] = {}
+        self.calibrated_in: float | None = None  # seconds the quick calibration took
 
     # -- messages ----------------------------------------------------------------------
 
@@ -427,7 +442,12 @@ class Runner:
         spec = self.spec
         outcome = RunOutcome(spec)
         began = time.monotonic()
-        verdict = load_guard(spec, force=self.options.force)
+        calibration = None
+        if self.options.calibrate:
+            calibration = ensure_calibration(self._quick_calibration, say=self.say)
+            if self.calibrated_in is not None:  # measured now, not read from the file
+                outcome.timings["calibration"] = round(self.calibrated_in, 3)
+        verdict = load_guard(spec, force=self.options.force, calibration=calibration)
         outcome.verdict = verdict
         for line in verdict.lines():
             self.say(line)
@@ -477,6 +497,18 @@ class Runner:
         self._finish_bundle(outcome, testbed)
         return outcome
 
+    def _quick_calibration(self) -> Calibration:
+        """``astral calibrate --quick`` on its default fabric (orchestrator.calibration)."""
+        from orchestrator.calibration.measure import QUICK_PLAN, calibrate
+        from topologies.catalog import DEFAULT_PRESET, resolve_fabric
+        from topologies.spec import load_fabric_spec
+
+        began = time.monotonic()
+        fabric = load_fabric_spec(resolve_fabric(DEFAULT_PRESET))
+        calibration = calibrate(fabric, QUICK_PLAN, lock_wait=0.0, log=self.say)
+        self.calibrated_in = time.monotonic() - began
+        return calibration
+
     def _run_on(self, testbed: Testbed, outcome: RunOutcome) -> None:
         spec, options = self.spec, self.options
         steps = spec.steps()
@@ -513,6 +545,9 @@ class Runner:
         self.progress = Progress(
             steps, testbed.rail_bandwidth(), options.progress, spec.step_latencies()
         )
+        offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0
+        self.run_file["emulator_saturation"] = DEFAULT_THRESHOLDS.to_dict()
+        sampler = CpuSampler().start()  # the CPU while configurations run (calibration.saturation)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -537,8 +572,9 @@ class Runner:
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
                             result = launcher.run([test])
                             self._rto_min(result, policy, collective, outcome)
+                            sampler.sample()  # one right after: every window is spanned
                             for done in result.tests:
-                                _, configuration, records = record_test(
+                                config_id, configuration, records = record_test(
                                     writer,
                                     policy,
                                     done,
@@ -549,6 +585,10 @@ class Runner:
                                     unpinned=unpinned,
                                 )
                                 writer.add_ceiling(configuration.id, ceiling)
+                                load = judge_test(done, sampler.snapshot(), offered)
+                                if load is not None:
+                                    writer.add_emulator_load(config_id, load)
+                                    outcome.emulator[config_id] = load
                                 if done.timed() and result.failure is None:
                                     results.append(
                                         result_of(configuration, records, testbed.scale, ceiling)
@@ -567,7 +607,9 @@ class Runner:
                                 raise _WorkersFailed(result.failure)
                             self.progress.done(step)
                     outcome.results += results
-                    self.emit(self._table(testbed, policy, collective.label, results))
+                    self.emit(
+                        self._table(testbed, policy, collective.label, results, outcome.emulator)
+                    )
             outcome.status = "ok"
         except _WorkersFailed as failed:
             outcome.status = "failed"
@@ -583,6 +625,7 @@ class Runner:
             writer.finish(status="interrupted")
             raise
         finally:
+            sampler.stop()
             if self.progress is not None:
                 self.progress.close()
         self._check_wrong(outcome)
@@ -671,7 +714,12 @@ class Runner:
             self.say(f"cannot read the controller's telemetry: {error}")
 
     def _table(
-        self, testbed: Testbed, policy: str, label: str, results: list[ConfigurationResult]
+        self,
+        testbed: Testbed,
+        policy: str,
+        label: str,
+        results: list[ConfigurationResult],
+        loads: dict[int, EmulatorLoad],
     ) -> str:
         spec = self.spec
         title = [
@@ -679,6 +727,9 @@ class Runner:
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
             *ceiling_lines(results, testbed.scale),
+            *saturation_lines(
+                [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
+            ),
         ]
         latency = latency_title(latency_record(testbed.description.fabric))
         title += [latency] if latency else []
@@ -759,12 +810,15 @@ class Runner:
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]
         lines += [f"# WRONG DATA: {wrong_phrase(r)}" for r in outcome.wrong_results()]
+        lines.append(f"# {emulator_line(outcome.emulator)}")
         if outcome.failure is not None:
             lines.append(f"# FAILED: {outcome.failure}")
         elif outcome.error and outcome.exit_status != WrongResultsError.exit_status:
             lines.append(f"# stopped: {outcome.error}")
         timings = outcome.timings
         parts = [f"total {timings.get('total', 0):.1f} s"]
+        if "calibration" in timings:
+            parts.append(f"quick calibration {timings['calibration']:.1f} s")
         if "bring_up" in timings:
             parts.append(f"bring-up {timings['bring_up']:.1f} s")
         switches = sum(timings.get("policy_switch", {}).values())
@@ -812,6 +866,22 @@ def iteration_text(results: Sequence[ConfigurationResult], spec: ExperimentSpec)
     return (
         f"{counts[0]}-{counts[-1]} iterations (asked {spec.iterations}; a short operation "
         "repeats until its batch lasts long enough for the shapers' buckets not to count)"
+    )
+
+
+def emulator_line(loads: dict[int, EmulatorLoad]) -> str:
+    """The run's summary of the live saturation flags (calibration.saturation)."""
+    if not loads:
+        return "emulator load: no configuration was sampled"
+    flagged = sum(1 for load in loads.values() if load.saturated)
+    if not flagged:
+        return (
+            f"emulator load: not saturated in any of the {len(loads)} configurations "
+            "(CPU sampled over each measured window)"
+        )
+    return (
+        f"emulator load: SATURATED in {flagged} of {len(loads)} configurations (marked in "
+        "their tables): those cells measured the emulator, not the fabric"
     )
 
 

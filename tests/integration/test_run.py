@@ -141,6 +141,36 @@ def test_the_tables_the_runner_prints_match_the_bundle(outcome: RunOutcome) -> N
         assert c["busbw_GBps"] == pytest.approx(printed[key], rel=1e-9)
 
 
+def test_every_configuration_carries_the_cpu_sampled_while_it_ran(outcome: RunOutcome) -> None:
+    """The live saturation flag on a real fabric: every configuration sampled over its
+    measured window and judged; the bundle, summary.json and the tables agree."""
+    assert outcome.bundle is not None
+    ids = [r.configuration.id for r in outcome.results]
+    assert sorted(outcome.emulator) == sorted(ids)
+    for load in outcome.emulator.values():
+        assert load.samples >= 2 and load.sampled_s >= load.window_s > 0
+        assert 0 <= load.idle_share <= 1
+        assert load.vswitchd_cores > 0  # the real ovs-vswitchd forwarded this traffic
+        assert 0 <= load.vswitchd_wait <= 1 and load.softirqd_wait >= 0
+        assert load.saturated == bool(load.reasons)
+    summary = json.loads((outcome.bundle / "summary.json").read_text())
+    stored = {c["id"]: c["emulator_saturated"] for c in summary["configurations"]}
+    assert stored == {i: load.saturated for i, load in outcome.emulator.items()}
+    flagged = {i for i, load in outcome.emulator.items() if load.saturated}
+    assert summary["emulator"]["saturated_configurations"] == sorted(flagged)
+    for result in outcome.results:  # a table's header names its flagged sizes, if any
+        c = result.configuration
+        text = outcome.bundle / "tables" / f"{c.policy}__{c.collective}-{c.algorithm}.txt"
+        header = text.read_text()
+        group = [r for r in outcome.results if r.configuration.group == c.group]
+        if any(r.configuration.id in flagged for r in group):
+            assert "# EMULATOR SATURATED while measuring" in header
+        else:
+            assert "SATURATED" not in header
+    with sqlite3.connect(outcome.bundle / "results.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM emulator_load").fetchone()[0] == len(ids)
+
+
 def worker_pids(run_dir: Path, rank: int) -> list[int]:
     """Worker processes of ``rank`` whose control socket is under ``run_dir``."""
     pids = []

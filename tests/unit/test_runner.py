@@ -39,6 +39,7 @@ from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import (
     Runner,
     RunOptions,
+    emulator_line,
     rto_min_line,
     rto_min_summary,
     step_seconds,
@@ -241,6 +242,33 @@ def test_the_minimum_rto_line_warns_with_the_cost_where_it_is_missing() -> None:
     assert rto_min_summary([8000, None, 4000]) == {
         "requested_us": 5000, "connections": 3, "in_effect": 2, "granted_us": [4000, 8000]
     }  # fmt: skip
+
+
+def test_every_configuration_is_judged_on_the_cpu_sampled_while_it_ran(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    spec = experiment(policies=["ecmp"])
+    outcome, _, printed = run(spec, tmp_path, description)
+    assert outcome.status == "ok", outcome.error
+    ids = {r.configuration.id for r in outcome.results}
+    assert set(outcome.emulator) == ids  # every configuration sampled and judged
+    offered = outcome.verdict.offered_hop_bps if outcome.verdict else None
+    for load in outcome.emulator.values():
+        assert load.samples >= 2 and load.sampled_s >= load.window_s > 0
+        assert 0 <= load.idle_share <= 1 and load.vswitchd_cores >= 0
+        assert load.offered_hop_bps == offered
+        assert load.saturated == bool(load.reasons)  # the verdict and its reasons agree
+    flagged = sum(load.saturated for load in outcome.emulator.values())
+    assert f"# {emulator_line(outcome.emulator)}" in printed
+    assert (f"in {flagged} of {len(ids)}" if flagged else f"any of the {len(ids)}") in printed
+    bundle = tmp_path / "bundle"
+    summary = json.loads((bundle / "summary.json").read_text())
+    stored = {c["id"]: c["emulator_saturated"] for c in summary["configurations"]}
+    assert stored == {i: load.saturated for i, load in outcome.emulator.items()}
+    with sqlite3.connect(bundle / "results.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM emulator_load").fetchone()[0] == len(ids)
+    thresholds = json.loads((bundle / "run.json").read_text())["emulator_saturation"]
+    assert set(thresholds) == {"idle_share", "cores_per_hop_gbps", "vswitchd_wait", "softirqd_wait"}
 
 
 def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
