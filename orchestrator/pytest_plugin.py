@@ -81,6 +81,7 @@ class CollectiveRun:
     collective: str
     algorithm: str
     policy: str
+    host_ports: str  # how hosts picked NIC ports (orchestrator/testbed/hostports.py)
     rows: list[SizeResult]
     result: RunResult
     table_text: str = ""
@@ -168,10 +169,13 @@ class FabricHandle:
         step_deadline: float = 30.0,
         worker_args: Sequence[str] = (),
         record: bool = True,
+        host_ports: str | None = None,
     ) -> CollectiveRun:
         """Run ``collective`` (its default algorithm unless given) at each size on ``gpus``
-        (default all, rank order); recorded into the current bundle unless ``record`` is
-        false. A worker failure does not raise: see ``.failure`` (``raise_for_failure()``)."""
+        (default all, rank order), NIC ports picked as ``host_ports`` says (``balanced`` or
+        ``hash``; default the testbed's, ``balanced``); recorded into the current bundle
+        unless ``record`` is false. A worker failure does not raise: see ``.failure``
+        (``raise_for_failure()``)."""
         from orchestrator.collectives.nccl import TIME_DEFINITION, format_table
         from orchestrator.collectives.plans import COLLECTIVES
         from orchestrator.collectives.sizes import parse_size
@@ -179,6 +183,7 @@ class FabricHandle:
 
         algorithm = algorithm or COLLECTIVES[collective][0]
         testbed = self.testbed
+        host_ports = host_ports or testbed.host_ports
         options = LaunchOptions(
             warmup=warmup,
             iterations=iterations,
@@ -187,7 +192,7 @@ class FabricHandle:
             worker_args=tuple(worker_args),
         )
         tests = [CollectiveTest(collective, algorithm, parse_size(s)) for s in sizes]
-        result = testbed.run(tests, gpus, options)
+        result = testbed.run(tests, gpus, options, host_ports=host_ports)
         rows = [
             SizeResult(
                 size=row.size,
@@ -200,11 +205,14 @@ class FabricHandle:
             )
             for row in result.rows()
         ]
-        title = [f"{collective} ({algorithm}), policy {testbed.policy}", TIME_DEFINITION]
+        title = [
+            f"{collective} ({algorithm}), policy {testbed.policy}, host ports {host_ports}",
+            TIME_DEFINITION,
+        ]
         text = format_table(result.rows(), title=title, scale=testbed.scale)
         if record:
-            self._record(result, iterations, warmup)
-        return CollectiveRun(collective, algorithm, testbed.policy, rows, result, text)
+            self._record(result, iterations, warmup, host_ports)
+        return CollectiveRun(collective, algorithm, testbed.policy, host_ports, rows, result, text)
 
     def run_experiment(
         self, spec: ExperimentSpec | str | Path, options: RunOptions | None = None, **kwargs: Any
@@ -232,7 +240,7 @@ class FabricHandle:
         """Switch port counters from the controller's telemetry (cumulative)."""
         return self.testbed.port_counters(since)
 
-    def _record(self, result: RunResult, iterations: int, warmup: int) -> None:
+    def _record(self, result: RunResult, iterations: int, warmup: int, host_ports: str) -> None:
         from orchestrator.results import ResultsWriter
         from orchestrator.run.runner import record_test, software_versions
 
@@ -251,6 +259,7 @@ class FabricHandle:
                 result,
                 iterations=iterations,
                 warmup=warmup,
+                host_ports=host_ports,
             )
 
     def bundle(self, *, plots: bool = False) -> Path:

@@ -21,8 +21,9 @@ that hosts every emulated namespace, so they compare across ranks and switches::
 
     runs                (id, experiment, started, finished, status, host, python, mininet,
                          os_ken, ovs, seed, fabric, emulation_scale)
-    configurations      (id, run_id, policy, collective, algorithm, size, count, dtype, ranks,
-                         iterations, warmup)
+    configurations      (id, run_id, policy, host_ports, collective, algorithm, size, count,
+                         dtype, ranks, iterations, warmup)
+                         host_ports: how hosts picked NIC ports (orchestrator/testbed/hostports.py)
     iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong)
                          one operation of one rank; warmup = 1 for untimed ones
     connections         (id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port)
@@ -54,7 +55,7 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: configurations.host_ports
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -92,7 +93,8 @@ CREATE TABLE configurations (
     ranks INTEGER NOT NULL,
     iterations INTEGER NOT NULL,
     warmup INTEGER NOT NULL,
-    UNIQUE (run_id, policy, collective, algorithm, size, dtype, ranks)
+    host_ports TEXT NOT NULL,
+    UNIQUE (run_id, policy, host_ports, collective, algorithm, size, dtype, ranks)
 );
 CREATE TABLE iterations (
     config_id INTEGER NOT NULL REFERENCES configurations(id),
@@ -232,6 +234,7 @@ class Configuration:
     ranks: int
     iterations: int
     warmup: int
+    host_ports: str  # how hosts picked NIC ports (orchestrator/testbed/hostports.py)
 
     @property
     def group(self) -> tuple[str, str, str]:
@@ -376,11 +379,13 @@ class ResultsWriter:
         ranks: int,
         iterations: int,
         warmup: int,
+        host_ports: str,
     ) -> int:
         """Record one configuration (an experiment step); returns its id for the add_* calls."""
         cursor = self._db.execute(
             "INSERT INTO configurations (run_id, policy, collective, algorithm, size, count,"
-            " dtype, ranks, iterations, warmup) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " dtype, ranks, iterations, warmup, host_ports)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self.run_id,
                 policy,
@@ -392,6 +397,7 @@ class ResultsWriter:
                 ranks,
                 iterations,
                 warmup,
+                host_ports,
             ),
         )
         self._db.commit()
@@ -572,7 +578,7 @@ class ResultsBundle:
         """Every configuration, ordered (policy, collective, algorithm, size) as recorded."""
         rows = self._db.execute(
             "SELECT id, policy, collective, algorithm, size, count, dtype, ranks, iterations,"
-            " warmup FROM configurations ORDER BY id"
+            " warmup, host_ports FROM configurations ORDER BY id"
         ).fetchall()
         return [Configuration(*row) for row in rows]
 

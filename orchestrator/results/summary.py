@@ -146,9 +146,16 @@ def group_title(group: Group, results: Sequence[ConfigurationResult], bundle: Re
     policy, collective, algorithm = group
     first = results[0].configuration
     return (
-        f"{collective} ({algorithm}), policy {policy}, {first.ranks} ranks, "
+        f"{collective} ({algorithm}), policy {policy}, host ports {host_ports(results)}, "
+        f"{first.ranks} ranks, "
         f"{first.iterations} iterations (+{first.warmup} warm-up), fabric {bundle.run.fabric}"
     )
+
+
+def host_ports(results: Iterable[ConfigurationResult]) -> str:
+    """How hosts picked NIC ports in ``results`` (orchestrator/testbed/hostports.py); results
+    under both (a pytest plugin bundle can hold such) name both: ``balanced+hash``."""
+    return "+".join(sorted({r.configuration.host_ports for r in results}))
 
 
 def format_group(
@@ -180,6 +187,7 @@ def summary_document(
             {
                 "id": c.id,
                 "policy": c.policy,
+                "host_ports": c.host_ports,
                 "collective": c.collective,
                 "algorithm": c.algorithm,
                 "size": c.size,
@@ -207,6 +215,7 @@ def summary_document(
         averages.append(
             {
                 "policy": group[0],
+                "host_ports": host_ports(members),
                 "collective": group[1],
                 "algorithm": group[2],
                 "busbw_GBps": _number(average),

@@ -16,8 +16,9 @@ What :meth:`Runner.run` does, in order:
    (a controller restart on the same port, hitless); then per collective starts one worker
    per GPU of the placement, with the connections that collective needs (as many per peer
    as spread its fabric traffic over the NIC ports,
-   orchestrator.collectives.ceilings.default_channels;
-   source ports pinned to disjoint paths under ``path-pinned``), runs ``warmup +
+   orchestrator.collectives.ceilings.default_channels; their NIC ports as the experiment's
+   ``host_ports`` says, orchestrator.testbed.hostports, and their source ports pinned to
+   disjoint paths under ``path-pinned``), runs ``warmup +
    iterations`` operations per size, records them and prints the nccl-tests table
    (real-speed columns included);
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
@@ -209,6 +210,7 @@ def record_test(
     *,
     iterations: int,
     warmup: int,
+    host_ports: str,
     dtype: str = "uint32",
 ) -> tuple[int, Configuration, list[IterationRecord]]:
     """One collective x size of a run into the bundle; returns (id, configuration, records)."""
@@ -226,6 +228,7 @@ def record_test(
         ranks=test.ranks,
         iterations=iterations,
         warmup=warmup,
+        host_ports=host_ports,
     )
     records = iteration_records(test)
     writer.add_iterations(config_id, records)
@@ -242,6 +245,7 @@ def record_test(
         test.ranks,
         iterations,
         warmup,
+        host_ports,
     )
     return config_id, configuration, records
 
@@ -366,6 +370,7 @@ class Runner:
         self.run_file = {
             "command": self.command,
             "experiment": spec.source,
+            "host_ports": spec.host_ports,
             "started": time.time(),
             "conditions": {"start": conditions()},
             "load_guard": verdict.to_dict(),
@@ -466,6 +471,7 @@ class Runner:
                                     result,
                                     iterations=launch.iterations,
                                     warmup=launch.warmup,
+                                    host_ports=spec.host_ports,
                                     dtype=spec.dtype,
                                 )
                                 if done.timed() and result.failure is None:
@@ -509,10 +515,15 @@ class Runner:
     def _launcher(
         self, testbed: Testbed, launch: LaunchOptions, collective: Collective
     ) -> Iterator[Any]:
-        """Workers for one collective under one policy (its own connections: channels and,
-        under path-pinned, paths chosen for it); a start-up failure becomes _WorkersFailed
-        with its ranks."""
-        launcher = testbed.launch(self.spec.gpus, launch, [(collective.op, collective.algorithm)])
+        """Workers for one collective under one policy (its own connections: channels, NIC
+        ports as ``host_ports`` says and, under path-pinned, paths chosen for it); a start-up
+        failure becomes _WorkersFailed with its ranks."""
+        launcher = testbed.launch(
+            self.spec.gpus,
+            launch,
+            [(collective.op, collective.algorithm)],
+            host_ports=self.spec.host_ports,
+        )
         try:
             launcher.start()
         except EmulationError:
@@ -545,7 +556,8 @@ class Runner:
     ) -> str:
         spec = self.spec
         title = [
-            f"{label}, policy {policy}, {spec.ranks} ranks, {spec.iterations} iterations "
+            f"{label}, policy {policy}, host ports {spec.host_ports}, {spec.ranks} ranks, "
+            f"{spec.iterations} iterations "
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
         ]
@@ -587,7 +599,8 @@ class Runner:
             width = max(len(c.label) for c in spec.collectives) + 2
             head = "".join(f"{p:>26}" for p in spec.policies)
             lines.append(
-                f"# average bus bandwidth, GB/s at real speed (emulated GB/s); {TIME_DEFINITION}"
+                f"# average bus bandwidth, GB/s at real speed (emulated GB/s); host ports "
+                f"{spec.host_ports}; {TIME_DEFINITION}"
             )
             lines.append(f"#   {'collective':<{width}}{head}")
             for collective in spec.collectives:

@@ -69,6 +69,7 @@ class LoopbackTestbed:
     policy: str = "ecmp"
     switches: list[str] = field(default_factory=list)
     launches: int = 0
+    host_ports: list[str | None] = field(default_factory=list)  # each launch's
 
     @property
     def emulation(self) -> Any:
@@ -98,8 +99,11 @@ class LoopbackTestbed:
         gpus: Sequence[str] | None = None,
         options: LaunchOptions | None = None,
         collectives: Any = None,
+        *,
+        host_ports: str | None = None,
     ) -> Launcher:
         self.launches += 1
+        self.host_ports.append(host_ports)
         fast = replace(
             options or LaunchOptions(),
             heartbeat_interval=0.1,
@@ -172,6 +176,27 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
     assert run_file["status"] == "ok"
     assert [s["step"] for s in run_file["timings"]["steps"]] == list(range(8))
     assert run_file["load_guard"]["offered_bps"] == pytest.approx(8 * 2 * 20e6)
+    # how hosts pick NIC ports: the default, given to every launch, named everywhere
+    assert spec.host_ports == "balanced" and run_file["host_ports"] == "balanced"
+    assert bed.host_ports == ["balanced"] * 4
+    assert printed.count(", host ports balanced, 8 ranks") == 4  # every table's header
+    assert "; host ports balanced; " in printed  # the side-by-side summary's
+    assert {c["host_ports"] for c in summary["configurations"]} == {"balanced"}
+    for table in (bundle / "tables").glob("*.txt"):
+        assert ", host ports balanced, 8 ranks" in table.read_text(), table.name
+
+
+def test_the_experiments_host_ports_reach_every_launch_and_the_bundle(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    spec = experiment(host_ports="hash", policies=["ecmp"], collectives=["all-reduce"])
+    outcome, bed, printed = run(spec, tmp_path, description)
+    assert outcome.status == "ok", outcome.error
+    assert bed.host_ports == ["hash"]
+    assert "all-reduce (ring), policy ecmp, host ports hash, 8 ranks" in printed
+    summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
+    assert {c["host_ports"] for c in summary["configurations"]} == {"hash"}
+    assert [a["host_ports"] for a in summary["averages"]] == ["hash"]
 
 
 def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
