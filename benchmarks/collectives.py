@@ -1,23 +1,28 @@
 """Collective bus bandwidth against the rail bandwidth, policies side by side, in one run.
 
     sudo .venv/bin/python benchmarks/collectives.py [--size 4M] [--iterations 3] [--rounds 3]
-        [--policies path-pinned,ecmp] [--order rank|topology-aware] [--scale 1e-4]
-        [--channels 2] [--iperf] [--fabric astral-small]
+        [--policies path-pinned,ecmp] [--host-ports hash,balanced] [--baseline ecmp]
+        [--order rank|topology-aware] [--scale 1e-4] [--channels 2] [--iperf]
+        [--fabric astral-small]
 
 Brings the fabric up once (telemetry off: the controller's polling costs CPU the emulator
-needs), then per round and per policy (interleaved, so that the machine's load hits every
-policy alike) runs all-reduce (ring, hierarchical) and all-to-all (direct, PXN) at one size
-and prints busbw / rail bandwidth, where the rail bandwidth is one GPU's NIC ports x the
-emulated NIC rate (2 x 20 Mbit/s on astral-small). Targets (issue 5), under path-pinned:
-all-reduce >= 0.90, all-to-all >= 0.85; TCP over 1500-byte frames caps a flat algorithm
-near 0.964 (1460/1514: the GPUs send no TCP timestamps). The "ceiling" column is the
+needs), then per round, per policy and per ``host_ports`` setting (how the hosts pick each
+connection's NIC port, orchestrator/testbed/hostports.py; interleaved, so that the
+machine's load hits every pair alike) runs all-reduce (ring, hierarchical) and all-to-all
+(direct, PXN) at one size and prints busbw / rail bandwidth, where the rail bandwidth is one
+GPU's NIC ports x the emulated NIC rate (2 x 20 Mbit/s on astral-small), and then the two
+effects apart (orchestrator/results/effects.py): balanced/hash per policy (the host's NIC
+ports) and each policy over the baseline per host-ports setting (the switch policy).
+Targets (issue 5), under path-pinned with balanced host ports: all-reduce >= 0.90,
+all-to-all >= 0.85; TCP over 1500-byte frames caps a flat algorithm near 0.964 (1460/1514:
+the GPUs send no TCP timestamps). The "ceiling" column is the
 physical one of each algorithm (orchestrator.collectives.ceilings: NVLink bytes free), which
 is above 1 where NVLink carries a share.
 
-``--iperf`` adds, per policy, iperf3 on exactly the fabric connections of the ring and of
-direct all-to-all (the same paths under path-pinned), all at once for 8 s: what long-lived
-TCP flows get from the emulator in the same pattern right now, the reference for the
-collectives' figures.
+``--iperf`` adds, per policy and host ports, iperf3 on exactly the fabric connections of
+the ring and of direct all-to-all (the same NIC ports and paths), all at once for 8 s:
+what long-lived TCP flows get from the emulator in the same pattern right now, the
+reference for the collectives' figures.
 
 The conditions that decide the figures are printed with them: load average before and
 after, the CPU share ovs-vswitchd got during the collectives, other Open vSwitch bridges
@@ -37,13 +42,21 @@ import time
 
 from orchestrator.collectives.ceilings import busbw_ceiling
 from orchestrator.emulation.network import Terminated
+from orchestrator.results.effects import (
+    Arm,
+    baseline_of,
+    host_port_effect,
+    split_gap,
+    switch_policy_effect,
+)
 from orchestrator.run.experiment import parse_size, topology_aware_order
-from orchestrator.testbed.pinning import PATHS_FILE, fabric_flows, source_ports
+from orchestrator.testbed.hostports import check_host_ports
+from orchestrator.testbed.pinning import PATHS_FILE, fabric_flows, plan_ports, wait_for_paths
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import process_ticks
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.catalog import resolve_fabric
-from topologies.errors import ConcurrentRunError
+from topologies.errors import ConcurrentRunError, ConfigError
 from topologies.generators import build_fabric
 from topologies.model import Fabric
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
@@ -83,38 +96,42 @@ def bound_ports(bed: Testbed, gpu: str) -> set[int]:
 
 
 def iperf_flows(
-    bed: Testbed, gpus: list[str], op: str, alg: str, channels: int, seconds: int
+    bed: Testbed,
+    gpus: list[str],
+    op: str,
+    alg: str,
+    channels: int,
+    seconds: int,
+    host_ports: str,
 ) -> float:
     """iperf3 on the fabric connections of ``op``/``alg`` (one per peer pair and channel),
-    all at once for ``seconds``, from the same source ports under path-pinned; the mean per
-    sending GPU, over the rail bandwidth. What TCP gets from the emulator on those paths
-    right now: the reference for the collective's figure."""
+    all at once for ``seconds``, NIC ports (and paths under path-pinned) chosen as for the
+    workers under ``host_ports``; the mean per sending GPU, over the rail bandwidth. What
+    TCP gets from the emulator on those paths right now: the reference for the collective's
+    figure."""
     workers = bed.workers(gpus)
     flows = fabric_flows(workers, [(op, alg)], channels)[0]
     emu = bed.emulation
     # one iperf3 server per (destination, source, channel): a server runs one test at a time
     port_of = {f: IPERF_PORT + 10 * f[0] + f[2] for f in flows}
-    ports: dict[tuple[int, int, int], int] = {}
-    if bed.pins_source_ports:  # the kernel's NIC choice depends on the server port
-        # iperf3 binds without SO_REUSEADDR: no port another socket holds (the workers'
-        # connections linger in TIME_WAIT on the same pinned ports), none twice
-        taken = {w.rank: bound_ports(bed, w.host) for w in workers}
-        for server_port in sorted(set(port_of.values())):
-            pinned = source_ports(
-                bed.emulation,
-                bed.description,
-                bed.run_dir / PATHS_FILE,
-                workers,
-                channels,
-                server_port,
-                [(op, alg)],
-                taken=taken,
-                policy=bed.policy,
-            )
-            for f, p in pinned.ports.items():
-                if port_of.get(f) == server_port:
-                    ports[f] = p
-                    taken.setdefault(f[0], set()).add(p)
+    paths = None
+    if bed.pins_source_ports:
+        paths = wait_for_paths(bed.run_dir / PATHS_FILE, 0.0, policy=bed.policy)
+    # iperf3 binds without SO_REUSEADDR: no port another socket holds (the workers'
+    # connections linger in TIME_WAIT on the same planned ports); the kernel's NIC choice
+    # depends on the server port, which plan_ports asks it with
+    taken = {w.rank: bound_ports(bed, w.host) for w in workers}
+    plan = plan_ports(
+        emu,
+        bed.description,
+        workers,
+        [flows],
+        port_of,
+        host_ports=host_ports,
+        paths=paths,
+        taken=taken,
+    )
+    ports = plan.ports
     servers = [
         emu.popen(workers[d].host, ["iperf3", "-s", "-1", "-p", str(port_of[(s, d, c)])],
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -145,6 +162,36 @@ def iperf_flows(
     return statistics.fmean(per_rank.values()) / bed.rail_bandwidth()
 
 
+def effect_lines(
+    medians: dict[tuple[Arm, str, str], float],
+    policies: list[str],
+    host_ports: list[str],
+    wanted_baseline: str,
+) -> list[str]:
+    """The two effects apart, per collective (orchestrator/results/effects.py): the host
+    ports' (balanced/hash, same policy) and the switch policy's (policy/baseline, same host
+    ports), and the baseline/hash -> policy/balanced gap as their product."""
+    baseline = baseline_of(policies, wanted_baseline)
+    both = {"hash", "balanced"} <= set(host_ports)
+    others = [p for p in policies if p != baseline]
+    lines = []
+    for op, alg, _ in ALGORITHMS:
+        values = {arm: v for (arm, o, a), v in medians.items() if (o, a) == (op, alg)}
+        cells = []
+        if both:
+            cells += [f"host ports {p} {host_port_effect(values, p):.2f}" for p in policies]
+        cells += [
+            f"switch policy {p}/{baseline} {h} {switch_policy_effect(values, p, h, baseline):.2f}"
+            for p in others
+            for h in host_ports
+        ]
+        lines.append(f"#   {op + ' (' + alg + ')':<27}" + ", ".join(cells))
+        if both:
+            lines += [f"#   {'':<27}{split_gap(values, p, baseline).describe()}" for p in others]
+    head = "# effects apart: host ports = balanced/hash under one policy; switch policy = "
+    return [head + f"a policy over {baseline} under the same host ports", *lines]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fabric", default="astral-small", help="preset name or fabric file")
@@ -152,6 +199,14 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--policies", default="path-pinned,ecmp")
+    parser.add_argument(
+        "--host-ports",
+        default="hash,balanced",
+        help="how hosts pick NIC ports, comma-separated: hash, balanced (default: both)",
+    )
+    parser.add_argument(
+        "--baseline", default="ecmp", help="the policy the others' effect is measured against"
+    )
     parser.add_argument("--order", default="rank", choices=["rank", "topology-aware"])
     parser.add_argument("--scale", type=float, help="emulation scale (default: the fabric's)")
     parser.add_argument(
@@ -161,6 +216,10 @@ def main() -> int:
     args = parser.parse_args()
     size = parse_size(args.size)
     policies = args.policies.split(",")
+    try:
+        args.host_ports = [check_host_ports(h, "--host-ports") for h in args.host_ports.split(",")]
+    except ConfigError as error:
+        parser.error(str(error))
     spec = load_fabric_spec(resolve_fabric(args.fabric))
     if args.scale:
         spec = dataclasses.replace(spec, emulation=EmulationSpec(scale=args.scale))
@@ -194,9 +253,11 @@ def measure(
     size: int,
     policies: list[str],
 ) -> int:
-    ratios: dict[tuple[str, str, str], list[float]] = {}
+    host_ports: list[str] = args.host_ports
+    arms: list[Arm] = [(p, h) for p in policies for h in host_ports]
+    ratios: dict[tuple[Arm, str, str], list[float]] = {}
     wrong = 0
-    iperf: dict[tuple[str, str, str], list[float]] = {}
+    iperf: dict[tuple[Arm, str, str], list[float]] = {}
     cpu_used = elapsed = 0.0
     load_before = os.getloadavg()
     others = foreign_bridges({s for s in fabric.switches})
@@ -210,14 +271,15 @@ def measure(
         for op, alg, _ in ALGORITHMS
     }
     for round_ in range(args.rounds):
-        for policy in policies:
+        for arm in arms:  # host ports vary fastest: no controller restart between them
+            policy, ports = arm
             bed.use_policy(policy)
             line = []
             for op, alg, _ in ALGORITHMS:  # one launch each, as astral run does
                 options = LaunchOptions(
                     iterations=args.iterations, warmup=1, channels=channels[(op, alg)]
                 )
-                with bed.launch(names, options, [(op, alg)]) as launcher:
+                with bed.launch(names, options, [(op, alg)], host_ports=ports) as launcher:
                     c0, t0 = vswitchd_cpu_seconds(), time.monotonic()
                     result = launcher.run([CollectiveTest(op, alg, size)])
                     elapsed += time.monotonic() - t0
@@ -226,14 +288,16 @@ def measure(
                 row = result.rows()[0]
                 wrong += row.wrong
                 ratio = row.busbw * 1e9 / rail
-                ratios.setdefault((policy, op, alg), []).append(ratio)
+                ratios.setdefault((arm, op, alg), []).append(ratio)
                 line.append(f"{op}/{alg} {ratio:.3f}")
             if args.iperf:
                 for op, alg in IPERF_PATTERNS:
-                    ratio = iperf_flows(bed, names, op, alg, channels[(op, alg)], 8)
-                    iperf.setdefault((policy, op, alg), []).append(ratio)
+                    ratio = iperf_flows(bed, names, op, alg, channels[(op, alg)], 8, ports)
+                    iperf.setdefault((arm, op, alg), []).append(ratio)
                     line.append(f"iperf3 {op}/{alg} flows {ratio:.3f}")
-            print(f"# round {round_ + 1} {policy:>12}: " + ", ".join(line), flush=True)
+            print(
+                f"# round {round_ + 1} {policy + '/' + ports:>21}: " + ", ".join(line), flush=True
+            )
     load_after = os.getloadavg()
     datapath = bed.emulation.datapath
     bed.stop()
@@ -251,16 +315,19 @@ def measure(
         f"{rail / 1e6:.2f} MB/s; TCP over 1500-byte frames caps flat algorithms at "
         f"{TCP_PAYLOAD_SHARE:.3f}"
     )
-    head = "".join(f"{p:>14}" for p in policies)
+    # columns: policy/host ports; targets are path-pinned/balanced's (issue 5)
+    head = "".join(f"{p + '/' + h:>22}" for p, h in arms)
     print(f"#{'collective':<27}{head}{'target':>12}{'ceiling':>10}")
+    medians = {key: statistics.median(values) for key, values in ratios.items()}
     for op, alg, target in ALGORITHMS:
-        cells = "".join(f"{statistics.median(ratios[(p, op, alg)]):>14.3f}" for p in policies)
+        cells = "".join(f"{medians[(arm, op, alg)]:>22.3f}" for arm in arms)
         print(f" {op + ' (' + alg + ')':<27}{cells}{'>= ' + format(target, '.2f'):>12}"
               f"{ceilings[(op, alg)]:>10.2f}")  # fmt: skip
     if args.iperf:
         for op, alg in IPERF_PATTERNS:
-            cells = "".join(f"{statistics.median(iperf[(p, op, alg)]):>14.3f}" for p in policies)
+            cells = "".join(f"{statistics.median(iperf[(arm, op, alg)]):>22.3f}" for arm in arms)
             print(f" {'iperf3, ' + alg + ' flows':<27}{cells}")
+    print("\n".join(effect_lines(medians, policies, host_ports, args.baseline)))
     print(f"# #wrong over all operations: {wrong}")
     share = cpu_used / elapsed if elapsed else float("nan")
     tso = {True: "on", False: "off", None: "n/a"}[datapath.tso if datapath else None]
