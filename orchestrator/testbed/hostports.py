@@ -10,16 +10,19 @@ puts both ring connections of a rank on one NIC port, that rank is capped at hal
 bandwidth whatever the switches do. So the host's part is named and set apart:
 
     balanced   the orchestrator picks every fabric connection's source port so that each
-               rank's connections of a collective spread evenly over its NIC ports (least
-               loaded port first). Under a policy that pins paths (path-pinned) the port
-               is chosen together with the path (least loaded links, first hop included);
-               under any other (ecmp, shortest, adaptive, ...) only the first hop is
-               fixed, the switches still choose the rest.
+               rank's connections of a collective spread evenly over its NIC ports (ties
+               to the port whose ToR carries fewer of them), the same way under every
+               policy. Under a policy that pins paths (path-pinned) the path is then the
+               least loaded of those leaving by that port; under any other (ecmp,
+               shortest, adaptive, ...) only the first hop is fixed, the switches still
+               choose the rest.
     hash       the kernel's multipath hash picks the NIC port, as for any application:
                connections use ephemeral source ports. Under path-pinned a connection's
                source port also selects its path, so it cannot be ephemeral: its NIC port
                is the one the kernel's hash gives a random ephemeral port (``ip route
                get``), and the pinned path is the least loaded among those leaving by it.
+               The NIC ports are then as uneven as the hash makes them, the paths as
+               disjoint as the fabric allows from there: the switch policy's part alone.
 
 The default is ``balanced`` for every policy: a run that compares switch policies then
 compares the switch policies alone (a real NCCL job assigns its channels to NIC ports

@@ -9,29 +9,36 @@ chosen before the connection opens therefore decides its first hop, and under ``
 its path through the fabric too: the controller publishes, per (src GPU, dst GPU), the paths
 a source port selects (``paths.json`` in the run directory; format and bit layout in
 controllers/pinning.py). What the host does is the experiment's ``host_ports`` setting
-(orchestrator/testbed/hostports.py, which says why); this module carries it out:
+(orchestrator/testbed/hostports.py, which says why); this module carries it out.
 
-                     the policy pins paths (path-pinned)     it does not (ecmp, adaptive, ...)
-    balanced         a (NIC port, path) per connection        a NIC port per connection
-    hash             a path among those leaving by the NIC    nothing: ephemeral ports
-                     port the kernel's hash gives a random
-                     ephemeral port
+The NIC port is chosen first, the same way whatever the policy (so that two policies under
+one setting differ by their switches only), then, under a policy that pins paths, the path
+among those leaving by it:
+
+                 NIC port of each connection            then, under path-pinned
+    balanced     spread over the rank's NIC ports       the least loaded of the paths
+                 by the orchestrator                    leaving by that NIC port
+    hash         the kernel's hash: ephemeral ports;    (the same, from the NIC port the
+                 nothing to plan unless path-pinned     hash gives a random ephemeral port)
 
 In steps (:func:`plan_ports`):
 
 1. flows: the fabric connections (src rank, dst rank, channel) the collectives open, in the
    order of the collectives (peers on one server talk over NVLink: not planned);
-2. options per flow: the published paths (path-pinned; under ``hash`` only those leaving by
-   the NIC port of the flow's probe, one random port of the kernel's ephemeral range), or
-   the GPU's NIC ports the kernel routes some of the flow's candidate ports out of;
-3. assignment, per collective (its flows run together): greedily, each flow takes the option
-   whose links (first hop included) are least loaded by the collective's flows placed so
-   far: most loaded link first, then total load, then the smallest value and NIC port;
-4. ports: per flow, candidate source ports (path-pinned: ``base + j * 2**bits + value``;
-   otherwise a range of :data:`CANDIDATES` ports of the flow's own), one ``ip -batch`` of
-   ``route get`` per GPU namespace, and the first candidate the kernel routes out of the
-   chosen NIC port (each candidate matches with probability 1/ports, so 32 candidates miss
-   with probability 2**-32 on a dual-port NIC).
+2. live NIC ports per flow: those the controller publishes paths for (path-pinned), or those
+   the kernel routes some of the flow's candidate ports out of (step 5's, asked first);
+3. the NIC port per flow: ``balanced`` (:func:`balance_nics`), per collective (its flows run
+   together), the port with the fewest of the rank's flows so far, then the one whose ToR
+   carries the fewest, then the lowest; ``hash`` (:func:`probe_nics`), the port the kernel
+   routes one random port of its ephemeral range out of;
+4. path-pinned: per collective, greedily, each flow takes the published path from its NIC
+   port whose links are least loaded by the collective's flows placed so far (most loaded
+   link first, then total load, then the smallest value; :func:`assign`);
+5. ports: per flow, candidate source ports (path-pinned: ``base + j * 2**bits + value``;
+   otherwise a range of :data:`CANDIDATES` ports of the flow's own, :func:`own_ranges`),
+   one ``ip -batch`` of ``route get`` per GPU namespace, and the first candidate the kernel
+   routes out of the chosen NIC port (each candidate matches with probability 1/ports, so
+   32 candidates miss with probability 2**-32 on a dual-port NIC).
 
 A connection whose port could not be found keeps an ephemeral port (the kernel's choice)
 and is counted in :attr:`Pinning.unpinned`.
@@ -128,20 +135,6 @@ def candidates(document: Mapping[str, Any]) -> dict[tuple[str, str], list[Candid
     return out
 
 
-def first_hops(
-    description: FabricDescription, workers: Sequence[WorkerSpec]
-) -> dict[tuple[str, str], list[Candidate]]:
-    """Per (src GPU, dst GPU) of ``workers``, one option per NIC port of the source, known
-    up to its first hop (the ToR): what a policy that does not pin paths leaves the host."""
-    out: dict[tuple[str, str], list[Candidate]] = {}
-    for src in workers:
-        nics = [Candidate(0, nic.port, (src.host, nic.peer)) for nic in _nics(description, src)]
-        for dst in workers:
-            if dst.rank != src.rank:
-                out[(src.host, dst.host)] = nics
-    return out
-
-
 def fabric_flows(
     workers: Sequence[WorkerSpec], collectives: Iterable[tuple[str, str]], channels: int
 ) -> list[list[Flow]]:
@@ -169,9 +162,9 @@ def assign(
     paths: Options,
     allowed: Mapping[Flow, Collection[int]] | None = None,
 ) -> dict[Flow, Candidate]:
-    """Step 3 of the module docstring: an option per flow, balanced per collective.
-    ``allowed``: per flow, the NIC ports it may leave by (default: any); a flow with no
-    option left is not assigned."""
+    """Step 4 of the module docstring: an option per flow, balanced per collective.
+    ``allowed``: per flow, the NIC ports it may leave by (default: any, the NIC port then
+    chosen with the path); a flow with no option left is not assigned."""
     host = {w.rank: w.host for w in workers}
     chosen: dict[Flow, Candidate] = {}
     for flows in groups:
@@ -228,7 +221,7 @@ def pick_ports(
     nics: Mapping[Flow, Sequence[int | None]],
     taken: Mapping[int, Collection[int]] | None = None,
 ) -> dict[Flow, int]:
-    """Step 4's choice: per flow (in ``chosen``'s order), the first of its ``tries`` whose
+    """Step 5's choice: per flow (in ``chosen``'s order), the first of its ``tries`` whose
     NIC port (``nics``, what the kernel answered for each try) is the chosen one, that no
     flow of the same rank got before and that is not ``taken`` (per rank)."""
     ports: dict[Flow, int] = {}
@@ -312,7 +305,7 @@ def plan_ports(
     taken: Mapping[int, Collection[int]] | None = None,
     rng: random.Random | None = None,
 ) -> Pinning:
-    """Steps 2-4 of the module docstring for the flows of ``groups`` (one group per set of
+    """Steps 2-5 of the module docstring for the flows of ``groups`` (one group per set of
     flows that run together), to ``dst_ports`` (one for all, or per flow). ``paths``: the
     controller's paths document when the policy pins paths, else None. ``taken``: source
     ports already in use, per rank, not to hand out again. ``rng``: where the probes of
@@ -324,17 +317,24 @@ def plan_ports(
         dst_ports = dict.fromkeys(flows, dst_ports)
     if paths is None and host_ports == HASH:
         return Pinning()  # ephemeral ports: the kernel's hash, nothing to plan
-    if paths is None:  # balanced, the switches choose the path: the first hop only
+    host = {w.rank: w.host for w in workers}
+    if paths is None:  # any port will do for the switches: a range of each flow's own
         tries = own_ranges(groups)
         nics = kernel_nics(executor, description, workers, tries, dst_ports)
-        reached = {f: {n for n in nics[f] if n is not None} for f in flows}
-        chosen = assign(groups, workers, first_hops(description, workers), reached)
+        live = {f: {n for n in nics[f] if n is not None} for f in flows}
+    else:
+        options = candidates(paths)  # the controller publishes paths for live NIC ports
+        live = {f: {c.nic for c in options.get((host[f[0]], host[f[1]]), ())} for f in flows}
+    if host_ports == HASH:
+        first = probe_nics(executor, description, workers, flows, dst_ports, rng)
+    else:
+        first = balance_nics(groups, workers, description, live)
+    if paths is None:
+        tor = _tors(description, workers)
+        chosen = {f: Candidate(0, nic, (host[f[0]], tor[(f[0], nic)])) for f, nic in first.items()}
     else:
         layout = PortLayout.from_dict(paths["layout"])
-        allowed = None
-        if host_ports == HASH:
-            allowed = probe_nics(executor, description, workers, flows, dst_ports, rng)
-        chosen = assign(groups, workers, candidates(paths), allowed)
+        chosen = assign(groups, workers, options, {f: {nic} for f, nic in first.items()})
         tries = {
             f: [layout.source_port(c.value, j) for j in range(CANDIDATES)]
             for f, c in chosen.items()
@@ -344,6 +344,36 @@ def plan_ports(
     return Pinning(ports, chosen, sorted(f for f in flows if f not in ports))
 
 
+def balance_nics(
+    groups: Sequence[Sequence[Flow]],
+    workers: Sequence[WorkerSpec],
+    description: FabricDescription,
+    live: Mapping[Flow, Collection[int]],
+) -> dict[Flow, int]:
+    """``balanced``: a NIC port per flow, among its ``live`` ones, per collective (flows
+    placed by an earlier one count): the one with the fewest of the collective's flows of
+    the same rank so far, then the one whose ToR carries the fewest of them (so that the
+    ranks behind one ToR pair do not all take the same ToR), then the lowest port."""
+    tor = _tors(description, workers)
+    chosen: dict[Flow, int] = {}
+    for flows in groups:
+        per_port: Counter[tuple[int, int]] = Counter()
+        per_tor: Counter[str] = Counter()
+        for flow in flows:
+            if flow in chosen:
+                per_port[(flow[0], chosen[flow])] += 1
+                per_tor[tor[(flow[0], chosen[flow])]] += 1
+        for flow in flows:
+            if flow in chosen or not live.get(flow):
+                continue
+            rank = flow[0]
+            nic = min(live[flow], key=lambda n: (per_port[(rank, n)], per_tor[tor[(rank, n)]], n))
+            chosen[flow] = nic
+            per_port[(rank, nic)] += 1
+            per_tor[tor[(rank, nic)]] += 1
+    return chosen
+
+
 def probe_nics(
     executor: CommandExecutor,
     description: FabricDescription,
@@ -351,13 +381,13 @@ def probe_nics(
     flows: Sequence[Flow],
     dst_ports: Mapping[Flow, int],
     rng: random.Random | None = None,
-) -> dict[Flow, set[int]]:
+) -> dict[Flow, int]:
     """``hash`` under path-pinned: per flow, the NIC port the kernel's hash gives one random
     port of the ephemeral range (what the flow would get from an ephemeral port)."""
     rng = rng or random.Random()
     probes = {f: [rng.randint(*EPHEMERAL)] for f in flows}
     nics = kernel_nics(executor, description, workers, probes, dst_ports)
-    return {f: {n for n in nics[f] if n is not None} for f in flows}
+    return {f: nic for f, (nic,) in nics.items() if nic is not None}
 
 
 def source_ports(
@@ -392,3 +422,10 @@ def source_ports(
 
 def _nics(description: FabricDescription, worker: WorkerSpec) -> tuple[PortAddress, ...]:
     return description.addresses[worker.host].nics
+
+
+def _tors(
+    description: FabricDescription, workers: Sequence[WorkerSpec]
+) -> dict[tuple[int, int], str]:
+    """(rank, NIC port) -> the ToR at the other end."""
+    return {(w.rank, n.port): n.peer for w in workers for n in _nics(description, w)}

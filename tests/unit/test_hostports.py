@@ -25,8 +25,8 @@ from orchestrator.testbed.pinning import (
     EPHEMERAL,
     MAX_PORT,
     Candidate,
+    balance_nics,
     fabric_flows,
-    first_hops,
     own_ranges,
     pick_ports,
     plan_ports,
@@ -261,12 +261,25 @@ def test_pick_ports_takes_the_first_free_try_on_the_chosen_nic() -> None:
     assert pick_ports(chosen, tries, nics, taken={0: {11}}) == {a: 12}  # b finds none
 
 
-def test_first_hops_offer_every_nic_port_towards_its_tor(
+def test_balance_nics_spreads_each_rank_then_each_tor(
     description: FabricDescription, workers: list[WorkerSpec]
 ) -> None:
-    options = first_hops(description, workers)
-    assert len(options) == 8 * 7
-    src, dst = workers[0].host, workers[5].host
-    assert [(c.nic, c.nodes) for c in options[(src, dst)]] == [
-        (n.port, (src, n.peer)) for n in description.addresses[src].nics
-    ]
+    everywhere = {1, 2}
+    one = [[(1, 2, 0), (3, 4, 0)]]  # ranks 1 and 3: one flow each, behind one ToR pair
+    tor = {
+        (w.rank, n.port): n.peer for w in workers[:4] for n in description.addresses[w.host].nics
+    }
+    assert tor[(1, 1)] == tor[(3, 1)] and tor[(1, 2)] == tor[(3, 2)]
+    chosen = balance_nics(one, workers, description, dict.fromkeys(one[0], everywhere))
+    assert chosen == {(1, 2, 0): 1, (3, 4, 0): 2}  # the second takes the other ToR
+    ring = [[(1, 2, 0), (1, 2, 1), (3, 4, 0), (3, 4, 1)]]
+    chosen = balance_nics(ring, workers, description, dict.fromkeys(ring[0], everywhere))
+    assert [chosen[f] for f in ring[0]] == [1, 2, 1, 2]  # per rank first: one on each port
+    live = {(1, 2, 0): {2}, (1, 2, 1): {2}, (3, 4, 0): set(), (3, 4, 1): everywhere}
+    chosen = balance_nics(ring, workers, description, live)
+    assert chosen == {(1, 2, 0): 2, (1, 2, 1): 2, (3, 4, 1): 1}  # only live ports, or none
+    later = [[(1, 2, 1), (1, 5, 0)]]  # a second collective: flows placed before count
+    chosen = balance_nics(
+        [*ring, *later], workers, description, dict.fromkeys([*ring[0], *later[0]], everywhere)
+    )
+    assert chosen[(1, 5, 0)] == 1 and chosen[(1, 2, 1)] == 2
