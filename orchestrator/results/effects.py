@@ -10,9 +10,12 @@ the two effects come apart as ratios of one figure (achieved/ideal, busbw/rail, 
   baseline policy's under the same ``host_ports`` (same hosts, other switches).
 
 The gap between the baseline under ``hash`` and a policy under ``balanced`` (what
-comparing ``ecmp`` with ``path-pinned`` measured before the setting existed) is then the
-product of the two: ``host-port effect (baseline) x switch-policy effect (balanced)``, which
-:func:`split_gap` returns with it. Pure; the benchmarks print it (docs/benchmarks.md).
+comparing ``ecmp`` with ``path-pinned`` measured before the setting existed) is the product
+of one effect of each kind, in either order: ``host ports (baseline) x switch policy
+(balanced)`` or ``switch policy (hash) x host ports (policy)``. The two orders differ when
+the causes interact (on a dual-ToR fabric under ECMP the switches also hash the receiving
+NIC port, so spreading the sending one alone helps little): :func:`split_gap` gives both.
+Pure; the benchmarks print it (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -47,19 +50,23 @@ def switch_policy_effect(
 
 @dataclass(frozen=True)
 class GapSplit:
-    """``policy``/balanced over ``baseline``/hash, and the two factors it is made of."""
+    """``policy``/balanced over ``baseline``/hash, and the two ways it splits in two."""
 
     baseline: str
     policy: str
     total: float
-    host_ports: float  # the baseline's host-port effect
-    switch_policy: float  # the policy's switch-policy effect under balanced
+    host_ports_first: float  # the baseline's host-port effect ...
+    switch_policy_then: float  # ... times the switch-policy effect under balanced
+    switch_policy_first: float  # the switch-policy effect under hash ...
+    host_ports_then: float  # ... times the policy's host-port effect
 
     def describe(self) -> str:
+        b, p = self.baseline, self.policy
         return (
-            f"{self.baseline}/hash -> {self.policy}/balanced: x{self.total:.2f} = host ports "
-            f"x{self.host_ports:.2f} ({self.baseline}: balanced/hash) x switch policy "
-            f"x{self.switch_policy:.2f} (balanced: {self.policy}/{self.baseline})"
+            f"{b}/hash -> {p}/balanced: x{self.total:.2f} = host ports x"
+            f"{self.host_ports_first:.2f} ({b}) x switch policy x{self.switch_policy_then:.2f}"
+            f" (balanced) = switch policy x{self.switch_policy_first:.2f} (hash) x host ports"
+            f" x{self.host_ports_then:.2f} ({p})"
         )
 
 
@@ -74,6 +81,8 @@ def split_gap(values: Mapping[Arm, float], policy: str, baseline: str) -> GapSpl
         total,
         host_port_effect(values, baseline),
         switch_policy_effect(values, policy, "balanced", baseline),
+        switch_policy_effect(values, policy, "hash", baseline),
+        host_port_effect(values, policy),
     )
 
 

@@ -38,10 +38,11 @@ def test_each_effect_holds_the_other_cause_still() -> None:
 def test_the_old_gap_is_the_product_of_the_two() -> None:
     gap = split_gap(VALUES, "path-pinned", "ecmp")
     assert gap.total == pytest.approx(0.96 / 0.48)
-    assert gap.total == pytest.approx(gap.host_ports * gap.switch_policy)
+    assert gap.total == pytest.approx(gap.host_ports_first * gap.switch_policy_then)
+    assert gap.total == pytest.approx(gap.switch_policy_first * gap.host_ports_then)
     assert gap.describe() == (
-        "ecmp/hash -> path-pinned/balanced: x2.00 = host ports x1.25 (ecmp: balanced/hash) "
-        "x switch policy x1.60 (balanced: path-pinned/ecmp)"
+        "ecmp/hash -> path-pinned/balanced: x2.00 = host ports x1.25 (ecmp) x switch policy "
+        "x1.60 (balanced) = switch policy x1.50 (hash) x host ports x1.33 (path-pinned)"
     )
 
 
@@ -109,4 +110,6 @@ def test_the_collectives_benchmark_reports_both_effects_per_collective() -> None
     assert "host ports ecmp 1.25" in ring and "host ports path-pinned 1.33" in ring
     assert "switch policy path-pinned/ecmp hash 1.50" in ring
     assert "switch policy path-pinned/ecmp balanced 1.60" in ring
-    assert sum("x2.00 = host ports x1.25" in line for line in lines) == len(module.ALGORITHMS)
+    assert sum("x2.00 = host ports x1.25 (ecmp)" in line for line in lines) == len(
+        module.ALGORITHMS
+    )
