@@ -50,13 +50,13 @@ from orchestrator.results.effects import (
     switch_policy_effect,
 )
 from orchestrator.run.experiment import parse_size, topology_aware_order
-from orchestrator.testbed.hostports import check_host_ports
+from orchestrator.testbed.hostports import add_host_ports_option
 from orchestrator.testbed.pinning import PATHS_FILE, fabric_flows, plan_ports, wait_for_paths
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import process_ticks
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.catalog import resolve_fabric
-from topologies.errors import ConcurrentRunError, ConfigError
+from topologies.errors import ConcurrentRunError
 from topologies.generators import build_fabric
 from topologies.model import Fabric
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
@@ -199,11 +199,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--policies", default="path-pinned,ecmp")
-    parser.add_argument(
-        "--host-ports",
-        default="hash,balanced",
-        help="how hosts pick NIC ports, comma-separated: hash, balanced (default: both)",
-    )
+    add_host_ports_option(parser)
     parser.add_argument(
         "--baseline", default="ecmp", help="the policy the others' effect is measured against"
     )
@@ -216,10 +212,6 @@ def main() -> int:
     args = parser.parse_args()
     size = parse_size(args.size)
     policies = args.policies.split(",")
-    try:
-        args.host_ports = [check_host_ports(h, "--host-ports") for h in args.host_ports.split(",")]
-    except ConfigError as error:
-        parser.error(str(error))
     spec = load_fabric_spec(resolve_fabric(args.fabric))
     if args.scale:
         spec = dataclasses.replace(spec, emulation=EmulationSpec(scale=args.scale))

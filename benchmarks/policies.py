@@ -97,7 +97,7 @@ from orchestrator.results.effects import (
     split_gap,
     switch_policy_effect,
 )
-from orchestrator.testbed.hostports import HOST_PORTS, check_host_ports
+from orchestrator.testbed.hostports import HOST_PORTS, add_host_ports_option
 from orchestrator.testbed.pinning import PATHS_FILE, plan_ports, wait_for_paths
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import (
@@ -108,7 +108,6 @@ from orchestrator.testbed.traffic import (
     run_flows,
 )
 from topologies.catalog import resolve_fabric
-from topologies.errors import ConfigError
 from topologies.model import Fabric, LinkKind, Tier
 from topologies.spec import EmulationSpec, FabricSpec, load_fabric_spec
 from topologies.units import TCP_PAYLOAD_SHARE
@@ -470,11 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1, help="permutation seed of repeat 0")
     parser.add_argument("--policies", default="", help="comma-separated (default: all)")
-    parser.add_argument(
-        "--host-ports",
-        default="hash,balanced",
-        help="how hosts pick NIC ports, comma-separated: hash, balanced (default: both)",
-    )
+    add_host_ports_option(parser)
     parser.add_argument(
         "--baseline", default="ecmp", help="the policy the others' effect is measured against"
     )
@@ -496,10 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(policies) - set(known))
     if unknown:
         parser.error(f"unknown policies {unknown}; known: {', '.join(known)}")
-    try:
-        host_ports = [check_host_ports(h, "--host-ports") for h in args.host_ports.split(",")]
-    except ConfigError as error:
-        parser.error(str(error))
+    host_ports: list[str] = args.host_ports
     baseline = baseline_of(policies, args.baseline)
 
     began = time.monotonic()

@@ -33,6 +33,8 @@ the measured split).
 
 from __future__ import annotations
 
+import argparse
+
 from topologies.errors import ConfigError
 
 BALANCED = "balanced"
@@ -48,3 +50,25 @@ def check_host_ports(value: object, source: str = "testbed", key: str = "host_po
             source, key, "how hosts pick NIC ports: one of " + ", ".join(HOST_PORTS), value
         )
     return value
+
+
+def add_host_ports_option(parser: argparse.ArgumentParser) -> None:
+    """``--host-ports hash,balanced`` (default: both, in that order), for the benchmarks
+    that measure the settings side by side; a wrong name is argparse's usage error."""
+
+    def settings(text: str) -> list[str]:
+        names = text.split(",")
+        for name in names:
+            if name not in HOST_PORTS:
+                raise argparse.ArgumentTypeError(
+                    f"expected how hosts pick NIC ports: one of {', '.join(HOST_PORTS)}, "
+                    f"found {name!r}"
+                )
+        return names
+
+    parser.add_argument(
+        "--host-ports",
+        type=settings,
+        default=[HASH, BALANCED],
+        help="how hosts pick NIC ports, comma-separated: hash, balanced (default: both)",
+    )

@@ -96,13 +96,18 @@ def test_balanced_spreads_every_ranks_connections_over_its_nic_ports(
             assert all(b > 0.3 * total for b in sent.values()), f"{gpu}: {sent}"
 
 
+def hashed_all_to_all(fabric: FabricHandle, policy: str) -> list[ConnectionInfo]:
+    """Direct all-to-all under ``policy`` with ``hash`` host ports: its fabric connections."""
+    fabric.use_policy(policy)
+    run = fabric.run("all-to-all", "direct", sizes=["64K"], iterations=1, host_ports="hash")
+    assert run.host_ports == "hash" and run.wrong == 0
+    return fabric_connections(run.result)
+
+
 def test_hash_leaves_the_nic_port_to_the_kernel_with_ephemeral_ports(
     fabric: FabricHandle,
 ) -> None:
-    fabric.use_policy("ecmp")
-    run = fabric.run("all-to-all", "direct", sizes=["64K"], iterations=1, host_ports="hash")
-    assert run.host_ports == "hash" and run.wrong == 0
-    connections = fabric_connections(run.result)
+    connections = hashed_all_to_all(fabric, "ecmp")
     ephemeral = ephemeral_range(fabric, fabric.gpus[0])
     for c in connections:
         assert c.five_tuple.src_port in ephemeral, c.five_tuple
@@ -112,10 +117,7 @@ def test_hash_leaves_the_nic_port_to_the_kernel_with_ephemeral_ports(
 def test_path_pinned_under_hash_pins_the_path_from_the_nic_port_the_hash_gives(
     fabric: FabricHandle,
 ) -> None:
-    fabric.use_policy("path-pinned")
-    run = fabric.run("all-to-all", "direct", sizes=["64K"], iterations=1, host_ports="hash")
-    assert run.host_ports == "hash" and run.wrong == 0
-    connections = fabric_connections(run.result)
+    connections = hashed_all_to_all(fabric, "path-pinned")
     planned = fabric.testbed.pinning
     assert planned is not None and planned.unpinned == []
     layout = PortLayout.from_dict(read_paths(fabric.testbed.run_dir / PATHS_FILE)["layout"])

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -17,7 +15,7 @@ from orchestrator.results.effects import (
     split_gap,
     switch_policy_effect,
 )
-from tests.helpers import REPO
+from tests.helpers import load_benchmark
 
 # achieved/ideal of four arms: the hash costs ecmp 0.8 and path-pinned 0.75 of balanced
 VALUES = {
@@ -61,14 +59,7 @@ def test_the_baseline_is_the_wanted_policy_if_measured() -> None:
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_policies_effects", REPO / "benchmarks" / "policies.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("policies")
 
 
 def test_the_policy_benchmark_reports_both_effects_side_by_side(bench: ModuleType) -> None:
@@ -96,12 +87,7 @@ def test_the_policy_benchmark_reports_both_effects_side_by_side(bench: ModuleTyp
 
 
 def test_the_collectives_benchmark_reports_both_effects_per_collective() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_collectives_effects", REPO / "benchmarks" / "collectives.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("collectives")
     medians = {
         (arm, op, alg): value for arm, value in VALUES.items() for op, alg, _ in module.ALGORITHMS
     }

@@ -7,6 +7,7 @@ tests/integration/test_host_ports.py)."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import random
@@ -19,7 +20,7 @@ import pytest
 
 from controllers.pinning import PORT_BASE, PinnedPaths, PortLayout, paths_document
 from orchestrator.emulation.executor import Completed
-from orchestrator.testbed.hostports import HOST_PORTS, check_host_ports
+from orchestrator.testbed.hostports import HOST_PORTS, add_host_ports_option, check_host_ports
 from orchestrator.testbed.pinning import (
     CANDIDATES,
     EPHEMERAL,
@@ -108,6 +109,18 @@ def test_the_setting_names_its_key_and_values() -> None:
             check_host_ports(wrong, "bench")
         assert error.value.key == "host_ports"
         assert "one of balanced, hash" in str(error.value) and "bench" in str(error.value)
+
+
+def test_the_benchmarks_option_takes_both_by_default_and_refuses_a_wrong_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser(prog="bench")
+    add_host_ports_option(parser)
+    assert parser.parse_args([]).host_ports == ["hash", "balanced"]
+    assert parser.parse_args(["--host-ports", "balanced"]).host_ports == ["balanced"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--host-ports", "hash,bonded"])
+    assert "one of balanced, hash, found 'bonded'" in capsys.readouterr().err
 
 
 # --- balanced, a policy that does not pin paths ----------------------------------------------
