@@ -51,7 +51,13 @@ from orchestrator.results.effects import (
 )
 from orchestrator.run.experiment import parse_size, topology_aware_order
 from orchestrator.testbed.hostports import add_host_ports_option
-from orchestrator.testbed.pinning import PATHS_FILE, fabric_flows, plan_ports, wait_for_paths
+from orchestrator.testbed.pinning import (
+    PATHS_FILE,
+    fabric_flows,
+    held_ports,
+    plan_ports,
+    wait_for_paths,
+)
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import process_ticks
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
@@ -82,19 +88,6 @@ def foreign_bridges(ours: set[str]) -> int:
     return len([b for b in out.stdout.split() if b not in ours])
 
 
-def bound_ports(bed: Testbed, gpu: str) -> set[int]:
-    """Local TCP ports of every socket in ``gpu``'s namespace (TIME_WAIT included)."""
-    out = bed.emulation.cmd(gpu, ["ss", "-Htan"])
-    ports = set()
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and ":" in fields[3]:
-            port = fields[3].rsplit(":", 1)[1]
-            if port.isdigit():
-                ports.add(int(port))
-    return ports
-
-
 def iperf_flows(
     bed: Testbed,
     gpus: list[str],
@@ -117,10 +110,9 @@ def iperf_flows(
     paths = None
     if bed.pins_source_ports:
         paths = wait_for_paths(bed.run_dir / PATHS_FILE, 0.0, policy=bed.policy)
-    # iperf3 binds without SO_REUSEADDR: no port another socket holds (the workers'
-    # connections linger in TIME_WAIT on the same planned ports); the kernel's NIC choice
-    # depends on the server port, which plan_ports asks it with
-    taken = {w.rank: bound_ports(bed, w.host) for w in workers}
+    # iperf3 binds without SO_REUSEADDR: no port another socket holds (iperf3's own
+    # connections of the last round linger in TIME_WAIT on the same planned ports); the
+    # kernel's NIC choice depends on the server port, which plan_ports asks it with
     plan = plan_ports(
         emu,
         bed.description,
@@ -129,7 +121,7 @@ def iperf_flows(
         port_of,
         host_ports=host_ports,
         paths=paths,
-        taken=taken,
+        taken=held_ports(emu, workers),
     )
     ports = plan.ports
     servers = [

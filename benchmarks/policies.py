@@ -98,7 +98,7 @@ from orchestrator.results.effects import (
     switch_policy_effect,
 )
 from orchestrator.testbed.hostports import HOST_PORTS, add_host_ports_option
-from orchestrator.testbed.pinning import PATHS_FILE, plan_ports, wait_for_paths
+from orchestrator.testbed.pinning import PATHS_FILE, held_ports, plan_ports, wait_for_paths
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import (
     BASE_PORT,
@@ -251,6 +251,7 @@ def planned_flows(
         dst_ports,
         host_ports=host_ports,
         paths=paths,
+        taken=held_ports(bed.emulation, workers),  # iperf3's last flows linger in TIME_WAIT
     )
     flows = [Flow(s, d, plan.ports.get(key)) for (s, d), key in zip(pairs, keys, strict=True)]
     return flows, len(plan.unpinned)

@@ -263,6 +263,28 @@ def route_devices(
     return devices
 
 
+def held_ports(executor: CommandExecutor, workers: Sequence[WorkerSpec]) -> dict[int, set[int]]:
+    """Per rank, the source ports a TCP socket still holds on either end of a connection from
+    its fabric address (its own namespace's sockets, and the peers' sockets towards it),
+    TIME_WAIT included: not to hand out again. The workers close with a reset (no
+    TIME_WAIT), but a worker that was killed, or a program that closes normally (iperf3),
+    leaves its connections lingering for a minute at one end or the other, and a new
+    connection on the same five-tuple would be refused (EADDRNOTAVAIL, or a SYN the other
+    end does not take: without TCP timestamps the kernel cannot reuse the tuple)."""
+    rank_of = {w.fabric_ip: w.rank for w in workers}
+    held: dict[int, set[int]] = {w.rank: set() for w in workers}
+    for worker in workers:
+        for line in executor.run(worker.host, ["ss", "-Htan"]).stdout.splitlines():
+            fields = line.split()  # State Recv-Q Send-Q Local:Port Peer:Port
+            if len(fields) < 5:
+                continue
+            for address in fields[3:5]:  # the source's end, or a peer's end towards it
+                ip, _, port = address.rpartition(":")
+                if ip in rank_of and port.isdigit():
+                    held[rank_of[ip]].add(int(port))
+    return held
+
+
 def kernel_nics(
     executor: CommandExecutor,
     description: FabricDescription,

@@ -52,7 +52,13 @@ from orchestrator.collectives.ceilings import default_channels
 from orchestrator.emulation.network import Emulation, Log
 from orchestrator.results import PortCounter
 from orchestrator.testbed.hostports import BALANCED, DEFAULT_HOST_PORTS, check_host_ports
-from orchestrator.testbed.pinning import PATHS_FILE, Pinning, source_ports, wait_for_paths
+from orchestrator.testbed.pinning import (
+    PATHS_FILE,
+    Pinning,
+    held_ports,
+    source_ports,
+    wait_for_paths,
+)
 from orchestrator.testbed.telemetry import read_telemetry
 from orchestrator.worker.launcher import Launcher, WorkerProcess
 from orchestrator.worker.outcome import RunResult
@@ -264,6 +270,7 @@ class Testbed:
                 collectives,
                 host_ports=host_ports,
                 paths=paths,
+                taken=held_ports(self.emulation, workers),
             )
             self.pinning = pinning
             options = replace(options, source_ports=pinning.ports)

@@ -28,6 +28,7 @@ from orchestrator.testbed.pinning import (
     Candidate,
     balance_nics,
     fabric_flows,
+    held_ports,
     own_ranges,
     pick_ports,
     plan_ports,
@@ -296,3 +297,37 @@ def test_balance_nics_spreads_each_rank_then_each_tor(
         [*ring, *later], workers, description, dict.fromkeys([*ring[0], *later[0]], everywhere)
     )
     assert chosen[(1, 5, 0)] == 1 and chosen[(1, 2, 1)] == 2
+
+
+class SocketTable:
+    """A CommandExecutor answering ``ss -Htan`` per GPU with the given lines."""
+
+    def __init__(self, lines: dict[str, list[str]]) -> None:
+        self.lines = lines
+
+    def run(self, node: str | None, argv: Sequence[str], **options: Any) -> Completed:
+        assert list(argv) == ["ss", "-Htan"] and node is not None
+        return Completed(tuple(argv), 0, "\n".join(self.lines.get(node, [])) + "\n", "")
+
+    def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        raise AssertionError("ss only")
+
+
+def test_held_ports_are_those_of_either_end_of_a_connection_from_the_rank(
+    workers: list[WorkerSpec],
+) -> None:
+    a, b = workers[3], workers[4]
+    table = SocketTable(
+        {
+            a.host: [
+                f"TIME-WAIT 0 0 {a.fabric_ip}:16384 {b.fabric_ip}:47000",  # a's own end
+                f"LISTEN 0 256 {a.fabric_ip}:47000 0.0.0.0:*",
+                f"ESTAB 0 0 {a.nvlink_ip}:34465 {workers[2].nvlink_ip}:47000",  # NVLink
+            ],
+            b.host: [f"FIN-WAIT-2 0 0 {b.fabric_ip}:47000 {a.fabric_ip}:16416"],  # b's end
+        }
+    )
+    held = held_ports(table, workers)
+    assert held[a.rank] == {16384, 47000, 16416}
+    assert held[b.rank] == {47000}
+    assert held[workers[2].rank] == set()
