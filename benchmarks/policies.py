@@ -2,27 +2,36 @@
 
     sudo .venv/bin/python benchmarks/policies.py [--fabric astral-small|PATH]
         [--duration S] [--omit S] [--repeats N] [--seed N] [--policies a,b,...]
-        [--scale X] [--no-recovery] [--lock-wait S]
+        [--host-ports hash,balanced] [--baseline ecmp] [--scale X] [--no-recovery]
+        [--lock-wait S]
 
 One fabric is brought up once (:class:`orchestrator.testbed.testbed.Testbed`); every policy of the
 controller's registry (controllers/policies/: shortest, ecmp, ecmp-polarized, path-pinned,
 adaptive) is switched in by :meth:`Testbed.use_policy` (a controller restart on the same
-port, hitless) and measured on the same traffic:
+port, hitless) and measured on the same traffic, once per ``host_ports`` setting (how the
+hosts pick each flow's NIC port, orchestrator/testbed/hostports.py: ``hash``, the kernel's
+multipath hash, and ``balanced``, spread by the orchestrator), so that the switch policy's
+effect (same host ports, another policy) and the host ports' (same policy, hash against
+balanced) are measured apart, side by side in one run (orchestrator/results/effects.py):
 
 - a permutation in which every GPU sends one long TCP flow to a GPU of another pod (so
   every flow crosses the core); a different random permutation per repeat (``--seed`` +
   repeat), the same one for every policy within a repeat, built rather than sampled
   (:func:`cross_group_derangement`; a fabric where one pod holds more than half the GPUs
   has none and is refused before bring-up);
-- the policies' order rotates by one per repeat (the machine's load drifts during a run);
+- the policies' order rotates by one per repeat (the machine's load drifts during a run),
+  and so does the order of the host-ports settings under each;
 - flows are iperf3 clients in the GPUs' namespaces, measured by
   :func:`orchestrator.testbed.traffic.run_flows`: goodput at the receivers over one common window
   (``--duration`` s, after ``--omit`` s of start-up; adaptive moves flows 2-3 s after they
   start), link loads from the HTB counters of every switch egress (tc);
-- under ``path-pinned`` each flow's source port is chosen from the paths the controller
-  publishes (orchestrator.testbed.pinning: the least loaded (NIC port, path value) per flow, then a
-  source port whose kernel multipath hash picks that NIC port, checked with ``ip route get``
-  for the flow's exact five-tuple); the other policies use the kernel's ephemeral ports.
+- the source ports come from orchestrator.testbed.pinning, as for the workers: under
+  ``balanced`` each flow gets the least loaded NIC port of its GPU (under ``path-pinned``
+  the least loaded (NIC port, path value)), then a source port whose kernel multipath hash
+  picks that NIC port, checked with ``ip route get`` for the flow's exact five-tuple; under
+  ``hash`` the flows use the kernel's ephemeral ports, except under ``path-pinned``, where
+  the port pins a path among those leaving by the NIC port the kernel's hash gives a random
+  ephemeral port.
 
 Ideal (printed with the results): every flow at min(the emulated NIC port rate, its fair
 share of a non-blocking fabric: the pod's core uplink capacity over the flows leaving the
@@ -30,8 +39,9 @@ pod), times the TCP payload share of a frame (1460/1514, no timestamps): one flo
 leaves by one of its NIC ports, and every receiver gets one flow, so on a non-blocking
 fabric nothing else limits it. ``achieved/ideal`` is the sum of the goodputs over the sum of
 the ideals. With random hashing of n flows over n equal paths, a share 1 - (1 - 1/n)^n of
-the paths carries traffic (about 0.6-0.66 of ideal); ``path-pinned`` should reach at least
-0.9; polarized ECMP (every tier hashes alike) should stay below salted ECMP.
+the paths carries traffic (about 0.6-0.66 of ideal); ``path-pinned`` under ``balanced``
+should reach at least 0.9; polarized ECMP (every tier hashes alike) should stay below
+salted ECMP.
 
 ``core links`` counts the directed aggregation-core links that carried at least a quarter
 of a flow's ideal rate during the window (tc counters of the switch egress), out of those
@@ -59,6 +69,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import random
 import subprocess
@@ -70,7 +81,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controllers.pinning import PortLayout
 from controllers.policies import default_registry as policy_registry
 from orchestrator.calibration.capacity import (
     OfferedLoad,
@@ -82,14 +92,15 @@ from orchestrator.calibration.capacity import (
 from orchestrator.calibration.measure import machine_conditions
 from orchestrator.emulation.faults import FabricFaults
 from orchestrator.emulation.wiring import intf_name
-from orchestrator.testbed.pinning import (
-    CANDIDATES,
-    PATHS_FILE,
-    assign,
-    candidates,
-    route_devices,
-    wait_for_paths,
+from orchestrator.results.effects import (
+    Arm,
+    baseline_of,
+    host_port_effect,
+    split_gap,
+    switch_policy_effect,
 )
+from orchestrator.testbed.hostports import HOST_PORTS, add_host_ports_option
+from orchestrator.testbed.pinning import PATHS_FILE, held_ports, plan_ports, wait_for_paths
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import (
     BASE_PORT,
@@ -198,6 +209,7 @@ def hashing_expectation(n: int) -> float:
 @dataclass
 class PolicyRun:
     policy: str
+    host_ports: str
     repeat: int
     result: TrafficResult
     ideal_bps: float  # per flow
@@ -254,11 +266,16 @@ def start_testbed(fabric: FabricSpec, policy: str, lock_wait: float) -> Testbed:
     return bed.start()
 
 
-def pinned_flows(bed: Testbed, pairs: Sequence[tuple[str, str]], since: float) -> list[Flow]:
-    """Flows with source ports on disjoint published paths (module docstring); a flow
-    whose port was not found keeps an ephemeral one (cport None)."""
-    document = wait_for_paths(bed.run_dir / PATHS_FILE, since, policy=bed.policy)
-    layout = PortLayout.from_dict(document["layout"])
+def planned_flows(
+    bed: Testbed, pairs: Sequence[tuple[str, str]], host_ports: str, since: float
+) -> tuple[list[Flow], int]:
+    """The flows with source ports for ``host_ports`` under the current policy (module
+    docstring), and how many of those planned found no port: those, and every flow where
+    nothing is planned (``hash`` under a policy that does not pin paths), keep an ephemeral
+    port (cport None)."""
+    paths = None
+    if bed.pins_source_ports:
+        paths = wait_for_paths(bed.run_dir / PATHS_FILE, since, policy=bed.policy)
     workers = bed.workers()
     rank = {w.host: w.rank for w in workers}
     seen: Counter[tuple[str, str]] = Counter()
@@ -266,33 +283,25 @@ def pinned_flows(bed: Testbed, pairs: Sequence[tuple[str, str]], since: float) -
     for pair in pairs:  # a repeated pair is another channel of the same GPUs
         keys.append((rank[pair[0]], rank[pair[1]], seen[pair]))
         seen[pair] += 1
-    chosen = assign([keys], workers, candidates(document))
-    addresses = bed.description.addresses
-    ports: dict[int, int] = {}
-    for gpu in {s for s, _ in pairs}:
-        tries = [
-            (i, layout.source_port(chosen[keys[i]].value, j))
-            for i, (s, _) in enumerate(pairs)
-            if s == gpu and keys[i] in chosen
-            for j in range(CANDIDATES)
-        ]
-        queries = [
-            (addresses[pairs[i][0]].fabric_ip, addresses[pairs[i][1]].fabric_ip, p, BASE_PORT + i)
-            for i, p in tries
-        ]
-        devices = route_devices(bed.emulation, gpu, queries)
-        nic_of = {nic.intf: nic.port for nic in addresses[gpu].nics}
-        for (i, port), device in zip(tries, devices, strict=True):
-            if i in ports or port in ports.values():
-                continue
-            if device is not None and nic_of.get(device) == chosen[keys[i]].nic:
-                ports[i] = port
-    return [Flow(s, d, ports.get(i)) for i, (s, d) in enumerate(pairs)]
+    dst_ports = {key: BASE_PORT + i for i, key in enumerate(keys)}  # one iperf3 server each
+    plan = plan_ports(
+        bed.emulation,
+        bed.description,
+        workers,
+        [keys],
+        dst_ports,
+        host_ports=host_ports,
+        paths=paths,
+        taken=held_ports(bed.emulation, workers),  # iperf3's last flows linger in TIME_WAIT
+    )
+    flows = [Flow(s, d, plan.ports.get(key)) for (s, d), key in zip(pairs, keys, strict=True)]
+    return flows, len(plan.unpinned)
 
 
 def measure_policy(
     bed: Testbed,
     policy: str,
+    host_ports: str,
     repeat: int,
     pairs: Sequence[tuple[str, str]],
     duration: float,
@@ -300,16 +309,11 @@ def measure_policy(
 ) -> PolicyRun:
     since = time.time()
     switch_s = bed.use_policy(policy)
-    pinned = bed.pins_source_ports
-    if pinned:
-        flows = pinned_flows(bed, pairs, since if switch_s else 0.0)
-    else:
-        flows = [Flow(s, d) for s, d in pairs]
+    flows, unpinned = planned_flows(bed, pairs, host_ports, since if switch_s else 0.0)
     result = run_flows(bed.emulation, flows, duration=duration, omit=omit)
     ideal = ideal_flow_bps(bed.description.fabric, pairs)
     used, total = core_links_used(result, ideal)
-    unpinned = sum(1 for f in flows if f.cport is None) if pinned else 0
-    return PolicyRun(policy, repeat, result, ideal, used, total, switch_s, unpinned)
+    return PolicyRun(policy, host_ports, repeat, result, ideal, used, total, switch_s, unpinned)
 
 
 def root_tx(intfs: Sequence[str]) -> dict[str, int]:
@@ -423,15 +427,15 @@ def mbps(bps: float) -> str:
 
 def table(runs: Sequence[PolicyRun]) -> list[str]:
     head = (
-        f"{'policy':<15}{'rep':>4}{'ach/ideal':>10}{'agg Mb/s':>10}{'min':>7}{'mean':>7}"
-        f"{'Jain':>6}{'core links':>12}{'retx':>6}{'cpu':>6}{'switch s':>9}"
+        f"{'policy':<15}{'ports':>9}{'rep':>4}{'ach/ideal':>10}{'agg Mb/s':>10}{'min':>7}"
+        f"{'mean':>7}{'Jain':>6}{'core links':>12}{'retx':>6}{'cpu':>6}{'switch s':>9}"
     )
     lines = [head, "-" * len(head)]
     for run in runs:
         rates = run.rates
         note = f"  ({run.unpinned} unpinned)" if run.unpinned else ""
         lines.append(
-            f"{run.policy:<15}{run.repeat:>4}{run.ratio:>10.2f}"
+            f"{run.policy:<15}{run.host_ports:>9}{run.repeat:>4}{run.ratio:>10.2f}"
             f"{mbps(run.result.aggregate_bps):>10}{mbps(min(rates)):>7}"
             f"{mbps(sum(rates) / len(rates)):>7}{run.result.jain:>6.2f}"
             f"{f'{run.core_used}/{run.core_total}':>12}{run.result.retransmits:>6}"
@@ -440,35 +444,62 @@ def table(runs: Sequence[PolicyRun]) -> list[str]:
     return lines
 
 
-def summary(runs: Sequence[PolicyRun], policies: Sequence[str]) -> list[str]:
-    lines = []
+def means(runs: Sequence[PolicyRun]) -> dict[Arm, float]:
+    """Mean achieved/ideal per (policy, host ports) over the repeats."""
+    arms: dict[Arm, list[float]] = {}
+    for run in runs:
+        arms.setdefault((run.policy, run.host_ports), []).append(run.ratio)
+    return {arm: sum(r) / len(r) for arm, r in arms.items()}
+
+
+def summary(
+    runs: Sequence[PolicyRun], policies: Sequence[str], host_ports: Sequence[str], baseline: str
+) -> list[str]:
+    """Mean achieved/ideal per policy (rows) and host ports (columns), then the two effects
+    apart (orchestrator/results/effects.py): balanced/hash per policy, each policy over the
+    baseline per host-ports setting, and the baseline/hash -> policy/balanced gap split."""
+    mean = means(runs)
+    both = {"hash", "balanced"} <= set(host_ports)
+    head = "".join(f"{h:>10}" for h in host_ports) + (f"{'balanced/hash':>15}" if both else "")
+    lines = [f"  mean achieved/ideal over {max(r.repeat for r in runs) + 1} repeat(s)"]
+    lines.append(f"  {'':<15}{head}")
     for policy in policies:
-        mine = [r for r in runs if r.policy == policy]
-        if not mine:
-            continue
-        ratios = [r.ratio for r in mine]
-        lines.append(
-            f"  {policy:<15} achieved/ideal mean {sum(ratios) / len(ratios):.2f} "
-            f"(min {min(ratios):.2f}, max {max(ratios):.2f}) over {len(mine)} repeat(s)"
-        )
+        cells = "".join(f"{mean.get((policy, h), math.nan):>10.2f}" for h in host_ports)
+        if both:
+            cells += f"{host_port_effect(mean, policy):>15.2f}"
+        lines.append(f"  {policy:<15}{cells}")
+    lines.append(f"  switch-policy effect (each policy / {baseline}, same host ports):")
+    for policy in policies:
+        if policy != baseline:
+            cells = "".join(
+                f"{switch_policy_effect(mean, policy, h, baseline):>10.2f}" for h in host_ports
+            )
+            lines.append(f"  {policy:<15}{cells}")
+    if both:
+        lines.append(f"  host-port effect: the balanced/hash column; the gap from {baseline}/hash:")
+        lines += [
+            f"  {split_gap(mean, policy, baseline).describe()}"
+            for policy in policies
+            if policy != baseline
+        ]
     return lines
 
 
 def expectations(runs: Sequence[PolicyRun]) -> list[str]:
     """The issue's expectations, each checked against the mean achieved/ideal."""
-    means: dict[str, float] = {}
-    for policy in dict.fromkeys(r.policy for r in runs):
-        ratios = [r.ratio for r in runs if r.policy == policy]
-        means[policy] = sum(ratios) / len(ratios)
+    mean = means(runs)
     lines = []
-    if "path-pinned" in means:
-        ok = means["path-pinned"] >= 0.9
-        lines.append(f"  path-pinned >= 0.9 of ideal: {'yes' if ok else 'NO'}")
-    if "ecmp" in means and "ecmp-polarized" in means:
-        ok = means["ecmp-polarized"] < means["ecmp"]
-        lines.append(f"  ecmp-polarized below ecmp: {'yes' if ok else 'NO'}")
-    if "ecmp" in means:
-        lines.append(f"  ecmp about 0.6 of ideal (random hashing): {means['ecmp']:.2f}")
+    if ("path-pinned", "balanced") in mean:
+        ok = mean[("path-pinned", "balanced")] >= 0.9
+        lines.append(f"  path-pinned/balanced >= 0.9 of ideal: {'yes' if ok else 'NO'}")
+    for ports in HOST_PORTS:
+        if ("ecmp", ports) in mean and ("ecmp-polarized", ports) in mean:
+            ok = mean[("ecmp-polarized", ports)] < mean[("ecmp", ports)]
+            lines.append(f"  ecmp-polarized below ecmp ({ports}): {'yes' if ok else 'NO'}")
+    if ("ecmp", "hash") in mean:
+        lines.append(
+            f"  ecmp/hash about 0.6 of ideal (random hashing): {mean[('ecmp', 'hash')]:.2f}"
+        )
     return lines
 
 
@@ -480,6 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1, help="permutation seed of repeat 0")
     parser.add_argument("--policies", default="", help="comma-separated (default: all)")
+    add_host_ports_option(parser)
+    parser.add_argument(
+        "--baseline", default="ecmp", help="the policy the others' effect is measured against"
+    )
     parser.add_argument("--scale", type=float, help="emulation scale (default: the fabric's)")
     parser.add_argument("--no-recovery", action="store_true", help="skip the failure test")
     parser.add_argument(
@@ -498,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(policies) - set(known))
     if unknown:
         parser.error(f"unknown policies {unknown}; known: {', '.join(known)}")
+    host_ports: list[str] = args.host_ports
+    baseline = baseline_of(policies, args.baseline)
 
     began = time.monotonic()
     chosen = fabric_spec(args.fabric, args.scale)
@@ -528,12 +565,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + (f", {args.flows} flows each" if args.flows > 1 else "")
             )
             pairs = [pair for pair in permutation for _ in range(args.flows)]
-            # the order rotates per repeat: the machine's load drifts over a run
+            # the orders rotate per repeat: the machine's load drifts over a run; host ports
+            # vary fastest (no controller restart between them)
             shift = repeat % len(policies)
+            turn = repeat % len(host_ports)
+            port_order = host_ports[turn:] + host_ports[:turn]
             for policy in policies[shift:] + policies[:shift]:
-                run = measure_policy(bed, policy, repeat, pairs, args.duration, args.omit)
-                runs.append(run)
-                print("  " + table([run])[-1].strip(), flush=True)
+                for ports in port_order:
+                    run = measure_policy(
+                        bed, policy, ports, repeat, pairs, args.duration, args.omit
+                    )
+                    runs.append(run)
+                    print("  " + table([run])[-1].strip(), flush=True)
         if not args.no_recovery:
             for mode in ("data-plane", "controller"):
                 recoveries.append(stream_gap(bed, mode))
@@ -570,9 +613,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ("  => EMULATOR-BOUND: the figures below understate the fabric" if bound else "")
     )
     print()
-    print("\n".join(table(sorted(runs, key=lambda r: (policies.index(r.policy), r.repeat)))))
-    print("core links: directed agg-core links carrying >= 1/4 of a flow's ideal, of all")
-    print("\n".join(summary(runs, policies)))
+    ordered = sorted(
+        runs, key=lambda r: (policies.index(r.policy), host_ports.index(r.host_ports), r.repeat)
+    )
+    print("\n".join(table(ordered)))
+    print("core links: directed agg-core links carrying >= 1/4 of a flow's ideal, of all;")
+    print("ports: how the hosts picked each flow's NIC port (orchestrator/testbed/hostports.py)")
+    print("\n".join(summary(runs, policies, host_ports, baseline)))
     print("expected (issue 4), on the means:")
     print("\n".join(expectations(runs)))
     if recoveries:

@@ -26,9 +26,10 @@ The first hop, GPU -> ToR, is the host's choice (dual-ToR: the kernel's multipat
 the two NIC ports), which the controller cannot predict. Pinning is therefore *inside the
 fabric*: the paths file lists the path for each NIC port, and :func:`assign_paths` picks
 values whose paths are link-disjoint whichever NIC port the kernel takes (the two ToRs of a
-pair reach the same aggregation switches, so from there on the paths coincide). A worker
-that wants the first hop pinned too can bind its socket to the NIC interface
-(``SO_BINDTODEVICE``); the workers here do not.
+pair reach the same aggregation switches, so from there on the paths coincide). The hosts
+can pick the first hop themselves, by a source port the kernel's hash sends out of the NIC
+port they want: that is the orchestrator's ``host_ports`` setting, not the controller's
+(orchestrator/testbed/hostports.py; the workers do not bind to a device).
 
 Paths file (``python -m controllers --paths FILE``; default ``paths.json`` next to the status
 file; rewritten atomically whenever the controller re-renders, for example after a failure)::

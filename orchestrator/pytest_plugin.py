@@ -82,6 +82,7 @@ class CollectiveRun:
     collective: str
     algorithm: str
     policy: str
+    host_ports: str  # how hosts picked NIC ports (orchestrator/testbed/hostports.py)
     rows: list[SizeResult]
     result: RunResult
     table_text: str = ""
@@ -171,10 +172,13 @@ class FabricHandle:
         step_deadline: float = 30.0,
         worker_args: Sequence[str] = (),
         record: bool = True,
+        host_ports: str | None = None,
     ) -> CollectiveRun:
         """Run ``collective`` (its default algorithm unless given) at each size on ``gpus``
-        (default all, rank order); recorded into the current bundle unless ``record`` is
-        false. A worker failure does not raise: see ``.failure`` (``raise_for_failure()``)."""
+        (default all, rank order), NIC ports picked as ``host_ports`` says (``balanced`` or
+        ``hash``; default the testbed's, ``balanced``); recorded into the current bundle
+        unless ``record`` is false. A worker failure does not raise: see ``.failure``
+        (``raise_for_failure()``)."""
         from orchestrator.collectives.nccl import TIME_DEFINITION, format_table
         from orchestrator.collectives.plans import COLLECTIVES
         from orchestrator.collectives.sizes import parse_size
@@ -183,6 +187,7 @@ class FabricHandle:
 
         algorithm = algorithm or COLLECTIVES[collective][0]
         testbed = self.testbed
+        host_ports = host_ports or testbed.host_ports
         options = LaunchOptions(
             warmup=warmup,
             iterations=iterations,
@@ -191,7 +196,7 @@ class FabricHandle:
             worker_args=tuple(worker_args),
         )
         tests = [CollectiveTest(collective, algorithm, parse_size(s)) for s in sizes]
-        result = testbed.run(tests, gpus, options)
+        result = testbed.run(tests, gpus, options, host_ports=host_ports)
         rows = [
             SizeResult(
                 size=row.size,
@@ -204,13 +209,16 @@ class FabricHandle:
             )
             for row in result.rows()
         ]
-        title = [f"{collective} ({algorithm}), policy {testbed.policy}", TIME_DEFINITION]
+        title = [
+            f"{collective} ({algorithm}), policy {testbed.policy}, host ports {host_ports}",
+            TIME_DEFINITION,
+        ]
         latency = latency_title(latency_record(testbed.description.fabric, gpus))
         title += [latency] if latency else []
         text = format_table(result.rows(), title=title, scale=testbed.scale)
         if record:
-            self._record(result, iterations, warmup, gpus)
-        return CollectiveRun(collective, algorithm, testbed.policy, rows, result, text)
+            self._record(result, iterations, warmup, gpus, host_ports)
+        return CollectiveRun(collective, algorithm, testbed.policy, host_ports, rows, result, text)
 
     def run_experiment(
         self, spec: ExperimentSpec | str | Path, options: RunOptions | None = None, **kwargs: Any
@@ -239,7 +247,12 @@ class FabricHandle:
         return self.testbed.port_counters(since)
 
     def _record(
-        self, result: RunResult, iterations: int, warmup: int, gpus: Sequence[str] | None
+        self,
+        result: RunResult,
+        iterations: int,
+        warmup: int,
+        gpus: Sequence[str] | None,
+        host_ports: str,
     ) -> None:
         from orchestrator.results import ResultsWriter
         from orchestrator.run.runner import record_test, software_versions
@@ -259,6 +272,7 @@ class FabricHandle:
                 result,
                 iterations=iterations,
                 warmup=warmup,
+                host_ports=host_ports,
             )
             ceiling = self.testbed.ceiling(gpus, test.test.collective, test.test.algorithm)
             self._writer.add_ceiling(config_id, ceiling)

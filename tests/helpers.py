@@ -6,7 +6,10 @@ test exercises the same lookup as ``astral up astral-small`` and no test knows t
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from topologies.catalog import DEFAULT_PRESET, preset_path
 from topologies.description import FabricDescription
@@ -31,3 +34,16 @@ def preset_fabric(name: str = DEFAULT_PRESET) -> Fabric:
 def preset_description(name: str = DEFAULT_PRESET) -> FabricDescription:
     """The fabric description (model and addressing plan) of preset ``name``."""
     return FabricDescription.of(preset_fabric(name))
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (benchmarks are scripts, not a package), for
+    tests of their pure parts."""
+    spec = importlib.util.spec_from_file_location(
+        f"benchmark_{name}", REPO / "benchmarks" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

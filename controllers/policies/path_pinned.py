@@ -16,7 +16,8 @@ randomly hashed flows do. The rules (``controllers.pinning`` explains the bit la
 The controller publishes the resulting paths per (src, dst) pair (``--paths``, format in
 ``controllers.pinning``). The first hop, GPU -> ToR, is the host's (kernel multipath) choice:
 pinning is inside the fabric, and the published paths and the assignment cover both NIC
-ports.
+ports; which one a connection takes is the hosts' ``host_ports`` setting
+(orchestrator/testbed/hostports.py), the same under every policy.
 
 Option ``fast_failover`` (default on): each pinned (and default) choice is the first bucket
 of a fast-failover group whose other buckets are the remaining equal-cost hops, plus the

@@ -2,9 +2,11 @@
 
 Configurations match on (policy, collective, algorithm, size). Choosing a policy per side
 (``a_policy``, ``b_policy``) compares across policies instead, e.g. one bundle's ecmp against
-its own path-pinned. The ratio is taken at real link speed (each bundle's busbw divided by
-its own emulation scale), so bundles emulated at different scales still compare; at equal
-scales it is the plain busbw ratio.
+its own path-pinned; two bundles run with different ``host_ports`` (the header names each
+side's) compare what the host's choice of NIC port does under each policy. The ratio is
+taken at real link speed (each bundle's busbw divided by its own emulation scale), so
+bundles emulated at different scales still compare; at equal scales it is the plain busbw
+ratio.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from orchestrator.collectives.nccl import average_busbw, format_wrong
 from orchestrator.collectives.sizes import format_size
 from orchestrator.results.store import ResultsBundle
-from orchestrator.results.summary import ConfigurationResult, summarize
+from orchestrator.results.summary import ConfigurationResult, host_ports, summarize
 
 Key = tuple[str, str, str, int]  # (policy or "", collective, algorithm, size)
 
@@ -73,9 +75,11 @@ def _side_columns(result: ConfigurationResult) -> str:
 def _describe(side: Side) -> str:
     run = side.bundle.run
     policy = f", policy {side.policy}" if side.policy else ""
+    ports = f", host ports {host_ports(side.results)}" if side.results else ""
     return (
         f"# {side.label}: {side.bundle.path} (experiment {run.experiment!r}, {run.status}, "
-        f"started {run.started}, fabric {run.fabric}, scale {side.bundle.scale:g}{policy})"
+        f"started {run.started}, fabric {run.fabric}, scale {side.bundle.scale:g}{policy}"
+        f"{ports})"
     )
 
 

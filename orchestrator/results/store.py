@@ -22,8 +22,10 @@ that hosts every emulated namespace, so they compare across ranks and switches::
 
     runs                (id, experiment, started, finished, status, host, python, mininet,
                          os_ken, ovs, seed, fabric, emulation_scale)
-    configurations      (id, run_id, policy, collective, algorithm, size, count, dtype, ranks,
-                         iterations, warmup, unpinned)
+    configurations      (id, run_id, policy, host_ports, collective, algorithm, size, count,
+                         dtype, ranks, iterations, warmup, unpinned)
+                         host_ports: how hosts picked NIC ports (orchestrator/testbed/hostports.py;
+                         'unknown' in version 1 bundles, from before the setting existed)
                          unpinned: fabric connections that got no pinned source port under
                          a policy that pins them (ephemeral instead); NULL: nothing pinned
     iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong)
@@ -71,8 +73,9 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 2
-#: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL).
+SCHEMA_VERSION = 2  # 2: configurations.host_ports and configurations.unpinned
+#: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
+#: configurations.host_ports (read as 'unknown').
 READABLE_VERSIONS = (1, 2)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
@@ -111,8 +114,9 @@ CREATE TABLE configurations (
     ranks INTEGER NOT NULL,
     iterations INTEGER NOT NULL,
     warmup INTEGER NOT NULL,
+    host_ports TEXT NOT NULL,
     unpinned INTEGER,
-    UNIQUE (run_id, policy, collective, algorithm, size, dtype, ranks)
+    UNIQUE (run_id, policy, host_ports, collective, algorithm, size, dtype, ranks)
 );
 CREATE TABLE iterations (
     config_id INTEGER NOT NULL REFERENCES configurations(id),
@@ -280,6 +284,7 @@ class Configuration:
     ranks: int
     iterations: int
     warmup: int
+    host_ports: str  # how hosts picked NIC ports (orchestrator/testbed/hostports.py)
     unpinned: int | None = None  # connections left unpinned; None: the policy pins none
 
     @property
@@ -425,14 +430,15 @@ class ResultsWriter:
         ranks: int,
         iterations: int,
         warmup: int,
+        host_ports: str,
         unpinned: int | None = None,
     ) -> int:
         """Record one configuration (an experiment step); returns its id for the add_* calls.
         ``unpinned``: its connections that got no pinned source port (None: none pinned)."""
         cursor = self._db.execute(
             "INSERT INTO configurations (run_id, policy, collective, algorithm, size, count,"
-            " dtype, ranks, iterations, warmup, unpinned)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " dtype, ranks, iterations, warmup, host_ports, unpinned)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self.run_id,
                 policy,
@@ -444,6 +450,7 @@ class ResultsWriter:
                 ranks,
                 iterations,
                 warmup,
+                host_ports,
                 unpinned,
             ),
         )
@@ -656,9 +663,10 @@ class ResultsBundle:
     def configurations(self) -> list[Configuration]:
         """Every configuration, ordered (policy, collective, algorithm, size) as recorded."""
         unpinned = "unpinned" if self.version >= 2 else "NULL"
+        host_ports = "host_ports" if self.version >= 2 else "'unknown'"
         rows = self._db.execute(
             "SELECT id, policy, collective, algorithm, size, count, dtype, ranks, iterations,"
-            f" warmup, {unpinned} FROM configurations ORDER BY id"
+            f" warmup, {host_ports}, {unpinned} FROM configurations ORDER BY id"
         ).fetchall()
         return [Configuration(*row) for row in rows]
 

@@ -194,9 +194,16 @@ def group_title(group: Group, results: Sequence[ConfigurationResult], bundle: Re
     counts = sorted({r.configuration.iterations for r in results})
     iterations = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     return (
-        f"{collective} ({algorithm}), policy {policy}, {first.ranks} ranks, "
+        f"{collective} ({algorithm}), policy {policy}, host ports {host_ports(results)}, "
+        f"{first.ranks} ranks, "
         f"{iterations} iterations (+{first.warmup} warm-up), fabric {bundle.run.fabric}"
     )
+
+
+def host_ports(results: Iterable[ConfigurationResult]) -> str:
+    """How hosts picked NIC ports in ``results`` (orchestrator/testbed/hostports.py); results
+    under both (a pytest plugin bundle can hold such) name both: ``balanced+hash``."""
+    return "+".join(sorted({r.configuration.host_ports for r in results}))
 
 
 def format_group(
@@ -262,6 +269,7 @@ def summary_document(
             {
                 "id": c.id,
                 "policy": c.policy,
+                "host_ports": c.host_ports,
                 "collective": c.collective,
                 "algorithm": c.algorithm,
                 "size": c.size,
@@ -297,6 +305,7 @@ def summary_document(
         averages.append(
             {
                 "policy": group[0],
+                "host_ports": host_ports(members),
                 "collective": group[1],
                 "algorithm": group[2],
                 "busbw_GBps": _number(average),

@@ -13,6 +13,8 @@ Example (``experiments/default.yaml`` is the annotated one)::
     fabric: astral-small          # a preset name, a fabric file (relative to this file),
                                   # or an inline fabric mapping (topologies/spec.py)
     policies: [ecmp, path-pinned] # or `policy: ecmp`
+    host_ports: balanced          # how hosts pick NIC ports: balanced (default) | hash
+                                  # (orchestrator/testbed/hostports.py)
     collectives:
       - all-reduce                # = {op: all-reduce, algorithm: ring}, the default one
       - {op: all-to-all, algorithm: pxn}
@@ -48,6 +50,7 @@ from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_facto
 from orchestrator.collectives.plans import COLLECTIVES, Layout, element_count
 from orchestrator.collectives.plans import default_registry as algorithm_registry
 from orchestrator.collectives.sizes import parse_size
+from orchestrator.testbed.hostports import DEFAULT_HOST_PORTS, HOST_PORTS
 from orchestrator.worker.spec import LaunchOptions
 from topologies.catalog import resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError
@@ -80,6 +83,7 @@ _TOP_KEYS = {
     "fabric",
     "policy",
     "policies",
+    "host_ports",
     "collectives",
     "sizes",
     "iterations",
@@ -204,6 +208,7 @@ class ExperimentSpec:
     placement: Placement = field(default_factory=Placement)
     seed: int = 0
     load_limit: LoadLimit = field(default_factory=LoadLimit)
+    host_ports: str = DEFAULT_HOST_PORTS  # orchestrator.testbed.hostports
     description: str = ""
     dtype: str = DTYPE
     source: str = "<inline>"
@@ -362,6 +367,7 @@ def parse_experiment(
     fabric = _build(read, fabric_spec, fabric_source)
 
     chosen_policies = _policies(read, doc, policies)
+    host_ports = _host_ports(read, doc.get("host_ports", DEFAULT_HOST_PORTS))
     collectives = _collectives(read, doc["collectives"])
     sizes = _sizes(read, doc["sizes"])
     iterations = read.integer(doc.get("iterations", DEFAULT_ITERATIONS), "iterations")
@@ -395,6 +401,7 @@ def parse_experiment(
         placement=placement,
         seed=seed,
         load_limit=load_limit,
+        host_ports=host_ports,
         description=description,
         source=source,
     )
@@ -486,6 +493,19 @@ def _policies(
             read.fail(f"policies[{i}]", "each policy once", name, detail="listed twice")
         chosen.append(name)
     return tuple(chosen)
+
+
+def _host_ports(read: _ExperimentReader, value: object) -> str:
+    expected = "how hosts pick NIC ports: one of " + ", ".join(HOST_PORTS)
+    if isinstance(value, list):
+        read.fail(
+            "host_ports",
+            expected,
+            value,
+            detail="one per run: benchmarks/policies.py and benchmarks/collectives.py measure "
+            "both side by side, astral compare puts two runs side by side",
+        )
+    return read.choice(value, "host_ports", HOST_PORTS, "how hosts pick NIC ports")
 
 
 def _collectives(read: _ExperimentReader, value: object) -> tuple[Collective, ...]:

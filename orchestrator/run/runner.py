@@ -18,8 +18,9 @@ What :meth:`Runner.run` does, in order:
    (a controller restart on the same port, hitless); then per collective starts one worker
    per GPU of the placement, with the connections that collective needs (as many per peer
    as spread its fabric traffic over the NIC ports,
-   orchestrator.collectives.ceilings.default_channels;
-   source ports pinned to disjoint paths under ``path-pinned``), runs ``warmup +
+   orchestrator.collectives.ceilings.default_channels; their NIC ports as the experiment's
+   ``host_ports`` says, orchestrator.testbed.hostports, and their source ports pinned to
+   disjoint paths under ``path-pinned``), runs ``warmup +
    iterations`` operations per size, records them and prints the nccl-tests table
    (real-speed columns included); meanwhile a thread samples the CPU (idle share,
    ovs-vswitchd's and the softirq threads'), and each configuration is judged on its
@@ -280,6 +281,7 @@ def record_test(
     *,
     iterations: int,
     warmup: int,
+    host_ports: str,
     dtype: str = "uint32",
     unpinned: int | None = None,  # its connections left unpinned (None: none pinned)
 ) -> tuple[int, Configuration, list[IterationRecord]]:
@@ -301,6 +303,7 @@ def record_test(
         ranks=test.ranks,
         iterations=iterations,
         warmup=warmup,
+        host_ports=host_ports,
         unpinned=unpinned,
     )
     records = iteration_records(test)
@@ -318,6 +321,7 @@ def record_test(
         test.ranks,
         iterations,
         warmup,
+        host_ports,
         unpinned,
     )
     return config_id, configuration, records
@@ -456,6 +460,7 @@ class Runner:
         self.run_file = {
             "command": self.command,
             "experiment": spec.source,
+            "host_ports": spec.host_ports,
             "started": time.time(),
             "conditions": {"start": conditions()},
             "load_guard": verdict.to_dict(),
@@ -581,6 +586,7 @@ class Runner:
                                     result,
                                     iterations=launch.iterations,
                                     warmup=launch.warmup,
+                                    host_ports=spec.host_ports,
                                     dtype=spec.dtype,
                                     unpinned=unpinned,
                                 )
@@ -648,10 +654,15 @@ class Runner:
     def _launcher(
         self, testbed: Testbed, launch: LaunchOptions, collective: Collective
     ) -> Iterator[Any]:
-        """Workers for one collective under one policy (its own connections: channels and,
-        under path-pinned, paths chosen for it); a start-up failure becomes _WorkersFailed
-        with its ranks."""
-        launcher = testbed.launch(self.spec.gpus, launch, [(collective.op, collective.algorithm)])
+        """Workers for one collective under one policy (its own connections: channels, NIC
+        ports as ``host_ports`` says and, under path-pinned, paths chosen for it); a start-up
+        failure becomes _WorkersFailed with its ranks."""
+        launcher = testbed.launch(
+            self.spec.gpus,
+            launch,
+            [(collective.op, collective.algorithm)],
+            host_ports=self.spec.host_ports,
+        )
         try:
             launcher.start()
         except EmulationError:
@@ -671,8 +682,9 @@ class Runner:
     def _pinning(
         self, testbed: Testbed, policy: str, collective: Collective, outcome: RunOutcome
     ) -> int | None:
-        """How many of this launch's fabric connections got no pinned source port (None:
-        its policy pins none); said at once when any, and kept for the summary."""
+        """How many of this launch's fabric connections got no planned source port (None:
+        nothing was planned: ``host_ports: hash`` under a policy that pins no path); said
+        at once when any, and kept for the summary."""
         pinning = testbed.pinning
         if pinning is None:
             return None
@@ -681,8 +693,9 @@ class Runner:
         if left:
             self.say(
                 f"WARNING: policy {policy}, {collective.label}: {left} of {pinning.flows} "
-                "fabric connections got no pinned source port and use an ephemeral one "
-                "(their paths are left to hashing)"
+                "fabric connections got no planned source port and use an ephemeral one "
+                "(their NIC port, and under a policy that pins paths their path, are left "
+                "to hashing)"
             )
         return left
 
@@ -723,7 +736,8 @@ class Runner:
     ) -> str:
         spec = self.spec
         title = [
-            f"{label}, policy {policy}, {spec.ranks} ranks, {iteration_text(results, spec)} "
+            f"{label}, policy {policy}, host ports {spec.host_ports}, {spec.ranks} ranks, "
+            f"{iteration_text(results, spec)} "
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
             *ceiling_lines(results, testbed.scale),
@@ -777,7 +791,8 @@ class Runner:
             width = max(len(c.label) for c in spec.collectives) + 2
             head = "".join(f"{p:>26}" for p in spec.policies)
             lines.append(
-                f"# average bus bandwidth, GB/s at real speed (emulated GB/s); {TIME_DEFINITION}"
+                f"# average bus bandwidth, GB/s at real speed (emulated GB/s); host ports "
+                f"{spec.host_ports}; {TIME_DEFINITION}"
             )
             lines.append(f"#   {'collective':<{width}}{head}{'ceiling':>26}")
             ceilings = {
@@ -835,7 +850,8 @@ class Runner:
         return lines
 
     def _pinning_lines(self, outcome: RunOutcome) -> list[str]:
-        """Per policy that pins source ports, how many connections got theirs."""
+        """Per policy whose source ports were planned (host ports balanced, or a policy
+        that pins paths), how many connections got theirs."""
         lines = []
         for policy in self.spec.policies:
             cells = [

@@ -1,25 +1,44 @@
-"""Source ports for ``path-pinned``: every connection of a collective on a path of its own.
+"""Source ports: the NIC port every fabric connection leaves by and, under path-pinned, its path.
 
-The controller's ``path-pinned`` policy publishes, per (src GPU, dst GPU), the paths a TCP
-source port can select inside the fabric (``paths.json`` in the run directory; format and
-bit layout in controllers/pinning.py): the port's low bits choose the next hop at each
-switch. The first hop, which of the GPU's NIC ports a connection leaves by, is the
-host's: the kernel's multipath hash over the five-tuple (hostconfig: policy 1, L4). The
-controller cannot predict it, but the host can be asked: ``ip route get DST from SRC
-ipproto tcp sport P dport Q`` inside the GPU's namespace names the device the kernel picks
-for exactly that five-tuple (the same hash a connection bound to P uses; its seed stays
-fixed while the namespace lives). So the orchestrator pins both:
+Which of a GPU's NIC ports a connection leaves by is the host's choice: the kernel's
+multipath hash over the five-tuple (hostconfig: policy 1, L4). The orchestrator can ask the
+kernel in advance: ``ip route get DST from SRC ipproto tcp sport P dport Q`` inside the
+GPU's namespace names the device the kernel picks for exactly that five-tuple (the same hash
+a connection bound to P uses; its seed stays fixed while the namespace lives). A source port
+chosen before the connection opens therefore decides its first hop, and under ``path-pinned``
+its path through the fabric too: the controller publishes, per (src GPU, dst GPU), the paths
+a source port selects (``paths.json`` in the run directory; format and bit layout in
+controllers/pinning.py). What the host does is the experiment's ``host_ports`` setting
+(orchestrator/testbed/hostports.py, which says why); this module carries it out.
 
-1. flows: the fabric connections (src rank, dst rank, channel) the collectives open, in
-   the order of the collectives (peers on one server talk over NVLink: not pinned);
-2. assignment, per collective (its flows run together): greedily, each flow takes the
-   (NIC port, path value) whose links (first hop included) are least loaded by the
-   collective's flows placed so far: most loaded link first, then total load, then the
-   smallest value;
-3. ports: for each flow, candidate ports ``base + j * 2**bits + value`` (j = 0, 1, ...),
-   one ``ip -batch`` of ``route get`` per GPU namespace, the first candidate whose device
-   is the chosen NIC's (each candidate matches with probability 1/ports, so 32 candidates
-   miss with probability 2**-32 on a dual-port NIC).
+The NIC port is chosen first, the same way whatever the policy (so that two policies under
+one setting differ by their switches only), then, under a policy that pins paths, the path
+among those leaving by it:
+
+                 NIC port of each connection            then, under path-pinned
+    balanced     spread over the rank's NIC ports       the least loaded of the paths
+                 by the orchestrator                    leaving by that NIC port
+    hash         the kernel's hash: ephemeral ports;    (the same, from the NIC port the
+                 nothing to plan unless path-pinned     hash gives a random ephemeral port)
+
+In steps (:func:`plan_ports`):
+
+1. flows: the fabric connections (src rank, dst rank, channel) the collectives open, in the
+   order of the collectives (peers on one server talk over NVLink: not planned);
+2. live NIC ports per flow: those the controller publishes paths for (path-pinned), or those
+   the kernel routes some of the flow's candidate ports out of (step 5's, asked first);
+3. the NIC port per flow: ``balanced`` (:func:`balance_nics`), per collective (its flows run
+   together), the port with the fewest of the rank's flows so far, then the one whose ToR
+   carries the fewest, then the lowest; ``hash`` (:func:`probe_nics`), the port the kernel
+   routes one random port of its ephemeral range out of;
+4. path-pinned: per collective, greedily, each flow takes the published path from its NIC
+   port whose links are least loaded by the collective's flows placed so far (most loaded
+   link first, then total load, then the smallest value; :func:`assign`);
+5. ports: per flow, candidate source ports (path-pinned: ``base + j * 2**bits + value``;
+   otherwise a range of :data:`CANDIDATES` ports of the flow's own, :func:`own_ranges`),
+   one ``ip -batch`` of ``route get`` per GPU namespace, and the first candidate the kernel
+   routes out of the chosen NIC port (each candidate matches with probability 1/ports, so
+   32 candidates miss with probability 2**-32 on a dual-port NIC).
 
 A connection whose port could not be found, or between GPUs for which the controller
 published no path, keeps an ephemeral port (the kernel's choice, its path left to hashing)
@@ -30,18 +49,21 @@ configuration.
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controllers.pinning import PortLayout, read_paths
+from controllers.pinning import PORT_BASE, PortLayout, read_paths
 from orchestrator.collectives.ceilings import layout_of
 from orchestrator.collectives.plans import COLLECTIVES, default_registry, element_count
 from orchestrator.emulation.executor import CommandExecutor
+from orchestrator.testbed.hostports import HASH, check_host_ports
 from orchestrator.worker.spec import WorkerSpec
+from topologies.addressing import PortAddress
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 
@@ -49,6 +71,8 @@ PATHS_FILE = "paths.json"
 PATHS_TIMEOUT = 30.0
 CANDIDATES = 32  # source ports tried per flow (see the module docstring)
 PLAN_SIZE = 1 << 16  # any size: which peers a plan talks to does not depend on it
+EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range, where probes come from
+MAX_PORT = 65535
 
 Flow = tuple[int, int, int]  # (src rank, dst rank, channel)
 Link = tuple[str, str]
@@ -56,12 +80,18 @@ Link = tuple[str, str]
 
 @dataclass(frozen=True)
 class Candidate:
+    """One way a flow can go: a path value (0 where the switches choose) and the NIC port
+    it leaves by; ``nodes`` is what is known of its path (the first hop at least)."""
+
     value: int
     nic: int  # the source GPU's NIC port (model port number)
-    nodes: tuple[str, ...]  # src GPU, switches..., dst GPU
+    nodes: tuple[str, ...]  # src GPU, switches..., dst GPU (or src GPU, ToR)
 
     def links(self) -> list[Link]:
         return list(zip(self.nodes, self.nodes[1:], strict=False))
+
+
+Options = Mapping[tuple[str, str], Sequence[Candidate]]  # (src GPU, dst GPU) -> options
 
 
 @dataclass
@@ -136,9 +166,12 @@ def fabric_flows(
 def assign(
     groups: Sequence[Sequence[Flow]],
     workers: Sequence[WorkerSpec],
-    paths: Mapping[tuple[str, str], Sequence[Candidate]],
+    paths: Options,
+    allowed: Mapping[Flow, Collection[int]] | None = None,
 ) -> dict[Flow, Candidate]:
-    """Step 2 of the module docstring: a (NIC, value) per flow, balanced per collective."""
+    """Step 4 of the module docstring: an option per flow, balanced per collective.
+    ``allowed``: per flow, the NIC ports it may leave by (default: any, the NIC port then
+    chosen with the path); a flow with no option left is not assigned."""
     host = {w.rank: w.host for w in workers}
     chosen: dict[Flow, Candidate] = {}
     for flows in groups:
@@ -150,6 +183,8 @@ def assign(
             if flow in chosen:
                 continue
             options = paths.get((host[flow[0]], host[flow[1]]), ())
+            if allowed is not None:
+                options = [c for c in options if c.nic in allowed.get(flow, ())]
             if not options:
                 continue
             best = min(
@@ -164,6 +199,48 @@ def assign(
             chosen[flow] = best
             load.update(best.links())
     return chosen
+
+
+def own_ranges(groups: Iterable[Iterable[Flow]], base: int = PORT_BASE) -> dict[Flow, list[int]]:
+    """Candidate source ports where any port does (the switches do not read it): per source
+    rank, its k-th flow gets ``base + k * CANDIDATES ...`` (CANDIDATES ports), so no two
+    flows of a rank share a candidate."""
+    tries: dict[Flow, list[int]] = {}
+    per_rank: Counter[int] = Counter()
+    for flows in groups:
+        for flow in flows:
+            if flow in tries:
+                continue
+            start = base + per_rank[flow[0]] * CANDIDATES
+            if start + CANDIDATES - 1 > MAX_PORT:
+                raise EmulationError(
+                    f"rank {flow[0]} opens more fabric connections than there are source "
+                    f"ports between {base} and {MAX_PORT} ({CANDIDATES} tried for each)"
+                )
+            tries[flow] = list(range(start, start + CANDIDATES))
+            per_rank[flow[0]] += 1
+    return tries
+
+
+def pick_ports(
+    chosen: Mapping[Flow, Candidate],
+    tries: Mapping[Flow, Sequence[int]],
+    nics: Mapping[Flow, Sequence[int | None]],
+    taken: Mapping[int, Collection[int]] | None = None,
+) -> dict[Flow, int]:
+    """Step 5's choice: per flow (in ``chosen``'s order), the first of its ``tries`` whose
+    NIC port (``nics``, what the kernel answered for each try) is the chosen one, that no
+    flow of the same rank got before and that is not ``taken`` (per rank)."""
+    ports: dict[Flow, int] = {}
+    used: dict[int, set[int]] = {}
+    for flow, candidate in chosen.items():
+        mine = used.setdefault(flow[0], set((taken or {}).get(flow[0], ())))
+        for port, nic in zip(tries[flow], nics[flow], strict=True):
+            if port not in mine and nic == candidate.nic:
+                ports[flow] = port
+                mine.add(port)
+                break
+    return ports
 
 
 def route_devices(
@@ -193,51 +270,191 @@ def route_devices(
     return devices
 
 
+def held_ports(executor: CommandExecutor, workers: Sequence[WorkerSpec]) -> dict[int, set[int]]:
+    """Per rank, the source ports a TCP socket still holds on either end of a connection from
+    its fabric address (its own namespace's sockets, and the peers' sockets towards it),
+    TIME_WAIT included: not to hand out again. The workers close with a reset (no
+    TIME_WAIT), but a worker that was killed, or a program that closes normally (iperf3),
+    leaves its connections lingering for a minute at one end or the other, and a new
+    connection on the same five-tuple would be refused (EADDRNOTAVAIL, or a SYN the other
+    end does not take: without TCP timestamps the kernel cannot reuse the tuple)."""
+    rank_of = {w.fabric_ip: w.rank for w in workers}
+    held: dict[int, set[int]] = {w.rank: set() for w in workers}
+    for worker in workers:
+        for line in executor.run(worker.host, ["ss", "-Htan"]).stdout.splitlines():
+            fields = line.split()  # State Recv-Q Send-Q Local:Port Peer:Port
+            if len(fields) < 5:
+                continue
+            for address in fields[3:5]:  # the source's end, or a peer's end towards it
+                ip, _, port = address.rpartition(":")
+                if ip in rank_of and port.isdigit():
+                    held[rank_of[ip]].add(int(port))
+    return held
+
+
+def kernel_nics(
+    executor: CommandExecutor,
+    description: FabricDescription,
+    workers: Sequence[WorkerSpec],
+    tries: Mapping[Flow, Sequence[int]],
+    dst_ports: Mapping[Flow, int],
+) -> dict[Flow, list[int | None]]:
+    """Per flow, the NIC port (model port number; None: not a NIC) the kernel of its source
+    GPU routes each of its ``tries`` (source ports) out of: one ``ip -batch`` per GPU."""
+    by_rank = {w.rank: w for w in workers}
+    per_gpu: dict[int, list[Flow]] = {}
+    for flow in tries:
+        per_gpu.setdefault(flow[0], []).append(flow)
+    answers: dict[Flow, list[int | None]] = {}
+    for rank, flows in per_gpu.items():
+        src = by_rank[rank]
+        queries = [
+            (src.fabric_ip, by_rank[f[1]].fabric_ip, port, dst_ports[f])
+            for f in flows
+            for port in tries[f]
+        ]
+        devices = route_devices(executor, src.host, queries)
+        nic_of = {nic.intf: nic.port for nic in _nics(description, src)}
+        at = 0
+        for f in flows:
+            answers[f] = [nic_of.get(d) if d else None for d in devices[at : at + len(tries[f])]]
+            at += len(tries[f])
+    return answers
+
+
+def plan_ports(
+    executor: CommandExecutor,
+    description: FabricDescription,
+    workers: Sequence[WorkerSpec],
+    groups: Sequence[Sequence[Flow]],
+    dst_ports: int | Mapping[Flow, int],
+    *,
+    host_ports: str,
+    paths: Mapping[str, Any] | None = None,
+    taken: Mapping[int, Collection[int]] | None = None,
+    rng: random.Random | None = None,
+) -> Pinning:
+    """Steps 2-5 of the module docstring for the flows of ``groups`` (one group per set of
+    flows that run together), to ``dst_ports`` (one for all, or per flow). ``paths``: the
+    controller's paths document when the policy pins paths, else None. ``taken``: source
+    ports already in use, per rank, not to hand out again. ``rng``: where the probes of
+    ``hash`` under path-pinned come from (default: a fresh, unseeded one, as ephemeral
+    ports are)."""
+    check_host_ports(host_ports)
+    flows = list(dict.fromkeys(f for group in groups for f in group))
+    if isinstance(dst_ports, int):
+        dst_ports = dict.fromkeys(flows, dst_ports)
+    if paths is None and host_ports == HASH:
+        return Pinning()  # ephemeral ports: the kernel's hash, nothing to plan
+    host = {w.rank: w.host for w in workers}
+    if paths is None:  # any port will do for the switches: a range of each flow's own
+        tries = own_ranges(groups)
+        nics = kernel_nics(executor, description, workers, tries, dst_ports)
+        live = {f: {n for n in nics[f] if n is not None} for f in flows}
+    else:
+        options = candidates(paths)  # the controller publishes paths for live NIC ports
+        live = {f: {c.nic for c in options.get((host[f[0]], host[f[1]]), ())} for f in flows}
+    if host_ports == HASH:
+        first = probe_nics(executor, description, workers, flows, dst_ports, rng)
+    else:
+        first = balance_nics(groups, workers, description, live)
+    if paths is None:
+        tor = _tors(description, workers)
+        chosen = {f: Candidate(0, nic, (host[f[0]], tor[(f[0], nic)])) for f, nic in first.items()}
+    else:
+        layout = PortLayout.from_dict(paths["layout"])
+        chosen = assign(groups, workers, options, {f: {nic} for f, nic in first.items()})
+        tries = {
+            f: [layout.source_port(c.value, j) for j in range(CANDIDATES)]
+            for f, c in chosen.items()
+        }
+        nics = kernel_nics(executor, description, workers, tries, dst_ports)
+    ports = pick_ports(chosen, tries, nics, taken)
+    return Pinning(ports, chosen, sorted(f for f in flows if f not in ports))
+
+
+def balance_nics(
+    groups: Sequence[Sequence[Flow]],
+    workers: Sequence[WorkerSpec],
+    description: FabricDescription,
+    live: Mapping[Flow, Collection[int]],
+) -> dict[Flow, int]:
+    """``balanced``: a NIC port per flow, among its ``live`` ones, per collective (flows
+    placed by an earlier one count): the one with the fewest of the collective's flows of
+    the same rank so far, then the one whose ToR carries the fewest of them (so that the
+    ranks behind one ToR pair do not all take the same ToR), then the lowest port."""
+    tor = _tors(description, workers)
+    chosen: dict[Flow, int] = {}
+    for flows in groups:
+        per_port: Counter[tuple[int, int]] = Counter()
+        per_tor: Counter[str] = Counter()
+        for flow in flows:
+            if flow in chosen:
+                per_port[(flow[0], chosen[flow])] += 1
+                per_tor[tor[(flow[0], chosen[flow])]] += 1
+        for flow in flows:
+            if flow in chosen or not live.get(flow):
+                continue
+            rank = flow[0]
+            nic = min(live[flow], key=lambda n: (per_port[(rank, n)], per_tor[tor[(rank, n)]], n))
+            chosen[flow] = nic
+            per_port[(rank, nic)] += 1
+            per_tor[tor[(rank, nic)]] += 1
+    return chosen
+
+
+def probe_nics(
+    executor: CommandExecutor,
+    description: FabricDescription,
+    workers: Sequence[WorkerSpec],
+    flows: Sequence[Flow],
+    dst_ports: Mapping[Flow, int],
+    rng: random.Random | None = None,
+) -> dict[Flow, int]:
+    """``hash`` under path-pinned: per flow, the NIC port the kernel's hash gives one random
+    port of the ephemeral range (what the flow would get from an ephemeral port)."""
+    rng = rng or random.Random()
+    probes = {f: [rng.randint(*EPHEMERAL)] for f in flows}
+    nics = kernel_nics(executor, description, workers, probes, dst_ports)
+    return {f: nic for f, (nic,) in nics.items() if nic is not None}
+
+
 def source_ports(
     executor: CommandExecutor,
     description: FabricDescription,
-    paths_file: Path,
     workers: Sequence[WorkerSpec],
     channels: int,
     dst_port: int,
     collectives: Iterable[tuple[str, str]] | None = None,
-    since: float = 0.0,
-    taken: Mapping[int, set[int]] | None = None,
     *,
-    policy: str,
+    host_ports: str,
+    paths: Mapping[str, Any] | None = None,
+    taken: Mapping[int, Collection[int]] | None = None,
 ) -> Pinning:
-    """Steps 1-3 of the module docstring for ``workers`` running ``collectives`` (default:
-    every collective algorithm the workers know) under ``policy``, whose paths file it
-    reads. ``taken``: source ports already in use, per rank, not to hand out again."""
+    """:func:`plan_ports` for ``workers`` running ``collectives`` (default: every collective
+    algorithm the workers know) with ``channels`` connections per peer, to the workers'
+    listening port ``dst_port``."""
     if collectives is None:
         collectives = [(op, alg) for op, algs in COLLECTIVES.items() for alg in algs]
-    document = wait_for_paths(paths_file, since, policy=policy)
-    layout = PortLayout.from_dict(document["layout"])
-    paths = candidates(document)
     groups = fabric_flows(workers, collectives, channels)
-    chosen = assign(groups, workers, paths)
-    by_rank = {w.rank: w for w in workers}
-    result = Pinning(chosen=chosen)
-    per_gpu: dict[str, list[tuple[Flow, int]]] = {}
-    for flow, candidate in chosen.items():
-        gpu = by_rank[flow[0]].host
-        per_gpu.setdefault(gpu, []).extend(
-            (flow, layout.source_port(candidate.value, j)) for j in range(CANDIDATES)
-        )
-    for gpu, tries in per_gpu.items():
-        queries = [
-            (by_rank[f[0]].fabric_ip, by_rank[f[1]].fabric_ip, port, dst_port) for f, port in tries
-        ]
-        devices = route_devices(executor, gpu, queries)
-        nic_of = {nic.intf: nic.port for nic in description.addresses[gpu].nics}
-        rank = tries[0][0][0]
-        used: set[int] = set((taken or {}).get(rank, set()))
-        for (flow, port), device in zip(tries, devices, strict=True):
-            if flow in result.ports or port in used:
-                continue
-            if device is not None and nic_of.get(device) == chosen[flow].nic:
-                result.ports[flow] = port
-                used.add(port)
-    flows = {flow for group in groups for flow in group}  # a flow without paths too
-    result.unpinned = sorted(f for f in flows if f not in result.ports)
-    return result
+    return plan_ports(
+        executor,
+        description,
+        workers,
+        groups,
+        dst_port,
+        host_ports=host_ports,
+        paths=paths,
+        taken=taken,
+    )
+
+
+def _nics(description: FabricDescription, worker: WorkerSpec) -> tuple[PortAddress, ...]:
+    return description.addresses[worker.host].nics
+
+
+def _tors(
+    description: FabricDescription, workers: Sequence[WorkerSpec]
+) -> dict[tuple[int, int], str]:
+    """(rank, NIC port) -> the ToR at the other end."""
+    return {(w.rank, n.port): n.peer for w in workers for n in _nics(description, w)}

@@ -16,17 +16,19 @@ hold while they work. It ties three owners together and owns nothing else itself
   server, to the launcher over a Unix socket in the run directory.
 
 Workers listen on one fixed port (:data:`WORKER_PORT`; every GPU has its own namespace, so
-they do not clash), which makes each connection's destination port known before it opens:
-under a policy that declares ``pins_source_ports`` (``path-pinned``) the source port of
-every (src, dst, channel) connection is chosen from the paths the controller publishes
-(:mod:`orchestrator.testbed.pinning`), so the whole five-tuple, and with it the path, is
-decided in advance.
+they do not clash), which makes each connection's destination port known before it opens,
+and with a source port chosen in advance the whole five-tuple: which NIC port the kernel
+sends it out of and, under a policy that declares ``pins_source_ports`` (``path-pinned``),
+its path. How hosts pick NIC ports is a setting of its own, ``host_ports``
+(:mod:`orchestrator.testbed.hostports`: ``balanced``, the default, or ``hash``), and
+:mod:`orchestrator.testbed.pinning` chooses the source ports for it.
 
 Usage::
 
     with Testbed("astral-small", policy="ecmp") as bed:
         result = bed.run([CollectiveTest("all-reduce", "ring", 1 << 20)])
         print(result.table())
+        hashed = bed.run([...], host_ports="hash")      # the kernel's hash picks NIC ports
         bed.use_policy("path-pinned")
         with bed.launch(options=LaunchOptions(iterations=5)) as launcher:   # several runs,
             launcher.run([...]); launcher.run([...])                         # one start-up
@@ -56,7 +58,14 @@ from orchestrator.collectives.latency import LatencyTable
 from orchestrator.emulation.network import Emulation, Log
 from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.results import PortCounter
-from orchestrator.testbed.pinning import PATHS_FILE, Pinning, source_ports
+from orchestrator.testbed.hostports import BALANCED, DEFAULT_HOST_PORTS, check_host_ports
+from orchestrator.testbed.pinning import (
+    PATHS_FILE,
+    Pinning,
+    held_ports,
+    source_ports,
+    wait_for_paths,
+)
 from orchestrator.testbed.telemetry import read_telemetry
 from orchestrator.worker.launcher import Launcher, WorkerProcess
 from orchestrator.worker.outcome import RunResult
@@ -82,6 +91,7 @@ class Testbed:
     :class:`Emulation` takes it). ``policy``: the controller's policy at bring-up.
     ``telemetry_interval``: the controller polls every switch's counters this often into
     the run directory's telemetry file (:meth:`port_counters` reads it); None: no polling.
+    ``host_ports``: how launches pick NIC ports unless told (orchestrator.testbed.hostports).
     """
 
     def __init__(
@@ -95,7 +105,9 @@ class Testbed:
         log: Log | None = None,
         telemetry_interval: float | None = TELEMETRY_INTERVAL,
         lock_wait: float = 0.0,
+        host_ports: str = DEFAULT_HOST_PORTS,
     ) -> None:
+        self.host_ports = check_host_ports(host_ports)
         # the controller's policies: their names, and what each asks of the hosts
         self.policies: PolicyRegistry = policy_registry()
         self.policies.get(policy, source="testbed")  # an unknown name: ConfigError
@@ -263,27 +275,37 @@ class Testbed:
         gpus: Sequence[str] | None = None,
         options: LaunchOptions | None = None,
         collectives: Sequence[tuple[str, str]] | None = None,
+        *,
+        host_ports: str | None = None,
     ) -> Launcher:
-        """A launcher for workers on ``gpus`` (use it as a context manager). Under a policy
-        that pins source ports (:attr:`pins_source_ports`), every fabric connection's source
-        port is chosen from the controller's paths (orchestrator.testbed.pinning), balanced
-        for each of ``collectives`` ((op, algorithm), in the order they will run; default:
-        every one)."""
+        """A launcher for workers on ``gpus`` (use it as a context manager). Unless
+        ``options`` name source ports, every fabric connection's source port is chosen for
+        ``host_ports`` (default :attr:`host_ports`) and the policy (orchestrator.testbed.pinning:
+        NIC ports spread under ``balanced``, paths from the controller's under a policy that
+        pins source ports, :attr:`pins_source_ports`), balanced for each of ``collectives``
+        ((op, algorithm), in the order they will run; default: every one)."""
 
         workers = self.workers(gpus)
         options = self.launch_options(options, gpus, collectives)
         self.pinning = None
-        if self.pins_source_ports and not options.source_ports:
+        host_ports = check_host_ports(host_ports or self.host_ports)
+        planned = self.pins_source_ports or host_ports == BALANCED
+        if planned and not options.source_ports:
+            paths = None
+            if self.pins_source_ports:
+                paths = wait_for_paths(
+                    self.run_dir / PATHS_FILE, self._policy_since, policy=self.policy
+                )
             pinning = source_ports(
                 self.emulation,
                 self.description,
-                self.run_dir / PATHS_FILE,
                 workers,
                 options.channels,
                 WORKER_PORT,
                 collectives,
-                self._policy_since,
-                policy=self.policy,
+                host_ports=host_ports,
+                paths=paths,
+                taken=held_ports(self.emulation, workers),
             )
             self.pinning = pinning
             options = replace(options, source_ports=pinning.ports)
@@ -296,11 +318,13 @@ class Testbed:
         tests: Sequence[CollectiveTest],
         gpus: Sequence[str] | None = None,
         options: LaunchOptions | None = None,
+        *,
+        host_ports: str | None = None,
     ) -> RunResult:
         """Start workers, run ``tests``, stop them. A worker failure is in the result's
         ``failure`` (by rank and host); nothing of the fabric is touched by it."""
         collectives = list(dict.fromkeys((t.collective, t.algorithm) for t in tests))
-        with self.launch(gpus, options, collectives) as launcher:
+        with self.launch(gpus, options, collectives, host_ports=host_ports) as launcher:
             return launcher.run(tests)
 
     # --- telemetry ----------------------------------------------------------------------

@@ -13,12 +13,14 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.emulation.network import Emulation
 from orchestrator.emulation.readiness import probe_once, probe_plan
 from orchestrator.emulation.state import RunState, proc_starttime
+from orchestrator.testbed.pinning import route_devices
+from topologies.fivetuple import FiveTuple
 from topologies.model import Tier
 
 Hop = str | frozenset[str]  # a switch, or "exactly one of these" (ECMP)
@@ -114,6 +116,15 @@ def assert_reachable(emulation: Emulation, timeout: float = 30.0) -> None:
 
 def nic_tx_packets(emulation: Emulation, gpu: str) -> dict[str, int]:
     """Packets sent so far by each of ``gpu``'s NIC ports (its namespace's /proc/net/dev)."""
+    return _nic_tx(emulation, gpu, 9)
+
+
+def nic_tx_bytes(emulation: Emulation, gpu: str) -> dict[str, int]:
+    """Bytes sent so far by each of ``gpu``'s NIC ports (its namespace's /proc/net/dev)."""
+    return _nic_tx(emulation, gpu, 8)
+
+
+def _nic_tx(emulation: Emulation, gpu: str, column: int) -> dict[str, int]:
     assert emulation.description is not None
     text = emulation.cmd(gpu, ["cat", "/proc/net/dev"])
     counts = {}
@@ -121,8 +132,17 @@ def nic_tx_packets(emulation: Emulation, gpu: str) -> dict[str, int]:
     for line in text.splitlines():
         name, _, rest = line.partition(":")
         if name.strip() in nics:
-            counts[name.strip()] = int(rest.split()[9])
+            counts[name.strip()] = int(rest.split()[column])
     return counts
+
+
+def connection_devices(
+    emulation: Emulation, gpu: str, connections: Sequence[FiveTuple]
+) -> list[str | None]:
+    """The interface ``gpu``'s kernel sends each TCP five-tuple out of (``ip route get``
+    for exactly that five-tuple: its multipath hash)."""
+    queries = [(c.src_ip, c.dst_ip, c.src_port, c.dst_port) for c in connections]
+    return route_devices(emulation, gpu, queries)
 
 
 def send_udp_flows(emulation: Emulation, src: str, dst: str, flows: int = 64) -> None:

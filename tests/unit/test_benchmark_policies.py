@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from collections import Counter
 from types import ModuleType
 
 import pytest
 
-from tests.helpers import REPO, preset_fabric
+from tests.helpers import load_benchmark, preset_fabric
 from topologies.generators import build_fabric
 from topologies.model import Fabric
 from topologies.spec import parse_fabric_spec
@@ -18,14 +16,7 @@ from topologies.spec import parse_fabric_spec
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_policies", REPO / "benchmarks" / "policies.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("policies")
 
 
 @pytest.fixture(scope="module")

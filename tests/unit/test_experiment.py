@@ -133,6 +133,9 @@ MALFORMED = [
     ("scale zero", VALID + "scale: 0\n", "scale", "between"),
     ("scale above 1", VALID + "scale: 2\n", "scale", "between"),
     ("policy and policies", VALID + "policy: ecmp\n", "policies", "not both"),
+    ("host_ports unknown", VALID + "host_ports: random\n", "host_ports", "one of balanced, hash"),
+    ("host_ports a number", VALID + "host_ports: 2\n", "host_ports", "how hosts pick NIC ports"),
+    ("host_ports a list", VALID + "host_ports: [hash, balanced]\n", "host_ports", "one per run"),
     ("no policy at all", replace(VALID, "policies", None), "policies", "neither"),
     (
         "unknown policy",
@@ -314,6 +317,8 @@ def test_valid_experiment_loads_into_typed_objects(tmp_path: Path) -> None:
     assert (spec.iterations, spec.warmup, spec.seed) == (3, 1, 7)
     assert spec.ranks == 8
     assert spec.load_limit.force is False
+    assert spec.host_ports == "balanced"  # the default: the switch policies compared alone
+    assert load_experiment(write(tmp_path, VALID + "host_ports: hash\n")).host_ports == "hash"
 
 
 def test_anchors_aliases_and_merge_keys_within_the_bounds_load(tmp_path: Path) -> None:
@@ -377,6 +382,7 @@ def test_default_experiment_is_valid_and_fits_the_time_budget() -> None:
     spec = load_experiment(DEFAULT)
     assert spec.fabric.name == "astral-small"
     assert spec.policies == ("ecmp", "path-pinned")
+    assert spec.host_ports == "balanced"
     assert {c.op for c in spec.collectives} == {"all-reduce", "all-to-all"}
     assert spec.ranks == 8
     # 2 ports x 12 Mbit/s x 0.964 = 2.89 MB/s of busbw per GPU at best: the traffic alone

@@ -105,6 +105,10 @@ def one_operation(
     return records, samples, phases, now + max(times) / 1e6
 
 
+# how the synthetic run's hosts picked NIC ports, per policy (the two settings)
+HOST_PORTS = {"ecmp": "hash", "path-pinned": "balanced"}
+
+
 def write_synthetic_bundle(path: Path, policies: tuple[str, ...] = ("ecmp", "path-pinned")) -> Path:
     """A bundle shaped like what the runner will write, with known numbers."""
     versions = Versions(python="3.11.2", mininet="2.3.0.dev6", os_ken="4.2.2", ovs="3.1.0")
@@ -127,6 +131,7 @@ def write_synthetic_bundle(path: Path, policies: tuple[str, ...] = ("ecmp", "pat
                         ranks=RANKS,
                         iterations=ITERATIONS,
                         warmup=WARMUP,
+                        host_ports=HOST_PORTS[policy],
                     )
                     start = now
                     runs = [(i, True) for i in range(WARMUP)]
@@ -219,6 +224,7 @@ def test_round_trip_returns_what_was_written(bundle: Path) -> None:
             "ring",
             65536,
         )
+        assert {(c.policy, c.host_ports) for c in configurations} == set(HOST_PORTS.items())
         records = results.iterations(first.id)
         assert len(records) == RANKS * (ITERATIONS + WARMUP)
         timed = [r for r in records if not r.warmup]
@@ -265,6 +271,7 @@ TINY: dict[str, Any] = {
     "ranks": 8,
     "iterations": 1,
     "warmup": 0,
+    "host_ports": "balanced",
 }
 
 
@@ -356,7 +363,9 @@ def test_summary_numbers_equal_the_hand_computed_ones(reported: Path) -> None:
         assert entry["busbw_min_GBps"] == pytest.approx(busbw * 1.055 / 1.075, rel=1e-9)
         assert entry["busbw_max_GBps"] == pytest.approx(busbw * 1.055 / 1.035, rel=1e-9)
         assert entry["wrong"] == (5 if (policy, op, size) == WRONG else 0)
+        assert entry["host_ports"] == HOST_PORTS[policy]
     averages = {(a["policy"], a["collective"]): a for a in summary["averages"]}
+    assert all(a["host_ports"] == HOST_PORTS[a["policy"]] for a in summary["averages"])
     assert averages[("path-pinned", "all-to-all")]["real_busbw_GBps"] == pytest.approx(
         expected_busbw_gbps("path-pinned") / 1e-4
     )
@@ -389,7 +398,8 @@ def test_report_prints_the_tables(bundle: Path, capsys: pytest.CaptureFixture[st
     assert main(["report", str(bundle), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert out.count("# Avg bus bandwidth    :") == 4
-    assert "all-reduce (ring), policy path-pinned, 8 ranks" in out
+    assert "all-reduce (ring), policy path-pinned, host ports balanced, 8 ranks" in out
+    assert "all-to-all (direct), policy ecmp, host ports hash, 8 ranks" in out
 
 
 def test_link_utilization_matches_the_synthetic_load(bundle: Path) -> None:
@@ -424,6 +434,9 @@ def test_compare_prints_ratios_per_matching_configuration(
     ratios = [line.split()[-1] for line in out.splitlines() if line.strip() and line[0] != "#"]
     assert ratios and set(ratios) == {"1.000"}
     assert "only in A: 6 configuration(s) (policy ecmp" in out
+    header = [line for line in out.splitlines() if line.startswith(("# A:", "# B:"))]
+    assert header[0].endswith(", host ports balanced+hash)")  # ecmp's and path-pinned's
+    assert header[1].endswith(", host ports balanced)")
 
 
 def test_compare_across_policies_in_one_bundle(
@@ -499,7 +512,7 @@ def test_an_unverified_configuration_is_not_verified_in_the_summary_and_tables(
             config = results.add_configuration(
                 policy="ecmp", collective="all-reduce", algorithm="ring", size=size,
                 count=count_column("all-reduce", size, "uint32", RANKS), dtype="uint32",
-                ranks=RANKS, iterations=1, warmup=0,
+                ranks=RANKS, iterations=1, warmup=0, host_ports="balanced",
             )  # fmt: skip
             results.add_iterations(
                 config, [IterationRecord(0, r, 1000.0, size, wrong) for r in range(RANKS)]

@@ -88,6 +88,7 @@ class LoopbackTestbed:
     pinnings: dict[str, Pinning] = field(default_factory=dict)  # policy -> what to report
     spawn_delay: float = 0.0  # seconds before each worker starts (a slow start-up)
     spawned: list[Any] = field(default_factory=list)  # every worker process started
+    host_ports: list[str | None] = field(default_factory=list)  # each launch's
 
     @property
     def emulation(self) -> Any:
@@ -121,9 +122,12 @@ class LoopbackTestbed:
         gpus: Sequence[str] | None = None,
         options: LaunchOptions | None = None,
         collectives: Any = None,
+        *,
+        host_ports: str | None = None,
     ) -> Launcher:
         self.launches += 1
         self.pinning = self.pinnings.get(self.policy)
+        self.host_ports.append(host_ports)
         fast = replace(
             options or LaunchOptions(),
             heartbeat_interval=0.1,
@@ -230,6 +234,27 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
     assert reported["in_effect"] == (reported["connections"] if granted else 0)
     assert reported["granted_us"] == ([granted] if granted else [])
     assert ("minimum RTO" in printed) and (("WARNING" in printed) is (granted is None))
+    # how hosts pick NIC ports: the default, given to every launch, named everywhere
+    assert spec.host_ports == "balanced" and run_file["host_ports"] == "balanced"
+    assert bed.host_ports == ["balanced"] * 4
+    assert printed.count(", host ports balanced, 8 ranks") == 4  # every table's header
+    assert "; host ports balanced; " in printed  # the side-by-side summary's
+    assert {c["host_ports"] for c in summary["configurations"]} == {"balanced"}
+    for table in (bundle / "tables").glob("*.txt"):
+        assert ", host ports balanced, 8 ranks" in table.read_text(), table.name
+
+
+def test_the_experiments_host_ports_reach_every_launch_and_the_bundle(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    spec = experiment(host_ports="hash", policies=["ecmp"], collectives=["all-reduce"])
+    outcome, bed, printed = run(spec, tmp_path, description)
+    assert outcome.status == "ok", outcome.error
+    assert bed.host_ports == ["hash"]
+    assert "all-reduce (ring), policy ecmp, host ports hash, 8 ranks" in printed
+    summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
+    assert {c["host_ports"] for c in summary["configurations"]} == {"hash"}
+    assert [a["host_ports"] for a in summary["averages"]] == ["hash"]
 
 
 def test_the_minimum_rto_line_warns_with_the_cost_where_it_is_missing() -> None:
@@ -380,7 +405,7 @@ def test_the_run_counts_unpinned_connections_per_configuration(
     assert "# path-pinned: source ports pinned, all-reduce (ring) 13 of 16 (3 left ephemeral)" in (
         printed
     )
-    assert any("3 of 16 fabric connections got no pinned source port" in m for m in said)
+    assert any("3 of 16 fabric connections got no planned source port" in m for m in said)
 
 
 def test_fabric_shares_and_channels_of_the_algorithms() -> None:

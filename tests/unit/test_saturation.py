@@ -178,6 +178,7 @@ def write_bundle(path: Path, loads: dict[int, EmulatorLoad]) -> Path:
                 count=size // 4,
                 dtype="uint32",
                 ranks=8,
+                host_ports="balanced",
                 iterations=1,
                 warmup=0,
             )

@@ -55,12 +55,12 @@ def test_connections_without_a_port_or_without_a_path_are_counted_unpinned(
     pinning = source_ports(
         RouteAnswers(stuck={"p1s1g1"}),
         description,
-        tmp_path / "paths.json",
         workers,
         2,
         47000,
         [("all-to-all", "direct")],
-        policy="path-pinned",
+        host_ports="balanced",
+        paths=json.loads((tmp_path / "paths.json").read_text()),
     )
     flows = fabric_flows(workers, [("all-to-all", "direct")], 2)[0]
     assert pinning.flows == len(flows) == 8 * 6 * 2
