@@ -8,8 +8,8 @@ when the environment variable ``CI`` is set: there they fail, so that CI cannot 
 skipping them (orchestrator.pytest_plugin.unavailable decides, for the astral_fabric fixture
 too).
 
-Every test session sees no calibration unless a test makes one: ``$ASTRAL_CALIBRATION``
-points into the session's temporary directory, so the load guard's verdicts (and whether
+Every test sees no calibration unless it makes one: ``$ASTRAL_CALIBRATION`` points into
+the session's temporary directory, a new file per test, so the load guard's verdicts (and whether
 ``astral run`` calibrates first) do not depend on what a person's ``astral calibrate`` or
 ``astral run`` left in /var/lib/astral, and no test writes there.
 """
@@ -61,7 +61,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _no_machine_calibration(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """$ASTRAL_CALIBRATION at a file no test has written (subprocesses inherit it)."""
+    """$ASTRAL_CALIBRATION at a file no test has written, for what runs outside a test
+    function (module-scoped fabrics and their runs, which never calibrate)."""
     before = os.environ.get(CALIBRATION_ENV_VAR)
     os.environ[CALIBRATION_ENV_VAR] = str(tmp_path_factory.mktemp("calibration") / "none.json")
     yield
@@ -69,3 +70,15 @@ def _no_machine_calibration(tmp_path_factory: pytest.TempPathFactory) -> Iterato
         os.environ.pop(CALIBRATION_ENV_VAR, None)
     else:
         os.environ[CALIBRATION_ENV_VAR] = before
+
+
+@pytest.fixture(autouse=True)
+def _no_calibration_from_other_tests(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """... and a new such file for every test (subprocesses inherit it): a test whose
+    ``astral run`` calibrates first, as the command does on a machine without a
+    calibration, must not hand its calibration to the tests after it."""
+    monkeypatch.setenv(
+        CALIBRATION_ENV_VAR, str(tmp_path_factory.mktemp("calibration") / "none.json")
+    )

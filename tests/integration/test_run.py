@@ -113,7 +113,9 @@ def test_the_bundle_has_every_file(outcome: RunOutcome) -> None:
     assert all(c["verified"] for c in summary["configurations"])
     # path-pinned pins every fabric connection's source port; ecmp pins none
     unpinned = {(c["policy"], c["unpinned_connections"]) for c in summary["configurations"]}
-    assert unpinned == {("ecmp", None), ("path-pinned", 0)}
+    # host ports balanced (the default): every connection's source port is planned, under
+    # ecmp (its NIC port) as under path-pinned (its NIC port and path)
+    assert unpinned == {("ecmp", 0), ("path-pinned", 0)}
     assert summary["run"]["versions"]["ovs"] not in ("", "unknown")
     run = json.loads((bundle / "run.json").read_text())
     assert run["status"] == "ok" and run["failure"] is None

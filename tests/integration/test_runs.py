@@ -190,7 +190,7 @@ def test_a_corrupted_chunk_exits_7_naming_the_configuration_and_keeps_the_bundle
     experiment.write_text(CORRUPTED)
     bundle = tmp_path / "bundle"
     result = run_experiment(
-        str(experiment), "--out", str(bundle), "--quiet", "--no-plots",
+        str(experiment), "--out", str(bundle), "--quiet", "--no-plots", "--no-calibrate",
         "--worker-arg=--corrupt-rank", "--worker-arg=1",
     )  # fmt: skip
     assert result.returncode == 7, result.stdout + result.stderr
