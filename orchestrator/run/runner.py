@@ -860,7 +860,7 @@ class Runner:
                 if p == policy
             ]
             if cells:
-                lines.append(f"# {policy}: source ports pinned, " + ", ".join(cells))
+                lines.append(f"# {policy}: source ports planned, " + ", ".join(cells))
         return lines
 
 

@@ -212,7 +212,7 @@ def test_a_corrupted_chunk_exits_7_naming_the_configuration_and_keeps_the_bundle
     assert run["status"] == "failed" and phrase in run["error"] and run["failure"] is None
     # every fabric connection got its pinned source port, and the count says so
     assert configuration["unpinned_connections"] == 0
-    assert "# path-pinned: source ports pinned, all-reduce (ring) 8 of 8" in result.stdout
+    assert "# path-pinned: source ports planned, all-reduce (ring) 8 of 8" in result.stdout
     # the workers' minimum RTO, as this kernel grants it (orchestrator/worker/rto.py)
     granted = rto.probe()[1]
     floors = run["conditions"]["tcp_rto_min"]

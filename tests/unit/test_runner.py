@@ -402,7 +402,7 @@ def test_the_run_counts_unpinned_connections_per_configuration(
     }
     assert counts == {("ecmp", 4096): None, ("ecmp", 16384): None,
                       ("path-pinned", 4096): 3, ("path-pinned", 16384): 3}  # fmt: skip
-    assert "# path-pinned: source ports pinned, all-reduce (ring) 13 of 16 (3 left ephemeral)" in (
+    assert "# path-pinned: source ports planned, all-reduce (ring) 13 of 16 (3 left ephemeral)" in (
         printed
     )
     assert any("3 of 16 fabric connections got no planned source port" in m for m in said)
