@@ -213,7 +213,7 @@ def format_group(
     title = [
         f"astral run {bundle.run.experiment!r} ({bundle.run.status}), {bundle.run.started}",
         group_title(group, results, bundle),
-        TIME_DEFINITION,
+        time_definition(bundle),
         *ceiling_lines(results, bundle.scale),
         *saturation_lines(emulator_loads(results, bundle)),
     ]
@@ -225,6 +225,19 @@ def format_group(
         scale=bundle.scale,
         notes=["; ".join(r.marks()) for r in results],
     )
+
+
+#: How version 1 bundles were timed (before nccl-tests batches, docs/measurement.md).
+OLD_TIME_DEFINITION = (
+    "time: mean over ranks of each rank's mean timed iteration, every iteration after its own "
+    "barrier and timed from when the rank's start message arrived (a version 1 bundle)"
+)
+
+
+def time_definition(bundle: ResultsBundle) -> str:
+    """How the bundle's times were measured: bundles of schema 1 predate the batch timing,
+    so re-rendering one must not describe its figures with the new rule."""
+    return TIME_DEFINITION if bundle.version >= 2 else OLD_TIME_DEFINITION
 
 
 def ceiling_lines(results: Sequence[ConfigurationResult], scale: float) -> list[str]:

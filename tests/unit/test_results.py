@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.collectives.nccl import bus_factor, count_column
+from orchestrator.collectives.nccl import TIME_DEFINITION, bus_factor, count_column
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -37,7 +37,7 @@ from orchestrator.results import (
 from orchestrator.results.plots import link_utilization, nic_ceiling_real_gbps
 from orchestrator.results.report import render_bundle
 from orchestrator.results.store import DATABASE, FABRIC, SCHEMA_VERSION
-from orchestrator.results.summary import operation_time_us
+from orchestrator.results.summary import OLD_TIME_DEFINITION, operation_time_us
 from tests.helpers import preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ResultsError
@@ -325,6 +325,13 @@ def test_a_version_1_bundle_still_reads_without_unpinned_counts(tmp_path: Path) 
     with ResultsBundle.open(tmp_path / "old") as results:
         assert results.version == 1
         assert [c.unpinned for c in results.configurations()] == [None]
+        assert [c.host_ports for c in results.configurations()] == ["unknown"]
+    # re-rendered, its tables say how such a bundle was timed, not the batch rule of today
+    render_bundle(tmp_path / "old", plots=False)
+    (table,) = (tmp_path / "old" / "tables").glob("*.txt")
+    text = table.read_text()
+    assert f"# {OLD_TIME_DEFINITION}" in text and TIME_DEFINITION not in text
+    assert "busbw ceiling: not recorded" in text
     with sqlite3.connect(tmp_path / "old" / DATABASE) as db:
         db.execute("PRAGMA user_version = 3")
     with pytest.raises(ResultsError, match=r"schema version 1 or 2 .* found version 3"):
