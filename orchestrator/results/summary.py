@@ -191,12 +191,24 @@ def group_slug(group: Group) -> str:
 def group_title(group: Group, results: Sequence[ConfigurationResult], bundle: ResultsBundle) -> str:
     policy, collective, algorithm = group
     first = results[0].configuration
-    counts = sorted({r.configuration.iterations for r in results})
-    iterations = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     return (
         f"{collective} ({algorithm}), policy {policy}, host ports {host_ports(results)}, "
         f"{first.ranks} ranks, "
-        f"{iterations} iterations (+{first.warmup} warm-up), fabric {bundle.run.fabric}"
+        f"{iterations_text(results)} (+{first.warmup} warm-up), fabric {bundle.run.fabric}"
+    )
+
+
+def iterations_text(results: Sequence[ConfigurationResult], asked: int | None = None) -> str:
+    """ "4 iterations", or the range that ran where short operations were repeated more
+    (the launcher lengthens their batches); with ``asked``, how many the experiment asked
+    for, said where it differs."""
+    counts = sorted({r.configuration.iterations for r in results}) or [asked or 0]
+    ran = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    if asked is None or counts == [asked]:
+        return f"{ran} iterations"
+    return (
+        f"{ran} iterations (asked {asked}; a short operation repeats until its batch lasts "
+        "long enough for the shapers' buckets not to count)"
     )
 
 
@@ -210,19 +222,34 @@ def format_group(
     group: Group, results: Sequence[ConfigurationResult], bundle: ResultsBundle
 ) -> str:
     """One nccl-tests table (with real-speed columns) for a group."""
-    title = [
+    head = [
         f"astral run {bundle.run.experiment!r} ({bundle.run.status}), {bundle.run.started}",
         group_title(group, results, bundle),
         time_definition(bundle),
-        *ceiling_lines(results, bundle.scale),
-        *saturation_lines(emulator_loads(results, bundle)),
     ]
     latency = latency_title(bundle.fabric.get("latency"))
+    return configuration_table(
+        results, head, bundle.scale, emulator_loads(results, bundle), latency
+    )
+
+
+def configuration_table(
+    results: Sequence[ConfigurationResult],
+    head: Sequence[str],
+    scale: float,
+    loads: Sequence[tuple[int, EmulatorLoad | None]],
+    latency: str | None,
+) -> str:
+    """One group's nccl-tests table as ``astral run`` prints it and ``astral report``
+    writes it: ``head`` (what the group is, how its time was measured), then its ceiling,
+    the saturation verdicts (``loads``: (size, load) per row) and the latencies, then the
+    rows, each with its marks."""
+    title = [*head, *ceiling_lines(results, scale), *saturation_lines(loads)]
     title += [latency] if latency else []
     return format_table(
         [r.row for r in results],
         title=title,
-        scale=bundle.scale,
+        scale=scale,
         notes=["; ".join(r.marks()) for r in results],
     )
 

@@ -71,7 +71,7 @@ from typing import Any, TextIO
 from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
-from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor, format_table
+from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
 from orchestrator.results import (
@@ -81,9 +81,14 @@ from orchestrator.results import (
     ResultsWriter,
     Versions,
 )
-from orchestrator.results.emulator import EmulatorLoad, saturation_lines
+from orchestrator.results.emulator import EmulatorLoad
 from orchestrator.results.store import Configuration
-from orchestrator.results.summary import ConfigurationResult, ceiling_lines, result_of
+from orchestrator.results.summary import (
+    ConfigurationResult,
+    configuration_table,
+    iterations_text,
+    result_of,
+)
 from orchestrator.run.experiment import (
     Collective,
     ConfigurationStep,
@@ -735,24 +740,15 @@ class Runner:
         loads: dict[int, EmulatorLoad],
     ) -> str:
         spec = self.spec
-        title = [
+        head = [
             f"{label}, policy {policy}, host ports {spec.host_ports}, {spec.ranks} ranks, "
-            f"{iteration_text(results, spec)} "
+            f"{iterations_text(results, spec.iterations)} "
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
-            *ceiling_lines(results, testbed.scale),
-            *saturation_lines(
-                [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
-            ),
         ]
+        sizes_and_loads = [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
         latency = latency_title(latency_record(testbed.description.fabric))
-        title += [latency] if latency else []
-        return format_table(
-            [r.row for r in results],
-            title=title,
-            scale=testbed.scale,
-            notes=["; ".join(r.marks()) for r in results],
-        )
+        return configuration_table(results, head, testbed.scale, sizes_and_loads, latency)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -871,17 +867,6 @@ def wrong_phrase(result: ConfigurationResult) -> str:
     return (
         f"policy {c.policy}, {c.collective} ({c.algorithm}), {format_size(c.size)}: "
         f"{result.row.wrong} wrong elements"
-    )
-
-
-def iteration_text(results: Sequence[ConfigurationResult], spec: ExperimentSpec) -> str:
-    """ "4 iterations", or the range that ran where short operations were repeated more."""
-    counts = sorted({r.configuration.iterations for r in results} or {spec.iterations})
-    if counts == [spec.iterations]:
-        return f"{spec.iterations} iterations"
-    return (
-        f"{counts[0]}-{counts[-1]} iterations (asked {spec.iterations}; a short operation "
-        "repeats until its batch lasts long enough for the shapers' buckets not to count)"
     )
 
 
