@@ -68,8 +68,9 @@ from pathlib import Path
 from orchestrator.calibration.capacity import switch_hops
 from orchestrator.calibration.measure import datapath_ports, start_emulation
 from orchestrator.emulation import batch
-from orchestrator.emulation.hostconfig import GSO_SEGMENTS, TCP_CONGESTION_CONTROL
+from orchestrator.emulation.hostconfig import TCP_CONGESTION_CONTROL
 from orchestrator.emulation.network import Emulation, Terminated
+from orchestrator.emulation.recipe import RECIPES, EmulatorRecipe, current_recipe, recipe_named
 from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.testbed.traffic import (
     Flow,
@@ -113,6 +114,7 @@ class Run:
     case: str
     cc: str  # TCP congestion control of the senders ("default": the namespaces' default)
     queue: str  # leaf queues, SWITCH[/HOST] ("recipe": orchestrator.emulation.shaping's)
+    recipe: str  # the emulator recipe (orchestrator.emulation.recipe)
     goodput_bps: list[float]
     aggregate_ratio: float
     ceiling_ratio: float
@@ -129,6 +131,7 @@ class Run:
 @dataclass
 class Summary:
     case: Case
+    recipe: str
     cc: str
     queue: str
     runs: list[Run] = field(default_factory=list)
@@ -290,6 +293,7 @@ def set_host_queues(emu: Emulation, queue: str) -> None:
 
 
 def measure(emu: Emulation, case: Case, cc: str, queue: str, duration: float, omit: float) -> Run:
+    """One run of ``case`` on ``emu`` (its recipe, leaf queues ``queue``, senders' ``cc``)."""
     result: TrafficResult = run_flows(
         emu,
         list(case.flows),
@@ -306,6 +310,7 @@ def measure(emu: Emulation, case: Case, cc: str, queue: str, duration: float, om
         case=case.name,
         cc=cc,
         queue=queue,
+        recipe=emu.recipe.name,
         goodput_bps=goodputs,
         aggregate_ratio=total / case.rate_bps,
         ceiling_ratio=total / (case.rate_bps * TCP_PAYLOAD_SHARE),
@@ -324,7 +329,8 @@ def run_line(run: Run) -> str:
     flows = " ".join(f"{g / 1e6:.2f}" for g in run.goodput_bps)
     path = f" path {'>'.join(run.path)}" if run.path else ""
     return (
-        f"  {run.case:9} {run.cc:7} {run.queue:9} goodput/R {run.aggregate_ratio:.3f} "
+        f"  {run.case:9} {run.recipe:13} {run.cc:7} {run.queue:9} "
+        f"goodput/R {run.aggregate_ratio:.3f} "
         f"/ceiling {run.ceiling_ratio:.3f} "
         f"busy {run.link_busy:.3f} ({run.link}) Jain {run.jain:.3f} retx {run.retransmits} "
         f"| CPU {run.cpu_busy:.0%} ovs {run.vswitchd_cores:.2f} cores load "
@@ -363,7 +369,7 @@ def _ok(passed: bool) -> str:
 
 def table(summaries: Sequence[Summary]) -> list[str]:
     head = (
-        f"{'case':9} {'cc':7} {'queue':9} {'R':>5} {'flows':>5}  "
+        f"{'case':9} {'recipe':13} {'cc':7} {'queue':9} {'R':>5} {'flows':>5}  "
         f"{'goodput/R (mean ±sd, range)':29} "
         f"{'/ceiling':29} {'link busy':29} {'Jain':29} {'retx':>6}"
     )
@@ -373,7 +379,8 @@ def table(summaries: Sequence[Summary]) -> list[str]:
         if not runs:
             continue
         lines.append(
-            f"{s.case.name:9} {s.cc:7} {s.queue:9} {format_rate(s.case.rate_bps):>5} "
+            f"{s.case.name:9} {s.recipe:13} {s.cc:7} {s.queue:9} "
+            f"{format_rate(s.case.rate_bps):>5} "
             f"{len(s.case.flows):>5}  "
             f"{stats([r.aggregate_ratio for r in runs]):29} "
             f"{stats([r.ceiling_ratio for r in runs]):29} "
@@ -385,7 +392,8 @@ def table(summaries: Sequence[Summary]) -> list[str]:
     for s in summaries:
         if s.runs:
             lines.append(
-                f"{s.case.name:9} {s.cc:7} {s.queue:9} {s.case.what}; targets: {verdicts(s)}"
+                f"{s.case.name:9} {s.recipe:13} {s.cc:7} {s.queue:9} {s.case.what}; "
+                f"targets: {verdicts(s)}"
             )
     return lines
 
@@ -393,15 +401,18 @@ def table(summaries: Sequence[Summary]) -> list[str]:
 def conditions(emu: Emulation | None = None) -> list[str]:
     load = os.getloadavg()
     cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
-    recipe = DEFAULT_RECIPE
+    emulator = emu.recipe if emu is not None else current_recipe()
+    recipe = emulator.shaping
+    flow_queues = f", {recipe.flow_queues} flow queues" if recipe.flow_queues else ""
     lines = [
+        f"emulator recipe: {emulator.describe()}",
         f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
         f"shaping: HTB rate=ceil=R, burst=cburst={recipe.burst_s * 1e3:g} ms of R, switch-side "
         f"{recipe.switch_queue} {recipe.queue_s * 1e3:g} ms of R, host-side "
         f"{recipe.host_queue} {recipe.host_queue_packets} packets, overhead "
-        f"{recipe.overhead_bytes} B",
+        f"{recipe.overhead_bytes} B{flow_queues}",
         f"GPUs' TCP: {TCP_CONGESTION_CONTROL} on every route, no timestamps (payload "
-        f"{TCP_PAYLOAD_SHARE:.3f} of a frame), {GSO_SEGMENTS}-segment TSO packets; the "
+        f"{TCP_PAYLOAD_SHARE:.3f} of a frame), {emulator.gso_segments}-segment TSO packets; the "
         f"machine's default is {cc}",
     ]
     if emu is not None and emu.datapath is not None:
@@ -446,6 +457,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "HOST the GPU-side leaf, 'recipe', 'sfq' or 'pfifo'",
     )
     parser.add_argument(
+        "--recipe",
+        default=current_recipe().name,
+        help=f"emulator recipe(s) to compare, comma-separated: {', '.join(RECIPES)} "
+        "(default: the one runs use); each variant is brought up once per recipe",
+    )
+    parser.add_argument(
         "--cc",
         default=DEFAULT_CC,
         help="senders' TCP congestion control(s), comma-separated: 'default' (what the GPU "
@@ -468,12 +485,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"unknown queue {queue!r}; known: SWITCH[/HOST], SWITCH one of {QUEUES}, "
                 f"HOST one of {HOST_QUEUES}"
             )
-    combos = [(cc, queue) for queue in queues for cc in ccs]
+    recipes = [recipe_named(r) for r in args.recipe.split(",") if r]
+    if any(r.shaping.flow_queues for r in recipes) and queues != ["recipe"]:
+        parser.error("--queue replaces a single leaf; recipes with flow queues take 'recipe' only")
+    combos = [(r.name, cc, queue) for r in recipes for queue in queues for cc in ccs]
     summaries = {
-        (c.name, cc, q): Summary(c, cc, q)
+        (c.name, r, cc, q): Summary(c, r, cc, q)
         for cases in by_variant.values()
         for c in cases
-        for cc, q in combos
+        for r, cc, q in combos
     }
     began = time.monotonic()
     print("# before")
@@ -487,14 +507,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, terminate)  # also while waiting for another run's lock
     try:
         for variant, cases in by_variant.items():
-            measure_variant(spec, variant, cases, summaries, queues, ccs, args)
+            for recipe in recipes:
+                measure_variant(spec, variant, recipe, cases, summaries, queues, ccs, args)
     except (KeyboardInterrupt, Terminated) as stop:
         # the emulation is down already (its own handlers); keep what was measured
         status = stop.exit_status if isinstance(stop, Terminated) else 130
         print(f"# interrupted ({stop or 'Ctrl-C'}): the table has the runs measured so far")
     print()
     print(f"# fidelity, up to {args.repeat} runs per case, {args.duration:g} s windows")
-    rows = [summaries[c, cc, q] for c in wanted for cc, q in combos if (c, cc, q) in summaries]
+    keys = [(c, r, cc, q) for c in wanted for r, cc, q in combos]
+    rows = [summaries[key] for key in keys if key in summaries]
     for line in table(rows):
         print(line)
     print("# after")
@@ -503,9 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"took {time.monotonic() - began:.0f} s")
     if args.json is not None:
         document = [
-            {"case": name, "cc": cc, "queue": q, "what": s.case.what}
-            | {"rate_bps": s.case.rate_bps, "runs": [asdict(r) for r in s.runs]}
-            for (name, cc, q), s in summaries.items()
+            {"case": name, "recipe": r, "cc": cc, "queue": q, "what": s.case.what}
+            | {"rate_bps": s.case.rate_bps, "runs": [asdict(run) for run in s.runs]}
+            for (name, r, cc, q), s in summaries.items()
         ]
         args.json.write_text(json.dumps(document, indent=1) + "\n")
     return status
@@ -514,16 +536,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def measure_variant(
     spec: FabricSpec,
     variant: str,
+    recipe: EmulatorRecipe,
     cases: Sequence[Case],
-    summaries: dict[tuple[str, str, str], Summary],
+    summaries: dict[tuple[str, str, str, str], Summary],
     queues: Sequence[str],
     ccs: Sequence[str],
     args: argparse.Namespace,
 ) -> None:
-    """Bring ``variant`` of ``spec`` up, run its cases ``args.repeat`` times, tear down."""
+    """Bring ``variant`` of ``spec`` up under ``recipe``, run its cases ``args.repeat``
+    times, tear down."""
     vspec = variant_spec(spec, variant)
-    print(f"# {rates_line(vspec, variant)}", flush=True)
-    emu = start_emulation(vspec, args.lock_wait, lambda m: print(f"  ({m})", flush=True))
+    print(f"# {rates_line(vspec, variant)}; recipe {recipe.name}", flush=True)
+    emu = start_emulation(
+        vspec, args.lock_wait, lambda m: print(f"  ({m})", flush=True), recipe=recipe
+    )
     try:
         print(
             f"  up in {emu.timings.get('total', 0):.1f} s; {conditions(emu)[-1]}; "
@@ -538,7 +564,7 @@ def measure_variant(
                 for case in cases:
                     for cc in ccs:
                         run = measure(emu, case, cc, queue, args.duration, args.omit)
-                        summaries[case.name, cc, queue].runs.append(run)
+                        summaries[case.name, recipe.name, cc, queue].runs.append(run)
                         print(run_line(run), flush=True)
     finally:
         emu.stop()

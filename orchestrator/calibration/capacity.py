@@ -48,7 +48,8 @@ or ``--out`` override)::
      "threshold": 0.9, "safe_share": 0.7, "measured_at": "2026-...Z",
      "conditions": {"cpus": 2, "loadavg_start": [...], "loadavg_end": [...],
                     "datapath": "userspace", "userspace_tso": true, "ovs_version": "3.1.0",
-                    "kernel": "...", "hostname": "...", "datapath_ports": 211, ...},
+                    "kernel": "...", "hostname": "...", "datapath_ports": 211,
+                    "recipe": "small-packets", ...},
      "fabric": {"name": "astral-small", "nic_rate_bps": 2e7, "trunk_factor": 4, ...},
      "steps": [{"flows": 1, "rate_bps": 2e7, "hops": 5.0, "offered_bps": 2e7,
                 "offered_hop_bps": 1e8, "achieved_bps": 1.86e7, "ratio": 0.97, ...}, ...]}
@@ -181,6 +182,10 @@ def offered_load(fabric: FabricSpec | Fabric, gpus: Sequence[str] | None = None)
     )
 
 
+#: What a calibration made before recipes had names was measured under.
+UNNAMED_RECIPE = "small-packets (not recorded: measured before recipes had names)"
+
+
 def hop_mbps(bps: float) -> str:
     return f"{bps / 1e6:.0f} hop-Mbit/s"
 
@@ -293,6 +298,7 @@ class Calibration:
             f"safe load  {hop_mbps(self.safe_bps)} ({self.safe_share:.0%} of the capacity)",
             f"measured   {self.measured_at or '?'} on {c.get('hostname', '?')}: "
             f"{c.get('cpus', '?')} CPUs, load average {_loads(load[0])} -> {_loads(load[1])}",
+            f"recipe     {c.get('recipe', UNNAMED_RECIPE)}",
             f"datapath   {c.get('datapath', '?')}, userspace TSO "
             f"{_onoff(c.get('userspace_tso'))}, OVS {c.get('ovs_version', '?')}, kernel "
             f"{c.get('kernel', '?')}, {c.get('datapath_ports', '?')} datapath ports, TCP "

@@ -57,6 +57,7 @@ from topologies.units import TCP_PAYLOAD_SHARE, format_rate
 
 if TYPE_CHECKING:
     from orchestrator.emulation.network import Emulation
+    from orchestrator.emulation.recipe import EmulatorRecipe
 
 DEFAULT_TRUNK_FACTOR = 4.0
 
@@ -122,11 +123,11 @@ def reshape(emu: Emulation, scale: float) -> None:
     fabric = emu.description.fabric
     spec = replace(fabric.spec, emulation=EmulationSpec(scale=scale))
     description = FabricDescription.of(build_fabric(spec))
-    wiring = plan_wiring(description)
+    wiring = plan_wiring(description, emu.recipe.shaping)
     root_commands = [a for s in wiring.shapers for a in s.commands()]
     batch.run_steps(rate_commands(root_commands), "re-shaping switch ports")
     processes = {}
-    for gpu, config in render_all(description).items():
+    for gpu, config in render_all(description, emu.recipe).items():
         processes[gpu] = emu.host(gpu).popen(
             ["sh", "-c", batch.script(rate_commands(config.shaping))],
             stdin=subprocess.DEVNULL,
@@ -217,6 +218,7 @@ def machine_conditions(emu: Emulation | None = None) -> dict[str, Any]:
     }
     if emu is not None and emu.datapath is not None:
         conditions.update(
+            recipe=emu.recipe.name,
             datapath=emu.datapath.kind,
             userspace_tso=emu.datapath.tso,
             ovs_version=emu.datapath.ovs_version,
@@ -235,12 +237,18 @@ def machine_conditions(emu: Emulation | None = None) -> dict[str, Any]:
 
 
 def start_emulation(
-    spec: FabricSpec, lock_wait: float, log: Log, policy: str = "shortest"
+    spec: FabricSpec,
+    lock_wait: float,
+    log: Log,
+    policy: str = "shortest",
+    recipe: EmulatorRecipe | None = None,
 ) -> Emulation:
     """An Emulation of ``spec``, waiting up to ``lock_wait`` s for another run's lock."""
     from orchestrator.emulation.network import Emulation
 
-    emulation = Emulation(spec, policy=policy, ready_timeout=120.0, log=log, lock_wait=lock_wait)
+    emulation = Emulation(
+        spec, policy=policy, ready_timeout=120.0, log=log, lock_wait=lock_wait, recipe=recipe
+    )
     return emulation.start()
 
 
@@ -251,8 +259,10 @@ def calibrate(
     safe_share: float = DEFAULT_SAFE_SHARE,
     lock_wait: float = 600.0,
     log: Log | None = None,
+    recipe: EmulatorRecipe | None = None,
 ) -> Calibration:
-    """Measure the emulator's capacity on ``spec``'s calibration fabric (module docstring)."""
+    """Measure the emulator's capacity on ``spec``'s calibration fabric (module docstring)
+    under ``recipe`` (default: the one runs use, orchestrator.emulation.recipe)."""
     from orchestrator.testbed.traffic import run_flows
 
     if os.geteuid() != 0:
@@ -270,7 +280,7 @@ def calibrate(
         f"{format_rate(base_rate)} emulated, trunks {plan.trunk_factor:g}x; up to "
         f"{len(flows)} flows of {sum(hops.values()) / len(hops):.1f} switch hops"
     )
-    emu = start_emulation(calibrated, lock_wait, say)
+    emu = start_emulation(calibrated, lock_wait, say, recipe=recipe)
     steps: list[LoadStep] = []
     try:
         conditions = machine_conditions(emu)

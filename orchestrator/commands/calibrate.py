@@ -31,6 +31,7 @@ from typing import Any
 
 from orchestrator.calibration import capacity as cal
 from orchestrator.calibration import measure
+from orchestrator.emulation.recipe import current_recipe, recipe_named
 from orchestrator.run.experiment import ExperimentSpec, load_experiment
 from orchestrator.run.runner import DEFAULT_EXPERIMENT
 from topologies.catalog import DEFAULT_PRESET, resolve_fabric
@@ -61,6 +62,13 @@ def register(subparsers: Any) -> None:
         help=f"calibration file (default: ${cal.ENV_VAR} or {cal.DEFAULT_PATH})",
     )
     parser.add_argument("--quick", action="store_true", help="two short steps (tests, a glance)")
+    parser.add_argument(
+        "--recipe",
+        default=None,
+        metavar="NAME",
+        help="emulator recipe to measure (default: $ASTRAL_RECIPE or the one runs use; "
+        "docs/capacity.md)",
+    )
     parser.add_argument("--show", action="store_true", help="print the stored calibration and exit")
     parser.add_argument(
         "--safe-share",
@@ -114,8 +122,10 @@ def run(args: argparse.Namespace) -> int:
     if args.duration is not None:
         plan = replace(plan, duration=args.duration)
     began = time.monotonic()
+    recipe = recipe_named(args.recipe) if args.recipe else current_recipe()
+    say(f"emulator recipe: {recipe.describe()}")
     result = measure.calibrate(
-        spec, plan, safe_share=args.safe_share, lock_wait=args.lock_wait, log=say
+        spec, plan, safe_share=args.safe_share, lock_wait=args.lock_wait, log=say, recipe=recipe
     )
     where = cal.save_calibration(result, path)
     result = cal.load_calibration(where) or result  # what a run will read

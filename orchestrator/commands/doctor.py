@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from topologies.catalog import DEFAULT_PRESET, resolve_fabric
-from topologies.errors import EnvironmentProblem
+from topologies.errors import AstralError, EnvironmentProblem
 
 DEFAULT_FABRIC = DEFAULT_PRESET
 
@@ -47,4 +47,24 @@ def run(args: argparse.Namespace) -> int:
     report = diagnose(fabric, rto_min=rto.probe)  # the workers' own probe (emulation/
     # does not import worker/)
     print(render(report.results, report.demand))
+    print(capacity_line())
     return 0 if report.ok else EnvironmentProblem.exit_status
+
+
+def capacity_line() -> str:
+    """What this machine's stored calibration says the emulator carries, and under which
+    recipe it was measured (docs/calibration.md)."""
+    from orchestrator.calibration import capacity as cal
+
+    path = cal.calibration_path(None)
+    try:
+        stored = cal.load_calibration(path)
+    except AstralError as err:
+        return f"capacity: the calibration file is unusable: {err}"
+    if stored is None:
+        return f"capacity: not calibrated ({path} absent): `sudo astral calibrate` measures it"
+    recipe = stored.conditions.get("recipe", cal.UNNAMED_RECIPE)
+    return (
+        f"capacity: {cal.hop_mbps(stored.capacity_bps)} measured {stored.measured_at} under "
+        f"recipe {recipe} ({path})"
+    )

@@ -42,7 +42,9 @@ from enum import Enum
 from pathlib import Path
 
 from orchestrator.emulation import datapath
-from topologies.errors import EnvironmentProblem
+from orchestrator.emulation.recipe import ENV_VAR as RECIPE_ENV
+from orchestrator.emulation.recipe import current_recipe
+from topologies.errors import ConfigError, EnvironmentProblem
 from topologies.model import Fabric
 
 MB = 1_000_000
@@ -247,6 +249,17 @@ def check_tso(facts: Facts, demand: Demand) -> CheckResult:
     return CheckResult(name, Verdict.OK, f"enabled ({how})")
 
 
+def check_recipe(facts: Facts, demand: Demand) -> CheckResult:
+    """The emulator recipe runs will use (orchestrator.emulation.recipe): named, so that a
+    capacity or fidelity figure can be matched with the recipe it was measured under."""
+    name = "emulator recipe"
+    try:
+        recipe = current_recipe()
+    except ConfigError as err:
+        return CheckResult(name, Verdict.FAIL, str(err), f"unset ${RECIPE_ENV} or fix it")
+    return CheckResult(name, Verdict.OK, recipe.describe())
+
+
 def _tool_check(command: str, package: str) -> Check:
     def check(facts: Facts, demand: Demand) -> CheckResult:
         path = facts.tools.get(command)
@@ -336,6 +349,7 @@ CHECKS: tuple[Check, ...] = (
     check_ovs,
     check_datapath,
     check_tso,
+    check_recipe,
     *(_tool_check(command, package) for command, package in TOOLS.items()),
     check_python,
     check_cpus,

@@ -62,6 +62,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from ipaddress import ip_interface
 
+from orchestrator.emulation.recipe import EmulatorRecipe, current_recipe
 from orchestrator.emulation.shaping import shaping_commands
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP, GATEWAY_MAC, GpuAddresses
 from topologies.description import FabricDescription
@@ -71,8 +72,6 @@ Argv = list[str]
 
 #: TCP congestion control of every route of a GPU (module docstring: why, and why on routes).
 TCP_CONGESTION_CONTROL = "cubic"
-#: Segments in every TCP packet a GPU sends (tcp_min_tso_segs and gso_max_segs).
-GSO_SEGMENTS = 4
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ class HostConfig:
         ]
 
 
-def _sysctls(addresses: GpuAddresses, forwarding: bool) -> list[tuple[str, str]]:
+def _sysctls(addresses: GpuAddresses, forwarding: bool, gso_segments: int) -> list[tuple[str, str]]:
     intfs = ["lo", addresses.nvlink.intf, *(nic.intf for nic in addresses.nics)]
     values = [
         ("net.ipv6.conf.all.disable_ipv6", "1"),
@@ -120,7 +119,7 @@ def _sysctls(addresses: GpuAddresses, forwarding: bool) -> list[tuple[str, str]]
         ("net.ipv4.conf.default.arp_announce", "2"),
         ("net.ipv4.ip_forward", "1" if forwarding else "0"),
         ("net.ipv4.tcp_timestamps", "0"),
-        ("net.ipv4.tcp_min_tso_segs", str(GSO_SEGMENTS)),
+        ("net.ipv4.tcp_min_tso_segs", str(gso_segments)),
     ]
     if forwarding:
         # A forwarding GPU must not tell its server-mates to "go direct": they cannot.
@@ -167,8 +166,12 @@ def _link_rates(description: FabricDescription, gpu: str) -> dict[int, float]:
     return rates
 
 
-def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
-    """The namespace configuration of ``gpu`` (see the module docstring for the contract)."""
+def render_host_config(
+    description: FabricDescription, gpu: str, recipe: EmulatorRecipe | None = None
+) -> HostConfig:
+    """The namespace configuration of ``gpu`` (see the module docstring for the contract)
+    under ``recipe`` (default: :func:`~orchestrator.emulation.recipe.current_recipe`)."""
+    recipe = recipe or current_recipe()
     addresses = description.addresses[gpu]
     nvlink, nics = addresses.nvlink, addresses.nics
     if not nics:
@@ -178,7 +181,8 @@ def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
     links: list[Argv] = [["ip", "link", "set", "dev", "lo", "up"]]
     for port in ports:
         links.append(["ip", "link", "set", "dev", port.intf, "address", port.mac])
-        links.append(["ip", "link", "set", "dev", port.intf, "gso_max_segs", str(GSO_SEGMENTS)])
+        gso = str(recipe.gso_segments)
+        links.append(["ip", "link", "set", "dev", port.intf, "gso_max_segs", gso])
     for port in ports:
         links.append(["ip", "link", "set", "dev", port.intf, "up"])
 
@@ -223,12 +227,12 @@ def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
     shaping = [
         argv
         for port in ports
-        for argv in shaping_commands(port.intf, rates[port.port], host_side=True)
+        for argv in shaping_commands(port.intf, rates[port.port], recipe.shaping, host_side=True)
     ]
 
     return HostConfig(
         gpu=gpu,
-        sysctls=tuple(_sysctls(addresses, forwarding)),
+        sysctls=tuple(_sysctls(addresses, forwarding, recipe.gso_segments)),
         links=tuple(links),
         addresses=tuple(address_cmds),
         neighbours=tuple(neighbours),
@@ -238,9 +242,12 @@ def render_host_config(description: FabricDescription, gpu: str) -> HostConfig:
     )
 
 
-def render_all(description: FabricDescription) -> dict[str, HostConfig]:
+def render_all(
+    description: FabricDescription, recipe: EmulatorRecipe | None = None
+) -> dict[str, HostConfig]:
     """Host configurations of every GPU, by GPU name in rank order."""
+    recipe = recipe or current_recipe()
     return {
-        gpu.name: render_host_config(description, gpu.name)
+        gpu.name: render_host_config(description, gpu.name, recipe)
         for gpu in description.fabric.gpus_by_rank()
     }

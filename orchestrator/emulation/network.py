@@ -69,6 +69,7 @@ from orchestrator.emulation.hostconfig import HostConfig, render_all
 from orchestrator.emulation.lock import RunLock
 from orchestrator.emulation.nodes import FabricSwitch, GpuHost, NvlinkBridge, PrecreatedLink
 from orchestrator.emulation.readiness import probe_plan, wait_reachable
+from orchestrator.emulation.recipe import EmulatorRecipe, current_recipe
 from orchestrator.emulation.sendbuffer import SendBuffer, raise_send_buffer, restore_send_buffer
 from orchestrator.emulation.shaping import qdisc_list_command, unshaped
 from orchestrator.emulation.state import (
@@ -142,8 +143,11 @@ class Emulation:
         log: Log | None = None,
         telemetry_interval: float | None = None,
         lock_wait: float = 0.0,
+        recipe: EmulatorRecipe | None = None,
     ) -> None:
         self.fabric_source = fabric if fabric is not None else DEFAULT_FABRIC
+        # How links are shaped and how large the GPUs' packets are (docs/capacity.md).
+        self.recipe = recipe or current_recipe()
         # Seconds start() waits for another run's lock before ConcurrentRunError.
         self.lock_wait = lock_wait
         self.policy = policy
@@ -235,10 +239,10 @@ class Emulation:
             if self.datapath.kind == "userspace":
                 self._raise_send_buffer()
             self.description = self._describe()
-            self.wiring = plan_wiring(self.description)
+            self.wiring = plan_wiring(self.description, self.recipe.shaping)
             for gpu in self.description.fabric.gpus:
                 check_name(gpu)
-            self.host_configs = render_all(self.description)
+            self.host_configs = render_all(self.description, self.recipe)
             self._preflight(self.wiring)
             self._record_plan(self.wiring)
         with self._step("controller"):
@@ -288,6 +292,7 @@ class Emulation:
                 "datapath": self.datapath.kind,
                 "userspace_tso": self.datapath.tso,
                 "policy": self.policy,
+                "recipe": self.recipe.name,
             }
         )
         return description
@@ -536,7 +541,7 @@ class Emulation:
             qdiscs = json.loads(result.stdout or "[]")
         except json.JSONDecodeError as exc:
             raise EmulationError(f"cannot read `tc -j qdisc show`: {exc}") from exc
-        missing = unshaped(qdiscs, [s.intf for s in self.wiring.shapers])
+        missing = unshaped(qdiscs, [s.intf for s in self.wiring.shapers], self.recipe.shaping)
         if missing:
             raise EmulationError(
                 f"{len(missing)} switch ports lost their shaper after bring-up "

@@ -97,6 +97,13 @@ class ShapingRecipe:
     host_queue: str = "pfifo"
     #: Extra bytes per frame HTB charges (tc ``overhead``): 24 = preamble + gap + FCS.
     overhead_bytes: int = 0
+    #: Per-flow leaf classes under the link's class (0: one leaf for every flow). With N,
+    #: a classifier hashes each TCP packet's addresses and ports to one of N classes that
+    #: share the link round robin in bytes (HTB's deficit round robin), each with its own
+    #: leaf queue of the recipe's kind and 1/N of its depth (at least ``min_flow_packets``).
+    flow_queues: int = 0
+    #: ... each flow queue holds at least this many packets.
+    min_flow_packets: int = 2
 
     def frame_bytes(self, mtu: int) -> int:
         """A full frame as tc counts it."""
@@ -118,15 +125,18 @@ class ShapingRecipe:
             self.min_queue_frames, round(self.queue_bytes(rate_bps, mtu) / self.frame_bytes(mtu))
         )
 
-    def leaf(self, rate_bps: float, mtu: int = 1500, *, host_side: bool = False) -> list[str]:
-        """tc arguments of the leaf qdisc under the HTB class (kind and parameters)."""
+    def leaf(
+        self, rate_bps: float, mtu: int = 1500, *, host_side: bool = False, share: int = 1
+    ) -> list[str]:
+        """tc arguments of a leaf qdisc under an HTB class (kind and parameters): the
+        link's one leaf, or (``share`` = N) one of its N flow queues, 1/N of the depth."""
         if host_side:
             if self.host_queue == "pfifo":
-                return ["pfifo", "limit", str(self.host_queue_packets)]
+                return ["pfifo", "limit", self._split(self.host_queue_packets, share)]
             if self.host_queue == "sfq":
                 # perturb 0: a flow keeps its bucket; depth = limit: no per-flow tail drops
                 # before the whole queue is full; quantum one frame (round robin in bytes).
-                packets = str(self.host_queue_packets)
+                packets = self._split(self.host_queue_packets, share)
                 return [
                     "sfq",
                     "limit",
@@ -137,13 +147,72 @@ class ShapingRecipe:
                     str(self.frame_bytes(mtu)),
                 ]
             if self.host_queue == "head-drop":
-                return ["pfifo_head_drop", "limit", str(self.queue_frames(rate_bps, mtu))]
+                frames = self._split(self.queue_frames(rate_bps, mtu), share)
+                return ["pfifo_head_drop", "limit", frames]
             raise ValueError(f"unknown host-side queue {self.host_queue!r}")
         if self.switch_queue == "head-drop":
-            return ["pfifo_head_drop", "limit", str(self.queue_frames(rate_bps, mtu))]
+            return [
+                "pfifo_head_drop",
+                "limit",
+                self._split(self.queue_frames(rate_bps, mtu), share),
+            ]
         if self.switch_queue == "bfifo":
-            return ["bfifo", "limit", str(self.queue_bytes(rate_bps, mtu))]
+            limit = max(
+                round(self.queue_bytes(rate_bps, mtu) / share),
+                self.min_flow_packets * self.frame_bytes(mtu),
+            )
+            return ["bfifo", "limit", str(limit)]
         raise ValueError(f"unknown switch-side queue {self.switch_queue!r}")
+
+    def _split(self, packets: int, share: int) -> str:
+        if share <= 1:
+            return str(packets)
+        return str(max(self.min_flow_packets, -(-packets // share)))
+
+    def flow_classids(self) -> list[str]:
+        """The flow queues' HTB class ids (``1:100`` ...), empty without flow queues."""
+        return [f"1:{FLOW_CLASS_BASE + k:x}" for k in range(self.flow_queues)]
+
+
+#: Minor number of the first flow queue's class (hex in tc's notation: 1:100).
+FLOW_CLASS_BASE = 0x100
+
+
+def flow_hash_bytecode(flow_queues: int) -> str:
+    """A classic BPF program (tc ``bpf bytecode``) that maps a TCP/IPv4 frame to one of
+    ``flow_queues`` (a power of two) HTB classes by its addresses and ports.
+
+    The program returns the class id itself (cls_bpf takes a return value other than 0 and
+    -1 as the class). hash = (saddr ^ daddr ^ (sport << 16 | dport)) x 2654435761 (Knuth's
+    multiplicative hash), top bits; anything that is not TCP over IPv4 goes to the first
+    class. Frames are read from the Ethernet header (egress: skb->data is the MAC header).
+    """
+    bits = flow_queues.bit_length() - 1
+    if flow_queues < 2 or 1 << bits != flow_queues:
+        raise ValueError(f"flow queues must be a power of two >= 2, got {flow_queues}")
+    base = (1 << 16) | FLOW_CLASS_BASE
+    ops = [
+        (0x28, 0, 0, 12),  # ldh [12]            ethertype
+        (0x15, 0, 16, 0x0800),  # jne IPv4 -> other
+        (0x30, 0, 0, 23),  # ldb [23]            IP protocol
+        (0x15, 0, 14, 6),  # jne TCP -> other
+        (0x20, 0, 0, 26),  # ld [26]             source address
+        (0x02, 0, 0, 0),  # st M[0]
+        (0x20, 0, 0, 30),  # ld [30]             destination address
+        (0x61, 0, 0, 0),  # ldx M[0]
+        (0xAC, 0, 0, 0),  # xor x
+        (0x02, 0, 0, 0),  # st M[0]
+        (0xB1, 0, 0, 14),  # ldxb 4*([14]&0xf)   IP header length
+        (0x40, 0, 0, 14),  # ld [x+14]           source and destination ports
+        (0x61, 0, 0, 0),  # ldx M[0]
+        (0xAC, 0, 0, 0),  # xor x
+        (0x24, 0, 0, 2654435761),  # mul
+        (0x74, 0, 0, 32 - bits),  # rsh: the top bits
+        (0x04, 0, 0, base),  # add: class 1:100 + hash
+        (0x16, 0, 0, 0),  # ret a
+        (0x06, 0, 0, base),  # other: ret 1:100
+    ]
+    return f"{len(ops)}," + ",".join(f"{c} {jt} {jf} {k}" for c, jt, jf, k in ops)
 
 
 DEFAULT_RECIPE = ShapingRecipe()
@@ -174,13 +243,14 @@ def shaping_commands(
         raise ValueError(f"rate must be positive, got {rate_bps!r}")
     rate = _rate(rate_bps)
     burst = str(recipe.burst_bytes(rate_bps, mtu))
-    htb_class = ["rate", rate, "ceil", rate, "burst", burst, "cburst", burst]
-    htb_class += ["quantum", str(recipe.frame_bytes(mtu))]
+    bucket = ["burst", burst, "cburst", burst, "quantum", str(recipe.frame_bytes(mtu))]
     if recipe.overhead_bytes:
-        htb_class += ["overhead", str(recipe.overhead_bytes)]
-    leaf = recipe.leaf(rate_bps, mtu, host_side=host_side)
-    return [
-        ["tc", "qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
+        bucket += ["overhead", str(recipe.overhead_bytes)]
+    htb_class = ["rate", rate, "ceil", rate, *bucket]
+    classes = recipe.flow_classids()
+    default = classes[0].split(":")[1] if classes else "1"
+    commands = [
+        ["tc", "qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", default],
         [
             "tc",
             "class",
@@ -194,8 +264,59 @@ def shaping_commands(
             "htb",
             *htb_class,
         ],
-        ["tc", "qdisc", "replace", "dev", intf, "parent", "1:1", "handle", "10:", *leaf],
     ]
+    if not classes:
+        leaf = recipe.leaf(rate_bps, mtu, host_side=host_side)
+        commands.append(
+            ["tc", "qdisc", "replace", "dev", intf, "parent", "1:1", "handle", "10:", *leaf]
+        )
+        return commands
+    # Flow queues: each guaranteed 1/N, all allowed the whole link (ceil), so that active
+    # flows share it round robin whatever their number.
+    share = _rate(rate_bps / len(classes))
+    leaf = recipe.leaf(rate_bps, mtu, host_side=host_side, share=len(classes))
+    for classid in classes:
+        flow_class = ["rate", share, "ceil", rate, *bucket]
+        commands.append(
+            [
+                "tc",
+                "class",
+                "replace",
+                "dev",
+                intf,
+                "parent",
+                "1:1",
+                "classid",
+                classid,
+                "htb",
+                *flow_class,
+            ]
+        )
+        handle = classid.split(":")[1] + ":"
+        commands.append(
+            ["tc", "qdisc", "replace", "dev", intf, "parent", classid, "handle", handle, *leaf]
+        )
+    commands.append(
+        [
+            "tc",
+            "filter",
+            "replace",
+            "dev",
+            intf,
+            "parent",
+            "1:",
+            "protocol",
+            "all",
+            "prio",
+            "1",
+            "handle",
+            "1",
+            "bpf",
+            "bytecode",
+            flow_hash_bytecode(len(classes)),
+        ]
+    )
+    return commands
 
 
 def unshaping_commands(intf: str) -> list[list[str]]:
@@ -232,14 +353,16 @@ def qdisc_list_command() -> list[str]:
 
 
 def unshaped(
-    qdiscs: list[dict[str, object]], intfs: list[str], recipe: ShapingRecipe = DEFAULT_RECIPE
+    qdiscs: list[dict[str, object]], intfs: list[str], recipe: ShapingRecipe | None = None
 ) -> list[str]:
     """The interfaces of ``intfs`` (switch side) that lack the recipe's HTB root (handle 1:)
     or its leaf under class 1:1, from ``tc -j qdisc show``. What an Open vSwitch that
     re-added a port (or restarted) leaves: it deletes a root qdisc it finds on a port."""
+    recipe = recipe or DEFAULT_RECIPE
     leaf_kind = recipe.leaf(1e6)[0]
+    parent = (recipe.flow_classids() or ["1:1"])[0]  # the first (or only) leaf's class
     roots = {q.get("dev") for q in qdiscs if q.get("kind") == "htb" and q.get("handle") == "1:"}
     leaves = {
-        q.get("dev") for q in qdiscs if q.get("kind") == leaf_kind and q.get("parent") == "1:1"
+        q.get("dev") for q in qdiscs if q.get("kind") == leaf_kind and q.get("parent") == parent
     }
     return [intf for intf in intfs if intf not in roots or intf not in leaves]

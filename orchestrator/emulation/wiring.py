@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.emulation.shaping import shaping_commands
+from orchestrator.emulation.shaping import DEFAULT_RECIPE, ShapingRecipe, shaping_commands
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 from topologies.model import LinkKind, Tier
@@ -84,9 +84,10 @@ class Shaper:
 
     intf: str
     rate_bps: float
+    recipe: ShapingRecipe = DEFAULT_RECIPE
 
     def commands(self) -> list[list[str]]:
-        return shaping_commands(self.intf, self.rate_bps)
+        return shaping_commands(self.intf, self.rate_bps, self.recipe)
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,9 @@ class Wiring:
         return sorted(ports)
 
 
-def plan_wiring(description: FabricDescription) -> Wiring:
-    """The bridges, veth pairs and root-namespace shapers of ``description``'s fabric."""
+def plan_wiring(description: FabricDescription, shaping: ShapingRecipe = DEFAULT_RECIPE) -> Wiring:
+    """The bridges, veth pairs and root-namespace shapers of ``description``'s fabric,
+    shaped by ``shaping`` (the emulator recipe's, orchestrator.emulation.recipe)."""
     fabric = description.fabric
     bridges = tuple(
         Bridge(
@@ -163,7 +165,7 @@ def plan_wiring(description: FabricDescription) -> Wiring:
             rate_bps=rate,
         )
         veths.append(veth)
-        shapers.append(Shaper(veth.a_intf, rate))
+        shapers.append(Shaper(veth.a_intf, rate, shaping))
         if b_host is None:
-            shapers.append(Shaper(veth.b_intf, rate))
+            shapers.append(Shaper(veth.b_intf, rate, shaping))
     return Wiring(bridges, tuple(veths), tuple(shapers))
