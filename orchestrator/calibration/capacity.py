@@ -277,6 +277,12 @@ class Calibration:
             source=source,
         )
 
+    @property
+    def recipe(self) -> str:
+        """The emulator recipe it was measured under (orchestrator.emulation.recipe);
+        calibrations older than recipes' names were measured under ``small-packets``."""
+        return str(self.conditions.get("recipe", "small-packets"))
+
     def lines(self) -> list[str]:
         """A human summary: capacity, safe load and conditions."""
         bound = {

@@ -35,6 +35,7 @@ from orchestrator.calibration.capacity import (
     load_calibration,
     save_calibration,
 )
+from orchestrator.emulation.recipe import current_recipe
 from orchestrator.run.experiment import ExperimentSpec
 from topologies.errors import ExperimentError
 
@@ -43,6 +44,21 @@ from topologies.errors import ExperimentError
 class LoadVerdict:
     assessment: Assessment
     forced: bool = False
+    #: The emulator recipe the run uses (orchestrator.emulation.recipe): a capacity measured
+    #: under another one does not describe this run's emulator.
+    recipe: str = ""
+
+    @property
+    def recipe_mismatch(self) -> str | None:
+        """Why the calibration does not fit the run's recipe, or None."""
+        calibration = self.assessment.calibration
+        if calibration is None or not self.recipe or calibration.recipe == self.recipe:
+            return None
+        return (
+            f"the calibration was measured under emulator recipe {calibration.recipe} and "
+            f"this run uses {self.recipe}: its capacity describes another emulator "
+            f"(`sudo astral calibrate --recipe {self.recipe}` measures this one)"
+        )
 
     @property
     def offered_bps(self) -> float:
@@ -85,12 +101,15 @@ class LoadVerdict:
             return [f"warning: {self.assessment.line()}; forced: results are emulator-bound"]
         if not self.calibrated:
             return [f"warning: {self.assessment.line()}"]
+        if self.recipe_mismatch:
+            return [f"warning: {self.recipe_mismatch}"]
         return []
 
     def summary(self) -> list[str]:
         """One line for the run's summary."""
         suffix = ": results EMULATOR-BOUND (forced)" if self.emulator_bound else ""
-        return [f"load guard: {self.assessment.line()}{suffix}"]
+        mismatch = [f"load guard: {self.recipe_mismatch}"] if self.recipe_mismatch else []
+        return [f"load guard: {self.assessment.line()}{suffix}", *mismatch]
 
     def to_dict(self) -> dict[str, Any]:
         a = self.assessment
@@ -106,6 +125,8 @@ class LoadVerdict:
             "verdict": a.verdict.value,
             "forced": self.forced,
             "emulator_bound": self.emulator_bound,
+            "recipe": self.recipe or None,
+            "calibration_recipe": calibration.recipe if calibration else None,
         }
 
 
@@ -121,7 +142,9 @@ def load_guard(
     if calibration is None and not uncalibrated:
         calibration = load_calibration()
     return LoadVerdict(
-        assess(spec.fabric, spec.gpus, calibration), forced=force or spec.load_limit.force
+        assess(spec.fabric, spec.gpus, calibration),
+        forced=force or spec.load_limit.force,
+        recipe=current_recipe().name,
     )
 
 

@@ -303,3 +303,30 @@ def test_rate_commands_keep_the_htb_root() -> None:
     assert kept == commands[1:]
     assert [argv[1] for argv in kept] == ["class", "qdisc"]
     assert all("root" not in argv for argv in kept)
+
+
+def test_load_guard_warns_when_the_calibration_was_made_under_another_recipe(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from orchestrator.emulation import recipe
+
+    spec = load_experiment(DEFAULT_EXPERIMENT)
+    offered = cal.offered_load(spec.fabric, spec.gpus).hop_bps
+    path = tmp_path / "cal.json"
+    monkeypatch.setenv(cal.ENV_VAR, str(path))
+    monkeypatch.delenv(recipe.ENV_VAR, raising=False)
+    # made before recipes had names: small-packets, the default
+    cal.save_calibration(sample(capacity_bps=offered * 2), path)
+    same = load_guard(spec)
+    assert same.recipe_mismatch is None and same.lines() == []
+    assert same.to_dict()["calibration_recipe"] == "small-packets"
+
+    monkeypatch.setenv(recipe.ENV_VAR, "large-packets")
+    other = load_guard(spec)
+    assert other.recipe_mismatch is not None
+    assert "small-packets" in other.lines()[0] and "large-packets" in other.lines()[0]
+    assert "--recipe large-packets" in other.summary()[-1]
+
+    conditions = {**sample().conditions, "recipe": "large-packets"}
+    cal.save_calibration(sample(capacity_bps=offered * 2, conditions=conditions), path)
+    assert load_guard(spec).recipe_mismatch is None
