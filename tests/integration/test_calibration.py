@@ -81,8 +81,12 @@ collectives: [all-reduce]
 sizes: {min: 64K, max: 64K}
 iterations: 1
 warmup: 0
-scale: 0.6e-4
+scale: 0.1e-4
 """
+# 2 Mbit/s per port, 139 hop-Mbit/s offered: inside the safe share of what the quick
+# calibration measures even on a loaded machine (283 hop-Mbit/s at load average 5.6 here),
+# so the load guard lets the run go wherever this test runs; what it checks is that the
+# calibration runs once and is kept, not the emulator's speed.
 LOCK_WAIT = 600.0  # another run (a person, another test session) may hold the lock
 
 
