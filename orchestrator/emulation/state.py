@@ -14,6 +14,12 @@ the controller's log. The record lists, each entry added *before* the resource e
                  pid is never killed), the namespace's inode and its interface names
     processes    other processes: switch shells, the controller, workers
 
+Beside it, ``faults.state.json`` (:class:`FaultRecord`) lists what faults added to the
+running fabric (orchestrator/testbed/faults.py), each resource before it is created:
+nftables tables, OpenFlow entries (by cookie), a restarted controller process, changed
+shapers and interface states. It is a file of its own, locked while it changes, because
+``astral fault`` adds to it from another process than the one holding the fabric.
+
 :func:`clean` removes exactly what a record lists and nothing else, idempotently, whether
 the run ended normally (the emulation's teardown calls it) or was killed (``astral clean``).
 It also stops stray processes still inside a recorded GPU namespace (a worker started
@@ -26,6 +32,8 @@ System calls go through :class:`System`; unit tests pass a fake one.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -33,7 +41,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +49,7 @@ from typing import Any, Protocol
 STATE_DIR_ENV = "ASTRAL_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/run/astral")
 STATE_FILE = "state.json"
+FAULT_FILE = "faults.state.json"
 RUN_TAG = "astral-run"  # OVS external_ids key naming the run that created a bridge
 VERSION = 1
 KEEP_CLEAN_RUNS = 10
@@ -84,15 +93,16 @@ class CleanReport:
     bridges: list[str] = field(default_factory=list)
     interfaces: list[str] = field(default_factory=list)
     qdiscs: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)  # what faults left: nft tables, entries
     skipped: list[str] = field(default_factory=list)  # recorded but not ours any more
     errors: list[str] = field(default_factory=list)
 
     @property
     def removed_anything(self) -> bool:
-        return bool(self.killed or self.bridges or self.interfaces or self.qdiscs)
+        return bool(self.killed or self.bridges or self.interfaces or self.qdiscs or self.faults)
 
     def merge(self, other: CleanReport) -> None:
-        for name in ("killed", "bridges", "interfaces", "qdiscs", "skipped", "errors"):
+        for name in ("killed", "bridges", "interfaces", "qdiscs", "faults", "skipped", "errors"):
             getattr(self, name).extend(getattr(other, name))
 
     def lines(self) -> list[str]:
@@ -107,6 +117,7 @@ class CleanReport:
             ("deleted bridges", self.bridges),
             ("deleted interfaces", self.interfaces),
             ("removed qdiscs", self.qdiscs),
+            ("removed what faults added", self.faults),
             ("left alone (not ours any more)", self.skipped),
             ("errors", self.errors),
         ):
@@ -260,6 +271,124 @@ class RunState:
             self.save()
 
 
+@dataclass
+class FaultResource:
+    """One thing a fault added to the fabric. ``kind``:
+
+    - ``nft``: an nftables netdev table ``name`` on ``node`` (a GPU: in its namespace,
+      which takes the table with it; a switch: the root namespace);
+    - ``openflow``: entries with ``cookie`` on bridge ``name``;
+    - ``process``: a process (``pid``, ``starttime``), a controller restarted by a fault;
+    - ``shaping`` / ``link-state``: interface ``name``'s shaper or state, changed (they go
+      with the interface; recorded so that a person sees what a fault touched).
+    """
+
+    kind: str
+    name: str
+    node: str | None = None
+    cookie: int | None = None
+    pid: int | None = None
+    starttime: int | None = None
+
+    def label(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        if self.kind == "openflow" and self.cookie is not None:
+            return f"openflow entries cookie={self.cookie:#x} on {self.name}"
+        if self.kind == "process":
+            return f"process {self.name} ({self.pid})"
+        return f"{self.kind} {self.name}{where}"
+
+
+@dataclass
+class FaultEntry:
+    """One active fault: what was asked (``params``: its keys as written) and what it added."""
+
+    id: int
+    kind: str
+    target: str
+    params: dict[str, Any] = field(default_factory=dict)
+    applied: float | None = None  # epoch seconds
+    owner: str = "run"  # run (a scheduled fault) | astral fault (by hand)
+    resources: list[FaultResource] = field(default_factory=list)
+
+
+class FaultRecord:
+    """``<run dir>/faults.state.json``: the active faults of one run and what they added.
+
+    Every change is a read-modify-write under an exclusive ``flock`` of the file's lock
+    file, so two processes (the run and ``astral fault``) never lose each other's entries.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / FAULT_FILE
+        self._lock_path = Path(run_dir) / (FAULT_FILE + ".lock")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[list[FaultEntry]]:
+        with open(self._lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            entries = self._read()
+            before = [asdict(e) for e in entries]
+            yield entries
+            if [asdict(e) for e in entries] != before:
+                self._write(entries)
+
+    def _read(self) -> list[FaultEntry]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        entries = []
+        for raw in data.get("faults", []):
+            resources = [FaultResource(**r) for r in raw.pop("resources", [])]
+            entries.append(FaultEntry(**raw, resources=resources))
+        return entries
+
+    def _write(self, entries: list[FaultEntry]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".faults-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump({"version": VERSION, "faults": [asdict(e) for e in entries]}, out, indent=1)
+        os.replace(tmp, self.path)
+
+    def entries(self) -> list[FaultEntry]:
+        if not self.path.parent.is_dir():
+            return []
+        with self._locked() as entries:
+            return list(entries)
+
+    def add(self, entry: FaultEntry) -> None:
+        """Record a fault about to be applied (its id unique among the active ones)."""
+        with self._locked() as entries:
+            if any(e.id == entry.id for e in entries):
+                raise ValueError(f"fault {entry.id} is already active")
+            entries.append(entry)
+
+    def add_resource(self, fault_id: int, resource: FaultResource) -> None:
+        """Record a resource of fault ``fault_id`` *before* creating it."""
+        with self._locked() as entries:
+            for entry in entries:
+                if entry.id == fault_id:
+                    if resource not in entry.resources:
+                        entry.resources.append(resource)
+                    return
+            raise ValueError(f"no active fault {fault_id}")
+
+    def set_applied(self, fault_id: int, when: float) -> None:
+        with self._locked() as entries:
+            for entry in entries:
+                if entry.id == fault_id:
+                    entry.applied = when
+
+    def remove(self, fault_id: int) -> None:
+        """The fault is undone: nothing of it is left to clean."""
+        with self._locked() as entries:
+            entries[:] = [e for e in entries if e.id != fault_id]
+
+    def next_id(self) -> int:
+        """An id no active fault has (``astral fault apply``'s: one above the largest)."""
+        return max((e.id for e in self.entries()), default=0) + 1
+
+
 def _own_command() -> list[str]:
     try:
         raw = Path(f"/proc/{os.getpid()}/cmdline").read_bytes()
@@ -298,6 +427,8 @@ class System(Protocol):
     def delete_links(self, names: list[str]) -> list[str]: ...
     def link_group_members(self, group: int) -> set[str]: ...
     def delete_link_group(self, group: int) -> list[str]: ...
+    def delete_nft_table(self, table: str) -> list[str]: ...
+    def delete_flows(self, bridge: str, cookie: int) -> list[str]: ...
     def sleep(self, seconds: float) -> None: ...
 
 
@@ -384,6 +515,24 @@ class LinuxSystem:
     def delete_link_group(self, group: int) -> list[str]:
         result = _run(["ip", "link", "delete", "group", str(group)])
         return [] if result.returncode == 0 else [f"ip link delete group: {result.stderr.strip()}"]
+
+    def delete_nft_table(self, table: str) -> list[str]:
+        """Delete a root-namespace netdev table (gone already: fine)."""
+        result = _run(["nft", "delete", "table", "netdev", table])
+        if result.returncode == 0 or "No such file or directory" in result.stderr:
+            return []
+        return [f"nft delete table netdev {table}: {result.stderr.strip()}"]
+
+    def delete_flows(self, bridge: str, cookie: int) -> list[str]:
+        """Delete exactly the entries with ``cookie`` on ``bridge``."""
+        result = _run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "del-flows", bridge, f"cookie={cookie:#x}/-1"]
+        )
+        return (
+            []
+            if result.returncode == 0
+            else [f"ovs-ofctl del-flows {bridge}: {result.stderr.strip()}"]
+        )
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -480,6 +629,12 @@ def clean(
             recorded.append((process.name, process.pid, process.group))
         elif system.starttime(process.pid) is not None:
             report.skipped.append(f"pid {process.pid} ({process.name}: recycled)")
+    faults = FaultRecord(state.run_dir)
+    fault_entries = faults.entries() if (state.run_dir / FAULT_FILE).exists() else []
+    for resource in (r for e in fault_entries for r in e.resources if r.kind == "process"):
+        if resource.pid is not None and _alive(system, resource.pid, resource.starttime):
+            recorded.append((resource.name, resource.pid, True))
+            report.faults.append(resource.label())
     hosts: list[tuple[str, int]] = []
     for host in state.hosts.values():
         if _alive(system, host.pid, host.starttime):
@@ -494,6 +649,27 @@ def clean(
         system.kill(pid, signal.SIGKILL)
     report.killed += [f"{name} ({pid})" for name, pid, _ in recorded + strays]
     report.killed += [f"{name} ({pid})" for name, pid in hosts]
+
+    # 1b. What faults added in the root namespace: nftables tables, OpenFlow entries (a
+    #     GPU's tables went with its namespace, an entry would go with its bridge, but a
+    #     bridge may be left alone below when it is not ours any more).
+    bridges_now = system.ovs_bridges() if fault_entries else {}
+    for entry in fault_entries:
+        for resource in entry.resources:
+            if resource.kind == "nft" and resource.node is None:
+                errors = system.delete_nft_table(resource.name)
+                report.errors += errors
+                if not errors:
+                    report.faults.append(resource.label())
+            elif (
+                resource.kind == "openflow"
+                and resource.cookie is not None
+                and bridges_now.get(resource.name, {}).get(RUN_TAG) == state.run_id
+            ):
+                report.errors += system.delete_flows(resource.name, resource.cookie)
+                report.faults.append(resource.label())
+    for entry in fault_entries:
+        faults.remove(entry.id)
 
     # 2. OVS bridges carrying our tag (a bridge of the same name without it is not ours).
     #    ovs-vswitchd removes their ports one by one (tens of ms each on the userspace
