@@ -121,9 +121,10 @@ def loss_commands(
     commands = []
     for node, port in ends or link_ends(link):
         device = intf_name(node, port)
+        chain = "loss_" + "".join(c if c.isalnum() else "_" for c in device)
         script = (
             f"table netdev {table} {{\n"
-            f"  chain loss {{\n"
+            f"  chain {chain} {{\n"
             f'    type filter hook egress device "{device}" priority 0; policy accept;\n'
             f"    numgen random mod {LOSS_MODULUS} < {k} counter drop\n"
             f"  }}\n"

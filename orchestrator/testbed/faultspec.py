@@ -155,29 +155,37 @@ class Action:
     n: int = 0
 
 
-def timeline(fault: FaultSpec, horizon: float | None = None) -> list[Action]:
-    """The fault's actions in order: apply at ``at``, undo at ``at + duration`` (None: at
-    the run's end). A flap is applied as its first down; then up half a period later, down
-    again a period after the last down, and so on until its end (when it is known; else up
-    to ``horizon`` seconds, after which the scheduler asks again)."""
-    end = None if fault.duration is None else fault.at + fault.duration
+def timeline(fault: FaultSpec) -> list[Action]:
+    """The fault's first actions in order: apply at ``at``, a flap's first up half a
+    period later (if it comes before the end), undo at ``at + duration`` (None: at the
+    run's end). A flap's further ups and downs follow from :func:`next_flap`."""
+    end = fault_end(fault)
     actions = [Action(fault.at, fault.id, APPLY)]
     if fault.kind == "link-flap":
-        assert fault.period is not None
-        limit = end if end is not None else horizon
-        n, down = 1, fault.at
-        while limit is not None:
-            up = down + fault.period / 2
-            if up >= limit:
-                break
-            actions.append(Action(up, fault.id, FLAP_UP, n))
-            down += fault.period
-            if down >= limit:
-                break
-            n += 1
-            actions.append(Action(down, fault.id, FLAP_DOWN, n))
+        first = Action(fault.at, fault.id, FLAP_DOWN, 1)  # the apply is the first down
+        following = next_flap(fault, first)
+        if following is not None:
+            actions.append(following)
     actions.append(Action(end, fault.id, UNDO))
     return actions
+
+
+def fault_end(fault: FaultSpec) -> float | None:
+    """Seconds after the origin the fault is undone at (None: at the run's end)."""
+    return None if fault.duration is None else fault.at + fault.duration
+
+
+def next_flap(fault: FaultSpec, last: Action) -> Action | None:
+    """The flap action after ``last``: down for half a period, up for the other half,
+    from ``at`` on; None once it would come at or after the fault's end."""
+    assert fault.period is not None and last.offset is not None
+    if last.what == FLAP_DOWN:
+        following = Action(last.offset + fault.period / 2, fault.id, FLAP_UP, last.n)
+    else:
+        following = Action(last.offset + fault.period / 2, fault.id, FLAP_DOWN, last.n + 1)
+    end = fault_end(fault)
+    assert following.offset is not None
+    return None if end is not None and following.offset >= end else following
 
 
 # --- validation --------------------------------------------------------------------------
