@@ -53,7 +53,6 @@ from orchestrator.emulation.state import (
 from orchestrator.emulation.wiring import intf_name
 from orchestrator.testbed.faultspec import (
     APPLY,
-    FLAP_DOWN,
     FLAP_UP,
     UNDO,
     Action,
@@ -463,9 +462,7 @@ class FaultScheduler:
             if self._stop.is_set():
                 return None
             if action.what == APPLY:
-                self._apply(fault, due)
-                if fault.kind == "link-flap" and fault.id in self._active:
-                    return next_flap(fault, Action(action.offset, fault.id, FLAP_DOWN, 1))
+                self._apply(fault, due)  # a flap's first up is in its timeline already
             elif action.what == UNDO:
                 self._undo(fault, due)
             elif fault.id in self._active:  # a flap's up or down
