@@ -152,21 +152,14 @@ def fault_cookie(fault_id: int) -> int:
 
 
 def blackhole_commands(switch: str, addresses: Sequence[str], cookie: int) -> list[NodeCommand]:
-    """``ovs-ofctl add-flow`` per address: drop IPv4 to it, above every policy's entries."""
-    return [
-        NodeCommand(
-            switch,
-            (
-                "ovs-ofctl",
-                "-O",
-                "OpenFlow13",
-                "add-flow",
-                switch,
-                f"cookie={cookie:#x},table=0,priority={FAULT_PRIORITY},ip,nw_dst={address},"
-                "actions=drop",
-            ),
-        )
+    """One ``ovs-ofctl add-flows`` (the entries on its standard input, so that they arrive
+    together): per address, drop IPv4 to it, above every policy's entries."""
+    entries = "".join(
+        f"cookie={cookie:#x},table=0,priority={FAULT_PRIORITY},ip,nw_dst={address},actions=drop\n"
         for address in addresses
+    )
+    return [
+        NodeCommand(switch, ("ovs-ofctl", "-O", "OpenFlow13", "add-flows", switch, "-"), entries)
     ]
 
 
@@ -197,7 +190,10 @@ def link_rate_commands(
     ends: Sequence[End] | None = None,
 ) -> list[NodeCommand]:
     """The shaper of ``ends`` of ``link`` (default both) at ``rate_bps`` (emulated bit/s),
-    GPU ends with the host-side leaf, as the emulation shaped them at bring-up."""
+    GPU ends with the host-side leaf, as the emulation shaped them at bring-up: its HTB
+    class and leaf replaced. The root HTB qdisc it hangs from stays as it is (replacing a
+    root HTB by an identical one is a change, which HTB refuses: "Change operation not
+    supported by specified qdisc", measured on Linux 6.18)."""
     gpus = description.fabric.gpus
     return [
         NodeCommand(node, tuple(argv))
@@ -205,6 +201,7 @@ def link_rate_commands(
         for argv in shaping_commands(
             intf_name(node, port), rate_bps, recipe, host_side=node in gpus
         )
+        if not (argv[:3] == ["tc", "qdisc", "replace"] and "root" in argv)
     ]
 
 
@@ -248,9 +245,12 @@ class FabricFaults:
         self._apply(blackhole_removal_commands(switch, cookie))
 
     def _apply(self, commands: Sequence[NodeCommand], missing_ok: bool = False) -> None:
-        """Run every command; the first that fails raises (``missing_ok``: one whose
-        object is already gone, "No such file or directory", counts as done)."""
-        for command in commands:
+        """Run every command, root-namespace ones first (a veth end down there takes the
+        carrier from its peer at once; entering a GPU's namespace costs a process start);
+        the first that fails raises (``missing_ok``: one whose object is already gone, "No
+        such file or directory", counts as done)."""
+        gpus = self.description.fabric.gpus
+        for command in sorted(commands, key=lambda c: c.node in gpus):
             node = command.node if command.node in self.description.fabric.gpus else None
             done = self.executor.run(node, command.argv, input=command.input)
             if not done.ok and missing_ok and "No such file or directory" in done.stderr:

@@ -13,7 +13,8 @@ Everything a fault adds is written into the run's fault record
 :class:`FaultScheduler` is the thread a run uses: it waits for the origin (the common start
 of the run's first timed batch, which the launcher announces through ``on_batch``), applies
 each fault at ``origin + at`` and undoes it at ``origin + at + duration`` (flaps go down and
-up in between), and undoes whatever is still active when the run ends. Every applied, undone
+up in between), each fault in a thread of its own, and undoes whatever is still active when
+the run ends. Every applied, undone
 and failed action is one JSON line of ``faults.jsonl`` in the emulation's run directory::
 
     {"id": 1, "kind": "link-down", "target": "p1s0g0-p1r0t1", "event": "applied",
@@ -27,7 +28,6 @@ due, both epoch seconds; a flap's every down is an ``applied`` line and every up
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
 import os
 import signal
@@ -412,7 +412,8 @@ class FaultScheduler:
         self._origin_set = threading.Event()
         self._stop = threading.Event()
         self._active: list[int] = []  # applied, not undone, in the order applied
-        self._lock = threading.Lock()  # actions of the thread and of stop() never overlap
+        # one fault's actions (its thread's and stop()'s) never overlap
+        self._locks = {f.id: threading.Lock() for f in faults}
         self._thread: threading.Thread | None = None
 
     @property
@@ -431,34 +432,44 @@ class FaultScheduler:
         return self
 
     def _run(self) -> None:
+        """Wait for the origin, then give every fault a thread of its own: one fault's slow
+        action (a controller that takes a second to listen) never delays another's."""
         while not self._origin_set.wait(0.5):
             if self._stop.is_set():
                 return
         assert self._origin is not None
-        origin = self._origin
-        queue: list[tuple[float, int, Action]] = []
         for fault in self.faults.values():
-            self.outcomes_by_id[fault.id].scheduled = origin + fault.at
-            for action in timeline(fault):
-                if action.offset is not None:
-                    heapq.heappush(queue, (action.offset, len(queue), action))
-        sequence = len(queue)
-        while queue and not self._stop.is_set():
-            offset, _, action = queue[0]
-            due = origin + offset
+            self.outcomes_by_id[fault.id].scheduled = self._origin + fault.at
+        threads = [
+            threading.Thread(target=self._run_fault, args=(f,), name=f"fault-{f.id}", daemon=True)
+            for f in self.faults.values()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _run_fault(self, fault: FaultSpec) -> None:
+        """One fault's actions in order, each at ``origin + offset`` (a flap's ups and
+        downs one after the other, :func:`next_flap`)."""
+        assert self._origin is not None
+        pending = [a for a in timeline(fault) if a.offset is not None]
+        while pending and not self._stop.is_set():
+            pending.sort(key=lambda a: (a.offset or 0.0, a.what != UNDO))
+            action = pending.pop(0)
+            assert action.offset is not None
+            due = self._origin + action.offset
             if self._stop.wait(max(0.0, due - time.time())):
                 return
-            heapq.heappop(queue)
             following = self._act(action, due)
-            if following is not None and following.offset is not None:
-                sequence += 1
-                heapq.heappush(queue, (following.offset, sequence, following))
+            if following is not None:
+                pending.append(following)
 
     def _act(self, action: Action, due: float) -> Action | None:
         """Carry out ``action``; returns the flap's next one, if any."""
         fault = self.faults[action.fault]
         outcome = self.outcomes_by_id[fault.id]
-        with self._lock:
+        with self._locks[fault.id]:
             if self._stop.is_set():
                 return None
             if action.what == APPLY:
@@ -514,8 +525,8 @@ class FaultScheduler:
         if self._thread is not None:
             self._thread.join()
         now = time.time()
-        with self._lock:
-            for fault_id in reversed(list(self._active)):
+        for fault_id in reversed(list(self._active)):
+            with self._locks[fault_id]:
                 self._undo(self.faults[fault_id], now)
         return self.outcomes()
 
