@@ -313,7 +313,9 @@ class FaultEntry:
 
 
 class FaultRecord:
-    """``<run dir>/faults.state.json``: the active faults of one run and what they added.
+    """``<run dir>/faults.state.json``: the active faults of one run and what they added,
+    and the processes faults started that outlive them (``kept``: a controller restarted
+    when its crash ended runs until the fabric goes).
 
     Every change is a read-modify-write under an exclusive ``flock`` of the file's lock
     file, so two processes (the run and ``astral fault``) never lose each other's entries.
@@ -324,48 +326,60 @@ class FaultRecord:
         self._lock_path = Path(run_dir) / (FAULT_FILE + ".lock")
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[list[FaultEntry]]:
+    def _locked(self) -> Iterator[tuple[list[FaultEntry], list[FaultResource]]]:
         with open(self._lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            entries = self._read()
-            before = [asdict(e) for e in entries]
-            yield entries
-            if [asdict(e) for e in entries] != before:
-                self._write(entries)
+            entries, kept = self._read()
+            before = ([asdict(e) for e in entries], [asdict(r) for r in kept])
+            yield entries, kept
+            if ([asdict(e) for e in entries], [asdict(r) for r in kept]) != before:
+                self._write(entries, kept)
 
-    def _read(self) -> list[FaultEntry]:
+    def _read(self) -> tuple[list[FaultEntry], list[FaultResource]]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return []
+            return [], []
         entries = []
         for raw in data.get("faults", []):
             resources = [FaultResource(**r) for r in raw.pop("resources", [])]
             entries.append(FaultEntry(**raw, resources=resources))
-        return entries
+        return entries, [FaultResource(**r) for r in data.get("kept", [])]
 
-    def _write(self, entries: list[FaultEntry]) -> None:
+    def _write(self, entries: list[FaultEntry], kept: list[FaultResource]) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".faults-", suffix=".json")
+        document = {
+            "version": VERSION,
+            "faults": [asdict(e) for e in entries],
+            "kept": [asdict(r) for r in kept],
+        }
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump({"version": VERSION, "faults": [asdict(e) for e in entries]}, out, indent=1)
+            json.dump(document, out, indent=1)
         os.replace(tmp, self.path)
 
     def entries(self) -> list[FaultEntry]:
-        if not self.path.parent.is_dir():
+        if not self.path.exists():
             return []
-        with self._locked() as entries:
+        with self._locked() as (entries, _):
             return list(entries)
+
+    def kept(self) -> list[FaultResource]:
+        """Processes faults started that outlive them (see the class docstring)."""
+        if not self.path.exists():
+            return []
+        with self._locked() as (_, kept):
+            return list(kept)
 
     def add(self, entry: FaultEntry) -> None:
         """Record a fault about to be applied (its id unique among the active ones)."""
-        with self._locked() as entries:
+        with self._locked() as (entries, _):
             if any(e.id == entry.id for e in entries):
                 raise ValueError(f"fault {entry.id} is already active")
             entries.append(entry)
 
     def add_resource(self, fault_id: int, resource: FaultResource) -> None:
         """Record a resource of fault ``fault_id`` *before* creating it."""
-        with self._locked() as entries:
+        with self._locked() as (entries, _):
             for entry in entries:
                 if entry.id == fault_id:
                     if resource not in entry.resources:
@@ -374,15 +388,23 @@ class FaultRecord:
             raise ValueError(f"no active fault {fault_id}")
 
     def set_applied(self, fault_id: int, when: float) -> None:
-        with self._locked() as entries:
+        with self._locked() as (entries, _):
             for entry in entries:
                 if entry.id == fault_id:
                     entry.applied = when
 
     def remove(self, fault_id: int) -> None:
-        """The fault is undone: nothing of it is left to clean."""
-        with self._locked() as entries:
+        """The fault is undone: nothing of it is left to clean but the processes it
+        started, which move to ``kept``."""
+        with self._locked() as (entries, kept):
+            for entry in entries:
+                if entry.id == fault_id:
+                    kept += [r for r in entry.resources if r.kind == "process"]
             entries[:] = [e for e in entries if e.id != fault_id]
+
+    def forget_kept(self) -> None:
+        with self._locked() as (_, kept):
+            kept.clear()
 
     def next_id(self) -> int:
         """An id no active fault has (``astral fault apply``'s: one above the largest)."""
@@ -630,8 +652,9 @@ def clean(
         elif system.starttime(process.pid) is not None:
             report.skipped.append(f"pid {process.pid} ({process.name}: recycled)")
     faults = FaultRecord(state.run_dir)
-    fault_entries = faults.entries() if (state.run_dir / FAULT_FILE).exists() else []
-    for resource in (r for e in fault_entries for r in e.resources if r.kind == "process"):
+    fault_entries = faults.entries()
+    fault_processes = [r for e in fault_entries for r in e.resources if r.kind == "process"]
+    for resource in fault_processes + faults.kept():
         if resource.pid is not None and _alive(system, resource.pid, resource.starttime):
             recorded.append((resource.name, resource.pid, True))
             report.faults.append(resource.label())
@@ -668,8 +691,10 @@ def clean(
             ):
                 report.errors += system.delete_flows(resource.name, resource.cookie)
                 report.faults.append(resource.label())
-    for entry in fault_entries:
-        faults.remove(entry.id)
+    if faults.path.exists():
+        for entry in fault_entries:
+            faults.remove(entry.id)
+        faults.forget_kept()
 
     # 2. OVS bridges carrying our tag (a bridge of the same name without it is not ours).
     #    ovs-vswitchd removes their ports one by one (tens of ms each on the userspace
@@ -744,6 +769,16 @@ def unclean_runs(base: Path | None = None) -> list[RunState]:
         if state.status != "clean":
             found.append(state)
     return found
+
+
+def live_runs(base: Path | None = None) -> list[RunState]:
+    """Records of fabrics up right now (status ``up``, their owner still running), oldest
+    first: what ``astral fault`` acts on."""
+    return [
+        state
+        for state in unclean_runs(base)
+        if state.status == "up" and _alive(LinuxSystem(), state.owner_pid, state.owner_starttime)
+    ]
 
 
 def prune_runs(base: Path | None = None, keep: int = KEEP_CLEAN_RUNS) -> list[Path]:

@@ -110,12 +110,16 @@ class OwnController:
 class RecordedController:
     """The controller of a fabric another process holds (``astral up``), found in its run
     record: killed by pid (checked against its recorded start time), started again with the
-    same command line, in its own session, its output appended to the controller's log. The
-    new process is recorded in the fault record (the holder's record is its own)."""
+    same command line (kept in the run directory meanwhile, since the crash may be cleared
+    by another ``astral fault``), in its own session, its output appended to the
+    controller's log. The new process goes into the fault record, where it stays after the
+    fault (``kept``) until the fabric is torn down or cleaned."""
+
+    ARGV_FILE = "controller.argv.json"
 
     def __init__(self, state: RunState) -> None:
         self.state = state
-        self.argv: list[str] = []
+        self.record = FaultRecord(state.run_dir)
 
     def _current(self) -> ProcessRecord:
         alive = [
@@ -123,12 +127,12 @@ class RecordedController:
             for p in self.state.processes
             if p.role == "controller" and proc_starttime(p.pid) == p.starttime
         ]
-        for entry in FaultRecord(self.state.run_dir).entries():
-            for r in entry.resources:
-                if r.kind != "process" or r.pid is None or r.starttime is None:
-                    continue
-                if proc_starttime(r.pid) == r.starttime:
-                    alive.append(ProcessRecord(r.name, r.pid, r.starttime, "controller", True))
+        started = [r for e in self.record.entries() for r in e.resources] + self.record.kept()
+        for r in started:
+            if r.kind != "process" or r.pid is None or r.starttime is None:
+                continue
+            if proc_starttime(r.pid) == r.starttime:
+                alive.append(ProcessRecord(r.name, r.pid, r.starttime, "controller", True))
         if not alive:
             raise FaultError(f"no running controller in the run record of {self.state.run_id}")
         return alive[-1]
@@ -136,20 +140,25 @@ class RecordedController:
     def kill(self) -> str:
         process = self._current()
         raw = Path(f"/proc/{process.pid}/cmdline").read_bytes()
-        self.argv = [part.decode() for part in raw.split(b"\0") if part]
+        argv = [part.decode() for part in raw.split(b"\0") if part]
+        (self.state.run_dir / self.ARGV_FILE).write_text(json.dumps(argv), encoding="utf-8")
         os.killpg(process.pid, signal.SIGKILL)
         return f"controller pid {process.pid} killed (SIGKILL)"
 
     def restart(self, record: Callable[[FaultResource], None]) -> str:
-        if not self.argv:
-            raise FaultError("the controller's command line is unknown (it was not killed here)")
+        try:
+            argv = json.loads((self.state.run_dir / self.ARGV_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise FaultError(
+                "the controller's command line is unknown (was it killed by a fault?)"
+            ) from None
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
         log: IO[bytes]
         with open(self.state.run_dir / "controller.log", "ab") as log:
             process = subprocess.Popen(
-                self.argv,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
