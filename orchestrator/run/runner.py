@@ -73,9 +73,7 @@ from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.sizes import format_size
-from orchestrator.emulation.faults import FabricFaults
 from orchestrator.emulation.network import Terminated
-from orchestrator.emulation.state import FaultRecord
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -100,12 +98,11 @@ from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_gua
 from orchestrator.testbed.cpuload import CpuSampler
 from orchestrator.testbed.faults import (
     FAULT_LOG,
-    FaultInjector,
     FaultLog,
     FaultOutcome,
     FaultScheduler,
-    OwnController,
     Stragglers,
+    testbed_injector,
 )
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
@@ -666,17 +663,7 @@ class Runner:
         a thread (orchestrator.testbed.faults); ``at`` counts from the first timed batch."""
         if not self.spec.faults:
             return
-        emulation = testbed.emulation
-        assert emulation.state is not None and emulation.controller is not None
-        self.stragglers = Stragglers(self.spec.gpus)
-        injector = FaultInjector(
-            FabricFaults(emulation, testbed.description),
-            testbed.description,
-            FaultRecord(testbed.run_dir),
-            emulation.state.run_id,
-            controller=OwnController(emulation.controller),
-            stragglers=self.stragglers,
-        )
+        injector, self.stragglers = testbed_injector(testbed, self.spec.gpus)
         log = FaultLog(testbed.run_dir / FAULT_LOG)
         self.faults = FaultScheduler(injector, self.spec.faults, log, say=self.say).start()
         self.run_file["faults"] = [f.describe() for f in self.spec.faults]

@@ -41,7 +41,13 @@ from typing import IO, Protocol
 
 from orchestrator import REPO
 from orchestrator.emulation.controller import ControllerProcess
-from orchestrator.emulation.faults import LinkFaults, fault_cookie, link_ends, loss_table
+from orchestrator.emulation.faults import (
+    FabricFaults,
+    LinkFaults,
+    fault_cookie,
+    link_ends,
+    loss_table,
+)
 from orchestrator.emulation.state import (
     FaultEntry,
     FaultRecord,
@@ -60,6 +66,7 @@ from orchestrator.testbed.faultspec import (
     next_flap,
     timeline,
 )
+from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.launcher import Launcher
 from topologies.description import FabricDescription
 from topologies.errors import AstralError, EmulationError
@@ -363,6 +370,24 @@ class FaultInjector:
         plan = self.description.addresses[gpu]
         found = [plan.fabric_ip, *(nic.ip for nic in plan.nics)]
         return list(dict.fromkeys(found))
+
+
+def testbed_injector(testbed: Testbed, gpus: Sequence[str]) -> tuple[FaultInjector, Stragglers]:
+    """An injector for the fabric ``testbed`` holds, its controller this process's, with
+    the stragglers of a run on ``gpus`` (rank i plays gpus[i])."""
+    emulation = testbed.emulation
+    if emulation.state is None or emulation.controller is None:
+        raise FaultError("the testbed is not up")
+    stragglers = Stragglers(gpus)
+    injector = FaultInjector(
+        FabricFaults(emulation, testbed.description),
+        testbed.description,
+        FaultRecord(testbed.run_dir),
+        emulation.state.run_id,
+        controller=OwnController(emulation.controller),
+        stragglers=stragglers,
+    )
+    return injector, stragglers
 
 
 # --- the schedule ----------------------------------------------------------------------------
