@@ -102,7 +102,7 @@ from orchestrator.testbed.faults import (
     FaultOutcome,
     FaultScheduler,
     Stragglers,
-    testbed_injector,
+    injector_on,
 )
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
@@ -663,7 +663,7 @@ class Runner:
         a thread (orchestrator.testbed.faults); ``at`` counts from the first timed batch."""
         if not self.spec.faults:
             return
-        injector, self.stragglers = testbed_injector(testbed, self.spec.gpus)
+        injector, self.stragglers = injector_on(testbed, self.spec.gpus)
         log = FaultLog(testbed.run_dir / FAULT_LOG)
         self.faults = FaultScheduler(injector, self.spec.faults, log, say=self.say).start()
         self.run_file["faults"] = [f.describe() for f in self.spec.faults]

@@ -372,7 +372,7 @@ class FaultInjector:
         return list(dict.fromkeys(found))
 
 
-def testbed_injector(testbed: Testbed, gpus: Sequence[str]) -> tuple[FaultInjector, Stragglers]:
+def injector_on(testbed: Testbed, gpus: Sequence[str]) -> tuple[FaultInjector, Stragglers]:
     """An injector for the fabric ``testbed`` holds, its controller this process's, with
     the stragglers of a run on ``gpus`` (rank i plays gpus[i])."""
     emulation = testbed.emulation

@@ -27,7 +27,7 @@ from orchestrator.emulation.faults import loss_table
 from orchestrator.emulation.network import Emulation
 from orchestrator.emulation.state import proc_starttime
 from orchestrator.run.experiment import _ExperimentReader, parse_experiment
-from orchestrator.testbed.faults import FaultInjector, FaultLog, FaultScheduler, testbed_injector
+from orchestrator.testbed.faults import FaultInjector, FaultLog, FaultScheduler, injector_on
 from orchestrator.testbed.faultspec import FaultSpec, parse_fault
 from orchestrator.testbed.traffic import BASE_PORT, Flow, TrafficResult, run_flows
 from tests.integration.assertions import connection_devices
@@ -47,7 +47,7 @@ def fabric(astral_fabric: Any) -> Any:
 
 @pytest.fixture
 def faults(fabric: Any) -> Iterator[FaultInjector]:
-    injector, _ = testbed_injector(fabric.testbed, [g for g in fabric.gpus])
+    injector, _ = injector_on(fabric.testbed, [g for g in fabric.gpus])
     yield injector
     for entry in injector.record.entries():  # a failed test's fault must not leak onward
         raw = {"kind": entry.kind, **entry.params}
@@ -163,7 +163,8 @@ def test_a_slow_link_carries_rate_times_its_capacity(fabric: Any, faults: FaultI
 def test_a_downed_nic_port_halves_the_gpus_bandwidth_through_the_other_tor(
     fabric: Any, faults: FaultInjector, fault: dict[str, Any]
 ) -> None:
-    flows = [via(fabric, GPU, "p1s0g0", 1, 0), via(fabric, GPU, "p1s1g0", 2, 1)]
+    # to the same rail's GPU of the next server: one ToR hop per port, nothing shared
+    flows = [via(fabric, GPU, "p0s1g0", 1, 0), via(fabric, GPU, "p0s1g0", 2, 1)]
     both = run_flows(emulation(fabric), flows, duration=2.5, omit=1.0)
     down = spec(fabric, fault)
     faults.apply(down)
@@ -243,7 +244,8 @@ def test_loss_shows_as_retransmissions_at_the_senders_whose_connections_cross_it
           f"{[round(g / 1e6, 2) for g in goodputs(result)]} Mbit/s")  # fmt: skip
     assert sum(dropped) > 20  # the egress hook drops what OVS's userspace datapath sends
     assert retrans[0] >= 0.5 * sum(dropped)  # each drop of data is a retransmission
-    assert retrans[1] <= max(3, retrans[0] / 20)
+    # the other flow's are the shapers' own queue drops (TCP fills a switch buffer): few
+    assert retrans[0] >= 5 * max(1, retrans[1])
     assert not any(t in nft_tables() for t in tables)  # undone: the tables are gone
 
 
@@ -272,8 +274,9 @@ def test_a_blackhole_stalls_exactly_the_flows_through_that_switch_to_that_gpu(
     rates = goodputs(result)
     print(f"goodput during the blackhole: {[round(g / 1e6, 3) for g in rates]} Mbit/s")
     print(entries)
-    assert rates[0] < 0.02 * max(rates[1:])  # stalled
-    assert min(rates[1:]) > 0.5 * capacity_share(fabric)  # the others go on
+    # stalled; the others go on (two of them share the target's ports, unevenly)
+    assert rates[0] < 0.05 * min(rates[1:])
+    assert min(rates[1:]) > 0.1 * link_rate(fabric, GPU, "p0r0t0")
     assert "actions=drop" in entries and "n_packets=0," not in entries
     assert "actions=drop" not in dump_fault_entries("p0r0t0", 1)
 
@@ -282,10 +285,6 @@ def dump_fault_entries(switch: str, fault_id: int) -> str:
     cookie = f"cookie={0xA5A5_FA17_0000_0000 | fault_id:#x}/-1"
     argv = ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch, cookie]
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-
-
-def capacity_share(fabric: Any) -> float:
-    return link_rate(fabric, GPU, "p0r0t0") / 2  # two flows share a NIC port at most here
 
 
 def test_a_blackhole_survives_a_controller_restart(fabric: Any, faults: FaultInjector) -> None:
