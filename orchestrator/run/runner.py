@@ -26,6 +26,10 @@ What :meth:`Runner.run` does, in order:
    ovs-vswitchd's and the softirq threads'), and each configuration is judged on its
    measured window: was the emulator saturated (orchestrator.calibration.saturation)? The
    verdict goes into the bundle and the header of the configuration's table;
+   the experiment's ``faults:`` are applied and undone on their schedule meanwhile by a
+   thread (orchestrator.testbed.faults: ``at`` counts from the first timed batch's start),
+   and whatever is still in effect is undone before the bundle is closed, the faults and
+   their instants in its ``faults`` table;
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions (among them the minimum RTO the workers'
    connections got: a warning where the kernel's 200 ms floor holds).
