@@ -34,7 +34,13 @@ from orchestrator.emulation.executor import NamespaceExecutor
 from orchestrator.emulation.faults import FabricFaults
 from orchestrator.emulation.state import FaultEntry, FaultRecord, RunState, live_runs
 from orchestrator.run.experiment import _ExperimentReader
-from orchestrator.testbed.faults import FAULT_LOG, FaultInjector, FaultLog, RecordedController
+from orchestrator.testbed.faults import (
+    FAULT_LOG,
+    FaultInjector,
+    FaultLog,
+    RecordedController,
+    spec_of,
+)
 from orchestrator.testbed.faultspec import (
     FLAP_DOWN,
     FLAP_UP,
@@ -114,14 +120,8 @@ class HeldFabric:
         read = _ExperimentReader(SOURCE)
         return parse_fault(read, raw, self.description.fabric, "fault", fault_id)
 
-    def spec_of(self, entry: FaultEntry) -> FaultSpec:
-        raw: dict[str, Any] = {"kind": entry.kind, **entry.params}
-        if entry.target:
-            raw["target"] = entry.target
-        return self.spec(entry.id, raw)
-
     def clear(self, entry: FaultEntry) -> str:
-        fault = self.spec_of(entry)
+        fault = spec_of(entry, self.description.fabric, _ExperimentReader(SOURCE))
         detail = self.injector.undo(fault)
         self.log.write(fault, "undone", time.time(), time.time(), detail)
         return detail

@@ -37,10 +37,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
-from orchestrator import REPO
-from orchestrator.emulation.controller import ControllerProcess
+from orchestrator.emulation.controller import ControllerProcess, controller_env
 from orchestrator.emulation.faults import (
     FabricFaults,
     LinkFaults,
@@ -64,13 +63,15 @@ from orchestrator.testbed.faultspec import (
     Action,
     FaultSpec,
     next_flap,
+    parse_fault,
     timeline,
 )
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.launcher import Launcher
 from topologies.description import FabricDescription
 from topologies.errors import AstralError, EmulationError
-from topologies.model import Link
+from topologies.model import Fabric, Link
+from topologies.spec import _Reader
 
 FAULT_LOG = "faults.jsonl"  # in the emulation's run directory (the monitor reads it)
 APPLIED, UNDONE, FAILED = "applied", "undone", "failed"
@@ -159,9 +160,6 @@ class RecordedController:
             raise FaultError(
                 "the controller's command line is unknown (was it killed by a fault?)"
             ) from None
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
         log: IO[bytes]
         with open(self.state.run_dir / "controller.log", "ab") as log:
             process = subprocess.Popen(
@@ -169,7 +167,7 @@ class RecordedController:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=controller_env(),
                 start_new_session=True,
             )
         starttime = proc_starttime(process.pid)
@@ -206,6 +204,15 @@ class Stragglers:
     def detach(self) -> None:
         with self._lock:
             self._launcher = None
+
+
+def spec_of(entry: FaultEntry, fabric: Fabric, read: _Reader) -> FaultSpec:
+    """The fault an active record entry describes (its kind, target and keys as written),
+    validated again: how a fault applied by another process is undone."""
+    raw: dict[str, Any] = {"kind": entry.kind, **entry.params}
+    if entry.target:
+        raw["target"] = entry.target
+    return parse_fault(read, raw, fabric, "fault", entry.id)
 
 
 # --- one fault, applied and undone ----------------------------------------------------------

@@ -27,7 +27,13 @@ from orchestrator.emulation.faults import loss_table
 from orchestrator.emulation.network import Emulation
 from orchestrator.emulation.state import proc_starttime
 from orchestrator.run.experiment import _ExperimentReader, parse_experiment
-from orchestrator.testbed.faults import FaultInjector, FaultLog, FaultScheduler, injector_on
+from orchestrator.testbed.faults import (
+    FaultInjector,
+    FaultLog,
+    FaultScheduler,
+    injector_on,
+    spec_of,
+)
 from orchestrator.testbed.faultspec import FaultSpec, parse_fault
 from orchestrator.testbed.traffic import BASE_PORT, Flow, TrafficResult, run_flows
 from tests.integration.assertions import connection_devices
@@ -50,10 +56,7 @@ def faults(fabric: Any) -> Iterator[FaultInjector]:
     injector, _ = injector_on(fabric.testbed, [g for g in fabric.gpus])
     yield injector
     for entry in injector.record.entries():  # a failed test's fault must not leak onward
-        raw = {"kind": entry.kind, **entry.params}
-        if entry.target:
-            raw["target"] = entry.target
-        injector.undo(spec(fabric, raw, entry.id))
+        injector.undo(spec_of(entry, fabric.testbed.description.fabric, _ExperimentReader("test")))
 
 
 def spec(fabric: Any, raw: dict[str, Any], fault_id: int = 1) -> FaultSpec:
