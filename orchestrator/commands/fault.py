@@ -10,7 +10,7 @@
     astral fault apply blackhole p0r0a0 --destination p1s1g0
     astral fault apply controller-crash
     astral fault list
-    astral fault clear 3            (or several ids, or --all)
+    astral fault clear 103          (or several ids, or --all; ids by hand start at 101)
 
 The same code a run's scheduled faults use (orchestrator/testbed/faults.py), on the fabric
 found in ``/run/astral/runs/`` (a record whose status is ``up`` and whose owner runs; with

@@ -50,6 +50,7 @@ STATE_DIR_ENV = "ASTRAL_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/run/astral")
 STATE_FILE = "state.json"
 FAULT_FILE = "faults.state.json"
+HAND_IDS = 100  # faults applied by hand get ids from HAND_IDS + 1 (FaultRecord.next_id)
 RUN_TAG = "astral-run"  # OVS external_ids key naming the run that created a bridge
 VERSION = 1
 KEEP_CLEAN_RUNS = 10
@@ -407,8 +408,10 @@ class FaultRecord:
             kept.clear()
 
     def next_id(self) -> int:
-        """An id no active fault has (``astral fault apply``'s: one above the largest)."""
-        return max((e.id for e in self.entries()), default=0) + 1
+        """An id for a fault applied by hand (``astral fault apply``): above every active
+        one and above HAND_IDS, so that it never meets the id of an experiment's fault
+        (their positions in ``faults:``) on the same fabric."""
+        return max((e.id for e in self.entries()), default=HAND_IDS) + 1
 
 
 def _own_command() -> list[str]:

@@ -501,3 +501,15 @@ def test_an_older_bundle_reads_as_no_faults(tmp_path: Path, astral: FabricDescri
         db.execute("PRAGMA user_version = 2")
     with ResultsBundle.open(tmp_path / "b") as bundle:
         assert bundle.version == 2 and bundle.faults() == []
+
+
+def test_hand_ids_stay_apart_and_a_restarted_process_outlives_its_fault(tmp_path: Path) -> None:
+    record = FaultRecord(tmp_path)
+    assert record.next_id() == 101  # never an experiment's (its positions in faults:)
+    record.add(FaultEntry(101, "controller-crash", "", owner="astral fault"))
+    record.add_resource(101, FaultResource("process", "controller", pid=7, starttime=8))
+    assert record.next_id() == 102
+    record.remove(101)  # the crash is over; the controller it restarted runs on
+    assert record.entries() == [] and [r.pid for r in record.kept()] == [7]
+    with pytest.raises(ValueError, match="no active fault 5"):
+        record.add_resource(5, FaultResource("nft", "t"))
