@@ -513,3 +513,22 @@ def test_hand_ids_stay_apart_and_a_restarted_process_outlives_its_fault(tmp_path
     assert record.entries() == [] and [r.pid for r in record.kept()] == [7]
     with pytest.raises(ValueError, match="no active fault 5"):
         record.add_resource(5, FaultResource("nft", "t"))
+
+
+# --- astral fault without a fabric ----------------------------------------------------------
+
+
+def test_astral_fault_without_a_fabric_up_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli import main
+
+    assert main(["fault", "--state-dir", str(tmp_path), "list"]) == 4
+    assert "no fabric is up: start one with `astral up`" in capsys.readouterr().err
+    # a run whose owner is gone is not up, whatever its record says
+    state = RunState.create(tmp_path, command=["astral", "up"])
+    state.owner_pid, state.owner_starttime = 1, -1
+    state.set_status("up")
+    assert main(["fault", "--state-dir", str(tmp_path), "clear", "--all"]) == 4
+    assert main(["fault", "--state-dir", str(tmp_path), "--run", "x", "list"]) == 4
+    assert "no fabric is up with run id x" in capsys.readouterr().err
