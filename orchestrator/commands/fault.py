@@ -34,13 +34,8 @@ from orchestrator.emulation.executor import NamespaceExecutor
 from orchestrator.emulation.faults import FabricFaults
 from orchestrator.emulation.state import FaultEntry, FaultRecord, RunState, live_runs
 from orchestrator.run.experiment import _ExperimentReader
-from orchestrator.testbed.faults import (
-    FAULT_LOG,
-    FaultInjector,
-    FaultLog,
-    RecordedController,
-    spec_of,
-)
+from orchestrator.testbed.faults import FaultInjector, RecordedController, spec_of
+from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog
 from orchestrator.testbed.faultspec import (
     FLAP_DOWN,
     FLAP_UP,

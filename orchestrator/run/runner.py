@@ -100,14 +100,8 @@ from orchestrator.run.experiment import (
 )
 from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
 from orchestrator.testbed.cpuload import CpuSampler
-from orchestrator.testbed.faults import (
-    FAULT_LOG,
-    FaultLog,
-    FaultOutcome,
-    FaultScheduler,
-    Stragglers,
-    injector_on,
-)
+from orchestrator.testbed.faults import Stragglers, injector_on
+from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans

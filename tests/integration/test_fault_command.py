@@ -55,7 +55,9 @@ def test_astral_fault_by_hand_and_astral_clean_after_kill_9(tmp_path: Path) -> N
         assert [line.split()[1] for line in listed.stdout.splitlines()[1:] if line[:5].strip()] == [
             "link-loss", "blackhole", "controller-crash"
         ]  # fmt: skip
-        cleared = fault("clear", "103")  # ids from 101  # the controller comes back, in the fault record
+        cleared = fault(
+            "clear", "103"
+        )  # ids from 101  # the controller comes back, in the fault record
         assert cleared.returncode == 0, cleared.stdout + cleared.stderr
         (kept,) = FaultRecord(state.run_dir).kept()
         assert kept.pid is not None and proc_starttime(kept.pid) == kept.starttime

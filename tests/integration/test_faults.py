@@ -27,13 +27,8 @@ from orchestrator.emulation.faults import loss_table
 from orchestrator.emulation.network import Emulation
 from orchestrator.emulation.state import proc_starttime
 from orchestrator.run.experiment import _ExperimentReader, parse_experiment
-from orchestrator.testbed.faults import (
-    FaultInjector,
-    FaultLog,
-    FaultScheduler,
-    injector_on,
-    spec_of,
-)
+from orchestrator.testbed.faults import FaultInjector, injector_on, spec_of
+from orchestrator.testbed.faultschedule import FaultLog, FaultScheduler
 from orchestrator.testbed.faultspec import FaultSpec, parse_fault
 from orchestrator.testbed.traffic import BASE_PORT, Flow, TrafficResult, run_flows
 from tests.integration.assertions import connection_devices

@@ -33,12 +33,8 @@ from orchestrator.results.store import (
     Versions,
 )
 from orchestrator.run.experiment import parse_experiment
-from orchestrator.testbed.faults import (
-    FaultInjector,
-    FaultLog,
-    FaultScheduler,
-    Stragglers,
-)
+from orchestrator.testbed.faults import FaultInjector, Stragglers
+from orchestrator.testbed.faultschedule import FaultLog, FaultScheduler
 from orchestrator.testbed.faultspec import (
     APPLY,
     FLAP_DOWN,
@@ -448,22 +444,12 @@ def test_astral_clean_removes_what_faults_added_in_the_root_namespace(tmp_path: 
     with pytest.raises(ValueError):
         record.add(FaultEntry(1, "link-down", "a-b"))
 
-    deleted: list[tuple[str, object]] = []
-
-    class System(FakeSystem):
-        def delete_nft_table(self, table: str) -> list[str]:
-            deleted.append(("nft", table))
-            return []
-
-        def delete_flows(self, bridge: str, cookie: int) -> list[str]:
-            deleted.append((bridge, cookie))
-            return []
-
-    system = System()
+    system = FakeSystem()
     system.procs[4242] = 99
     system.bridges["c3"] = {"astral-run": state.run_id}
     report = clean(RunState.load(state.run_dir), system)
-    assert deleted == [("nft", "astral_t_f1"), ("c3", fault_cookie(2))]
+    assert system.deleted_tables == ["astral_t_f1"]  # the root namespace's, not the GPU's
+    assert system.deleted_flows == [("c3", fault_cookie(2))]
     assert 4242 not in system.procs
     assert "process controller (4242)" in report.faults
     assert FaultRecord(state.run_dir).entries() == []

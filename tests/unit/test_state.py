@@ -44,6 +44,8 @@ class FakeSystem:
         self.deleted_bridges: list[str] = []
         self.deleted_links: list[str] = []
         self.group_deletes: list[int] = []
+        self.deleted_tables: list[str] = []  # what faults added (orchestrator/testbed/faults.py)
+        self.deleted_flows: list[tuple[str, int]] = []
 
     def starttime(self, pid: int) -> int | None:
         return self.procs.get(pid)
@@ -87,6 +89,14 @@ class FakeSystem:
         self.group_deletes.append(group)
         for name in self.link_group_members(group):
             self.link_set.discard(name)
+        return []
+
+    def delete_nft_table(self, table: str) -> list[str]:
+        self.deleted_tables.append(table)
+        return []
+
+    def delete_flows(self, bridge: str, cookie: int) -> list[str]:
+        self.deleted_flows.append((bridge, cookie))
         return []
 
     def sleep(self, seconds: float) -> None:
