@@ -518,3 +518,14 @@ def test_astral_fault_without_a_fabric_up_says_so(
     assert main(["fault", "--state-dir", str(tmp_path), "clear", "--all"]) == 4
     assert main(["fault", "--state-dir", str(tmp_path), "--run", "x", "list"]) == 4
     assert "no fabric is up with run id x" in capsys.readouterr().err
+
+
+def test_the_shipped_fault_experiment_loads() -> None:
+    from orchestrator.run.experiment import load_experiment
+    from tests.helpers import REPO
+
+    spec = load_experiment(REPO / "experiments" / "faults.yaml")
+    assert [f.describe() for f in spec.faults] == [
+        "link-down p0s0g0-p0r0t0 at=2s duration=4s",
+        "straggler p1s0g1 at=8s duration=4s delay=40ms",
+    ]
