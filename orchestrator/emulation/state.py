@@ -636,14 +636,63 @@ def _strays(state: RunState, system: System, exclude: set[int]) -> list[tuple[st
     return strays
 
 
+def clean_faults(state: RunState, system: System | None = None, grace: float = 2.0) -> CleanReport:
+    """Remove what the run's fault record lists, and nothing else: the processes faults
+    started (by pid and start time), the root namespace's nftables tables (by their
+    unique names) and OpenFlow entries (by cookie, on bridges still tagged with this run).
+    A GPU's tables go with its namespace, shapers and interface states with their
+    interfaces. Safe to call again; part of :func:`clean`."""
+    system = system or LinuxSystem()
+    report = CleanReport()
+    faults = FaultRecord(state.run_dir)
+    if not faults.path.exists():
+        return report
+    entries = faults.entries()
+    processes = [r for e in entries for r in e.resources if r.kind == "process"]
+    alive = [
+        (r.label(), r.pid, True)
+        for r in processes + faults.kept()
+        if r.pid is not None and _alive(system, r.pid, r.starttime)
+    ]
+    _stop(system, alive, grace)
+    report.faults += [label for label, _, _ in alive]
+    bridges_now = system.ovs_bridges() if entries else {}
+    for entry in entries:
+        errors: list[str] = []
+        for resource in entry.resources:
+            if resource.kind == "nft" and resource.node is None:
+                errors += system.delete_nft_table(resource.name)
+                report.faults.append(resource.label())
+            elif (
+                resource.kind == "openflow"
+                and resource.cookie is not None
+                and bridges_now.get(resource.name, {}).get(RUN_TAG) == state.run_id
+            ):
+                errors += system.delete_flows(resource.name, resource.cookie)
+                report.faults.append(resource.label())
+        report.errors += errors
+        if not errors:
+            faults.remove(entry.id)
+    faults.forget_kept()
+    return report
+
+
 def clean(
     state: RunState, system: System | None = None, grace: float = 2.0, settle: float = 15.0
 ) -> CleanReport:
     """Remove exactly what ``state`` records; safe to call again (and from any process)."""
     system = system or LinuxSystem()
     report = CleanReport()
-    if state.status != "clean":
+    # A record cleaned before: its namespaces are gone and their inode numbers may belong
+    # to another run's namespaces now, with the same interface names (the same fabric):
+    # never look for strays in them.
+    cleaned_before = state.status == "clean"
+    if not cleaned_before:
         state.set_status("tearing-down")
+
+    # 0. What faults added (the fault record): a controller they restarted, nftables
+    #    tables in the root namespace, OpenFlow entries.
+    report.merge(clean_faults(state, system, grace))
 
     # 1. Processes: recorded ones (only if the pid still has its recorded start time), then
     #    strays inside our namespaces. Host shells go last among the recorded ones: while
@@ -654,13 +703,6 @@ def clean(
             recorded.append((process.name, process.pid, process.group))
         elif system.starttime(process.pid) is not None:
             report.skipped.append(f"pid {process.pid} ({process.name}: recycled)")
-    faults = FaultRecord(state.run_dir)
-    fault_entries = faults.entries()
-    fault_processes = [r for e in fault_entries for r in e.resources if r.kind == "process"]
-    for resource in fault_processes + faults.kept():
-        if resource.pid is not None and _alive(system, resource.pid, resource.starttime):
-            recorded.append((resource.name, resource.pid, True))
-            report.faults.append(resource.label())
     hosts: list[tuple[str, int]] = []
     for host in state.hosts.values():
         if _alive(system, host.pid, host.starttime):
@@ -669,35 +711,12 @@ def clean(
         elif host.pid is not None and system.starttime(host.pid) is not None:
             report.skipped.append(f"pid {host.pid} ({host.name}: recycled)")
     exclude = {pid for _, pid, _ in recorded} | {pid for _, pid in hosts}
-    strays = _strays(state, system, exclude)
+    strays = [] if cleaned_before else _strays(state, system, exclude)
     _stop(system, recorded + strays, grace)
     for _, pid in hosts:  # shells: nothing to save, SIGKILL at once
         system.kill(pid, signal.SIGKILL)
     report.killed += [f"{name} ({pid})" for name, pid, _ in recorded + strays]
     report.killed += [f"{name} ({pid})" for name, pid in hosts]
-
-    # 1b. What faults added in the root namespace: nftables tables, OpenFlow entries (a
-    #     GPU's tables went with its namespace, an entry would go with its bridge, but a
-    #     bridge may be left alone below when it is not ours any more).
-    bridges_now = system.ovs_bridges() if fault_entries else {}
-    for entry in fault_entries:
-        for resource in entry.resources:
-            if resource.kind == "nft" and resource.node is None:
-                errors = system.delete_nft_table(resource.name)
-                report.errors += errors
-                if not errors:
-                    report.faults.append(resource.label())
-            elif (
-                resource.kind == "openflow"
-                and resource.cookie is not None
-                and bridges_now.get(resource.name, {}).get(RUN_TAG) == state.run_id
-            ):
-                report.errors += system.delete_flows(resource.name, resource.cookie)
-                report.faults.append(resource.label())
-    if faults.path.exists():
-        for entry in fault_entries:
-            faults.remove(entry.id)
-        faults.forget_kept()
 
     # 2. OVS bridges carrying our tag (a bridge of the same name without it is not ours).
     #    ovs-vswitchd removes their ports one by one (tens of ms each on the userspace

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.emulation.faults import loss_table
-from orchestrator.emulation.state import FaultRecord, RunState, clean, proc_starttime
+from orchestrator.emulation.state import FaultRecord, RunState, clean_faults, proc_starttime
 from tests.helpers import REPO
 from tests.integration.assertions import leftovers, snapshot
 from tests.integration.test_runs import astral, finish, start_up
@@ -55,9 +55,8 @@ def test_astral_fault_by_hand_and_astral_clean_after_kill_9(tmp_path: Path) -> N
         assert [line.split()[1] for line in listed.stdout.splitlines()[1:] if line[:5].strip()] == [
             "link-loss", "blackhole", "controller-crash"
         ]  # fmt: skip
-        cleared = fault(
-            "clear", "103"
-        )  # ids from 101  # the controller comes back, in the fault record
+        # ids by hand start at 101; the controller comes back, kept in the fault record
+        cleared = fault("clear", "103")
         assert cleared.returncode == 0, cleared.stdout + cleared.stderr
         (kept,) = FaultRecord(state.run_dir).kept()
         assert kept.pid is not None and proc_starttime(kept.pid) == kept.starttime
@@ -70,29 +69,32 @@ def test_astral_fault_by_hand_and_astral_clean_after_kill_9(tmp_path: Path) -> N
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert table in nft_tables()  # left behind, as its record says
-    result = clean_now()
+    result = clean_now(state)
     finish(process, timeout=5)
-    if f"run {state.run_id}" in result.stdout:
+    if result is not None:
         assert "removed what faults added" in result.stdout
     else:
-        # Another run started in between and cleaned the record first (Emulation cleans
-        # leftovers before it starts); one built from another branch may not know the fault
-        # record yet, so clean it as astral clean does, from the record.
-        clean(RunState.load(state.run_dir))
+        # Another run took the lock first and cleaned the record as it started (Emulation
+        # cleans leftovers); one built from another branch may not know the fault record
+        # yet, so clean that from the record, as astral clean does.
+        clean_faults(RunState.load(state.run_dir))
     assert table not in nft_tables()
     assert proc_starttime(kept.pid) is None  # the restarted controller stopped
     assert leftovers(before, RunState.load(state.run_dir), nodes) == []
     assert FaultRecord(state.run_dir).entries() == [] and FaultRecord(state.run_dir).kept() == []
 
 
-def clean_now(wait: float = 600.0) -> subprocess.CompletedProcess[str]:
-    """``astral clean`` at once, again while another run holds the lock (exit 5)."""
+def clean_now(state: RunState, wait: float = 600.0) -> subprocess.CompletedProcess[str] | None:
+    """``astral clean`` at once, again while another run holds the lock (exit 5); None
+    when that run cleaned this one's record meanwhile."""
     deadline = time.monotonic() + wait
     while True:
         result = subprocess.run(
             astral("clean"), capture_output=True, text=True, cwd=REPO, timeout=120
         )
-        if result.returncode != 5 or time.monotonic() > deadline:
-            assert result.returncode == 0, result.stdout + result.stderr
+        if result.returncode == 0 and f"run {state.run_id}" in result.stdout:
             return result
+        if RunState.load(state.run_dir).status == "clean":
+            return None
+        assert result.returncode == 5 and time.monotonic() < deadline, result.stdout + result.stderr
         time.sleep(0.5)
