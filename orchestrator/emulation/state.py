@@ -25,7 +25,8 @@ the run ended normally (the emulation's teardown calls it) or was killed (``astr
 It also stops stray processes still inside a recorded GPU namespace (a worker started
 there): a process counts as inside when its ``/proc/<pid>/ns/net`` is the recorded inode
 *and* its ``/proc/<pid>/net/dev`` lists the recorded interfaces, so a recycled inode
-number cannot match.
+number cannot match; and a record that was clean already is never searched, since another
+run of the same fabric has namespaces with those very interface names.
 
 System calls go through :class:`System`; unit tests pass a fake one.
 """
