@@ -228,6 +228,7 @@ def test_loss_shows_as_retransmissions_at_the_senders_whose_connections_cross_it
         spec(fabric, {"kind": "link-loss", "target": f"p0r0t0>{agg}", "probability": 0.03}, i)
         for i, agg in enumerate(("p0r0a0", "p0r0a1"), start=1)
     ]
+    without = run_flows(emulation(fabric), [lossy, clean], duration=3.0, omit=1.0)
     for fault in specs:
         faults.apply(fault)
     try:
@@ -237,13 +238,17 @@ def test_loss_shows_as_retransmissions_at_the_senders_whose_connections_cross_it
     finally:
         for fault in specs:
             faults.undo(fault)
+    before = [f.retransmits for f in without.flows]
     retrans = [f.retransmits for f in result.flows]
-    print(f"retransmits crossing / not crossing: {retrans}; dropped by nft: {dropped}; goodput "
-          f"{[round(g / 1e6, 2) for g in goodputs(result)]} Mbit/s")  # fmt: skip
+    print(f"retransmits crossing / not crossing: {before} without the fault, {retrans} with it; "
+          f"dropped by nft: {dropped}; goodput {[round(g / 1e6, 2) for g in goodputs(result)]} "
+          "Mbit/s")  # fmt: skip
     assert sum(dropped) > 20  # the egress hook drops what OVS's userspace datapath sends
-    assert retrans[0] >= 0.5 * sum(dropped)  # each drop of data is a retransmission
-    # the other flow's are the shapers' own queue drops (TCP fills a switch buffer): few
-    assert retrans[0] >= 5 * max(1, retrans[1])
+    added = [after - base for after, base in zip(retrans, before, strict=True)]
+    assert added[0] >= 0.5 * sum(dropped)  # each drop of data is a retransmission
+    # the other flow's come from its shapers' own queues (TCP fills a switch buffer), more or
+    # fewer as the machine's load varies, but the fault adds nothing like the crossing one's
+    assert added[0] >= 3 * max(1, added[1])
     assert not any(t in nft_tables() for t in tables)  # undone: the tables are gone
 
 
