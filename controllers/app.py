@@ -14,11 +14,12 @@ What a switch goes through: connect -> ``EventOFPSwitchFeatures``: install the t
 entry (drop: nothing is ever flooded) and one entry sending ARP to the controller, and ask
 for the switch's flow table and group table -> the port description reply (os-ken's
 ofp_handler asks for it) tells which ports are down, the flow and group replies what the
-switch already has -> delete what is not ours, send the difference between the plan and
-what is there (after a controller restart: nothing, so the data plane is not disturbed),
-then a barrier; its reply marks the switch programmed. A port status message that changes
-the set of failed links makes the policy render a new plan; every programmed switch gets
-the difference, then a barrier.
+switch already has -> delete what is not ours (but a fault's entries, whose cookies are
+``controllers.plan.FAULT_COOKIE``'s: the orchestrator removes those), send the difference
+between the plan and what is there (after a controller restart: nothing, so the data plane
+is not disturbed), then a barrier; its reply marks the switch programmed. A port status
+message that changes the set of failed links makes the policy render a new plan; every
+programmed switch gets the difference, then a barrier.
 
 Order of a difference (a flow may only point at a group that exists, and deleting a group
 deletes the flows that point at it)::
@@ -93,6 +94,7 @@ from controllers.plan import (
     GroupEntry,
     GroupType,
     Packet,
+    is_fault_cookie,
 )
 from controllers.policies import Policy
 from controllers.ports import PortMap
@@ -462,8 +464,8 @@ class FabricController(app_manager.OSKenApp):
                 and all(g in groups for g in _groups_used(entry))
             ):
                 installed[entry.key] = entry
-            elif not _is_base(stat):
-                stale.append(stat)
+            elif not _is_base(stat) and not is_fault_cookie(stat.cookie):
+                stale.append(stat)  # a fault's entry is the orchestrator's to remove
         for stat in stale:  # left by another controller, or by a policy that ran before
             dp.send_msg(
                 parser.OFPFlowMod(

@@ -30,6 +30,20 @@ ROUTE_PRIORITY = 100
 ARP_PRIORITY = 10
 MISS_PRIORITY = 0
 
+# Entries the orchestrator's fault injection installs (a blackhole: orchestrator/emulation/
+# faults.py) carry a cookie of this family, FAULT_COOKIE | the fault's id, above every
+# policy's priority. The controller leaves them alone when it finds them in a switch (a
+# restart, a policy change), so that a fault lasts until the orchestrator removes it;
+# "fa17" reads "fault".
+FAULT_COOKIE = 0xA5A5_FA17_0000_0000
+FAULT_COOKIE_MASK = 0xFFFF_FFFF_0000_0000
+FAULT_PRIORITY = 1000
+
+
+def is_fault_cookie(cookie: int) -> bool:
+    """Whether an entry with this cookie was installed by a fault (see FAULT_COOKIE)."""
+    return cookie & FAULT_COOKIE_MASK == FAULT_COOKIE
+
 
 # --- actions, matches, entries and groups ------------------------------------------------
 

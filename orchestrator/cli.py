@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.up",
     "orchestrator.commands.run",
     "orchestrator.commands.clean",
+    "orchestrator.commands.fault",
     "orchestrator.commands.doctor",
     "orchestrator.commands.calibrate",
 )

@@ -94,6 +94,15 @@ def stop_recorded(pid: int, starttime: int, timeout: float = STOP_TIMEOUT) -> bo
     return True
 
 
+def controller_env() -> dict[str, str]:
+    """The controller process's environment: ours, with ``-m controllers`` resolving to
+    this tree even without an installed package, and its output unbuffered (its log)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 class ControllerProcess:
     """One controller process for one run; a context manager (start on enter, stop on exit).
 
@@ -228,16 +237,12 @@ class ControllerProcess:
         argv = self._argv()
         self._log.write(f"--- {time.strftime('%F %T')} starting: {' '.join(argv)}\n".encode())
         self._log.flush()
-        env = dict(os.environ)
-        # Make `-m controllers` resolve to this tree even without an installed package.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
         self._proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=controller_env(),
             start_new_session=True,  # its own process group: stop() signals exactly it
         )
         self.starttime = proc_starttime(self._proc.pid)

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from orchestrator.emulation.state import proc_starttime
+
 
 @dataclass(frozen=True)
 class Completed:
@@ -65,3 +67,33 @@ def run_local(argv: Sequence[str], *, input: str | None = None, timeout: float =
         stdin=subprocess.DEVNULL if input is None else None,
     )
     return Completed(tuple(argv), result.returncode, result.stdout, result.stderr)
+
+
+class NamespaceExecutor:
+    """A :class:`CommandExecutor` for a fabric another process holds (``astral up``), from
+    its run record: a GPU's commands enter its namespace through its shell's pid
+    (``nsenter -t PID -n``; the pid is checked against the shell's recorded start time
+    first, so a recycled pid is never entered), every other node's run in the root
+    namespace. It starts no processes: those belong to the fabric's owner."""
+
+    def __init__(self, shells: dict[str, tuple[int, int | None]]) -> None:
+        self.shells = shells  # GPU -> (shell pid, its start time)
+
+    def run(
+        self,
+        node: str | None,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> Completed:
+        if node is None or node not in self.shells:
+            return run_local(argv, input=input, timeout=timeout)
+        pid, starttime = self.shells[node]
+        if starttime is None or proc_starttime(pid) != starttime:
+            return Completed(tuple(argv), 1, "", f"the namespace of {node} is gone (pid {pid})")
+        entered = ["nsenter", "-t", str(pid), "-n", "--", *argv]
+        return run_local(entered, input=input, timeout=timeout)
+
+    def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        raise NotImplementedError("a held fabric's processes belong to its owner")

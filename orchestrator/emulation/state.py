@@ -14,18 +14,27 @@ the controller's log. The record lists, each entry added *before* the resource e
                  pid is never killed), the namespace's inode and its interface names
     processes    other processes: switch shells, the controller, workers
 
+Beside it, ``faults.state.json`` (:class:`FaultRecord`) lists what faults added to the
+running fabric (orchestrator/testbed/faults.py), each resource before it is created:
+nftables tables, OpenFlow entries (by cookie), a restarted controller process, changed
+shapers and interface states. It is a file of its own, locked while it changes, because
+``astral fault`` adds to it from another process than the one holding the fabric.
+
 :func:`clean` removes exactly what a record lists and nothing else, idempotently, whether
 the run ended normally (the emulation's teardown calls it) or was killed (``astral clean``).
 It also stops stray processes still inside a recorded GPU namespace (a worker started
 there): a process counts as inside when its ``/proc/<pid>/ns/net`` is the recorded inode
 *and* its ``/proc/<pid>/net/dev`` lists the recorded interfaces, so a recycled inode
-number cannot match.
+number cannot match; and a record that was clean already is never searched, since another
+run of the same fabric has namespaces with those very interface names.
 
 System calls go through :class:`System`; unit tests pass a fake one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -33,7 +42,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +50,8 @@ from typing import Any, Protocol
 STATE_DIR_ENV = "ASTRAL_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/run/astral")
 STATE_FILE = "state.json"
+FAULT_FILE = "faults.state.json"
+HAND_IDS = 100  # faults applied by hand get ids from HAND_IDS + 1 (FaultRecord.next_id)
 RUN_TAG = "astral-run"  # OVS external_ids key naming the run that created a bridge
 VERSION = 1
 KEEP_CLEAN_RUNS = 10
@@ -84,15 +95,16 @@ class CleanReport:
     bridges: list[str] = field(default_factory=list)
     interfaces: list[str] = field(default_factory=list)
     qdiscs: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)  # what faults left: nft tables, entries
     skipped: list[str] = field(default_factory=list)  # recorded but not ours any more
     errors: list[str] = field(default_factory=list)
 
     @property
     def removed_anything(self) -> bool:
-        return bool(self.killed or self.bridges or self.interfaces or self.qdiscs)
+        return bool(self.killed or self.bridges or self.interfaces or self.qdiscs or self.faults)
 
     def merge(self, other: CleanReport) -> None:
-        for name in ("killed", "bridges", "interfaces", "qdiscs", "skipped", "errors"):
+        for name in ("killed", "bridges", "interfaces", "qdiscs", "faults", "skipped", "errors"):
             getattr(self, name).extend(getattr(other, name))
 
     def lines(self) -> list[str]:
@@ -107,6 +119,7 @@ class CleanReport:
             ("deleted bridges", self.bridges),
             ("deleted interfaces", self.interfaces),
             ("removed qdiscs", self.qdiscs),
+            ("removed what faults added", self.faults),
             ("left alone (not ours any more)", self.skipped),
             ("errors", self.errors),
         ):
@@ -260,6 +273,148 @@ class RunState:
             self.save()
 
 
+@dataclass
+class FaultResource:
+    """One thing a fault added to the fabric. ``kind``:
+
+    - ``nft``: an nftables netdev table ``name`` on ``node`` (a GPU: in its namespace,
+      which takes the table with it; a switch: the root namespace);
+    - ``openflow``: entries with ``cookie`` on bridge ``name``;
+    - ``process``: a process (``pid``, ``starttime``), a controller restarted by a fault;
+    - ``shaping`` / ``link-state``: interface ``name``'s shaper or state, changed (they go
+      with the interface; recorded so that a person sees what a fault touched).
+    """
+
+    kind: str
+    name: str
+    node: str | None = None
+    cookie: int | None = None
+    pid: int | None = None
+    starttime: int | None = None
+
+    def label(self) -> str:
+        where = f" on {self.node}" if self.node else ""
+        if self.kind == "openflow" and self.cookie is not None:
+            return f"openflow entries cookie={self.cookie:#x} on {self.name}"
+        if self.kind == "process":
+            return f"process {self.name} ({self.pid})"
+        return f"{self.kind} {self.name}{where}"
+
+
+@dataclass
+class FaultEntry:
+    """One active fault: what was asked (``params``: its keys as written) and what it added."""
+
+    id: int
+    kind: str
+    target: str
+    params: dict[str, Any] = field(default_factory=dict)
+    applied: float | None = None  # epoch seconds
+    owner: str = "run"  # run (a scheduled fault) | astral fault (by hand)
+    resources: list[FaultResource] = field(default_factory=list)
+
+
+class FaultRecord:
+    """``<run dir>/faults.state.json``: the active faults of one run and what they added,
+    and the processes faults started that outlive them (``kept``: a controller restarted
+    when its crash ended runs until the fabric goes).
+
+    Every change is a read-modify-write under an exclusive ``flock`` of the file's lock
+    file, so two processes (the run and ``astral fault``) never lose each other's entries.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / FAULT_FILE
+        self._lock_path = Path(run_dir) / (FAULT_FILE + ".lock")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[tuple[list[FaultEntry], list[FaultResource]]]:
+        with open(self._lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            entries, kept = self._read()
+            before = ([asdict(e) for e in entries], [asdict(r) for r in kept])
+            yield entries, kept
+            if ([asdict(e) for e in entries], [asdict(r) for r in kept]) != before:
+                self._write(entries, kept)
+
+    def _read(self) -> tuple[list[FaultEntry], list[FaultResource]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return [], []
+        entries = []
+        for raw in data.get("faults", []):
+            resources = [FaultResource(**r) for r in raw.pop("resources", [])]
+            entries.append(FaultEntry(**raw, resources=resources))
+        return entries, [FaultResource(**r) for r in data.get("kept", [])]
+
+    def _write(self, entries: list[FaultEntry], kept: list[FaultResource]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".faults-", suffix=".json")
+        document = {
+            "version": VERSION,
+            "faults": [asdict(e) for e in entries],
+            "kept": [asdict(r) for r in kept],
+        }
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(document, out, indent=1)
+        os.replace(tmp, self.path)
+
+    def entries(self) -> list[FaultEntry]:
+        if not self.path.exists():
+            return []
+        with self._locked() as (entries, _):
+            return list(entries)
+
+    def kept(self) -> list[FaultResource]:
+        """Processes faults started that outlive them (see the class docstring)."""
+        if not self.path.exists():
+            return []
+        with self._locked() as (_, kept):
+            return list(kept)
+
+    def add(self, entry: FaultEntry) -> None:
+        """Record a fault about to be applied (its id unique among the active ones)."""
+        with self._locked() as (entries, _):
+            if any(e.id == entry.id for e in entries):
+                raise ValueError(f"fault {entry.id} is already active")
+            entries.append(entry)
+
+    def add_resource(self, fault_id: int, resource: FaultResource) -> None:
+        """Record a resource of fault ``fault_id`` *before* creating it."""
+        with self._locked() as (entries, _):
+            for entry in entries:
+                if entry.id == fault_id:
+                    if resource not in entry.resources:
+                        entry.resources.append(resource)
+                    return
+            raise ValueError(f"no active fault {fault_id}")
+
+    def set_applied(self, fault_id: int, when: float) -> None:
+        with self._locked() as (entries, _):
+            for entry in entries:
+                if entry.id == fault_id:
+                    entry.applied = when
+
+    def remove(self, fault_id: int) -> None:
+        """The fault is undone: nothing of it is left to clean but the processes it
+        started, which move to ``kept``."""
+        with self._locked() as (entries, kept):
+            for entry in entries:
+                if entry.id == fault_id:
+                    kept += [r for r in entry.resources if r.kind == "process"]
+            entries[:] = [e for e in entries if e.id != fault_id]
+
+    def forget_kept(self) -> None:
+        with self._locked() as (_, kept):
+            kept.clear()
+
+    def next_id(self) -> int:
+        """An id for a fault applied by hand (``astral fault apply``): above every active
+        one and above HAND_IDS, so that it never meets the id of an experiment's fault
+        (their positions in ``faults:``) on the same fabric."""
+        return max((e.id for e in self.entries()), default=HAND_IDS) + 1
+
+
 def _own_command() -> list[str]:
     try:
         raw = Path(f"/proc/{os.getpid()}/cmdline").read_bytes()
@@ -298,6 +453,8 @@ class System(Protocol):
     def delete_links(self, names: list[str]) -> list[str]: ...
     def link_group_members(self, group: int) -> set[str]: ...
     def delete_link_group(self, group: int) -> list[str]: ...
+    def delete_nft_table(self, table: str) -> list[str]: ...
+    def delete_flows(self, bridge: str, cookie: int) -> list[str]: ...
     def sleep(self, seconds: float) -> None: ...
 
 
@@ -385,6 +542,24 @@ class LinuxSystem:
         result = _run(["ip", "link", "delete", "group", str(group)])
         return [] if result.returncode == 0 else [f"ip link delete group: {result.stderr.strip()}"]
 
+    def delete_nft_table(self, table: str) -> list[str]:
+        """Delete a root-namespace netdev table (gone already: fine)."""
+        result = _run(["nft", "delete", "table", "netdev", table])
+        if result.returncode == 0 or "No such file or directory" in result.stderr:
+            return []
+        return [f"nft delete table netdev {table}: {result.stderr.strip()}"]
+
+    def delete_flows(self, bridge: str, cookie: int) -> list[str]:
+        """Delete exactly the entries with ``cookie`` on ``bridge``."""
+        result = _run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "del-flows", bridge, f"cookie={cookie:#x}/-1"]
+        )
+        return (
+            []
+            if result.returncode == 0
+            else [f"ovs-ofctl del-flows {bridge}: {result.stderr.strip()}"]
+        )
+
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
@@ -462,14 +637,63 @@ def _strays(state: RunState, system: System, exclude: set[int]) -> list[tuple[st
     return strays
 
 
+def clean_faults(state: RunState, system: System | None = None, grace: float = 2.0) -> CleanReport:
+    """Remove what the run's fault record lists, and nothing else: the processes faults
+    started (by pid and start time), the root namespace's nftables tables (by their
+    unique names) and OpenFlow entries (by cookie, on bridges still tagged with this run).
+    A GPU's tables go with its namespace, shapers and interface states with their
+    interfaces. Safe to call again; part of :func:`clean`."""
+    system = system or LinuxSystem()
+    report = CleanReport()
+    faults = FaultRecord(state.run_dir)
+    if not faults.path.exists():
+        return report
+    entries = faults.entries()
+    processes = [r for e in entries for r in e.resources if r.kind == "process"]
+    alive = [
+        (r.label(), r.pid, True)
+        for r in processes + faults.kept()
+        if r.pid is not None and _alive(system, r.pid, r.starttime)
+    ]
+    _stop(system, alive, grace)
+    report.faults += [label for label, _, _ in alive]
+    bridges_now = system.ovs_bridges() if entries else {}
+    for entry in entries:
+        errors: list[str] = []
+        for resource in entry.resources:
+            if resource.kind == "nft" and resource.node is None:
+                errors += system.delete_nft_table(resource.name)
+                report.faults.append(resource.label())
+            elif (
+                resource.kind == "openflow"
+                and resource.cookie is not None
+                and bridges_now.get(resource.name, {}).get(RUN_TAG) == state.run_id
+            ):
+                errors += system.delete_flows(resource.name, resource.cookie)
+                report.faults.append(resource.label())
+        report.errors += errors
+        if not errors:
+            faults.remove(entry.id)
+    faults.forget_kept()
+    return report
+
+
 def clean(
     state: RunState, system: System | None = None, grace: float = 2.0, settle: float = 15.0
 ) -> CleanReport:
     """Remove exactly what ``state`` records; safe to call again (and from any process)."""
     system = system or LinuxSystem()
     report = CleanReport()
-    if state.status != "clean":
+    # A record cleaned before: its namespaces are gone and their inode numbers may belong
+    # to another run's namespaces now, with the same interface names (the same fabric):
+    # never look for strays in them.
+    cleaned_before = state.status == "clean"
+    if not cleaned_before:
         state.set_status("tearing-down")
+
+    # 0. What faults added (the fault record): a controller they restarted, nftables
+    #    tables in the root namespace, OpenFlow entries.
+    report.merge(clean_faults(state, system, grace))
 
     # 1. Processes: recorded ones (only if the pid still has its recorded start time), then
     #    strays inside our namespaces. Host shells go last among the recorded ones: while
@@ -488,7 +712,7 @@ def clean(
         elif host.pid is not None and system.starttime(host.pid) is not None:
             report.skipped.append(f"pid {host.pid} ({host.name}: recycled)")
     exclude = {pid for _, pid, _ in recorded} | {pid for _, pid in hosts}
-    strays = _strays(state, system, exclude)
+    strays = [] if cleaned_before else _strays(state, system, exclude)
     _stop(system, recorded + strays, grace)
     for _, pid in hosts:  # shells: nothing to save, SIGKILL at once
         system.kill(pid, signal.SIGKILL)
@@ -568,6 +792,16 @@ def unclean_runs(base: Path | None = None) -> list[RunState]:
         if state.status != "clean":
             found.append(state)
     return found
+
+
+def live_runs(base: Path | None = None) -> list[RunState]:
+    """Records of fabrics up right now (status ``up``, their owner still running), oldest
+    first: what ``astral fault`` acts on."""
+    return [
+        state
+        for state in unclean_runs(base)
+        if state.status == "up" and _alive(LinuxSystem(), state.owner_pid, state.owner_starttime)
+    ]
 
 
 def prune_runs(base: Path | None = None, keep: int = KEEP_CLEAN_RUNS) -> list[Path]:

@@ -48,6 +48,11 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          the CPU during the configuration's measured window and whether the
                          emulator was saturated (orchestrator.results.emulator; absent in
                          bundles written before it existed)
+    faults              (id, run_id, kind, target, params, scheduled, applied, undone, error)
+                         every fault the experiment injected (orchestrator/testbed/faults.py):
+                         params its keys as JSON; scheduled, applied, undone epoch seconds
+                         (NULL: never reached); error what failed. Absent before version 3:
+                         read as no faults
 
 A bundle holds one run. :class:`ResultsWriter` is what the runner calls, from one thread;
 :class:`ResultsBundle` reads a finished (or crashed) bundle back.
@@ -73,10 +78,10 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 2  # 2: configurations.host_ports and configurations.unpinned
+SCHEMA_VERSION = 3  # 2: configurations.host_ports and .unpinned; 3: the faults table
 #: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
-#: configurations.host_ports (read as 'unknown').
-READABLE_VERSIONS = (1, 2)
+#: configurations.host_ports (read as 'unknown'); 1 and 2 lack faults (read as none).
+READABLE_VERSIONS = (1, 2, 3)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -193,6 +198,17 @@ CREATE TABLE emulator_load (
     vswitchd_wait_min REAL NOT NULL,
     softirqd_wait_max REAL NOT NULL
 );
+CREATE TABLE faults (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    params TEXT NOT NULL,
+    scheduled REAL,
+    applied REAL,
+    undone REAL,
+    error TEXT
+);
 """
 
 
@@ -256,6 +272,21 @@ class Phase:
     phase: str
     start: float
     end: float
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    """One fault a run injected: its id, kind, target and keys (``params``, as written),
+    when it was due, applied and undone (epoch seconds; None: never), and what failed."""
+
+    id: int
+    kind: str
+    target: str
+    params: Mapping[str, Any]
+    scheduled: float | None = None
+    applied: float | None = None
+    undone: float | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -551,6 +582,21 @@ class ResultsWriter:
                 (config_id, *(getattr(load, name) for name in _EMULATOR_LOAD)),
             )
 
+    def add_faults(self, faults: Iterable[InjectedFault]) -> int:
+        """The run's injected faults, with their instants (the fault scheduler's outcome)."""
+        rows = [
+            (f.id, self.run_id, f.kind, f.target, json.dumps(dict(f.params), sort_keys=True),
+             f.scheduled, f.applied, f.undone, f.error)
+            for f in faults
+        ]  # fmt: skip
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO faults (id, run_id, kind, target, params, scheduled, applied,"
+                " undone, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
     def finish(self, *, status: str = "ok", finished: float | None = None) -> Path:
         """Mark the run finished and close the database. Returns the bundle's path; its
         summary, tables and plots are rendered from it by
@@ -723,6 +769,16 @@ class ResultsBundle:
             named["saturated"] = bool(named["saturated"])
             loads[int(config_id)] = EmulatorLoad(**named)
         return loads
+
+    def faults(self) -> list[InjectedFault]:
+        """The faults the run injected, by id (none in bundles from before version 3)."""
+        if self.version < 3:
+            return []
+        rows = self._db.execute(
+            "SELECT id, kind, target, params, scheduled, applied, undone, error FROM faults"
+            " ORDER BY id"
+        ).fetchall()
+        return [InjectedFault(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in rows]
 
     def timelines(self, config_id: int) -> list[Phase]:
         rows = self._db.execute(

@@ -30,6 +30,9 @@ Example (``experiments/default.yaml`` is the annotated one)::
     latency: off                  # optional: the fabric's real-world latencies for this
                                   # run: off, on, or {nic: 1us, ...} over the fabric's
                                   # figures (topologies/spec.py, docs/latency.md)
+    faults:                       # optional: broken on purpose while it runs
+      - {kind: link-down, target: p1s0g0-p1r0t1, at: 2s, duration: 10s}
+                                  # (orchestrator/testbed/faultspec.py has every kind)
 
 :meth:`ExperimentSpec.steps` expands it into the concrete runs, policy x collective x size,
 in the order a runner should execute them (a policy change reprograms the fabric, so
@@ -50,6 +53,7 @@ from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_facto
 from orchestrator.collectives.plans import COLLECTIVES, Layout, element_count
 from orchestrator.collectives.plans import default_registry as algorithm_registry
 from orchestrator.collectives.sizes import parse_size
+from orchestrator.testbed.faultspec import FaultSpec, parse_faults
 from orchestrator.testbed.hostports import DEFAULT_HOST_PORTS, HOST_PORTS
 from orchestrator.worker.spec import LaunchOptions
 from topologies.catalog import resolve_fabric
@@ -93,6 +97,7 @@ _TOP_KEYS = {
     "load_limit",
     "scale",
     "latency",
+    "faults",
 }
 
 
@@ -212,6 +217,7 @@ class ExperimentSpec:
     description: str = ""
     dtype: str = DTYPE
     source: str = "<inline>"
+    faults: tuple[FaultSpec, ...] = ()  # orchestrator.testbed.faultspec
 
     @property
     def ranks(self) -> int:
@@ -379,6 +385,14 @@ def parse_experiment(
 
     gpus = placement.select(fabric, seed)
     _check_latency(read, fabric, gpus, "scale" if "scale" in doc else "latency")
+    faults = parse_faults(read, doc.get("faults"), fabric)
+    for fault in faults:
+        if fault.target.gpu is not None and fault.target.gpu not in gpus:
+            read.fail(
+                f"faults[{fault.id - 1}].target",
+                "a GPU the experiment runs on (placement.gpus): a straggler is a rank",
+                fault.target.gpu,
+            )
     for collective in collectives:
         if buffer_bytes(collective.op, sizes.max, DTYPE, len(gpus)) == 0:
             unit = ELEMENT_SIZES[DTYPE] * len(gpus)
@@ -404,6 +418,7 @@ def parse_experiment(
         host_ports=host_ports,
         description=description,
         source=source,
+        faults=faults,
     )
 
 

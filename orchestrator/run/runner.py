@@ -26,6 +26,10 @@ What :meth:`Runner.run` does, in order:
    ovs-vswitchd's and the softirq threads'), and each configuration is judged on its
    measured window: was the emulator saturated (orchestrator.calibration.saturation)? The
    verdict goes into the bundle and the header of the configuration's table;
+   the experiment's ``faults:`` are applied and undone on their schedule meanwhile by a
+   thread (orchestrator.testbed.faults: ``at`` counts from the first timed batch's start),
+   and whatever is still in effect is undone before the bundle is closed, the faults and
+   their instants in its ``faults`` table;
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions (among them the minimum RTO the workers'
    connections got: a warning where the kernel's 200 ms floor holds).
@@ -82,7 +86,7 @@ from orchestrator.results import (
     Versions,
 )
 from orchestrator.results.emulator import EmulatorLoad
-from orchestrator.results.store import Configuration
+from orchestrator.results.store import Configuration, InjectedFault
 from orchestrator.results.summary import (
     ConfigurationResult,
     configuration_table,
@@ -96,6 +100,8 @@ from orchestrator.run.experiment import (
 )
 from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
 from orchestrator.testbed.cpuload import CpuSampler
+from orchestrator.testbed.faults import Stragglers, injector_on
+from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
@@ -419,6 +425,10 @@ class Runner:
         self.progress: Progress | None = None
         self.run_file: dict[str, Any] = {}
         self.calibrated_in: float | None = None  # seconds the quick calibration took
+        # the experiment's faults on their schedule (None: it has none)
+        self.faults: FaultScheduler | None = None
+        self.stragglers: Stragglers | None = None
+        self.fault_outcomes: list[FaultOutcome] = []
 
     # -- messages ----------------------------------------------------------------------
 
@@ -558,6 +568,7 @@ class Runner:
         offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0
         self.run_file["emulator_saturation"] = DEFAULT_THRESHOLDS.to_dict()
         sampler = CpuSampler().start()  # the CPU while configurations run (calibration.saturation)
+        self._start_faults(testbed)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -632,6 +643,7 @@ class Runner:
             outcome.error = str(error)
             outcome.exit_status = error.exit_status
         except BaseException:
+            self._end_faults(writer)
             self._record_telemetry(writer, testbed)
             writer.finish(status="interrupted")
             raise
@@ -639,9 +651,41 @@ class Runner:
             sampler.stop()
             if self.progress is not None:
                 self.progress.close()
+        self._end_faults(writer)
         self._check_wrong(outcome)
         self._record_telemetry(writer, testbed)
         writer.finish(status=outcome.status)
+
+    def _start_faults(self, testbed: Testbed) -> None:
+        """The experiment's faults on their schedule, applied on this testbed's fabric by
+        a thread (orchestrator.testbed.faults); ``at`` counts from the first timed batch."""
+        if not self.spec.faults:
+            return
+        injector, self.stragglers = injector_on(testbed, self.spec.gpus)
+        log = FaultLog(testbed.run_dir / FAULT_LOG)
+        self.faults = FaultScheduler(injector, self.spec.faults, log, say=self.say).start()
+        self.run_file["faults"] = [f.describe() for f in self.spec.faults]
+        self.run_file["fault_log"] = str(log.path)
+
+    def _end_faults(self, writer: ResultsWriter) -> None:
+        """Undo what is still in effect and keep every fault's instants in the bundle."""
+        if self.faults is None:
+            return
+        scheduler, self.faults = self.faults, None
+        self.fault_outcomes = scheduler.stop()
+        writer.add_faults(
+            InjectedFault(
+                o.fault.id,
+                o.fault.kind,
+                o.fault.target_text,
+                o.fault.params(),
+                o.scheduled,
+                o.applied,
+                o.undone,
+                o.error,
+            )
+            for o in self.fault_outcomes
+        )
 
     def _check_wrong(self, outcome: RunOutcome) -> None:
         """Data that failed verification fails the run (exit 7), unless it failed already
@@ -668,8 +712,12 @@ class Runner:
             [(collective.op, collective.algorithm)],
             host_ports=self.spec.host_ports,
         )
+        if self.faults is not None:
+            launcher.on_batch = self.faults.batch_started
         try:
             launcher.start()
+            if self.stragglers is not None:
+                self.stragglers.attach(launcher)
         except EmulationError:
             failure = launcher.failure
             launcher.close()
@@ -682,6 +730,8 @@ class Runner:
         try:
             yield launcher
         finally:
+            if self.stragglers is not None:
+                self.stragglers.detach()
             launcher.close()
 
     def _pinning(
@@ -821,6 +871,7 @@ class Runner:
         if outcome.verdict is not None:
             lines += [f"# {line}" for line in outcome.verdict.summary()]
         lines += [f"# WRONG DATA: {wrong_phrase(r)}" for r in outcome.wrong_results()]
+        lines += [f"# {fault_line(o)}" for o in self.fault_outcomes]
         lines.append(f"# {emulator_line(outcome.emulator)}")
         if outcome.failure is not None:
             lines.append(f"# FAILED: {outcome.failure}")
@@ -868,6 +919,19 @@ def wrong_phrase(result: ConfigurationResult) -> str:
         f"policy {c.policy}, {c.collective} ({c.algorithm}), {format_size(c.size)}: "
         f"{result.row.wrong} wrong elements"
     )
+
+
+def fault_line(outcome: FaultOutcome) -> str:
+    """One injected fault in the run's summary: what, and when it was applied and undone
+    relative to its schedule."""
+    fault = outcome.fault
+    head = f"fault {fault.id}: {fault.describe()}"
+    if outcome.applied is None:
+        return f"{head}: not applied" + (f" ({outcome.error})" if outcome.error else "")
+    late = (outcome.applied - outcome.scheduled) * 1e3 if outcome.scheduled else 0.0
+    lasted = f", undone after {outcome.undone - outcome.applied:.2f} s" if outcome.undone else ""
+    error = f"; {outcome.error}" if outcome.error else ""
+    return f"{head}: applied {late:.0f} ms after its time{lasted}{error}"
 
 
 def emulator_line(loads: dict[int, EmulatorLoad]) -> str:

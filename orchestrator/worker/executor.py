@@ -106,6 +106,9 @@ class Executor:
         self.pool = pool
         self.channels = channels
         self.latency = latency  # what each step waits before its sends (docs/latency.md)
+        # seconds this rank enters every operation late, before its first step's sends (a
+        # straggler fault; set by the worker's control thread, read once per operation)
+        self.late = 0.0
         self._scratch: dict[int, Array] = {}  # connection index -> reduction slice
 
     def _scratch_of(self, conn: Connection) -> Array:
@@ -138,10 +141,13 @@ class Executor:
             wall0 = start
         outcome = Outcome(start=wall0, time_us=0.0)
         sent_on: dict[int, Connection] = {}
+        late = self.late
         for k, step in enumerate(plan.steps):
             done = Completion()
             progress.enter(k, step.phase, done)
             s0 = time.perf_counter()
+            if k == 0 and late > 0:
+                time.sleep(late)  # inside step 0, as a latency is: emulated time
             self.latency.wait(k, step)
             for peer, transfers in _group(step.sends).items():
                 for channel, piece in self._per_channel(transfers):

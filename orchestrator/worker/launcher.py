@@ -44,6 +44,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,6 +208,10 @@ class Launcher:
         self._batch = 0  # operations in the batch being awaited
         self.failure: Failure | None = None
         self._closed = False
+        # told the common start of every batch (epoch s) and whether it is a warm-up: the
+        # fault scheduler counts `at` from the first timed one (orchestrator.testbed.faults)
+        self.on_batch: Callable[[float, bool], None] | None = None
+        self._send_lock = threading.Lock()  # set_late may come from another thread
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -435,7 +440,10 @@ class Launcher:
         for rank in self._ranks.values():
             rank.dones = {}
         self._awaiting_done, self._batch = True, count
-        self._broadcast(protocol.start(test_id, first, count, self._start_at()))
+        at = self._start_at()
+        if self.on_batch is not None:
+            self.on_batch(at, warmup)
+        self._broadcast(protocol.start(test_id, first, count, at))
         try:
             self._await("done", lambda r: len(r.dones) >= count, None, stage)
         finally:
@@ -535,12 +543,23 @@ class Launcher:
 
     def _broadcast(self, message: Message) -> None:
         data = protocol.encode(message)
-        for rank in self._ranks.values():
+        for rank in list(self._ranks.values()):
+            self._send(rank, data)
+
+    def _send(self, rank: _Rank, data: bytes) -> None:
+        with self._send_lock:
             if rank.link is not None and rank.closed_at is None:
                 try:
                     _send_all(rank.link.sock, data, timeout=1.0)
                 except OSError:
                     rank.closed_at = time.monotonic()
+
+    def set_late(self, rank: int, seconds: float) -> None:
+        """Make ``rank`` enter every following operation ``seconds`` late (0: on time),
+        a straggler; safe to call from another thread while a batch runs."""
+        if rank not in self._ranks:
+            raise ValueError(f"no rank {rank} in this launch")
+        self._send(self._ranks[rank], protocol.encode(protocol.late(seconds)))
 
     def _await(
         self,

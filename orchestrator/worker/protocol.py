@@ -24,6 +24,8 @@ A worker's lifetime::
       | -- samples {samples} -----------------> |  per-connection byte counts, 10 ms apart
       | -- failed {error, peer} --------------> |  then waits to be told to abort
       | <-- abort ----------------------------- |  exit now, whatever the worker is doing
+      | <-- late {seconds} -------------------- |  from now on enter every operation this
+      |                                         |  late (a straggler fault; 0: on time)
 
 A worker whose socket to the launcher closes exits at once: no worker outlives its run.
 Messages are plain dicts (JSON); the builders below are the reference for their fields.
@@ -54,6 +56,7 @@ SCHEDULE = "schedule"
 START = "start"
 FINISH = "finish"
 ABORT = "abort"
+LATE = "late"
 
 Message = dict[str, Any]
 MAX_LINE = 64 << 20  # a sane bound on one message
@@ -233,6 +236,12 @@ def heartbeat(
 def samples(rank: int, rows: list[list[float]]) -> Message:
     """``rows``: [[t (epoch s), connection index, bytes], ...]."""
     return {"type": SAMPLES, "rank": rank, "samples": rows}
+
+
+def late(seconds: float) -> Message:
+    """Enter every following operation ``seconds`` late (handled by the worker's control
+    thread at once, also in the middle of a batch: the next operation to begin waits)."""
+    return {"type": LATE, "seconds": seconds}
 
 
 def failed(rank: int, error: str, peer: int | None = None) -> Message:

@@ -119,6 +119,7 @@ class Worker:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self.reading = False
+        self.late = 0.0  # seconds every operation begins late (protocol.LATE: a straggler)
 
     # --- threads -----------------------------------------------------------------------------
 
@@ -134,6 +135,11 @@ class Worker:
                     break
                 if message["type"] == protocol.ABORT:
                     os._exit(EXIT_ABORTED)
+                if message["type"] == protocol.LATE:  # now, not after the current batch
+                    self.late = max(0.0, float(message["seconds"]))
+                    if self.executor is not None:
+                        self.executor.late = self.late
+                    continue
                 self.inbox.put(message)
                 if message["type"] == protocol.FINISH:
                     return
@@ -213,6 +219,7 @@ class Worker:
         self.pool = ConnectionPool(self.rank, int(self.options.get("socket_buffer", 0)))
         latency = LatencyTable.from_message(self.options.get("latency")).row(self.rank)
         self.executor = Executor(self.pool, int(self.options.get("channels", 1)), latency)
+        self.executor.late = self.late
         self.sampler = Sampler(self.pool, float(self.options.get("sample_interval", 0.01)))
         self.sampler.start()
         interval = float(self.options.get("heartbeat_interval", 0.2))

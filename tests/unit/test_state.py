@@ -44,6 +44,8 @@ class FakeSystem:
         self.deleted_bridges: list[str] = []
         self.deleted_links: list[str] = []
         self.group_deletes: list[int] = []
+        self.deleted_tables: list[str] = []  # what faults added (orchestrator/testbed/faults.py)
+        self.deleted_flows: list[tuple[str, int]] = []
 
     def starttime(self, pid: int) -> int | None:
         return self.procs.get(pid)
@@ -87,6 +89,14 @@ class FakeSystem:
         self.group_deletes.append(group)
         for name in self.link_group_members(group):
             self.link_set.discard(name)
+        return []
+
+    def delete_nft_table(self, table: str) -> list[str]:
+        self.deleted_tables.append(table)
+        return []
+
+    def delete_flows(self, bridge: str, cookie: int) -> list[str]:
+        self.deleted_flows.append((bridge, cookie))
         return []
 
     def sleep(self, seconds: float) -> None:
@@ -322,3 +332,20 @@ def test_a_waiting_lock_gets_it_once_the_holder_lets_go(tmp_path: Path) -> None:
     finally:
         releaser.join()
         waiter.release()
+
+
+def test_a_record_cleaned_before_never_takes_another_runs_namespace_for_its_own(
+    tmp_path: Path,
+) -> None:
+    """Its namespaces are gone; another run of the same fabric may have a namespace with
+    the same inode number and the same interface names now: a second clean leaves its
+    processes alone."""
+    state = recorded_run(tmp_path)
+    state.set_status("clean")
+    system = FakeSystem()
+    system.procs = {300: 7000}  # another run's worker, in a namespace that looks like ours
+    system.netns = {300: 4026532000}
+    system.devices = {300: {"lo", "p0s0g0-eth0", "p0s0g0-eth1"}}
+    report = clean(RunState.load(state.run_dir), system)
+    assert system.signals == [] and report.killed == []
+    assert 300 in system.procs

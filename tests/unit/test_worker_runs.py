@@ -445,3 +445,32 @@ def test_workers_from_a_fabric_description_use_its_address_plan() -> None:
             CollectiveTest("all-to-all", "pxn", 1 << 20),
         ]
     )
+
+
+def test_a_late_rank_delays_every_operation_of_the_ring_by_its_lateness() -> None:
+    """A straggler (orchestrator/testbed/faults.py): ``Launcher.set_late`` makes one rank
+    enter every following operation late, told while the workers run; the launcher's
+    ``on_batch`` announces each batch's common start (the fault scheduler's origin)."""
+    late = 0.15
+    batches: list[tuple[float, bool]] = []
+    test = CollectiveTest("all-reduce", "ring", 1 << 12)
+    with Launcher(loopback_workers(3), options=fast(iterations=3)) as launcher:
+        launcher.on_batch = lambda at, warmup: batches.append((at, warmup))
+        on_time = launcher.run([test]).tests[0].timed()
+        launcher.set_late(1, late)
+        delayed = launcher.run([test]).tests[0].timed()
+        launcher.set_late(1, 0.0)
+        again = launcher.run([test]).tests[0].timed()
+    assert [w for _, w in batches] == [True, False] * 3
+    assert all(t > time.time() - 60 for t, _ in batches)
+
+    def mean(iterations: list[IterationResult]) -> float:
+        return sum(r.time_us for i in iterations for r in i.ranks.values()) / (
+            1e6 * sum(len(i.ranks) for i in iterations)
+        )
+
+    # every rank's operation waits for rank 1's first sends
+    assert late * 0.9 < mean(delayed) - mean(on_time) < late * 1.5
+    assert mean(again) < mean(on_time) + late / 3
+    with pytest.raises(ValueError, match="no rank 7"):
+        Launcher(loopback_workers(2)).set_late(7, 1.0)
