@@ -40,6 +40,7 @@ from typing import Protocol
 
 from controllers.plan import FAULT_COOKIE, FAULT_PRIORITY
 from orchestrator.emulation.executor import CommandExecutor
+from orchestrator.emulation.recipe import EmulatorRecipe, current_recipe, recipe_named
 from orchestrator.emulation.shaping import DEFAULT_RECIPE, ShapingRecipe, shaping_commands
 from orchestrator.emulation.wiring import intf_name
 from topologies.description import FabricDescription
@@ -205,6 +206,13 @@ def link_rate_commands(
     ]
 
 
+def fabric_recipe(description: FabricDescription) -> EmulatorRecipe:
+    """The emulator recipe ``description``'s fabric was brought up with (the one runs use
+    when the description does not say)."""
+    name = description.extra.get("recipe")
+    return recipe_named(str(name), "fabric description: recipe") if name else current_recipe()
+
+
 class FabricFaults:
     """:class:`LinkFaults` over any :class:`CommandExecutor` (see the module docstring)."""
 
@@ -212,11 +220,13 @@ class FabricFaults:
         self,
         executor: CommandExecutor,
         description: FabricDescription,
-        recipe: ShapingRecipe = DEFAULT_RECIPE,
+        recipe: ShapingRecipe | None = None,
     ) -> None:
         self.executor = executor
         self.description = description
-        self.recipe = recipe
+        # A link's rate is re-shaped by the recipe it was shaped with at bring-up (the
+        # fabric description records its name; orchestrator.emulation.recipe).
+        self.recipe = recipe or fabric_recipe(description).shaping
 
     def set_link_state(self, link: Link, up: bool) -> None:
         self._apply(link_state_commands(link, up))
