@@ -28,14 +28,21 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          'unknown' in version 1 bundles, from before the setting existed)
                          unpinned: fabric connections that got no pinned source port under
                          a policy that pins them (ephemeral instead); NULL: nothing pinned
-    iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong)
+    iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong, start)
                          one operation of one rank; warmup = 1 for untimed ones;
-                         wrong = -1: not verified
-    connections         (id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port)
+                         wrong = -1: not verified; start: when the rank began it (epoch s;
+                         NULL before version 3)
+    connections         (id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port,
+                         src_rank, dst_rank, channel, link)
+                         one end's view of a connection (``rank``: whose samples); data
+                         flows src_rank -> dst_rank; link: fabric or nvlink (the last four
+                         NULL before version 3, or when a sample arrived without them)
     connection_samples  (connection_id, t, bytes)   bytes sent in (previous sample, t]
     connection_samples_flat  view: the two above joined (config_id, rank, five-tuple, t, bytes)
     port_counters       (run_id, t, switch, port, rx_bytes, tx_bytes, rx_packets,
-                         tx_packets, drops)        cumulative, as OpenFlow port stats report
+                         tx_packets, drops, rx_dropped, tx_dropped, rx_errors, tx_errors)
+                         cumulative, as OpenFlow port stats report (the last four 0 before
+                         version 3)
     timelines           (config_id, iteration, rank, phase, start, end)
     ceilings            (config_id, rail, fabric_share, payload_share, burst_s)
                          the configuration's busbw ceiling, GB/s emulated
@@ -49,6 +56,32 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          emulator was saturated (orchestrator.results.emulator; absent in
                          bundles written before it existed)
 
+Version 3 adds the monitor's layers (docs/monitoring.md); absent in older bundles, read as
+empty::
+
+    steps               (config_id, iteration, rank, step, phase, start, end, send_peers,
+                         recv_peers, sent, received)       application: one step of one
+                         operation on one rank; peers as JSON lists of ranks, bytes from
+                         the plan
+    tcp_info            (connection_id, t, rtt_us, rttvar_us, cwnd, ssthresh, retrans,
+                         lost, unacked)     transport: the sender kernel's TCP_INFO of a
+                         connection (retrans: total retransmitted segments so far)
+    connection_paths    (connection_id, hop, node, in_port, out_port, source,
+                         counter_bytes)     the nodes a connection crosses, GPU to GPU;
+                         source 'pinned' (the controller's published path) or 'first-hop'
+                         (only the NIC port and ToR are known: the switches hash the rest);
+                         counter_bytes: what the out-port's counters carried while the
+                         connection was active (NULL: not measured)
+    controller_events   (run_id, t, kind, switch, port, level, message)
+                         network: the controller's events (connect, disconnect, port-up,
+                         port-down, reprogram, programmed, error) and its log lines (log)
+    host_cpu            (run_id, start, end, idle_share, vswitchd_cores, vswitchd_wait,
+                         softirqd_wait, controller_cores, workers_cores)   host, per interval
+    faults              (id, run_id, kind, target, params, scheduled, applied, undone, error)
+                         the faults a run injected (their scheduler writes it)
+
+Logs (``logs/``): the controller's log and every launch's worker logs, copied at the end.
+
 A bundle holds one run. :class:`ResultsWriter` is what the runner calls, from one thread;
 :class:`ResultsBundle` reads a finished (or crashed) bundle back.
 """
@@ -60,7 +93,7 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,10 +106,11 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 2  # 2: configurations.host_ports and configurations.unpinned
+SCHEMA_VERSION = 3  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers
 #: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
-#: configurations.host_ports (read as 'unknown').
-READABLE_VERSIONS = (1, 2)
+#: configurations.host_ports (read as 'unknown'); 1 and 2 lack the monitor's tables (read
+#: as empty) and columns (NULL or 0).
+READABLE_VERSIONS = (1, 2, 3)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -85,6 +119,7 @@ EXPERIMENT = "experiment.yaml"
 SUMMARY = "summary.json"
 TABLES = "tables"
 PLOTS = "plots"
+LOGS = "logs"
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -126,6 +161,7 @@ CREATE TABLE iterations (
     time_us REAL NOT NULL,
     bytes INTEGER NOT NULL,
     wrong INTEGER NOT NULL,
+    start REAL,
     PRIMARY KEY (config_id, warmup, iteration, rank)
 );
 CREATE TABLE connections (
@@ -137,6 +173,10 @@ CREATE TABLE connections (
     src_port INTEGER NOT NULL,
     dst_ip TEXT NOT NULL,
     dst_port INTEGER NOT NULL,
+    src_rank INTEGER,
+    dst_rank INTEGER,
+    channel INTEGER,
+    link TEXT,
     UNIQUE (config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port)
 );
 CREATE TABLE connection_samples (
@@ -158,9 +198,14 @@ CREATE TABLE port_counters (
     tx_bytes INTEGER NOT NULL,
     rx_packets INTEGER NOT NULL,
     tx_packets INTEGER NOT NULL,
-    drops INTEGER NOT NULL
+    drops INTEGER NOT NULL,
+    rx_dropped INTEGER NOT NULL DEFAULT 0,
+    tx_dropped INTEGER NOT NULL DEFAULT 0,
+    rx_errors INTEGER NOT NULL DEFAULT 0,
+    tx_errors INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX port_counters_by_port ON port_counters (switch, port, t);
+CREATE INDEX port_counters_by_time ON port_counters (t);
 CREATE TABLE ceilings (
     config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
     rail REAL NOT NULL,
@@ -193,6 +238,78 @@ CREATE TABLE emulator_load (
     vswitchd_wait_min REAL NOT NULL,
     softirqd_wait_max REAL NOT NULL
 );
+CREATE TABLE steps (
+    config_id INTEGER NOT NULL REFERENCES configurations(id),
+    iteration INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    start REAL NOT NULL,
+    "end" REAL NOT NULL,
+    send_peers TEXT NOT NULL,
+    recv_peers TEXT NOT NULL,
+    sent INTEGER NOT NULL,
+    received INTEGER NOT NULL
+);
+CREATE INDEX steps_by_rank ON steps (config_id, rank, iteration, step);
+CREATE INDEX steps_by_time ON steps (start, "end");
+CREATE TABLE tcp_info (
+    connection_id INTEGER NOT NULL REFERENCES connections(id),
+    t REAL NOT NULL,
+    rtt_us INTEGER NOT NULL,
+    rttvar_us INTEGER NOT NULL,
+    cwnd INTEGER NOT NULL,
+    ssthresh INTEGER NOT NULL,
+    retrans INTEGER NOT NULL,
+    lost INTEGER NOT NULL,
+    unacked INTEGER NOT NULL
+);
+CREATE INDEX tcp_info_by_connection ON tcp_info (connection_id, t);
+CREATE TABLE connection_paths (
+    connection_id INTEGER NOT NULL REFERENCES connections(id),
+    hop INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    in_port INTEGER,
+    out_port INTEGER,
+    source TEXT NOT NULL,
+    counter_bytes INTEGER,
+    PRIMARY KEY (connection_id, hop)
+);
+CREATE INDEX connection_paths_by_node ON connection_paths (node, out_port);
+CREATE INDEX connection_samples_by_time ON connection_samples (t);
+CREATE TABLE controller_events (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    switch TEXT,
+    port INTEGER,
+    level TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX controller_events_by_time ON controller_events (t);
+CREATE TABLE host_cpu (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    start REAL NOT NULL,
+    "end" REAL NOT NULL,
+    idle_share REAL NOT NULL,
+    vswitchd_cores REAL NOT NULL,
+    vswitchd_wait REAL NOT NULL,
+    softirqd_wait REAL NOT NULL,
+    controller_cores REAL,
+    workers_cores REAL
+);
+CREATE INDEX host_cpu_by_time ON host_cpu (start);
+CREATE TABLE faults (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER REFERENCES runs(id),
+    kind TEXT,
+    target TEXT,
+    params TEXT,
+    scheduled REAL,
+    applied REAL,
+    undone REAL,
+    error TEXT
+);
 """
 
 
@@ -221,6 +338,7 @@ class IterationRecord:
     bytes: int
     wrong: int = 0
     warmup: bool = False
+    start: float | None = None  # epoch s the rank began it (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -245,6 +363,10 @@ class PortCounter:
     rx_packets: int
     tx_packets: int
     drops: int = 0
+    rx_dropped: int = 0
+    tx_dropped: int = 0
+    rx_errors: int = 0
+    tx_errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -256,6 +378,128 @@ class Phase:
     phase: str
     start: float
     end: float
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of one operation on one rank (the application layer at its finest): when
+    it ran, whom it sent to and received from, and how many bytes, as its plan says."""
+
+    iteration: int
+    rank: int
+    step: int
+    phase: str
+    start: float
+    end: float
+    send_peers: tuple[int, ...] = ()
+    recv_peers: tuple[int, ...] = ()
+    sent: int = 0
+    received: int = 0
+    warmup: bool = False
+
+
+@dataclass(frozen=True)
+class ConnectionRecord:
+    """A connection as one end (``rank``) knows it: data flows ``src_rank`` -> ``dst_rank``
+    on ``channel`` over ``link`` (fabric or nvlink)."""
+
+    rank: int
+    five_tuple: FiveTuple
+    src_rank: int
+    dst_rank: int
+    channel: int
+    link: str
+
+
+@dataclass(frozen=True)
+class StoredConnection:
+    """A row of ``connections`` read back (the ranks, channel and link None before v3)."""
+
+    id: int
+    config_id: int
+    rank: int
+    five_tuple: FiveTuple
+    src_rank: int | None
+    dst_rank: int | None
+    channel: int | None
+    link: str | None
+
+
+@dataclass(frozen=True)
+class TcpInfoSample:
+    """The sender kernel's view of a connection at ``t`` (struct tcp_info): smoothed RTT
+    and its variation (us), congestion window and slow-start threshold (segments), total
+    retransmitted segments, segments currently thought lost, unacknowledged segments."""
+
+    rank: int
+    five_tuple: FiveTuple
+    t: float
+    rtt_us: int
+    rttvar_us: int
+    cwnd: int
+    ssthresh: int
+    retrans: int
+    lost: int
+    unacked: int
+
+
+@dataclass(frozen=True)
+class PathHop:
+    """One node of a connection's path: ``in_port``/``out_port`` are the node's model port
+    numbers (None at the GPU it starts or ends at); ``source``: how the path is known
+    (``pinned``, ``first-hop``); ``counter_bytes``: what ``out_port`` carried while the
+    connection was active, by the switch counters (None: not measured)."""
+
+    hop: int
+    node: str
+    in_port: int | None
+    out_port: int | None
+    source: str
+    counter_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ControllerEvent:
+    """Something the controller did or saw at ``t``: ``kind`` connect, disconnect,
+    port-up, port-down, reprogram, programmed, error, or ``log`` for a plain log line."""
+
+    t: float
+    kind: str
+    switch: str | None
+    port: int | None
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The machine's CPU over [start, end]: idle share of all CPUs; cores used by
+    ovs-vswitchd, the controller and the workers (None: not watched); the wait shares of
+    ovs-vswitchd's main thread and the softirq threads (orchestrator.testbed.cpuload)."""
+
+    start: float
+    end: float
+    idle_share: float
+    vswitchd_cores: float
+    vswitchd_wait: float
+    softirqd_wait: float
+    controller_cores: float | None = None
+    workers_cores: float | None = None
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """A fault the run injected: applied and undone at (epoch s, None: not yet / never),
+    ``error`` if applying or undoing it failed."""
+
+    id: int
+    kind: str
+    target: str
+    params: dict[str, Any]
+    scheduled: float | None
+    applied: float | None
+    undone: float | None
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -460,13 +704,13 @@ class ResultsWriter:
     def add_iterations(self, config_id: int, records: Iterable[IterationRecord]) -> int:
         """Per-rank, per-iteration timings of a configuration; returns how many were added."""
         rows = [
-            (config_id, int(r.warmup), r.iteration, r.rank, r.time_us, r.bytes, r.wrong)
+            (config_id, int(r.warmup), r.iteration, r.rank, r.time_us, r.bytes, r.wrong, r.start)
             for r in records
         ]
         with self._db:
             self._db.executemany(
                 "INSERT INTO iterations (config_id, warmup, iteration, rank, time_us, bytes,"
-                " wrong) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " wrong, start) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
         return len(rows)
@@ -477,6 +721,124 @@ class ResultsWriter:
         with self._db:
             self._db.executemany(
                 "INSERT INTO connection_samples (connection_id, t, bytes) VALUES (?, ?, ?)", rows
+            )
+        return len(rows)
+
+    def add_connections(self, config_id: int, connections: Iterable[ConnectionRecord]) -> int:
+        """Who is at each end of a configuration's connections (before or after their
+        samples: a connection row is made once per end and completed here)."""
+        count = 0
+        with self._db:
+            for c in connections:
+                connection_id = self._connection(config_id, c.rank, c.five_tuple)
+                self._db.execute(
+                    "UPDATE connections SET src_rank = ?, dst_rank = ?, channel = ?, link = ?"
+                    " WHERE id = ?",
+                    (c.src_rank, c.dst_rank, c.channel, c.link, connection_id),
+                )
+                count += 1
+        return count
+
+    def connection_id(self, config_id: int, rank: int, five: FiveTuple) -> int:
+        """The row of ``rank``'s end of a connection (made if new)."""
+        return self._connection(config_id, rank, five)
+
+    def add_tcp_info(self, config_id: int, samples: Iterable[TcpInfoSample]) -> int:
+        """The senders' TCP_INFO samples of a configuration's connections."""
+        rows = [
+            (
+                self._connection(config_id, s.rank, s.five_tuple),
+                s.t,
+                s.rtt_us,
+                s.rttvar_us,
+                s.cwnd,
+                s.ssthresh,
+                s.retrans,
+                s.lost,
+                s.unacked,
+            )
+            for s in samples
+        ]
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO tcp_info (connection_id, t, rtt_us, rttvar_us, cwnd, ssthresh,"
+                " retrans, lost, unacked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def add_path(self, connection_id: int, hops: Iterable[PathHop]) -> int:
+        """The path of one connection (its row from :meth:`connection_id`), hop by hop."""
+        rows = [
+            (connection_id, h.hop, h.node, h.in_port, h.out_port, h.source, h.counter_bytes)
+            for h in hops
+        ]
+        with self._db:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO connection_paths (connection_id, hop, node, in_port,"
+                " out_port, source, counter_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def add_steps(self, config_id: int, steps: Iterable[StepRecord]) -> int:
+        """Every step of every operation of every rank of a configuration."""
+        rows = [
+            (
+                config_id,
+                s.iteration,
+                s.rank,
+                s.step,
+                s.phase,
+                s.start,
+                s.end,
+                json.dumps(list(s.send_peers)),
+                json.dumps(list(s.recv_peers)),
+                s.sent,
+                s.received,
+            )
+            for s in steps
+        ]
+        with self._db:
+            self._db.executemany(
+                'INSERT INTO steps (config_id, iteration, rank, step, phase, start, "end",'
+                " send_peers, recv_peers, sent, received) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def add_controller_events(self, events: Iterable[ControllerEvent]) -> int:
+        rows = [(self.run_id, e.t, e.kind, e.switch, e.port, e.level, e.message) for e in events]
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO controller_events (run_id, t, kind, switch, port, level, message)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def add_host_cpu(self, intervals: Iterable[HostCpu]) -> int:
+        rows = [
+            (
+                self.run_id,
+                c.start,
+                c.end,
+                c.idle_share,
+                c.vswitchd_cores,
+                c.vswitchd_wait,
+                c.softirqd_wait,
+                c.controller_cores,
+                c.workers_cores,
+            )
+            for c in intervals
+        ]
+        with self._db:
+            self._db.executemany(
+                'INSERT INTO host_cpu (run_id, start, "end", idle_share, vswitchd_cores,'
+                " vswitchd_wait, softirqd_wait, controller_cores, workers_cores)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
             )
         return len(rows)
 
@@ -505,13 +867,18 @@ class ResultsWriter:
                 c.rx_packets,
                 c.tx_packets,
                 c.drops,
+                c.rx_dropped,
+                c.tx_dropped,
+                c.rx_errors,
+                c.tx_errors,
             )
             for c in counters
         ]
         with self._db:
             self._db.executemany(
                 "INSERT INTO port_counters (run_id, t, switch, port, rx_bytes, tx_bytes,"
-                " rx_packets, tx_packets, drops) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " rx_packets, tx_packets, drops, rx_dropped, tx_dropped, rx_errors, tx_errors)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
         return len(rows)
@@ -671,12 +1038,13 @@ class ResultsBundle:
         return [Configuration(*row) for row in rows]
 
     def iterations(self, config_id: int) -> list[IterationRecord]:
+        start = "start" if self.version >= 3 else "NULL"
         rows = self._db.execute(
-            "SELECT iteration, rank, time_us, bytes, wrong, warmup FROM iterations"
+            f"SELECT iteration, rank, time_us, bytes, wrong, warmup, {start} FROM iterations"
             " WHERE config_id = ? ORDER BY warmup DESC, iteration, rank",
             (config_id,),
         ).fetchall()
-        return [IterationRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
+        return [IterationRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows]
 
     def samples(self, config_id: int) -> list[ConnectionSample]:
         rows = self._db.execute(
@@ -691,12 +1059,133 @@ class ResultsBundle:
         ]
 
     def port_counters(self) -> Iterator[PortCounter]:
+        detail = (
+            "rx_dropped, tx_dropped, rx_errors, tx_errors" if self.version >= 3 else "0, 0, 0, 0"
+        )
         rows = self._db.execute(
-            "SELECT t, switch, port, rx_bytes, tx_bytes, rx_packets, tx_packets, drops"
-            " FROM port_counters ORDER BY switch, port, t"
+            "SELECT t, switch, port, rx_bytes, tx_bytes, rx_packets, tx_packets, drops,"
+            f" {detail} FROM port_counters ORDER BY switch, port, t"
         )
         for row in rows:
             yield PortCounter(*row)
+
+    # --- the monitor's layers (version 3; empty in older bundles) --------------------------
+
+    def has_table(self, name: str) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return row is not None
+
+    def sql(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query (the monitor's queries, orchestrator.monitor.queries,
+        use the indexes the schema declares for them)."""
+        return self._db.execute(statement, tuple(parameters)).fetchall()
+
+    def connections(self, config_id: int | None = None) -> list[StoredConnection]:
+        """Every connection end (of one configuration if given), by id."""
+        ends = "src_rank, dst_rank, channel, link"
+        if self.version < 3:
+            ends = "NULL, NULL, NULL, NULL"
+        where, params = ("", ())
+        if config_id is not None:
+            where, params = "WHERE config_id = ?", (config_id,)
+        rows = self._db.execute(
+            f"SELECT id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port, {ends}"
+            f" FROM connections {where} ORDER BY id",
+            params,
+        ).fetchall()
+        return [
+            StoredConnection(r[0], r[1], r[2], FiveTuple(r[4], r[5], r[6], r[7], r[3]), *r[8:])
+            for r in rows
+        ]
+
+    def steps(self, config_id: int) -> list[StepRecord]:
+        if not self.has_table("steps"):
+            return []
+        rows = self._db.execute(
+            'SELECT s.iteration, s.rank, s.step, s.phase, s.start, s."end", s.send_peers,'
+            " s.recv_peers, s.sent, s.received, COALESCE(i.warmup, 0) FROM steps AS s"
+            " LEFT JOIN iterations AS i ON i.config_id = s.config_id"
+            " AND i.iteration = s.iteration AND i.rank = s.rank"
+            " WHERE s.config_id = ? ORDER BY s.iteration, s.rank, s.step",
+            (config_id,),
+        ).fetchall()
+        return [
+            StepRecord(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                tuple(json.loads(r[6])),
+                tuple(json.loads(r[7])),
+                r[8],
+                r[9],
+                bool(r[10]),
+            )
+            for r in rows
+        ]
+
+    def tcp_info(self, connection_id: int) -> list[TcpInfoSample]:
+        """A connection's TCP_INFO samples in time order (rank and five-tuple its row's)."""
+        if not self.has_table("tcp_info"):
+            return []
+        rows = self._db.execute(
+            "SELECT c.rank, c.src_ip, c.src_port, c.dst_ip, c.dst_port, c.protocol, i.t,"
+            " i.rtt_us, i.rttvar_us, i.cwnd, i.ssthresh, i.retrans, i.lost, i.unacked"
+            " FROM tcp_info AS i JOIN connections AS c ON c.id = i.connection_id"
+            " WHERE i.connection_id = ? ORDER BY i.t",
+            (connection_id,),
+        ).fetchall()
+        return [TcpInfoSample(r[0], FiveTuple(r[1], r[2], r[3], r[4], r[5]), *r[6:]) for r in rows]
+
+    def paths(self) -> dict[int, list[PathHop]]:
+        """Connection id -> its path, hop by hop (connections without one are absent)."""
+        if not self.has_table("connection_paths"):
+            return {}
+        paths: dict[int, list[PathHop]] = {}
+        for row in self._db.execute(
+            "SELECT connection_id, hop, node, in_port, out_port, source, counter_bytes"
+            " FROM connection_paths ORDER BY connection_id, hop"
+        ):
+            paths.setdefault(row[0], []).append(PathHop(*row[1:]))
+        return paths
+
+    def controller_events(self) -> list[ControllerEvent]:
+        if not self.has_table("controller_events"):
+            return []
+        rows = self._db.execute(
+            "SELECT t, kind, switch, port, level, message FROM controller_events ORDER BY t"
+        ).fetchall()
+        return [ControllerEvent(*row) for row in rows]
+
+    def host_cpu(self) -> list[HostCpu]:
+        if not self.has_table("host_cpu"):
+            return []
+        rows = self._db.execute(
+            'SELECT start, "end", idle_share, vswitchd_cores, vswitchd_wait, softirqd_wait,'
+            " controller_cores, workers_cores FROM host_cpu ORDER BY start"
+        ).fetchall()
+        return [HostCpu(*row) for row in rows]
+
+    def faults(self) -> list[FaultRecord]:
+        """The faults the run injected, by id (empty without the table or rows)."""
+        if not self.has_table("faults"):
+            return []
+        rows = self._db.execute(
+            "SELECT id, kind, target, params, scheduled, applied, undone, error FROM faults"
+            " ORDER BY id"
+        ).fetchall()
+        faults = []
+        for r in rows:
+            try:
+                params = json.loads(r[3]) if r[3] else {}
+            except ValueError:
+                params = {"raw": r[3]}
+            faults.append(FaultRecord(r[0], r[1] or "", r[2] or "", params, r[4], r[5], r[6], r[7]))
+        return faults
 
     def ceilings(self) -> dict[int, Ceiling]:
         """Per configuration id, its busbw ceiling (empty for bundles from before)."""
