@@ -62,6 +62,23 @@ class ThroughputSample:
 
 
 @dataclass(frozen=True)
+class TcpInfoRecord:
+    """The sender kernel's TCP_INFO of ``connection`` at ``t`` (epoch s), as its ``rank``
+    reported it (fields: orchestrator.worker.transport.TcpView)."""
+
+    rank: int
+    connection: ConnectionInfo
+    t: float
+    rtt_us: int
+    rttvar_us: int
+    cwnd: int
+    ssthresh: int
+    retrans: int
+    lost: int
+    unacked: int
+
+
+@dataclass(frozen=True)
 class PhaseRecord:
     phase: str
     step: int
@@ -199,6 +216,7 @@ class RunResult:
     tests: list[CollectiveResult] = field(default_factory=list)
     connections: list[ConnectionInfo] = field(default_factory=list)
     samples: list[ThroughputSample] = field(default_factory=list)
+    tcp_info: list[TcpInfoRecord] = field(default_factory=list)
     failure: Failure | None = None
 
     def rows(self) -> list[NcclRow]:

@@ -72,6 +72,9 @@ class LaunchOptions:
     settle_time: float = 0.5  # evidence gathering before blaming a rank
     exit_timeout: float = 3.0
     sample_interval: float = 0.01
+    #: the senders' TCP_INFO (RTT, cwnd, retransmissions) with every throughput sample
+    #: (the monitor's full detail, orchestrator.monitor.levels)
+    tcp_info: bool = False
     python: str = sys.executable
     worker_args: tuple[str, ...] = ()  # extra argv for every worker (fault injection)
 
