@@ -781,6 +781,56 @@ class ResultsWriter:
             )
         return len(rows)
 
+    def confirm_paths(self) -> int:
+        """Fill every path hop's ``counter_bytes``: what the switch counters say the hop's
+        link carried while its connection was active (from the last counter sample at or
+        before the connection's first throughput sample to the first at or after its last).
+        A switch's hop is its own transmit counter on ``out_port``; a GPU's (not polled)
+        is the next switch's receive counter on its ``in_port``. Call it once the port
+        counters are in; returns the hops filled."""
+        hops = self._db.execute(
+            "SELECT p.connection_id, p.hop, p.node, p.out_port, n.node, n.in_port,"
+            " MIN(s.t), MAX(s.t) FROM connection_paths AS p"
+            " JOIN connection_paths AS n ON n.connection_id = p.connection_id"
+            " AND n.hop = p.hop + 1"
+            " JOIN connection_samples AS s ON s.connection_id = p.connection_id"
+            " GROUP BY p.connection_id, p.hop"
+        ).fetchall()
+        filled = 0
+        with self._db:
+            for connection_id, hop, node, out_port, after, in_port, first, last in hops:
+                carried = self._counter_delta(node, out_port, "tx_bytes", first, last)
+                if carried is None:
+                    carried = self._counter_delta(after, in_port, "rx_bytes", first, last)
+                if carried is None:
+                    continue
+                self._db.execute(
+                    "UPDATE connection_paths SET counter_bytes = ? WHERE connection_id = ?"
+                    " AND hop = ?",
+                    (carried, connection_id, hop),
+                )
+                filled += 1
+        return filled
+
+    def _counter_delta(
+        self, switch: str, port: int | None, column: str, start: float, end: float
+    ) -> int | None:
+        if port is None:
+            return None
+        before = self._db.execute(
+            f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t <= ?"
+            " ORDER BY t DESC LIMIT 1",
+            (switch, port, start),
+        ).fetchone()
+        after = self._db.execute(
+            f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t >= ?"
+            " ORDER BY t LIMIT 1",
+            (switch, port, end),
+        ).fetchone()
+        if before is None or after is None or after[0] < before[0]:
+            return None
+        return int(after[0] - before[0])
+
     def add_steps(self, config_id: int, steps: Iterable[StepRecord]) -> int:
         """Every step of every operation of every rank of a configuration."""
         rows = [
@@ -1087,7 +1137,7 @@ class ResultsBundle:
         ends = "src_rank, dst_rank, channel, link"
         if self.version < 3:
             ends = "NULL, NULL, NULL, NULL"
-        where, params = ("", ())
+        where, params = "", tuple[int, ...]()
         if config_id is not None:
             where, params = "WHERE config_id = ?", (config_id,)
         rows = self._db.execute(

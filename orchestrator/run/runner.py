@@ -68,12 +68,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from controllers.events import EVENTS_NAME
 from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
+from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
+from orchestrator.monitor import record
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -95,7 +98,8 @@ from orchestrator.run.experiment import (
     ExperimentSpec,
 )
 from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
-from orchestrator.testbed.cpuload import CpuSampler
+from orchestrator.testbed.cpuload import CpuSampler, host_intervals
+from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
@@ -130,6 +134,7 @@ class RunOptions:
     channels: int | None = None  # connections per peer pair; None: per collective
     # (orchestrator.collectives.ceilings.default_channels: enough to spread over the NIC ports)
     worker_args: tuple[str, ...] = ()  # extra worker argv (tests: fault injection)
+    monitor: str | None = None  # the monitor's detail level; None: the experiment's
 
 
 @dataclass
@@ -250,6 +255,7 @@ def iteration_records(test: CollectiveResult) -> list[IterationRecord]:
             bytes=rank.sent,
             wrong=rank.wrong,  # -1: not verified (the bundle keeps it so)
             warmup=iteration.warmup,
+            start=rank.start,
         )
         for iteration in test.iterations
         for rank in iteration.ranks.values()
@@ -419,6 +425,9 @@ class Runner:
         self.progress: Progress | None = None
         self.run_file: dict[str, Any] = {}
         self.calibrated_in: float | None = None  # seconds the quick calibration took
+        self.run_dir: Path | None = None  # the fabric's run directory, once it is up
+        self._since = 0.0  # when this run began on the fabric (epoch s)
+        self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
     # -- messages ----------------------------------------------------------------------
 
@@ -522,6 +531,12 @@ class Runner:
     def _run_on(self, testbed: Testbed, outcome: RunOutcome) -> None:
         spec, options = self.spec, self.options
         steps = spec.steps()
+        self.run_dir = testbed.run_dir
+        self._since = time.time()  # what the controller logged before this run is not its
+        seconds = testbed.use_monitor(self.monitor)
+        if seconds:
+            self.say(f"monitor {self.monitor.name}: controller restarted in {seconds:.1f} s")
+        self.run_file["monitor"] = self.monitor.name
         datapath = testbed.emulation.datapath
         self.run_file["conditions"]["datapath"] = datapath.kind if datapath else None
         self.run_file["conditions"]["userspace_tso"] = datapath.tso if datapath else None
@@ -557,7 +572,9 @@ class Runner:
         )
         offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0
         self.run_file["emulator_saturation"] = DEFAULT_THRESHOLDS.to_dict()
-        sampler = CpuSampler().start()  # the CPU while configurations run (calibration.saturation)
+        # the CPU while configurations run (calibration.saturation; the monitor's host layer)
+        groups = testbed.process_groups if self.monitor.process_cpu else None
+        sampler = CpuSampler(groups=groups).start()
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -596,6 +613,9 @@ class Runner:
                                     unpinned=unpinned,
                                 )
                                 writer.add_ceiling(configuration.id, ceiling)
+                                self._record_monitor(
+                                    writer, testbed, config_id, done, result, launcher.layout
+                                )
                                 load = judge_test(done, sampler.snapshot(), offered)
                                 if load is not None:
                                     writer.add_emulator_load(config_id, load)
@@ -632,7 +652,8 @@ class Runner:
             outcome.error = str(error)
             outcome.exit_status = error.exit_status
         except BaseException:
-            self._record_telemetry(writer, testbed)
+            sampler.stop()
+            self._record_telemetry(writer, testbed, sampler)
             writer.finish(status="interrupted")
             raise
         finally:
@@ -640,8 +661,29 @@ class Runner:
             if self.progress is not None:
                 self.progress.close()
         self._check_wrong(outcome)
-        self._record_telemetry(writer, testbed)
+        self._record_telemetry(writer, testbed, sampler)
         writer.finish(status=outcome.status)
+
+    def _record_monitor(
+        self,
+        writer: ResultsWriter,
+        testbed: Testbed,
+        config_id: int,
+        done: CollectiveResult,
+        result: RunResult,
+        layout: Layout,
+    ) -> None:
+        """The configuration's monitor layers (orchestrator.monitor.record): its steps, its
+        connections' ends and planned paths, the senders' TCP_INFO."""
+        writer.add_steps(config_id, record.step_records(done, layout))
+        writer.add_connections(config_id, record.connection_records(result.connections))
+        writer.add_tcp_info(config_id, record.tcp_records(result))
+        if testbed.pinning is not None:
+            fabric = testbed.description.fabric
+            for c, hops in record.connection_paths(
+                fabric, result.connections, testbed.pinning.chosen
+            ):
+                writer.add_path(writer.connection_id(config_id, c.src, c.five_tuple), hops)
 
     def _check_wrong(self, outcome: RunOutcome) -> None:
         """Data that failed verification fails the run (exit 7), unless it failed already
@@ -717,9 +759,13 @@ class Runner:
         if None in outcome.rto_min[key] and not warned:
             self.say(rto_min_line(outcome.rto_min[key]))
 
-    def _record_telemetry(self, writer: ResultsWriter, testbed: Testbed) -> None:
+    def _record_telemetry(
+        self, writer: ResultsWriter, testbed: Testbed, sampler: CpuSampler | None = None
+    ) -> None:
         """The controller's port counters into the database, its telemetry file (routes of
-        the policies that place flows included) into the bundle as it is."""
+        the policies that place flows included) into the bundle as it is; then the rest of
+        the monitor's layers: the counters' confirmation of the paths, the controller's
+        events, the CPU per interval, and the logs."""
         try:
             counters = testbed.port_counters()
             if counters:
@@ -728,8 +774,20 @@ class Runner:
             if path is not None and path.exists():
                 shutil.copyfile(path, writer.path / TELEMETRY_FILE)
             self.run_file["port_counters"] = len(counters)
+            writer.confirm_paths()
         except (OSError, ValueError) as error:
             self.say(f"cannot read the controller's telemetry: {error}")
+        try:
+            events = record.controller_events(testbed.run_dir / EVENTS_NAME, self._since)
+            writer.add_controller_events(events)
+            if sampler is not None:
+                writer.add_host_cpu(host_intervals(sampler.snapshot()))
+            controller = testbed.emulation.controller
+            logs = [controller.log_path] if controller is not None else []
+            logs.append(testbed.run_dir / EVENTS_NAME)
+            record.copy_logs(writer.path, logs, testbed.launch_dirs)
+        except OSError as error:
+            self.say(f"cannot record the monitor's layers: {error}")
 
     def _table(
         self,

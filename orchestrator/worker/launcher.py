@@ -335,6 +335,14 @@ class Launcher:
         if self._own_dir and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
+    def pids(self) -> list[int]:
+        """The workers' process ids (those ``spawn`` returned with one)."""
+        return [
+            pid
+            for rank in self._ranks.values()
+            if isinstance(pid := getattr(rank.process, "pid", None), int)
+        ]
+
     def process(self, rank: int) -> WorkerProcess:
         """The process of ``rank`` (as ``spawn`` returned it)."""
         return self._ranks[rank].process

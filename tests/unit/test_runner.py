@@ -45,6 +45,7 @@ from orchestrator.run.runner import (
     step_seconds,
 )
 from orchestrator.testbed import testbed
+from orchestrator.testbed.monitoring import FULL, MonitorLevel
 from orchestrator.testbed.pinning import Pinning, assign, candidates, fabric_flows
 from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher, local_spawn
@@ -89,10 +90,19 @@ class LoopbackTestbed:
     spawn_delay: float = 0.0  # seconds before each worker starts (a slow start-up)
     spawned: list[Any] = field(default_factory=list)  # every worker process started
     host_ports: list[str | None] = field(default_factory=list)  # each launch's
+    monitor: MonitorLevel = FULL  # as Testbed.use_monitor sets it
+    launch_dirs: list[Path] = field(default_factory=list)
+    launcher: Launcher | None = None
 
     @property
     def emulation(self) -> Any:
-        return SimpleNamespace(datapath=None, timings={})
+        return SimpleNamespace(datapath=None, timings={}, controller=None)
+
+    def use_monitor(self, level: MonitorLevel) -> float:
+        self.monitor = level
+        return 0.0
+
+    process_groups = testbed.Testbed.process_groups
 
     # Read off the description as the Testbed reads them (its own properties; a class named
     # Test* imported here would be collected by pytest).
@@ -133,13 +143,17 @@ class LoopbackTestbed:
             heartbeat_interval=0.1,
             heartbeat_timeout=1.5,
             settle_time=0.3,
+            tcp_info=self.monitor.tcp_info,
         )
-        return Launcher(
+        self.launch_dirs.append(self.run_dir / f"w{self.launches}")
+        self.launcher = Launcher(
             loopback_workers(len(gpus or self.description.fabric.gpus), 2),
             spawn=self.spawn,
             options=fast,
-            run_dir=self.run_dir / f"w{self.launches}",
+            run_dir=self.launch_dirs[-1],
+            live=self.run_dir / testbed.LIVE_FILE if self.monitor.live else None,
         )
+        return self.launcher
 
     def spawn(self, worker: Any, argv: list[str], log: Any) -> Any:
         time.sleep(self.spawn_delay)
