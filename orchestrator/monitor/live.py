@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -365,16 +366,51 @@ def watch(
     console: Any = None,
 ) -> None:
     """Redraw the view of ``run_dir`` every ``refresh`` seconds until ``until()`` says so
-    (or Ctrl-C). ``run_dir`` may appear later (a run that is bringing its fabric up)."""
+    (or Ctrl-C)."""
     from rich.live import Live
 
     source = LiveSource(run_dir)
-    with Live(
-        render(snapshot(source)), console=console, auto_refresh=False, transient=False
-    ) as live:
+    with Live(render(snapshot(source)), console=console, auto_refresh=False) as live:
         while until is None or not until():
             time.sleep(refresh)
             live.update(render(snapshot(source)), refresh=True)
+
+
+class Updater:
+    """Redraws a ``rich.live.Live`` from a thread while the caller's thread runs (``astral
+    run --live``: the run keeps the main thread, its signal handlers and its prints, which
+    Live shows above the view). ``run_dir()`` says where to look, None until the fabric
+    is up."""
+
+    def __init__(
+        self, live: Any, run_dir: Callable[[], Path | None], refresh: float = REFRESH_S
+    ) -> None:
+        self.live = live
+        self.run_dir = run_dir
+        self.refresh = refresh
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="live-view", daemon=True)
+
+    def __enter__(self) -> Updater:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        from rich.text import Text
+
+        source: LiveSource | None = None
+        while not self._stop.wait(self.refresh):
+            directory = self.run_dir()
+            if directory is None:
+                self.live.update(Text("bringing the fabric up ...", style="dim"), refresh=True)
+                continue
+            if source is None or source.run_dir != directory:
+                source = LiveSource(directory)
+            self.live.update(render(snapshot(source)), refresh=True)
 
 
 def newest_run_dir(base: Path) -> Path | None:

@@ -247,3 +247,19 @@ def step_links(
         for pair, members in used.items()
     ]
     return StepLinks(chosen, connection_uses(bundle, ids, chosen.start, chosen.end), links)
+
+
+def touched_connections(bundle: ResultsBundle, target: str) -> list[int]:
+    """The connections (sending-end rows) a fault on ``target`` touches: those whose
+    recorded path crosses the link (either direction of ``A-B``, the one of ``A>B``) or
+    visits the node. Empty for no target (controller-crash) or a target that is not
+    in the fabric (the fault validated its own names)."""
+    if not target:
+        return []
+    if ">" not in target and "-" not in target:
+        return through_node(bundle, target)
+    try:
+        found = target_directions(bundle, target)
+    except ResultsError:
+        return []
+    return sorted({c for d in found for c in crossing(bundle, d)})

@@ -6,7 +6,8 @@
   of fabric vs NVLink bytes, orchestrator.collectives.ceilings) and the rail's TCP ceiling
   as references;
 - ``plots/link-utilization.png``: every link direction against time, utilization = rate /
-  capacity, from the switches' cumulative port counters and the capacities in fabric.json;
+  capacity, from the switches' cumulative port counters and the capacities in fabric.json,
+  with the intervals of the faults the run injected shaded and their targets outlined;
 - ``plots/connections/<policy>__<collective>-<algorithm>__<size>.png``: per-connection
   throughput over time during one configuration (lines, and the same as a heat map).
 
@@ -307,6 +308,7 @@ def link_utilization_plot(bundle: ResultsBundle, path: Path) -> Path | None:
             rotation=90,
         )
     _mark_configurations(bundle, axes, origin)
+    mark_faults(bundle, axes, origin, labels)
     axes.set_xlabel("time since the first port counter (s)")
     axes.set_title(
         f"Link utilization (rate / capacity) per direction, {bundle.run.fabric}, "
@@ -316,6 +318,52 @@ def link_utilization_plot(bundle: ResultsBundle, path: Path) -> Path | None:
     bar = figure.colorbar(image, ax=axes, pad=0.04, fraction=0.03)
     bar.set_label("utilization (values above 1 shown as 1)")
     return _save(figure, path)
+
+
+def fault_rows(target: str, labels: Sequence[str]) -> list[int]:
+    """The rows (``A > B`` labels) a fault's target names: a link ``A-B`` both directions,
+    ``A>B`` one, a node every direction into or out of it; none for no target."""
+    if not target:
+        return []
+    if ">" in target:
+        a, b = target.split(">", 1)
+        wanted = {f"{a} > {b}"}
+    elif "-" in target:
+        a, b = target.split("-", 1)
+        wanted = {f"{a} > {b}", f"{b} > {a}"}
+    else:
+        return [i for i, label in enumerate(labels) if target in label.split(" > ")]
+    return [i for i, label in enumerate(labels) if label in wanted]
+
+
+def mark_faults(
+    bundle: ResultsBundle, axes: Any, origin: float, labels: Sequence[str] = ()
+) -> None:
+    """Every fault the run injected: its interval shaded (applied to undone, or to the
+    axis's end if never undone), named at the bottom, and its target's rows outlined."""
+    high = axes.get_xlim()[1]
+    for fault in bundle.faults():
+        if fault.applied is None:
+            continue
+        start = fault.applied - origin
+        stop = (fault.undone - origin) if fault.undone is not None else high
+        axes.axvspan(start, stop, color="red", alpha=0.15, linewidth=0)
+        axes.axvline(start, color="red", linewidth=1.0)
+        axes.annotate(
+            f"#{fault.id} {fault.kind} {fault.target}".strip(),
+            xy=(start, 0.01),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="red",
+            rotation=90,
+            va="bottom",
+        )
+        for row in fault_rows(fault.target, labels):
+            axes.add_patch(
+                _pyplot().Rectangle(
+                    (start, row - 0.5), stop - start, 1.0, fill=False, edgecolor="red", lw=1.2
+                )
+            )
 
 
 def _mark_configurations(bundle: ResultsBundle, axes: Any, origin: float) -> None:

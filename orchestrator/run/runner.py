@@ -77,6 +77,7 @@ from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
 from orchestrator.monitor import record
+from orchestrator.monitor.report import render_monitor
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -830,6 +831,8 @@ class Runner:
 
             plots = self.options.plots and outcome.status != "interrupted"
             render_bundle(outcome.bundle, plots=plots)
+            if plots:
+                render_monitor(outcome.bundle)
         except (AstralError, OSError, ValueError) as error:
             self.say(f"rendering the bundle failed: {error}")
         for line in self.summary_lines(outcome, testbed):
