@@ -45,14 +45,24 @@ def fault_section(bundle: ResultsBundle) -> list[str]:
     return lines
 
 
+def _operation_spans(bundle: ResultsBundle) -> list[tuple[float, float]]:
+    """Each configuration's first start and last end, from the phase timelines and, in
+    version 3 bundles, the steps."""
+    spans = list(bundle.spans().values())
+    if bundle.has_table("steps"):
+        spans += [
+            (float(a), float(b))
+            for a, b in bundle.sql('SELECT MIN(start), MAX("end") FROM steps GROUP BY config_id')
+        ]
+    return spans
+
+
 def run_origin(bundle: ResultsBundle) -> float:
-    spans = bundle.spans()
-    return min((s for s, _ in spans.values()), default=0.0)
+    return min((s for s, _ in _operation_spans(bundle)), default=0.0)
 
 
 def run_end(bundle: ResultsBundle) -> float:
-    spans = bundle.spans()
-    return max((e for _, e in spans.values()), default=0.0)
+    return max((e for _, e in _operation_spans(bundle)), default=0.0)
 
 
 def _at(t: float | None, origin: float) -> str:
