@@ -34,6 +34,7 @@ from orchestrator.collectives.ceilings import (
     fabric_share,
 )
 from orchestrator.collectives.nccl import TIME_DEFINITION
+from orchestrator.results import ResultsBundle
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import (
@@ -525,3 +526,49 @@ def test_ctrl_c_while_the_workers_start_stops_them_too(
     assert 0 < len(bed.spawned) < 8  # it was interrupted during start-up
     assert all(process.poll() is not None for process in bed.spawned)
     assert not list((tmp_path / "run").glob("w*/workers.sock"))
+
+
+def test_the_bundle_holds_the_monitor_layers_at_full_detail_and_fewer_at_light(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    """Loopback workers, real TCP: every step with its peers, both ends of every
+    connection, the senders' TCP_INFO, the CPU per interval with the workers' share, the
+    worker logs copied and the live file written; at light, no TCP_INFO and no live file."""
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
+    outcome, bed, _ = run(spec, tmp_path, description)
+    assert outcome.status == "ok", outcome.error
+    bundle = tmp_path / "bundle"
+    with ResultsBundle.open(bundle) as b:
+        configs = b.configurations()
+        steps = b.steps(configs[0].id)
+        # ring all-reduce on 8 ranks: 14 steps, then the drain ("delivery"), per operation
+        # (and a check of the data, "verify", not a step of the plan: no peers)
+        ops = len(b.iterations(configs[0].id))
+        ring = [s for s in steps if s.phase in ("reduce-scatter", "all-gather")]
+        assert len(ring) == ops * 14 and sum(s.phase == "delivery" for s in steps) == ops
+        assert all(not s.send_peers for s in steps if s.phase in ("delivery", "verify"))
+        assert all(s.send_peers == ((s.rank + 1) % 8,) for s in ring)
+        assert all(s.recv_peers == ((s.rank - 1) % 8,) for s in ring)
+        assert all(s.sent > 0 and s.start <= s.end for s in ring)
+        ends = b.connections(configs[0].id)
+        assert ends and all(c.rank in (c.src_rank, c.dst_rank) for c in ends)
+        senders = [c for c in ends if c.rank == c.src_rank]
+        info = [s for c in senders for s in b.tcp_info(c.id)]
+        assert info and all(s.rtt_us > 0 and s.cwnd > 0 for s in info)
+        cpu = b.host_cpu()
+        assert cpu and all(0.0 <= c.idle_share <= 1.0 for c in cpu)
+        assert any((c.workers_cores or 0) > 0 for c in cpu)
+    logs = sorted(p.relative_to(bundle / "logs").as_posix() for p in (bundle / "logs").rglob("*"))
+    assert "w1/worker-0.log" in logs and "w1/worker-7.log" in logs
+    assert (bed.run_dir / testbed.LIVE_FILE).is_file()
+    assert json.loads((tmp_path / "bundle" / "run.json").read_text())["monitor"] == "full"
+
+    light_dir = tmp_path / "light"
+    light = experiment(policies=["ecmp"], collectives=["all-reduce"], monitor="light")
+    outcome, bed, _ = run(light, light_dir, description)
+    assert outcome.status == "ok", outcome.error
+    with ResultsBundle.open(light_dir / "bundle") as b:
+        assert b.steps(b.configurations()[0].id)  # the application layer stays
+        assert all(not b.tcp_info(c.id) for c in b.connections())
+        assert all(c.workers_cores is None for c in b.host_cpu())
+    assert not (bed.run_dir / testbed.LIVE_FILE).exists()
