@@ -427,7 +427,9 @@ class Runner:
         self.run_file: dict[str, Any] = {}
         self.calibrated_in: float | None = None  # seconds the quick calibration took
         self.run_dir: Path | None = None  # the fabric's run directory, once it is up
-        self._since = 0.0  # when this run began on the fabric (epoch s)
+        # when this run began on the fabric (epoch s); 0 when it brings its own fabric up
+        # (the controller's events from its bring-up belong to the run)
+        self._since: float | None = None
         self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
     # -- messages ----------------------------------------------------------------------
@@ -481,6 +483,8 @@ class Runner:
             "load_guard": verdict.to_dict(),
         }
         own = testbed is None
+        if own:
+            self._since = 0.0
         try:
             if testbed is None:
                 testbed = Testbed(
@@ -533,7 +537,8 @@ class Runner:
         spec, options = self.spec, self.options
         steps = spec.steps()
         self.run_dir = testbed.run_dir
-        self._since = time.time()  # what the controller logged before this run is not its
+        if self._since is None:  # a testbed of the caller's: what it logged before is not ours
+            self._since = time.time()
         seconds = testbed.use_monitor(self.monitor)
         if seconds:
             self.say(f"monitor {self.monitor.name}: controller restarted in {seconds:.1f} s")
@@ -779,7 +784,7 @@ class Runner:
         except (OSError, ValueError) as error:
             self.say(f"cannot read the controller's telemetry: {error}")
         try:
-            events = record.controller_events(testbed.run_dir / EVENTS_NAME, self._since)
+            events = record.controller_events(testbed.run_dir / EVENTS_NAME, self._since or 0.0)
             writer.add_controller_events(events)
             if sampler is not None:
                 writer.add_host_cpu(host_intervals(sampler.snapshot()))
