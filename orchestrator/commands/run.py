@@ -72,6 +72,13 @@ def register(subparsers: Any) -> None:
         "--live", action="store_true", help="draw the live view (astral top) while it runs"
     )
     parser.add_argument(
+        "--lock-wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for another run's lock instead of exiting 5 at once",
+    )
+    parser.add_argument(
         "--monitor",
         choices=("full", "light"),
         default=None,
@@ -112,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         ready_timeout=args.timeout,
         worker_args=tuple(args.worker_arg),
         monitor=args.monitor,
+        lock_wait=args.lock_wait,
     )
     if args.live:
         from rich.live import Live

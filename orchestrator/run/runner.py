@@ -136,6 +136,7 @@ class RunOptions:
     # (orchestrator.collectives.ceilings.default_channels: enough to spread over the NIC ports)
     worker_args: tuple[str, ...] = ()  # extra worker argv (tests: fault injection)
     monitor: str | None = None  # the monitor's detail level; None: the experiment's
+    lock_wait: float = 0.0  # seconds to wait for another run's lock (0: fail at once)
 
 
 @dataclass
@@ -493,6 +494,7 @@ class Runner:
                     state_base=self.options.state_base,
                     ready_timeout=self.options.ready_timeout,
                     log=self.say,
+                    lock_wait=self.options.lock_wait,
                 )
                 self.say(f"bringing up fabric {spec.fabric.name} ({spec.fabric_source})")
                 testbed.start()

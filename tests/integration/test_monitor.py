@@ -84,13 +84,8 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     experiment.write_text(EXPERIMENT)
     out = base / "bundle"
     argv = [sys.executable, "-m", "orchestrator.cli", "run", str(experiment), "--out", str(out),
-            "--live", "--no-calibrate", "--no-plots"]  # fmt: skip
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        status, text = run_in_pty(argv, RUN_TIMEOUT)
-        if status != 5 or time.monotonic() > deadline:  # 5: another run holds the lock
-            break
-        time.sleep(2)
+            "--live", "--no-calibrate", "--no-plots", "--lock-wait", str(LOCK_WAIT)]  # fmt: skip
+    status, text = run_in_pty(argv, LOCK_WAIT + RUN_TIMEOUT)
     assert status == 0, text[-3000:]
     return out, text
 
