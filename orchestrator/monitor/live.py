@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controllers.counters import StatsRound, decode_round
+from controllers.counters import PortRate, StatsRound, decode_round, port_rates
 from orchestrator.collectives.sizes import format_size
 from orchestrator.results.plots import LinkDirection, link_directions
 
@@ -176,28 +176,24 @@ class LiveSource:
             self.alert(t, text, f"f{fault_id}{event}")
 
     def links(self) -> list[LinkNow]:
-        """Every measured direction over the last two polls (empty before two)."""
+        """Every measured direction over the last two polls (empty before two), its rate
+        from the switch's counters as the controller's policies get it (port_rates)."""
         if len(self.rounds) < 2:
             return []
         old, new = self.rounds[0], self.rounds[1]
+        rates: dict[str, dict[int, PortRate]] = {}
+        for name, sample in new.switches.items():
+            if name in old.switches:
+                rates[name] = port_rates(old.switches[name], sample)
         out = []
         for d in self.directions:
-            a, b = old.switches.get(d.switch), new.switches.get(d.switch)
-            if a is None or b is None or b.t <= a.t:
+            rate = rates.get(d.switch, {}).get(d.port)
+            if rate is None:
                 continue
-            pa = next((p for p in a.ports if p.port == d.port), None)
-            pb = next((p for p in b.ports if p.port == d.port), None)
-            if pa is None or pb is None:
-                continue
-            moved = (
-                (pb.tx_bytes - pa.tx_bytes) if d.counter == "tx" else (pb.rx_bytes - pa.rx_bytes)
-            )
-            if moved < 0:
-                continue  # the port was re-created
-            rate = moved * 8 / (b.t - a.t)
-            drops = max(0, pb.rx_dropped + pb.tx_dropped - pa.rx_dropped - pa.tx_dropped)
-            errors = max(0, pb.rx_errors + pb.tx_errors - pa.rx_errors - pa.tx_errors)
-            out.append(LinkNow(d.label, rate / d.capacity, rate, drops, errors))
+            bps = rate.tx_bps if d.counter == "tx" else rate.rx_bps
+            drops = rate.rx_dropped + rate.tx_dropped
+            errors = rate.rx_errors + rate.tx_errors
+            out.append(LinkNow(d.label, bps / d.capacity, bps, drops, errors))
         return out
 
 

@@ -159,19 +159,7 @@ def counter_bytes(
     to its first at or after ``end`` (None without both, or across a counter reset)."""
     m = direction.measured
     column = "tx_bytes" if m.counter == "tx" else "rx_bytes"
-    before = bundle.sql(
-        f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t <= ?"
-        " ORDER BY t DESC LIMIT 1",
-        (m.switch, m.port, start),
-    )
-    after = bundle.sql(
-        f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t >= ?"
-        " ORDER BY t LIMIT 1",
-        (m.switch, m.port, end),
-    )
-    if not before or not after or after[0][0] < before[0][0]:
-        return None
-    return int(after[0][0] - before[0][0])
+    return bundle.counter_delta(m.switch, m.port, column, start, end)
 
 
 def link_traffic(bundle: ResultsBundle, link: str, start: float, end: float) -> list[LinkTraffic]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple
 from pathlib import Path
 
 from controllers.events import read_events
@@ -77,19 +78,9 @@ def connection_records(connections: Iterable[ConnectionInfo]) -> list[Connection
 
 
 def tcp_records(result: RunResult) -> list[TcpInfoSample]:
+    """The senders' TCP_INFO (its fields in the order both records declare them)."""
     return [
-        TcpInfoSample(
-            s.rank,
-            s.connection.five_tuple,
-            s.t,
-            s.rtt_us,
-            s.rttvar_us,
-            s.cwnd,
-            s.ssthresh,
-            s.retrans,
-            s.lost,
-            s.unacked,
-        )
+        TcpInfoSample(s.rank, s.connection.five_tuple, s.t, *astuple(s.view))
         for s in result.tcp_info
     ]
 

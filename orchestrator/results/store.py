@@ -557,6 +557,29 @@ def _write_json(path: Path, document: object) -> None:
     os.replace(tmp, path)
 
 
+def counter_delta(
+    db: sqlite3.Connection, switch: str, port: int | None, column: str, start: float, end: float
+) -> int | None:
+    """What a port counter (``tx_bytes``, ``rx_bytes``, ...) counted over [start, end]: from
+    its last sample at or before ``start`` to its first at or after ``end``, so that the
+    interval is covered (None without both samples, or across a counter reset)."""
+    if port is None:
+        return None
+    before = db.execute(
+        f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t <= ?"
+        " ORDER BY t DESC LIMIT 1",
+        (switch, port, start),
+    ).fetchone()
+    after = db.execute(
+        f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t >= ?"
+        " ORDER BY t LIMIT 1",
+        (switch, port, end),
+    ).fetchone()
+    if before is None or after is None or after[0] < before[0]:
+        return None
+    return int(after[0] - before[0])
+
+
 class ResultsWriter:
     """Creates a bundle and fills it while a run goes; what the runner calls.
 
@@ -799,9 +822,9 @@ class ResultsWriter:
         filled = 0
         with self._db:
             for connection_id, hop, node, out_port, after, in_port, first, last in hops:
-                carried = self._counter_delta(node, out_port, "tx_bytes", first, last)
+                carried = counter_delta(self._db, node, out_port, "tx_bytes", first, last)
                 if carried is None:
-                    carried = self._counter_delta(after, in_port, "rx_bytes", first, last)
+                    carried = counter_delta(self._db, after, in_port, "rx_bytes", first, last)
                 if carried is None:
                     continue
                 self._db.execute(
@@ -811,25 +834,6 @@ class ResultsWriter:
                 )
                 filled += 1
         return filled
-
-    def _counter_delta(
-        self, switch: str, port: int | None, column: str, start: float, end: float
-    ) -> int | None:
-        if port is None:
-            return None
-        before = self._db.execute(
-            f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t <= ?"
-            " ORDER BY t DESC LIMIT 1",
-            (switch, port, start),
-        ).fetchone()
-        after = self._db.execute(
-            f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t >= ?"
-            " ORDER BY t LIMIT 1",
-            (switch, port, end),
-        ).fetchone()
-        if before is None or after is None or after[0] < before[0]:
-            return None
-        return int(after[0] - before[0])
 
     def add_steps(self, config_id: int, steps: Iterable[StepRecord]) -> int:
         """Every step of every operation of every rank of a configuration."""
@@ -1127,6 +1131,20 @@ class ResultsBundle:
         ).fetchone()
         return row is not None
 
+    def counter_delta(
+        self, switch: str, port: int, column: str, start: float, end: float
+    ) -> int | None:
+        """What a port counter counted over [start, end] (:func:`counter_delta`)."""
+        return counter_delta(self._db, switch, port, column, start, end)
+
+    def _monitor_rows(
+        self, table: str, statement: str, parameters: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """The rows of a query on one of the monitor's tables; none in a bundle without it."""
+        if not self.has_table(table):
+            return []
+        return self._db.execute(statement, tuple(parameters)).fetchall()
+
     def sql(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Rows of a read-only query (the monitor's queries, orchestrator.monitor.queries,
         use the indexes the schema declares for them)."""
@@ -1151,16 +1169,15 @@ class ResultsBundle:
         ]
 
     def steps(self, config_id: int) -> list[StepRecord]:
-        if not self.has_table("steps"):
-            return []
-        rows = self._db.execute(
+        rows = self._monitor_rows(
+            "steps",
             'SELECT s.iteration, s.rank, s.step, s.phase, s.start, s."end", s.send_peers,'
             " s.recv_peers, s.sent, s.received, COALESCE(i.warmup, 0) FROM steps AS s"
             " LEFT JOIN iterations AS i ON i.config_id = s.config_id"
             " AND i.iteration = s.iteration AND i.rank = s.rank"
             " WHERE s.config_id = ? ORDER BY s.iteration, s.rank, s.step",
             (config_id,),
-        ).fetchall()
+        )
         return [
             StepRecord(
                 r[0],
@@ -1180,54 +1197,49 @@ class ResultsBundle:
 
     def tcp_info(self, connection_id: int) -> list[TcpInfoSample]:
         """A connection's TCP_INFO samples in time order (rank and five-tuple its row's)."""
-        if not self.has_table("tcp_info"):
-            return []
-        rows = self._db.execute(
+        rows = self._monitor_rows(
+            "tcp_info",
             "SELECT c.rank, c.src_ip, c.src_port, c.dst_ip, c.dst_port, c.protocol, i.t,"
             " i.rtt_us, i.rttvar_us, i.cwnd, i.ssthresh, i.retrans, i.lost, i.unacked"
             " FROM tcp_info AS i JOIN connections AS c ON c.id = i.connection_id"
             " WHERE i.connection_id = ? ORDER BY i.t",
             (connection_id,),
-        ).fetchall()
+        )
         return [TcpInfoSample(r[0], FiveTuple(r[1], r[2], r[3], r[4], r[5]), *r[6:]) for r in rows]
 
     def paths(self) -> dict[int, list[PathHop]]:
         """Connection id -> its path, hop by hop (connections without one are absent)."""
-        if not self.has_table("connection_paths"):
-            return {}
         paths: dict[int, list[PathHop]] = {}
-        for row in self._db.execute(
+        for row in self._monitor_rows(
+            "connection_paths",
             "SELECT connection_id, hop, node, in_port, out_port, source, counter_bytes"
-            " FROM connection_paths ORDER BY connection_id, hop"
+            " FROM connection_paths ORDER BY connection_id, hop",
         ):
             paths.setdefault(row[0], []).append(PathHop(*row[1:]))
         return paths
 
     def controller_events(self) -> list[ControllerEvent]:
-        if not self.has_table("controller_events"):
-            return []
-        rows = self._db.execute(
-            "SELECT t, kind, switch, port, level, message FROM controller_events ORDER BY t"
-        ).fetchall()
+        rows = self._monitor_rows(
+            "controller_events",
+            "SELECT t, kind, switch, port, level, message FROM controller_events ORDER BY t",
+        )
         return [ControllerEvent(*row) for row in rows]
 
     def host_cpu(self) -> list[HostCpu]:
-        if not self.has_table("host_cpu"):
-            return []
-        rows = self._db.execute(
+        rows = self._monitor_rows(
+            "host_cpu",
             'SELECT start, "end", idle_share, vswitchd_cores, vswitchd_wait, softirqd_wait,'
-            " controller_cores, workers_cores FROM host_cpu ORDER BY start"
-        ).fetchall()
+            " controller_cores, workers_cores FROM host_cpu ORDER BY start",
+        )
         return [HostCpu(*row) for row in rows]
 
     def faults(self) -> list[FaultRecord]:
         """The faults the run injected, by id (empty without the table or rows)."""
-        if not self.has_table("faults"):
-            return []
-        rows = self._db.execute(
+        rows = self._monitor_rows(
+            "faults",
             "SELECT id, kind, target, params, scheduled, applied, undone, error FROM faults"
-            " ORDER BY id"
-        ).fetchall()
+            " ORDER BY id",
+        )
         faults = []
         for r in rows:
             try:

@@ -83,6 +83,7 @@ from orchestrator.worker.outcome import (
 )
 from orchestrator.worker.protocol import LineBuffer, Message, ProtocolError
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions, WorkerSpec
+from orchestrator.worker.transport import TCP_VIEW_FIELDS, TcpView
 from topologies.errors import EmulationError, ExperimentError
 from topologies.fivetuple import FiveTuple
 
@@ -687,9 +688,9 @@ class Launcher:
                     self._samples.append(ThroughputSample(link.rank, connection, t, int(nbytes)))
             for t, index, *fields in message.get("tcp", ()):
                 connection = rank.connections.get(int(index))
-                if connection is not None and len(fields) == 7:
-                    values = [int(v) for v in fields]
-                    self._tcp_info.append(TcpInfoRecord(link.rank, connection, t, *values))
+                if connection is not None and len(fields) == len(TCP_VIEW_FIELDS):
+                    view = TcpView(*(int(v) for v in fields))
+                    self._tcp_info.append(TcpInfoRecord(link.rank, connection, t, view))
         elif kind == protocol.READY:
             rank.ready = message
         elif kind == protocol.DONE:

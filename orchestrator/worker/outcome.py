@@ -21,6 +21,7 @@ from orchestrator.collectives.nccl import NcclRow, format_table
 from orchestrator.collectives.operations import operation
 from orchestrator.collectives.plans import ELEMENT_BYTES, ELEMENT_TYPE
 from orchestrator.worker.spec import CollectiveTest
+from orchestrator.worker.transport import TcpView
 from topologies.errors import EmulationError
 from topologies.fivetuple import FiveTuple
 
@@ -64,18 +65,12 @@ class ThroughputSample:
 @dataclass(frozen=True)
 class TcpInfoRecord:
     """The sender kernel's TCP_INFO of ``connection`` at ``t`` (epoch s), as its ``rank``
-    reported it (fields: orchestrator.worker.transport.TcpView)."""
+    reported it."""
 
     rank: int
     connection: ConnectionInfo
     t: float
-    rtt_us: int
-    rttvar_us: int
-    cwnd: int
-    ssthresh: int
-    retrans: int
-    lost: int
-    unacked: int
+    view: TcpView
 
 
 @dataclass(frozen=True)

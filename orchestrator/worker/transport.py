@@ -37,7 +37,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 
 from orchestrator.worker import rto
 
@@ -90,15 +90,10 @@ class TcpView:
 
     def row(self) -> list[int]:
         """The fields in the order of the protocol's ``tcp`` rows."""
-        return [
-            self.rtt_us,
-            self.rttvar_us,
-            self.cwnd,
-            self.ssthresh,
-            self.retrans,
-            self.lost,
-            self.unacked,
-        ]
+        return list(astuple(self))
+
+
+TCP_VIEW_FIELDS = tuple(f.name for f in fields(TcpView))
 
 
 class TransportError(Exception):

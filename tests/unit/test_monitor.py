@@ -333,7 +333,7 @@ def write_run_dir(run_dir: Path, done: tuple[int, int] = (3, 1)) -> None:
     rate = target.capacity / 8  # bytes/s: exactly its capacity
     lines = [dumps(header_record(now - 2, "astral-small", "ecmp", 0.5, {"p0r0a0": 9}, 1))]
     for k, t in enumerate((now - 1.0, now - 0.5)):
-        port = PortSample(target.port, 0, 0, 0, int(rate * 0.5 * k), 0, 4 * k, 0, 0, 1.0 + k)
+        port = PortSample(target.port, 0, 0, 0, int(rate * 0.5 * k), 0, 4 * k, 0, 0, 1 + k / 2)
         switch = SwitchSample("p0r0a0", 9, t, (port,))
         lines.append(dumps(encode_round(StatsRound(k, t, {"p0r0a0": switch}))))
     (run_dir / live.TELEMETRY_NAME).write_text("\n".join(lines) + "\n")
