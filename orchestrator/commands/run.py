@@ -8,6 +8,7 @@
     astral run EXP --quiet                  no progress bar and no status lines
     astral run EXP --live                   the live view while it runs (as astral top)
     astral run EXP --monitor light          the monitor at its lightest (docs/monitoring.md)
+    astral run EXP --lock-wait 600          wait for another run's lock instead of exit 5
 
 Brings the experiment's fabric up once, runs every policy x collective x size (policies
 vary slowest: each is one controller reprogramming), prints an nccl-tests table per policy

@@ -421,3 +421,17 @@ def test_astral_top_refuses_a_missing_directory(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2 and "a run's directory" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_astral_report_prints_the_fault_section(
+    bundle_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli import main
+
+    assert main(["report", str(bundle_path), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "# faults: 1 injected" in printed and "#     application:" in printed
+    with sqlite3.connect(bundle_path / DATABASE) as db:
+        db.execute("DELETE FROM faults")
+    assert main(["report", str(bundle_path), "--no-plots"]) == 0
+    assert "# faults:" not in capsys.readouterr().out  # no rows: no section
