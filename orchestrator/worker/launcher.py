@@ -291,7 +291,7 @@ class Launcher:
                 "verify": o.verify,
                 "heartbeat_interval": o.heartbeat_interval,
                 "sample_interval": o.sample_interval,
-                "tcp_info": o.tcp_info,
+                "tcp_info": o.tcp_info_interval if o.tcp_info else 0.0,
                 "connect_timeout": o.setup_timeout,
                 "source_ports": [[s, d, c, p] for (s, d, c), p in o.source_ports.items()],
                 "latency": (o.latency if o.latency is not None else LatencyTable()).to_message(),

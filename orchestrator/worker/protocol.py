@@ -152,7 +152,8 @@ def setup(peers: list[dict[str, Any]], options: dict[str, Any]) -> Message:
     """``peers[r]``: {rank, host, server, local_rank, listen: {link: [ip, port]}};
     ``options``: channels, socket_buffer, verify, heartbeat_interval, sample_interval,
     connect_timeout, source_ports ([[src, dst, channel, port], ...]), tcp_info (send the
-    senders' TCP_INFO with the samples)."""
+    senders' TCP_INFO with the samples, at most this often per connection, seconds; 0:
+    never)."""
     return {"type": SETUP, "version": VERSION, "peers": peers, "options": options}
 
 

@@ -527,14 +527,17 @@ class Sampler:
     and rates can be computed from consecutive samples alone. A connection is read only
     while it has work queued or its kernel count differs from the application's (bytes
     still moving), so idle connections cost no system call (all-to-all ranks have many).
-    With ``tcp_info``, each sample of a sending end carries the kernel's :class:`TcpView`
-    from the same read.
+    With ``tcp_info`` (seconds, 0: never), a sample of a sending end carries the kernel's
+    :class:`TcpView` from the same read when the connection's previous view is at least
+    that old: the kernel's RTT estimate moves slower than the byte counts, and every view
+    is a row the launcher must parse while the collective runs.
     """
 
-    def __init__(self, pool: ConnectionPool, interval: float = 0.01, tcp_info: bool = False):
+    def __init__(self, pool: ConnectionPool, interval: float = 0.01, tcp_info: float = 0.0):
         self.pool = pool
         self.interval = interval
         self.tcp_info = tcp_info
+        self._viewed: dict[int, float] = {}  # index -> time of its last TcpView
         self._lock = threading.Lock()
         self._samples: list[Sample] = []
         self._last: dict[int, int] = {}  # index -> counter at the previous tick
@@ -587,8 +590,11 @@ class Sampler:
                 value, view = conn.kernel_view()
             except OSError:
                 continue
-            if not self.tcp_info:
-                view = None
+            if view is not None:
+                if self.tcp_info and now - self._viewed.get(conn.index, 0.0) >= self.tcp_info:
+                    self._viewed[conn.index] = now
+                else:
+                    view = None
             delta = value - self._last.get(conn.index, 0)
             self._last[conn.index] = value
             was_active = self._active.get(conn.index, False)

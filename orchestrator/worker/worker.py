@@ -218,7 +218,7 @@ class Worker:
         self.sampler = Sampler(
             self.pool,
             float(self.options.get("sample_interval", 0.01)),
-            tcp_info=bool(self.options.get("tcp_info", False)),
+            tcp_info=float(self.options.get("tcp_info", 0.0) or 0.0),
         )
         self.sampler.start()
         interval = float(self.options.get("heartbeat_interval", 0.2))
