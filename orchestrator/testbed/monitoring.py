@@ -4,8 +4,9 @@ The monitor (docs/monitoring.md) lines up four layers on one clock; most of them
 nothing a run would notice (the application's steps come with the workers' answers, the
 controller's events with its log), but three are work done while the traffic flows:
 
-- the senders' TCP_INFO with every 10 ms throughput sample (a few more numbers in each
-  sample message; the read itself is the one the byte counts already make);
+- the senders' TCP_INFO, at most every 50 ms per connection, with its throughput samples
+  (a few more numbers in a sample message for the launcher to parse; the read itself is
+  the one the byte counts already make);
 - the switches' counters, polled by the controller (every 0.5 s at full detail: the
   network layer's resolution; every 2 s at the lightest, enough for the heat map);
 - the ranks' progress written for the live view, and the CPU of the controller and the
@@ -25,7 +26,7 @@ from topologies.errors import ConfigError
 @dataclass(frozen=True)
 class MonitorLevel:
     name: str
-    tcp_info: bool  # TCP_INFO with the throughput samples
+    tcp_info: bool  # TCP_INFO with the throughput samples (LaunchOptions.tcp_info_interval)
     telemetry_interval: float  # seconds between the controller's counter polls
     live: bool  # the ranks' progress file for `astral top`
     process_cpu: bool  # the controller's and the workers' CPU with every CPU sample
