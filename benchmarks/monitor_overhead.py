@@ -87,13 +87,13 @@ def main() -> int:
     print(f"{'policy':<14}{'collective':<24}{'full':>12}{'light':>12}{'full/light':>12}")
     ratios = []
     for group in sorted(results[FULL.name]):
-        full = fmean(results[FULL.name][group])
-        light = fmean(results[LIGHT.name].get(group, [float("nan")]))
-        ratio = full / light if light else float("nan")
+        at_full = fmean(results[FULL.name][group])
+        at_light = fmean(results[LIGHT.name].get(group, [float("nan")]))
+        ratio = at_full / at_light if at_light else float("nan")
         ratios.append(ratio)
         policy, collective, algorithm = group
-        print(f"{policy:<14}{collective + ' (' + algorithm + ')':<24}{full:>12.6f}"
-              f"{light:>12.6f}{ratio:>12.3f}")  # fmt: skip
+        print(f"{policy:<14}{collective + ' (' + algorithm + ')':<24}{at_full:>12.6f}"
+              f"{at_light:>12.6f}{ratio:>12.3f}")  # fmt: skip
     print(f"# overall full/light: {fmean(ratios):.3f} (goal: at least 0.95)")
     return 0
 
