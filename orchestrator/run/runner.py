@@ -431,6 +431,7 @@ class Runner:
         # when this run began on the fabric (epoch s); 0 when it brings its own fabric up
         # (the controller's events from its bring-up belong to the run)
         self._since: float | None = None
+        self._first_launch = 0  # the testbed's launches before this run (not its logs)
         self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
     # -- messages ----------------------------------------------------------------------
@@ -539,6 +540,7 @@ class Runner:
         spec, options = self.spec, self.options
         steps = spec.steps()
         self.run_dir = testbed.run_dir
+        self._first_launch = len(testbed.launch_dirs)  # this run's launches come after
         if self._since is None:  # a testbed of the caller's: what it logged before is not ours
             self._since = time.time()
         seconds = testbed.use_monitor(self.monitor)
@@ -793,7 +795,7 @@ class Runner:
             controller = testbed.emulation.controller
             logs = [controller.log_path] if controller is not None else []
             logs.append(testbed.run_dir / EVENTS_NAME)
-            record.copy_logs(writer.path, logs, testbed.launch_dirs)
+            record.copy_logs(writer.path, logs, testbed.launch_dirs[self._first_launch :])
         except OSError as error:
             self.say(f"cannot record the monitor's layers: {error}")
 
