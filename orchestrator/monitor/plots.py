@@ -19,7 +19,7 @@ import numpy as np
 
 from orchestrator.collectives.sizes import format_size
 from orchestrator.monitor.queries import touched_connections
-from orchestrator.results.plots import _pyplot, _save, mark_faults
+from orchestrator.results.plots import mark_faults, pyplot, save_figure
 from orchestrator.results.store import PLOTS, FaultRecord, ResultsBundle
 
 MAX_TOUCHED = 12  # connections drawn per fault figure
@@ -66,7 +66,7 @@ def gantt_plot(bundle: ResultsBundle, path: Path) -> Path | None:
         return None
     origin = min(start for ops in by_rank.values() for start, _, _ in ops)
     configurations = {c.id: c for c in bundle.configurations()}
-    plt = _pyplot()
+    plt = pyplot()
     colours = plt.get_cmap("tab20")
     ranks = sorted(by_rank)
     figure, axes = plt.subplots(figsize=(12, min(20.0, 1.5 + 0.32 * len(ranks))))
@@ -97,7 +97,7 @@ def gantt_plot(bundle: ResultsBundle, path: Path) -> Path | None:
     axes.set_title(
         f"Operations per rank, run {bundle.run.experiment!r} (faults shaded red)", fontsize=11
     )
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def fault_connections_plot(
@@ -107,7 +107,7 @@ def fault_connections_plot(
     ids = touched_connections(bundle, fault.target)[:MAX_TOUCHED]
     if not ids or fault.applied is None:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
     origin = fault.applied
     connections = {c.id: c for c in bundle.connections()}
@@ -131,7 +131,7 @@ def fault_connections_plot(
             bottom.plot([s.t - origin for s in info], [s.rtt_us / 1e3 for s in info], linewidth=0.7)
         drawn += 1
     if not drawn:
-        _pyplot().close(figure)
+        pyplot().close(figure)
         return None
     for axes in (top, bottom):
         end = (fault.undone - origin) if fault.undone is not None else axes.get_xlim()[1]
@@ -146,4 +146,4 @@ def fault_connections_plot(
         "path crosses it",
         fontsize=11,
     )
-    return _save(figure, directory / f"fault-{fault.id}-{fault.kind}.png")
+    return save_figure(figure, directory / f"fault-{fault.id}-{fault.kind}.png")

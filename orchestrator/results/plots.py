@@ -47,7 +47,7 @@ KIND_ORDER = ("nic", "tor_agg", "agg_core", "nvlink")
 KIND_LABEL = {"nic": "GPU-ToR", "tor_agg": "ToR-Agg", "agg_core": "Agg-Core", "nvlink": "NVLink"}
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,10 +56,10 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(figure: Figure, path: Path) -> Path:
+def save_figure(figure: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches="tight")
-    _pyplot().close(figure)
+    pyplot().close(figure)
     return path
 
 
@@ -111,7 +111,7 @@ def busbw_plots(
     bundle: ResultsBundle, results: Sequence[ConfigurationResult], directory: Path
 ) -> list[Path]:
     """One figure per (collective, algorithm); one line per policy."""
-    plt = _pyplot()
+    plt = pyplot()
     by_collective: dict[tuple[str, str], dict[Group, list[ConfigurationResult]]] = {}
     for group, members in grouped(results).items():
         by_collective.setdefault((group[1], group[2]), {})[group] = members
@@ -177,7 +177,7 @@ def busbw_plots(
         )
         axes.grid(True, alpha=0.3)
         axes.legend(loc="lower right")
-        written.append(_save(figure, directory / f"busbw-{collective}-{algorithm}.png"))
+        written.append(save_figure(figure, directory / f"busbw-{collective}-{algorithm}.png"))
     return written
 
 
@@ -280,7 +280,7 @@ def link_utilization_plot(bundle: ResultsBundle, path: Path) -> Path | None:
     labels, kinds, absolute, matrix = computed
     origin = float(absolute[0])
     edges = absolute - origin
-    plt = _pyplot()
+    plt = pyplot()
     height = min(40.0, max(4.0, 0.14 * len(labels) + 1.8))
     figure, axes = plt.subplots(figsize=(12, height))
     image = axes.imshow(
@@ -317,7 +317,7 @@ def link_utilization_plot(bundle: ResultsBundle, path: Path) -> Path | None:
     )
     bar = figure.colorbar(image, ax=axes, pad=0.04, fraction=0.03)
     bar.set_label("utilization (values above 1 shown as 1)")
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def fault_rows(target: str, labels: Sequence[str]) -> list[int]:
@@ -360,7 +360,7 @@ def mark_faults(
         )
         for row in fault_rows(fault.target, labels):
             axes.add_patch(
-                _pyplot().Rectangle(
+                pyplot().Rectangle(
                     (start, row - 0.5), stop - start, 1.0, fill=False, edgecolor="red", lw=1.2
                 )
             )
@@ -424,7 +424,7 @@ def connection_plot(bundle: ResultsBundle, result: ConfigurationResult, path: Pa
     if computed is None:
         return None
     connections, edges, matrix = computed
-    plt = _pyplot()
+    plt = pyplot()
     c = result.configuration
     scale = bundle.scale
     nic_mbps = parse_rate(bundle.fabric["spec"]["speeds"]["nic"]) * scale / 1e6
@@ -473,4 +473,4 @@ def connection_plot(bundle: ResultsBundle, result: ConfigurationResult, path: Pa
     bottom.set_xlabel("time since the configuration's first sample (s)")
     bar = figure.colorbar(image, ax=[top, bottom], pad=0.08, fraction=0.025)
     bar.set_label("Mbit/s (emulated)")
-    return _save(figure, path)
+    return save_figure(figure, path)
