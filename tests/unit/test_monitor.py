@@ -40,7 +40,8 @@ from orchestrator.monitor import live, queries, record
 from orchestrator.monitor.faultreport import fault_section
 from orchestrator.monitor.plots import render_monitor_plots
 from orchestrator.results import IterationRecord, PortCounter, ResultsBundle, ResultsWriter
-from orchestrator.results.plots import link_directions
+from orchestrator.results.plots import fault_rows, link_directions
+from orchestrator.results.report import render_bundle
 from orchestrator.results.store import (
     DATABASE,
     ConnectionRecord,
@@ -266,8 +267,15 @@ def test_monitor_plots_are_written(bundle_path: Path) -> None:
         written = render_monitor_plots(b)
     names = {p.relative_to(bundle_path / "plots").as_posix() for p in written}
     assert names == {"gantt.png", "faults/fault-1-link-slow.png"}
-    for path in written:
+    # the results' own heat map, with the fault's interval and target marked on it
+    heat = [p for p in render_bundle(bundle_path).files if p.name == "link-utilization.png"]
+    for path in [*written, *heat]:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(heat) == 1
+    labels = [d.label for d in link_directions(DESCRIPTION.to_dict())]
+    rows = fault_rows(TARGET, labels)
+    assert sorted(labels[r] for r in rows) == ["c0 > p0r0a0", "p0r0a0 > c0"]
+    assert len(fault_rows("c0", labels)) == 2 * len(FABRIC.links_of("c0"))
 
 
 # --- host and controller layers --------------------------------------------------------------
