@@ -19,11 +19,12 @@ import numpy as np
 
 from orchestrator.collectives.sizes import format_size
 from orchestrator.monitor.queries import touched_connections
-from orchestrator.results.plots import mark_faults, pyplot, save_figure
+from orchestrator.results.plots import bin_edges, mark_faults, pyplot, rate_per_bin, save_figure
 from orchestrator.results.store import PLOTS, FaultRecord, ResultsBundle
 
 MAX_TOUCHED = 12  # connections drawn per fault figure
 MAX_STEP_TICKS = 4000  # steps drawn as ticks in the Gantt up to this many
+RATE_BIN_S = 0.1  # the touched connections' throughput, per bin of this width
 
 
 def render_monitor_plots(bundle: ResultsBundle) -> list[Path]:
@@ -111,7 +112,7 @@ def fault_connections_plot(
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
     origin = fault.applied
     connections = {c.id: c for c in bundle.connections()}
-    drawn = 0
+    drawn, peak = 0, 0.0
     for connection_id in ids:
         c = connections.get(connection_id)
         rows = bundle.sql(
@@ -121,11 +122,12 @@ def fault_connections_plot(
         if len(rows) < 2 or c is None:
             continue
         t = np.asarray([r[0] for r in rows], dtype=np.float64)
-        b = np.asarray([r[1] for r in rows], dtype=np.float64)
-        dt = np.diff(t, prepend=t[0] - 0.01)
-        rate = np.divide(b * 8 / 1e6, dt, out=np.zeros_like(b), where=dt > 0)
+        cumulative = np.cumsum(np.asarray([r[1] for r in rows], dtype=np.float64))
+        edges = bin_edges(float(t[0]), float(t[-1]), RATE_BIN_S)  # as the results' plots bin
+        rate = rate_per_bin(t, cumulative, edges) * 8 / 1e6
         label = f"r{c.src_rank}>r{c.dst_rank} {c.five_tuple.src_port}"
-        top.plot(t - origin, rate, linewidth=0.7, label=label)
+        top.plot((edges[:-1] + edges[1:]) / 2 - origin, rate, linewidth=0.8, label=label)
+        peak = max(peak, float(np.nanmax(rate)) if np.isfinite(rate).any() else 0.0)
         info = bundle.tcp_info(connection_id)
         if info:
             bottom.plot([s.t - origin for s in info], [s.rtt_us / 1e3 for s in info], linewidth=0.7)
@@ -137,7 +139,8 @@ def fault_connections_plot(
         end = (fault.undone - origin) if fault.undone is not None else axes.get_xlim()[1]
         axes.axvspan(0.0, end, color="red", alpha=0.15, linewidth=0)
         axes.grid(True, alpha=0.3)
-    top.set_ylabel("throughput (Mbit/s, emulated)")
+    top.set_ylim(0, max(peak, 1e-6) * 1.25)
+    top.set_ylabel(f"throughput (Mbit/s, emulated, {RATE_BIN_S:g} s bins)")
     top.legend(fontsize=6, ncol=3, loc="upper right")
     bottom.set_ylabel("smoothed RTT (ms, sender's TCP_INFO)")
     bottom.set_xlabel("time since the fault was applied (s)")
