@@ -94,7 +94,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -537,6 +537,13 @@ class Configuration:
         return (self.policy, self.collective, self.algorithm)
 
 
+# The monitor's tables' columns, as their records name them (after the row's owner id).
+_TCP = tuple(f.name for f in fields(TcpInfoSample))[2:]  # after rank and five_tuple
+_PATH_HOP = tuple(f.name for f in fields(PathHop))
+_CONTROLLER_EVENT = tuple(f.name for f in fields(ControllerEvent))
+_HOST_CPU = tuple(f.name for f in fields(HostCpu))
+
+
 def _iso(timestamp: float | None) -> str:
     moment = time.time() if timestamp is None else timestamp
     return datetime.fromtimestamp(moment, tz=timezone.utc).isoformat(timespec="milliseconds")
@@ -769,40 +776,15 @@ class ResultsWriter:
     def add_tcp_info(self, config_id: int, samples: Iterable[TcpInfoSample]) -> int:
         """The senders' TCP_INFO samples of a configuration's connections."""
         rows = [
-            (
-                self._connection(config_id, s.rank, s.five_tuple),
-                s.t,
-                s.rtt_us,
-                s.rttvar_us,
-                s.cwnd,
-                s.ssthresh,
-                s.retrans,
-                s.lost,
-                s.unacked,
-            )
+            (self._connection(config_id, s.rank, s.five_tuple), *(getattr(s, f) for f in _TCP))
             for s in samples
         ]
-        with self._db:
-            self._db.executemany(
-                "INSERT INTO tcp_info (connection_id, t, rtt_us, rttvar_us, cwnd, ssthresh,"
-                " retrans, lost, unacked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        return len(rows)
+        return self._insert("tcp_info", ("connection_id", *_TCP), rows)
 
     def add_path(self, connection_id: int, hops: Iterable[PathHop]) -> int:
         """The path of one connection (its row from :meth:`connection_id`), hop by hop."""
-        rows = [
-            (connection_id, h.hop, h.node, h.in_port, h.out_port, h.source, h.counter_bytes)
-            for h in hops
-        ]
-        with self._db:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO connection_paths (connection_id, hop, node, in_port,"
-                " out_port, source, counter_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        return len(rows)
+        rows = [(connection_id, *astuple(h)) for h in hops]
+        return self._insert("connection_paths", ("connection_id", *_PATH_HOP), rows, "OR REPLACE")
 
     def confirm_paths(self) -> int:
         """Fill every path hop's ``counter_bytes``: what the switch counters say the hop's
@@ -863,37 +845,21 @@ class ResultsWriter:
         return len(rows)
 
     def add_controller_events(self, events: Iterable[ControllerEvent]) -> int:
-        rows = [(self.run_id, e.t, e.kind, e.switch, e.port, e.level, e.message) for e in events]
-        with self._db:
-            self._db.executemany(
-                "INSERT INTO controller_events (run_id, t, kind, switch, port, level, message)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        return len(rows)
+        rows = [(self.run_id, *astuple(e)) for e in events]
+        return self._insert("controller_events", ("run_id", *_CONTROLLER_EVENT), rows)
 
     def add_host_cpu(self, intervals: Iterable[HostCpu]) -> int:
-        rows = [
-            (
-                self.run_id,
-                c.start,
-                c.end,
-                c.idle_share,
-                c.vswitchd_cores,
-                c.vswitchd_wait,
-                c.softirqd_wait,
-                c.controller_cores,
-                c.workers_cores,
-            )
-            for c in intervals
-        ]
+        rows = [(self.run_id, *astuple(c)) for c in intervals]
+        return self._insert("host_cpu", ("run_id", *_HOST_CPU), rows)
+
+    def _insert(
+        self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]], verb: str = ""
+    ) -> int:
+        """Rows into one of the monitor's tables, columns named as its record's fields."""
+        names = ", ".join(f'"{c}"' for c in columns)
+        marks = ", ".join("?" * len(columns))
         with self._db:
-            self._db.executemany(
-                'INSERT INTO host_cpu (run_id, start, "end", idle_share, vswitchd_cores,'
-                " vswitchd_wait, softirqd_wait, controller_cores, workers_cores)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+            self._db.executemany(f"INSERT {verb} INTO {table} ({names}) VALUES ({marks})", rows)
         return len(rows)
 
     def _connection(self, config_id: int, rank: int, five: FiveTuple) -> int:
