@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from controllers.events import EVENTS_NAME, EventsHandler
 from controllers.status import EXIT_CONFIG, EXIT_CRASHED, EXIT_LISTEN_FAILED, EXIT_OK
 from topologies.errors import AstralError
 
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="paths file of policies that publish paths (path-pinned; format in "
         "controllers/pinning.py; default: paths.json next to --status)",
+    )
+    parser.add_argument(
+        "--events",
+        type=Path,
+        help="events file to append the log's records to, with their kind (JSON Lines, "
+        "controllers/events.py; default: events.jsonl next to --status)",
     )
     parser.add_argument(
         "--telemetry", type=Path, help="telemetry file to append to (JSON Lines, docs/telemetry.md)"
@@ -97,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(path: Path | None, level: str) -> None:
+def _setup_logging(path: Path | None, level: str, events: Path | None = None) -> None:
     handler: logging.Handler
     if path is None:
         handler = logging.StreamHandler(sys.stderr)
@@ -107,6 +114,8 @@ def _setup_logging(path: Path | None, level: str) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    if events is not None:  # the same records, as JSON lines with their kind (the monitor's)
+        root.handlers.append(EventsHandler(events))
     root.setLevel(level)
 
 
@@ -150,7 +159,10 @@ def _telemetry_problem(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log, args.log_level)
+    events = args.events
+    if events is None and args.status is not None:
+        events = args.status.parent / EVENTS_NAME
+    _setup_logging(args.log, args.log_level, events)
     # Before anything imports os_ken.lib.hub (see the module docstring).
     os.environ["OSKEN_HUB_TYPE"] = "native"
 

@@ -83,6 +83,7 @@ from os_ken.lib.packet import arp, ether_types, ethernet, ipv4, packet, tcp
 
 from controllers import openflow
 from controllers.counters import FlowRoute
+from controllers.events import event as log_event
 from controllers.openflow import COOKIE, OFP15, OFP_VERSIONS, entry_from_flow_stats
 from controllers.pinning import write_json
 from controllers.plan import (
@@ -343,6 +344,7 @@ class FabricController(app_manager.OSKenApp):
             dpid,
             dp.address,
             dp.ofproto.OFP_VERSION,
+            extra=log_event("connect", name),
         )
         # Base entries first: adding an identical entry replaces it without a gap.
         self._send_base(dp, arp_to_controller=True)
@@ -509,6 +511,7 @@ class FabricController(app_manager.OSKenApp):
             "switch %s (dpid %d) disconnected",
             self.switch_names.get(session.dpid, "?"),
             session.dpid,
+            extra=log_event("disconnect", self.switch_names.get(session.dpid)),
         )
         session.disconnect()
         st = session.status
@@ -538,7 +541,13 @@ class FabricController(app_manager.OSKenApp):
         if down == (port in ports):
             return
         (ports.add if down else ports.discard)(port)
-        LOG.info("%s port %d %s", name, port, "down" if down else "up")
+        LOG.info(
+            "%s port %d %s",
+            name,
+            port,
+            "down" if down else "up",
+            extra=log_event("port-down" if down else "port-up", name, port),
+        )
         if self._update_failures():
             self.write_status()
 
@@ -561,6 +570,7 @@ class FabricController(app_manager.OSKenApp):
             "failed links now %s; new plan in %.1f ms",
             sorted(f"{x.a}:{x.a_port}-{x.b}:{x.b_port}" for x in failed) or "none",
             (time.monotonic() - started) * 1e3,
+            extra=log_event("reprogram"),
         )
         for session in self._ready():
             self._push(session)
@@ -652,6 +662,7 @@ class FabricController(app_manager.OSKenApp):
             self.switch_names[session.dpid],
             st.rules,
             (st.programmed_at - (st.connected_at or st.programmed_at)) * 1e3,
+            extra=log_event("programmed", self.switch_names[session.dpid]),
         )
         if self.status.programmed():
             LOG.info("all %d switches programmed", len(self.status.expected_dpids))
@@ -669,6 +680,7 @@ class FabricController(app_manager.OSKenApp):
             msg.type,
             msg.code,
             bytes(msg.data[:64]).hex(),
+            extra=log_event("error", session.name if session is not None else None),
         )
         if session is not None:
             session.status.errors += 1

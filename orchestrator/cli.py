@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.fault",
     "orchestrator.commands.doctor",
     "orchestrator.commands.calibrate",
+    "orchestrator.commands.top",
 )
 
 

@@ -1,7 +1,9 @@
 """``astral report BUNDLE``: render a results bundle's summary, tables and plots again.
 
 Reads only the bundle's database and fabric.json, so it works on a crashed run's bundle and
-after the plotting code changed. Prints the nccl-tests tables, then the files it wrote.
+after the plotting code changed. Prints the nccl-tests tables, then, when the run injected
+faults, what was injected, when, and what each layer of the monitor saw (docs/monitoring.md),
+then the files it wrote.
 """
 
 from __future__ import annotations
@@ -27,11 +29,17 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: `astral --help` and the other commands need not load the results code.
+    from orchestrator.monitor.report import fault_lines, render_monitor
     from orchestrator.results.report import render_bundle
 
     report = render_bundle(args.bundle, plots=not args.no_plots)
+    if not args.no_plots:
+        report.files += render_monitor(args.bundle)
     if not args.quiet:
         print("\n".join(report.tables))
+        faults = fault_lines(args.bundle)
+        if faults:
+            print("\n".join(faults))
         print(f"# wrote {len(report.files)} files under {report.bundle}:")
         for path in report.files:
             print(f"#   {path.relative_to(report.bundle)}")

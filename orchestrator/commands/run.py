@@ -6,6 +6,9 @@
     astral run EXP --force                  run even above the emulator's safe load
     astral run EXP --no-calibrate           no quick calibration on a machine without one
     astral run EXP --quiet                  no progress bar and no status lines
+    astral run EXP --live                   the live view while it runs (as astral top)
+    astral run EXP --monitor light          the monitor at its lightest (docs/monitoring.md)
+    astral run EXP --lock-wait 600          wait for another run's lock instead of exit 5
 
 Brings the experiment's fabric up once, runs every policy x collective x size (policies
 vary slowest: each is one controller reprogramming), prints an nccl-tests table per policy
@@ -67,6 +70,22 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (faster)")
     parser.add_argument(
+        "--live", action="store_true", help="draw the live view (astral top) while it runs"
+    )
+    parser.add_argument(
+        "--lock-wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for another run's lock instead of exiting 5 at once",
+    )
+    parser.add_argument(
+        "--monitor",
+        choices=("full", "light"),
+        default=None,
+        help="the monitor's detail level (default: the experiment's, else full)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=60.0,
@@ -96,13 +115,26 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         force=args.force,
         calibrate=not args.no_calibrate,
-        progress=not quiet and sys.stderr.isatty(),
+        progress=not quiet and not args.live and sys.stderr.isatty(),
         plots=not args.no_plots,
         ready_timeout=args.timeout,
         worker_args=tuple(args.worker_arg),
+        monitor=args.monitor,
+        lock_wait=args.lock_wait,
     )
-    runner = Runner(spec, options, text=text, say=say, command=sys.argv)
-    outcome = runner.run()
+    if args.live:
+        from rich.live import Live
+
+        from orchestrator.monitor.live import Updater
+
+        # Live redirects stdout and stderr: the run's tables and messages print above it
+        with Live(auto_refresh=False, redirect_stdout=True, redirect_stderr=True) as live:
+            runner = Runner(spec, options, text=text, say=say, command=sys.argv)
+            with Updater(live, lambda: runner.run_dir):
+                outcome = runner.run()
+    else:
+        runner = Runner(spec, options, text=text, say=say, command=sys.argv)
+        outcome = runner.run()
     if outcome.status != "ok" and outcome.error:
         print(f"astral: run {outcome.status}: {outcome.error}", file=sys.stderr, flush=True)
     return outcome.exit_status

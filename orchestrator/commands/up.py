@@ -5,6 +5,8 @@
     astral up --hold 60               tear down after 60 s (0: right after the check)
     astral up --cli                   Mininet's CLI; exiting it tears down
     astral up --cli --keep-open       ... and after the CLI, stay up until Ctrl-C
+    astral up --live [--hold 60]      the live view while it holds (links, faults, alerts;
+                                      the controller polls the counters for it)
 
 It returns only once every GPU reaches every other one (orchestrator.emulation.readiness), prints a
 summary (switches per tier, hosts, links, datapath, rate scale, controller, timings, run
@@ -28,7 +30,9 @@ from typing import Any
 
 from controllers.policies import default_registry as policy_registry
 from orchestrator.emulation.network import Emulation, Terminated
+from orchestrator.testbed.monitoring import FULL
 from topologies.catalog import DEFAULT_PRESET, resolve_fabric
+from topologies.errors import ConfigError
 from topologies.model import LinkKind, Tier
 from topologies.units import format_rate
 
@@ -55,6 +59,11 @@ def register(subparsers: Any) -> None:
         help="tear down after SECONDS (0: as soon as it is ready); default: until Ctrl-C",
     )
     hold.add_argument("--cli", action="store_true", help="open the Mininet CLI")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="draw the live view (astral top) while holding: links, faults, alerts",
+    )
     parser.add_argument(
         "--keep-open",
         action="store_true",
@@ -83,7 +92,16 @@ def say(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = resolve_fabric(args.fabric)
-    emulation = Emulation(path, policy=args.policy, ready_timeout=args.timeout, log=say)
+    if args.live and args.cli:
+        raise ConfigError(None, "--live", "either --live or --cli (both draw on the terminal)")
+    emulation = Emulation(
+        path,
+        policy=args.policy,
+        ready_timeout=args.timeout,
+        log=say,
+        # the live view's links come from the counters the controller polls
+        telemetry_interval=FULL.telemetry_interval if args.live else None,
+    )
     try:
         with emulation:
             for line in summary(emulation):
@@ -110,6 +128,12 @@ def hold(args: argparse.Namespace, emulation: Emulation) -> None:
         emulation.cli()
         if not args.keep_open:
             return
+    if args.live:
+        from orchestrator.monitor.live import watch
+
+        deadline = None if args.hold is None else time.monotonic() + max(0.0, args.hold)
+        watch(emulation.run_dir, until=lambda: deadline is not None and time.monotonic() > deadline)
+        return
     if args.hold is not None:
         time.sleep(max(0.0, args.hold))
         return

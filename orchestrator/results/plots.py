@@ -6,7 +6,8 @@
   of fabric vs NVLink bytes, orchestrator.collectives.ceilings) and the rail's TCP ceiling
   as references;
 - ``plots/link-utilization.png``: every link direction against time, utilization = rate /
-  capacity, from the switches' cumulative port counters and the capacities in fabric.json;
+  capacity, from the switches' cumulative port counters and the capacities in fabric.json,
+  with the intervals of the faults the run injected shaded and their targets outlined;
 - ``plots/connections/<policy>__<collective>-<algorithm>__<size>.png``: per-connection
   throughput over time during one configuration (lines, and the same as a heat map).
 
@@ -46,7 +47,7 @@ KIND_ORDER = ("nic", "tor_agg", "agg_core", "nvlink")
 KIND_LABEL = {"nic": "GPU-ToR", "tor_agg": "ToR-Agg", "agg_core": "Agg-Core", "nvlink": "NVLink"}
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,10 +56,10 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(figure: Figure, path: Path) -> Path:
+def save_figure(figure: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches="tight")
-    _pyplot().close(figure)
+    pyplot().close(figure)
     return path
 
 
@@ -110,7 +111,7 @@ def busbw_plots(
     bundle: ResultsBundle, results: Sequence[ConfigurationResult], directory: Path
 ) -> list[Path]:
     """One figure per (collective, algorithm); one line per policy."""
-    plt = _pyplot()
+    plt = pyplot()
     by_collective: dict[tuple[str, str], dict[Group, list[ConfigurationResult]]] = {}
     for group, members in grouped(results).items():
         by_collective.setdefault((group[1], group[2]), {})[group] = members
@@ -176,7 +177,7 @@ def busbw_plots(
         )
         axes.grid(True, alpha=0.3)
         axes.legend(loc="lower right")
-        written.append(_save(figure, directory / f"busbw-{collective}-{algorithm}.png"))
+        written.append(save_figure(figure, directory / f"busbw-{collective}-{algorithm}.png"))
     return written
 
 
@@ -279,7 +280,7 @@ def link_utilization_plot(bundle: ResultsBundle, path: Path) -> Path | None:
     labels, kinds, absolute, matrix = computed
     origin = float(absolute[0])
     edges = absolute - origin
-    plt = _pyplot()
+    plt = pyplot()
     height = min(40.0, max(4.0, 0.14 * len(labels) + 1.8))
     figure, axes = plt.subplots(figsize=(12, height))
     image = axes.imshow(
@@ -307,6 +308,7 @@ def link_utilization_plot(bundle: ResultsBundle, path: Path) -> Path | None:
             rotation=90,
         )
     _mark_configurations(bundle, axes, origin)
+    mark_faults(bundle, axes, origin, labels)
     axes.set_xlabel("time since the first port counter (s)")
     axes.set_title(
         f"Link utilization (rate / capacity) per direction, {bundle.run.fabric}, "
@@ -315,7 +317,53 @@ def link_utilization_plot(bundle: ResultsBundle, path: Path) -> Path | None:
     )
     bar = figure.colorbar(image, ax=axes, pad=0.04, fraction=0.03)
     bar.set_label("utilization (values above 1 shown as 1)")
-    return _save(figure, path)
+    return save_figure(figure, path)
+
+
+def fault_rows(target: str, labels: Sequence[str]) -> list[int]:
+    """The rows (``A > B`` labels) a fault's target names: a link ``A-B`` both directions,
+    ``A>B`` one, a node every direction into or out of it; none for no target."""
+    if not target:
+        return []
+    if ">" in target:
+        a, b = target.split(">", 1)
+        wanted = {f"{a} > {b}"}
+    elif "-" in target:
+        a, b = target.split("-", 1)
+        wanted = {f"{a} > {b}", f"{b} > {a}"}
+    else:
+        return [i for i, label in enumerate(labels) if target in label.split(" > ")]
+    return [i for i, label in enumerate(labels) if label in wanted]
+
+
+def mark_faults(
+    bundle: ResultsBundle, axes: Any, origin: float, labels: Sequence[str] = ()
+) -> None:
+    """Every fault the run injected: its interval shaded (applied to undone, or to the
+    axis's end if never undone), named at the bottom, and its target's rows outlined."""
+    high = axes.get_xlim()[1]
+    for fault in bundle.faults():
+        if fault.applied is None:
+            continue
+        start = fault.applied - origin
+        stop = (fault.undone - origin) if fault.undone is not None else high
+        axes.axvspan(start, stop, color="red", alpha=0.15, linewidth=0)
+        axes.axvline(start, color="red", linewidth=1.0)
+        axes.annotate(
+            f"#{fault.id} {fault.kind} {fault.target}".strip(),
+            xy=(start, 0.01),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="red",
+            rotation=90,
+            va="bottom",
+        )
+        for row in fault_rows(fault.target, labels):
+            axes.add_patch(
+                pyplot().Rectangle(
+                    (start, row - 0.5), stop - start, 1.0, fill=False, edgecolor="red", lw=1.2
+                )
+            )
 
 
 def _mark_configurations(bundle: ResultsBundle, axes: Any, origin: float) -> None:
@@ -376,7 +424,7 @@ def connection_plot(bundle: ResultsBundle, result: ConfigurationResult, path: Pa
     if computed is None:
         return None
     connections, edges, matrix = computed
-    plt = _pyplot()
+    plt = pyplot()
     c = result.configuration
     scale = bundle.scale
     nic_mbps = parse_rate(bundle.fabric["spec"]["speeds"]["nic"]) * scale / 1e6
@@ -425,4 +473,4 @@ def connection_plot(bundle: ResultsBundle, result: ConfigurationResult, path: Pa
     bottom.set_xlabel("time since the configuration's first sample (s)")
     bar = figure.colorbar(image, ax=[top, bottom], pad=0.08, fraction=0.025)
     bar.set_label("Mbit/s (emulated)")
-    return _save(figure, path)
+    return save_figure(figure, path)

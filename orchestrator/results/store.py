@@ -28,14 +28,21 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          'unknown' in version 1 bundles, from before the setting existed)
                          unpinned: fabric connections that got no pinned source port under
                          a policy that pins them (ephemeral instead); NULL: nothing pinned
-    iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong)
+    iterations          (config_id, warmup, iteration, rank, time_us, bytes, wrong, start)
                          one operation of one rank; warmup = 1 for untimed ones;
-                         wrong = -1: not verified
-    connections         (id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port)
+                         wrong = -1: not verified; start: when the rank began it (epoch s;
+                         NULL before version 3)
+    connections         (id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port,
+                         src_rank, dst_rank, channel, link)
+                         one end's view of a connection (``rank``: whose samples); data
+                         flows src_rank -> dst_rank; link: fabric or nvlink (the last four
+                         NULL before version 3, or when a sample arrived without them)
     connection_samples  (connection_id, t, bytes)   bytes sent in (previous sample, t]
     connection_samples_flat  view: the two above joined (config_id, rank, five-tuple, t, bytes)
     port_counters       (run_id, t, switch, port, rx_bytes, tx_bytes, rx_packets,
-                         tx_packets, drops)        cumulative, as OpenFlow port stats report
+                         tx_packets, drops, rx_dropped, tx_dropped, rx_errors, tx_errors)
+                         cumulative, as OpenFlow port stats report (the last four 0 before
+                         version 3)
     timelines           (config_id, iteration, rank, phase, start, end)
     ceilings            (config_id, rail, fabric_share, payload_share, burst_s)
                          the configuration's busbw ceiling, GB/s emulated
@@ -54,6 +61,32 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          (NULL: never reached); error what failed. Absent before version 3:
                          read as no faults
 
+Version 3 adds the monitor's layers (docs/monitoring.md); absent in older bundles, read as
+empty::
+
+    steps               (config_id, iteration, rank, step, phase, start, end, send_peers,
+                         recv_peers, sent, received)       application: one step of one
+                         operation on one rank; peers as JSON lists of ranks, bytes from
+                         the plan
+    tcp_info            (connection_id, t, rtt_us, rttvar_us, cwnd, ssthresh, retrans,
+                         lost, unacked)     transport: the sender kernel's TCP_INFO of a
+                         connection (retrans: total retransmitted segments so far)
+    connection_paths    (connection_id, hop, node, in_port, out_port, source,
+                         counter_bytes)     the nodes a connection crosses, GPU to GPU;
+                         source 'pinned' (the controller's published path) or 'first-hop'
+                         (only the NIC port and ToR are known: the switches hash the rest);
+                         counter_bytes: what the out-port's counters carried while the
+                         connection was active (NULL: not measured)
+    controller_events   (run_id, t, kind, switch, port, level, message)
+                         network: the controller's events (connect, disconnect, port-up,
+                         port-down, reprogram, programmed, error) and its log lines (log)
+    host_cpu            (run_id, start, end, idle_share, vswitchd_cores, vswitchd_wait,
+                         softirqd_wait, controller_cores, workers_cores)   host, per interval
+    faults              (id, run_id, kind, target, params, scheduled, applied, undone, error)
+                         the faults a run injected (their scheduler writes it)
+
+Logs (``logs/``): the controller's log and every launch's worker logs, copied at the end.
+
 A bundle holds one run. :class:`ResultsWriter` is what the runner calls, from one thread;
 :class:`ResultsBundle` reads a finished (or crashed) bundle back.
 """
@@ -65,8 +98,8 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import astuple, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -78,9 +111,10 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 3  # 2: configurations.host_ports and .unpinned; 3: the faults table
+SCHEMA_VERSION = 3  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers, faults
 #: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
-#: configurations.host_ports (read as 'unknown'); 1 and 2 lack faults (read as none).
+#: configurations.host_ports (read as 'unknown'); 1 and 2 lack the monitor's tables (read
+#: as empty), its columns (NULL or 0) and the faults (read as none).
 READABLE_VERSIONS = (1, 2, 3)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
@@ -90,6 +124,7 @@ EXPERIMENT = "experiment.yaml"
 SUMMARY = "summary.json"
 TABLES = "tables"
 PLOTS = "plots"
+LOGS = "logs"
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -131,6 +166,7 @@ CREATE TABLE iterations (
     time_us REAL NOT NULL,
     bytes INTEGER NOT NULL,
     wrong INTEGER NOT NULL,
+    start REAL,
     PRIMARY KEY (config_id, warmup, iteration, rank)
 );
 CREATE TABLE connections (
@@ -142,6 +178,10 @@ CREATE TABLE connections (
     src_port INTEGER NOT NULL,
     dst_ip TEXT NOT NULL,
     dst_port INTEGER NOT NULL,
+    src_rank INTEGER,
+    dst_rank INTEGER,
+    channel INTEGER,
+    link TEXT,
     UNIQUE (config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port)
 );
 CREATE TABLE connection_samples (
@@ -163,9 +203,14 @@ CREATE TABLE port_counters (
     tx_bytes INTEGER NOT NULL,
     rx_packets INTEGER NOT NULL,
     tx_packets INTEGER NOT NULL,
-    drops INTEGER NOT NULL
+    drops INTEGER NOT NULL,
+    rx_dropped INTEGER NOT NULL DEFAULT 0,
+    tx_dropped INTEGER NOT NULL DEFAULT 0,
+    rx_errors INTEGER NOT NULL DEFAULT 0,
+    tx_errors INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX port_counters_by_port ON port_counters (switch, port, t);
+CREATE INDEX port_counters_by_time ON port_counters (t);
 CREATE TABLE ceilings (
     config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
     rail REAL NOT NULL,
@@ -198,6 +243,67 @@ CREATE TABLE emulator_load (
     vswitchd_wait_min REAL NOT NULL,
     softirqd_wait_max REAL NOT NULL
 );
+CREATE TABLE steps (
+    config_id INTEGER NOT NULL REFERENCES configurations(id),
+    iteration INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    start REAL NOT NULL,
+    "end" REAL NOT NULL,
+    send_peers TEXT NOT NULL,
+    recv_peers TEXT NOT NULL,
+    sent INTEGER NOT NULL,
+    received INTEGER NOT NULL
+);
+CREATE INDEX steps_by_rank ON steps (config_id, rank, iteration, step);
+CREATE INDEX steps_by_time ON steps (start, "end");
+CREATE TABLE tcp_info (
+    connection_id INTEGER NOT NULL REFERENCES connections(id),
+    t REAL NOT NULL,
+    rtt_us INTEGER NOT NULL,
+    rttvar_us INTEGER NOT NULL,
+    cwnd INTEGER NOT NULL,
+    ssthresh INTEGER NOT NULL,
+    retrans INTEGER NOT NULL,
+    lost INTEGER NOT NULL,
+    unacked INTEGER NOT NULL
+);
+CREATE INDEX tcp_info_by_connection ON tcp_info (connection_id, t);
+CREATE TABLE connection_paths (
+    connection_id INTEGER NOT NULL REFERENCES connections(id),
+    hop INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    in_port INTEGER,
+    out_port INTEGER,
+    source TEXT NOT NULL,
+    counter_bytes INTEGER,
+    PRIMARY KEY (connection_id, hop)
+);
+CREATE INDEX connection_paths_by_node ON connection_paths (node, out_port);
+CREATE INDEX connection_samples_by_time ON connection_samples (t);
+CREATE TABLE controller_events (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    switch TEXT,
+    port INTEGER,
+    level TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX controller_events_by_time ON controller_events (t);
+CREATE TABLE host_cpu (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    start REAL NOT NULL,
+    "end" REAL NOT NULL,
+    idle_share REAL NOT NULL,
+    vswitchd_cores REAL NOT NULL,
+    vswitchd_wait REAL NOT NULL,
+    softirqd_wait REAL NOT NULL,
+    controller_cores REAL,
+    workers_cores REAL
+);
+CREATE INDEX host_cpu_by_time ON host_cpu (start);
 CREATE TABLE faults (
     id INTEGER PRIMARY KEY,
     run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -237,6 +343,7 @@ class IterationRecord:
     bytes: int
     wrong: int = 0
     warmup: bool = False
+    start: float | None = None  # epoch s the rank began it (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -261,6 +368,10 @@ class PortCounter:
     rx_packets: int
     tx_packets: int
     drops: int = 0
+    rx_dropped: int = 0
+    tx_dropped: int = 0
+    rx_errors: int = 0
+    tx_errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -272,6 +383,113 @@ class Phase:
     phase: str
     start: float
     end: float
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of one operation on one rank (the application layer at its finest): when
+    it ran, whom it sent to and received from, and how many bytes, as its plan says."""
+
+    iteration: int
+    rank: int
+    step: int
+    phase: str
+    start: float
+    end: float
+    send_peers: tuple[int, ...] = ()
+    recv_peers: tuple[int, ...] = ()
+    sent: int = 0
+    received: int = 0
+    warmup: bool = False
+
+
+@dataclass(frozen=True)
+class ConnectionRecord:
+    """A connection as one end (``rank``) knows it: data flows ``src_rank`` -> ``dst_rank``
+    on ``channel`` over ``link`` (fabric or nvlink)."""
+
+    rank: int
+    five_tuple: FiveTuple
+    src_rank: int
+    dst_rank: int
+    channel: int
+    link: str
+
+
+@dataclass(frozen=True)
+class StoredConnection:
+    """A row of ``connections`` read back (the ranks, channel and link None before v3)."""
+
+    id: int
+    config_id: int
+    rank: int
+    five_tuple: FiveTuple
+    src_rank: int | None
+    dst_rank: int | None
+    channel: int | None
+    link: str | None
+
+
+@dataclass(frozen=True)
+class TcpInfoSample:
+    """The sender kernel's view of a connection at ``t`` (struct tcp_info): smoothed RTT
+    and its variation (us), congestion window and slow-start threshold (segments), total
+    retransmitted segments, segments currently thought lost, unacknowledged segments."""
+
+    rank: int
+    five_tuple: FiveTuple
+    t: float
+    rtt_us: int
+    rttvar_us: int
+    cwnd: int
+    ssthresh: int
+    retrans: int
+    lost: int
+    unacked: int
+
+
+@dataclass(frozen=True)
+class PathHop:
+    """One node of a connection's path: ``in_port``/``out_port`` are the node's model port
+    numbers (None at the GPU it starts or ends at); ``source``: how the path is known
+    (``pinned``, ``first-hop``); ``counter_bytes``: what ``out_port`` carried while the
+    connection was active, by the switch counters (None: not measured)."""
+
+    hop: int
+    node: str
+    in_port: int | None
+    out_port: int | None
+    source: str
+    counter_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ControllerEvent:
+    """Something the controller did or saw at ``t``: ``kind`` connect, disconnect,
+    port-up, port-down, reprogram, programmed, error, or ``log`` for a plain log line."""
+
+    t: float
+    kind: str
+    switch: str | None
+    port: int | None
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The machine's CPU over [start, end]: idle share of all CPUs; cores used by
+    ovs-vswitchd, the controller and the workers (None: not watched); the wait shares of
+    ovs-vswitchd's main thread and the softirq threads (orchestrator.testbed.cpuload)."""
+
+    start: float
+    end: float
+    idle_share: float
+    vswitchd_cores: float
+    vswitchd_wait: float
+    softirqd_wait: float
+    controller_cores: float | None = None
+    workers_cores: float | None = None
 
 
 @dataclass(frozen=True)
@@ -324,6 +542,13 @@ class Configuration:
         return (self.policy, self.collective, self.algorithm)
 
 
+# The monitor's tables' columns, as their records name them (after the row's owner id).
+_TCP = tuple(f.name for f in fields(TcpInfoSample))[2:]  # after rank and five_tuple
+_PATH_HOP = tuple(f.name for f in fields(PathHop))
+_CONTROLLER_EVENT = tuple(f.name for f in fields(ControllerEvent))
+_HOST_CPU = tuple(f.name for f in fields(HostCpu))
+
+
 def _iso(timestamp: float | None) -> str:
     moment = time.time() if timestamp is None else timestamp
     return datetime.fromtimestamp(moment, tz=timezone.utc).isoformat(timespec="milliseconds")
@@ -342,6 +567,29 @@ def _write_json(path: Path, document: object) -> None:
         json.dump(document, out, indent=1, sort_keys=True, allow_nan=False)
         out.write("\n")
     os.replace(tmp, path)
+
+
+def counter_delta(
+    db: sqlite3.Connection, switch: str, port: int | None, column: str, start: float, end: float
+) -> int | None:
+    """What a port counter (``tx_bytes``, ``rx_bytes``, ...) counted over [start, end]: from
+    its last sample at or before ``start`` to its first at or after ``end``, so that the
+    interval is covered (None without both samples, or across a counter reset)."""
+    if port is None:
+        return None
+    before = db.execute(
+        f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t <= ?"
+        " ORDER BY t DESC LIMIT 1",
+        (switch, port, start),
+    ).fetchone()
+    after = db.execute(
+        f"SELECT {column} FROM port_counters WHERE switch = ? AND port = ? AND t >= ?"
+        " ORDER BY t LIMIT 1",
+        (switch, port, end),
+    ).fetchone()
+    if before is None or after is None or after[0] < before[0]:
+        return None
+    return int(after[0] - before[0])
 
 
 class ResultsWriter:
@@ -491,13 +739,13 @@ class ResultsWriter:
     def add_iterations(self, config_id: int, records: Iterable[IterationRecord]) -> int:
         """Per-rank, per-iteration timings of a configuration; returns how many were added."""
         rows = [
-            (config_id, int(r.warmup), r.iteration, r.rank, r.time_us, r.bytes, r.wrong)
+            (config_id, int(r.warmup), r.iteration, r.rank, r.time_us, r.bytes, r.wrong, r.start)
             for r in records
         ]
         with self._db:
             self._db.executemany(
                 "INSERT INTO iterations (config_id, warmup, iteration, rank, time_us, bytes,"
-                " wrong) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " wrong, start) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
         return len(rows)
@@ -509,6 +757,114 @@ class ResultsWriter:
             self._db.executemany(
                 "INSERT INTO connection_samples (connection_id, t, bytes) VALUES (?, ?, ?)", rows
             )
+        return len(rows)
+
+    def add_connections(self, config_id: int, connections: Iterable[ConnectionRecord]) -> int:
+        """Who is at each end of a configuration's connections (before or after their
+        samples: a connection row is made once per end and completed here)."""
+        count = 0
+        with self._db:
+            for c in connections:
+                connection_id = self._connection(config_id, c.rank, c.five_tuple)
+                self._db.execute(
+                    "UPDATE connections SET src_rank = ?, dst_rank = ?, channel = ?, link = ?"
+                    " WHERE id = ?",
+                    (c.src_rank, c.dst_rank, c.channel, c.link, connection_id),
+                )
+                count += 1
+        return count
+
+    def connection_id(self, config_id: int, rank: int, five: FiveTuple) -> int:
+        """The row of ``rank``'s end of a connection (made if new)."""
+        return self._connection(config_id, rank, five)
+
+    def add_tcp_info(self, config_id: int, samples: Iterable[TcpInfoSample]) -> int:
+        """The senders' TCP_INFO samples of a configuration's connections."""
+        rows = [
+            (self._connection(config_id, s.rank, s.five_tuple), *(getattr(s, f) for f in _TCP))
+            for s in samples
+        ]
+        return self._insert("tcp_info", ("connection_id", *_TCP), rows)
+
+    def add_path(self, connection_id: int, hops: Iterable[PathHop]) -> int:
+        """The path of one connection (its row from :meth:`connection_id`), hop by hop."""
+        rows = [(connection_id, *astuple(h)) for h in hops]
+        return self._insert("connection_paths", ("connection_id", *_PATH_HOP), rows, "OR REPLACE")
+
+    def confirm_paths(self) -> int:
+        """Fill every path hop's ``counter_bytes``: what the switch counters say the hop's
+        link carried while its connection was active (from the last counter sample at or
+        before the connection's first throughput sample to the first at or after its last).
+        A switch's hop is its own transmit counter on ``out_port``; a GPU's (not polled)
+        is the next switch's receive counter on its ``in_port``. Call it once the port
+        counters are in; returns the hops filled."""
+        hops = self._db.execute(
+            "SELECT p.connection_id, p.hop, p.node, p.out_port, n.node, n.in_port,"
+            " MIN(s.t), MAX(s.t) FROM connection_paths AS p"
+            " JOIN connection_paths AS n ON n.connection_id = p.connection_id"
+            " AND n.hop = p.hop + 1"
+            " JOIN connection_samples AS s ON s.connection_id = p.connection_id"
+            " GROUP BY p.connection_id, p.hop"
+        ).fetchall()
+        filled = 0
+        with self._db:
+            for connection_id, hop, node, out_port, after, in_port, first, last in hops:
+                carried = counter_delta(self._db, node, out_port, "tx_bytes", first, last)
+                if carried is None:
+                    carried = counter_delta(self._db, after, in_port, "rx_bytes", first, last)
+                if carried is None:
+                    continue
+                self._db.execute(
+                    "UPDATE connection_paths SET counter_bytes = ? WHERE connection_id = ?"
+                    " AND hop = ?",
+                    (carried, connection_id, hop),
+                )
+                filled += 1
+        return filled
+
+    def add_steps(self, config_id: int, steps: Iterable[StepRecord]) -> int:
+        """Every step of every operation of every rank of a configuration."""
+        rows = [
+            (
+                config_id,
+                s.iteration,
+                s.rank,
+                s.step,
+                s.phase,
+                s.start,
+                s.end,
+                json.dumps(list(s.send_peers)),
+                json.dumps(list(s.recv_peers)),
+                s.sent,
+                s.received,
+            )
+            for s in steps
+        ]
+        with self._db:
+            self._db.executemany(
+                'INSERT INTO steps (config_id, iteration, rank, step, phase, start, "end",'
+                " send_peers, recv_peers, sent, received) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def add_controller_events(self, events: Iterable[ControllerEvent]) -> int:
+        rows = [(self.run_id, *astuple(e)) for e in events]
+        return self._insert("controller_events", ("run_id", *_CONTROLLER_EVENT), rows)
+
+    def add_host_cpu(self, intervals: Iterable[HostCpu]) -> int:
+        rows = [(self.run_id, *astuple(c)) for c in intervals]
+        return self._insert("host_cpu", ("run_id", *_HOST_CPU), rows)
+
+    def _insert(
+        self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]], verb: str = ""
+    ) -> int:
+        """Rows into one of the monitor's tables, columns named as its record's fields."""
+        names = ", ".join(f'"{c}"' for c in columns)
+        marks = ", ".join("?" * len(columns))
+        with self._db:
+            self._db.executemany(f"INSERT {verb} INTO {table} ({names}) VALUES ({marks})", rows)
         return len(rows)
 
     def _connection(self, config_id: int, rank: int, five: FiveTuple) -> int:
@@ -536,13 +892,18 @@ class ResultsWriter:
                 c.rx_packets,
                 c.tx_packets,
                 c.drops,
+                c.rx_dropped,
+                c.tx_dropped,
+                c.rx_errors,
+                c.tx_errors,
             )
             for c in counters
         ]
         with self._db:
             self._db.executemany(
                 "INSERT INTO port_counters (run_id, t, switch, port, rx_bytes, tx_bytes,"
-                " rx_packets, tx_packets, drops) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " rx_packets, tx_packets, drops, rx_dropped, tx_dropped, rx_errors, tx_errors)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
         return len(rows)
@@ -717,12 +1078,13 @@ class ResultsBundle:
         return [Configuration(*row) for row in rows]
 
     def iterations(self, config_id: int) -> list[IterationRecord]:
+        start = "start" if self.version >= 3 else "NULL"
         rows = self._db.execute(
-            "SELECT iteration, rank, time_us, bytes, wrong, warmup FROM iterations"
+            f"SELECT iteration, rank, time_us, bytes, wrong, warmup, {start} FROM iterations"
             " WHERE config_id = ? ORDER BY warmup DESC, iteration, rank",
             (config_id,),
         ).fetchall()
-        return [IterationRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows]
+        return [IterationRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows]
 
     def samples(self, config_id: int) -> list[ConnectionSample]:
         rows = self._db.execute(
@@ -737,12 +1099,143 @@ class ResultsBundle:
         ]
 
     def port_counters(self) -> Iterator[PortCounter]:
+        detail = (
+            "rx_dropped, tx_dropped, rx_errors, tx_errors" if self.version >= 3 else "0, 0, 0, 0"
+        )
         rows = self._db.execute(
-            "SELECT t, switch, port, rx_bytes, tx_bytes, rx_packets, tx_packets, drops"
-            " FROM port_counters ORDER BY switch, port, t"
+            "SELECT t, switch, port, rx_bytes, tx_bytes, rx_packets, tx_packets, drops,"
+            f" {detail} FROM port_counters ORDER BY switch, port, t"
         )
         for row in rows:
             yield PortCounter(*row)
+
+    # --- the monitor's layers (version 3; empty in older bundles) --------------------------
+
+    def has_table(self, name: str) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return row is not None
+
+    def counter_delta(
+        self, switch: str, port: int, column: str, start: float, end: float
+    ) -> int | None:
+        """What a port counter counted over [start, end] (:func:`counter_delta`)."""
+        return counter_delta(self._db, switch, port, column, start, end)
+
+    def _monitor_rows(
+        self, table: str, statement: str, parameters: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """The rows of a query on one of the monitor's tables; none in a bundle without it."""
+        if not self.has_table(table):
+            return []
+        return self._db.execute(statement, tuple(parameters)).fetchall()
+
+    def sql(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query (the monitor's queries, orchestrator.monitor.queries,
+        use the indexes the schema declares for them)."""
+        return self._db.execute(statement, tuple(parameters)).fetchall()
+
+    def connections(self, config_id: int | None = None) -> list[StoredConnection]:
+        """Every connection end (of one configuration if given), by id."""
+        ends = "src_rank, dst_rank, channel, link"
+        if self.version < 3:
+            ends = "NULL, NULL, NULL, NULL"
+        where, params = "", tuple[int, ...]()
+        if config_id is not None:
+            where, params = "WHERE config_id = ?", (config_id,)
+        rows = self._db.execute(
+            f"SELECT id, config_id, rank, protocol, src_ip, src_port, dst_ip, dst_port, {ends}"
+            f" FROM connections {where} ORDER BY id",
+            params,
+        ).fetchall()
+        return [
+            StoredConnection(r[0], r[1], r[2], FiveTuple(r[4], r[5], r[6], r[7], r[3]), *r[8:])
+            for r in rows
+        ]
+
+    def steps(self, config_id: int) -> list[StepRecord]:
+        rows = self._monitor_rows(
+            "steps",
+            'SELECT s.iteration, s.rank, s.step, s.phase, s.start, s."end", s.send_peers,'
+            " s.recv_peers, s.sent, s.received, COALESCE(i.warmup, 0) FROM steps AS s"
+            " LEFT JOIN iterations AS i ON i.config_id = s.config_id"
+            " AND i.iteration = s.iteration AND i.rank = s.rank"
+            " WHERE s.config_id = ? ORDER BY s.iteration, s.rank, s.step",
+            (config_id,),
+        )
+        return [
+            StepRecord(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                tuple(json.loads(r[6])),
+                tuple(json.loads(r[7])),
+                r[8],
+                r[9],
+                bool(r[10]),
+            )
+            for r in rows
+        ]
+
+    def tcp_info(self, connection_id: int) -> list[TcpInfoSample]:
+        """A connection's TCP_INFO samples in time order (rank and five-tuple its row's)."""
+        rows = self._monitor_rows(
+            "tcp_info",
+            "SELECT c.rank, c.src_ip, c.src_port, c.dst_ip, c.dst_port, c.protocol, i.t,"
+            " i.rtt_us, i.rttvar_us, i.cwnd, i.ssthresh, i.retrans, i.lost, i.unacked"
+            " FROM tcp_info AS i JOIN connections AS c ON c.id = i.connection_id"
+            " WHERE i.connection_id = ? ORDER BY i.t",
+            (connection_id,),
+        )
+        return [TcpInfoSample(r[0], FiveTuple(r[1], r[2], r[3], r[4], r[5]), *r[6:]) for r in rows]
+
+    def paths(self) -> dict[int, list[PathHop]]:
+        """Connection id -> its path, hop by hop (connections without one are absent)."""
+        paths: dict[int, list[PathHop]] = {}
+        for row in self._monitor_rows(
+            "connection_paths",
+            "SELECT connection_id, hop, node, in_port, out_port, source, counter_bytes"
+            " FROM connection_paths ORDER BY connection_id, hop",
+        ):
+            paths.setdefault(row[0], []).append(PathHop(*row[1:]))
+        return paths
+
+    def controller_events(self) -> list[ControllerEvent]:
+        rows = self._monitor_rows(
+            "controller_events",
+            "SELECT t, kind, switch, port, level, message FROM controller_events ORDER BY t",
+        )
+        return [ControllerEvent(*row) for row in rows]
+
+    def host_cpu(self) -> list[HostCpu]:
+        rows = self._monitor_rows(
+            "host_cpu",
+            'SELECT start, "end", idle_share, vswitchd_cores, vswitchd_wait, softirqd_wait,'
+            " controller_cores, workers_cores FROM host_cpu ORDER BY start",
+        )
+        return [HostCpu(*row) for row in rows]
+
+    def faults(self) -> list[InjectedFault]:
+        """The faults the run injected, by id (empty without the table or rows)."""
+        rows = self._monitor_rows(
+            "faults",
+            "SELECT id, kind, target, params, scheduled, applied, undone, error FROM faults"
+            " ORDER BY id",
+        )
+        faults = []
+        for r in rows:
+            try:
+                params = json.loads(r[3]) if r[3] else {}
+            except ValueError:
+                params = {"raw": r[3]}
+            faults.append(
+                InjectedFault(r[0], r[1] or "", r[2] or "", params, r[4], r[5], r[6], r[7])
+            )
+        return faults
 
     def ceilings(self) -> dict[int, Ceiling]:
         """Per configuration id, its busbw ceiling (empty for bundles from before)."""
@@ -769,16 +1262,6 @@ class ResultsBundle:
             named["saturated"] = bool(named["saturated"])
             loads[int(config_id)] = EmulatorLoad(**named)
         return loads
-
-    def faults(self) -> list[InjectedFault]:
-        """The faults the run injected, by id (none in bundles from before version 3)."""
-        if self.version < 3:
-            return []
-        rows = self._db.execute(
-            "SELECT id, kind, target, params, scheduled, applied, undone, error FROM faults"
-            " ORDER BY id"
-        ).fetchall()
-        return [InjectedFault(r[0], r[1], r[2], json.loads(r[3]), *r[4:]) for r in rows]
 
     def timelines(self, config_id: int) -> list[Phase]:
         rows = self._db.execute(

@@ -33,6 +33,8 @@ Example (``experiments/default.yaml`` is the annotated one)::
     faults:                       # optional: broken on purpose while it runs
       - {kind: link-down, target: p1s0g0-p1r0t1, at: 2s, duration: 10s}
                                   # (orchestrator/testbed/faultspec.py has every kind)
+    monitor: full                 # the monitor's detail: full (default) | light
+                                  # (orchestrator/testbed/monitoring.py, docs/monitoring.md)
 
 :meth:`ExperimentSpec.steps` expands it into the concrete runs, policy x collective x size,
 in the order a runner should execute them (a policy change reprograms the fabric, so
@@ -55,6 +57,7 @@ from orchestrator.collectives.plans import default_registry as algorithm_registr
 from orchestrator.collectives.sizes import parse_size
 from orchestrator.testbed.faultspec import FaultSpec, parse_faults
 from orchestrator.testbed.hostports import DEFAULT_HOST_PORTS, HOST_PORTS
+from orchestrator.testbed.monitoring import DEFAULT_MONITOR, LEVELS
 from orchestrator.worker.spec import LaunchOptions
 from topologies.catalog import resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError
@@ -98,6 +101,7 @@ _TOP_KEYS = {
     "scale",
     "latency",
     "faults",
+    "monitor",
 }
 
 
@@ -214,6 +218,7 @@ class ExperimentSpec:
     seed: int = 0
     load_limit: LoadLimit = field(default_factory=LoadLimit)
     host_ports: str = DEFAULT_HOST_PORTS  # orchestrator.testbed.hostports
+    monitor: str = DEFAULT_MONITOR  # the monitor's detail (orchestrator.testbed.monitoring)
     description: str = ""
     dtype: str = DTYPE
     source: str = "<inline>"
@@ -374,6 +379,9 @@ def parse_experiment(
 
     chosen_policies = _policies(read, doc, policies)
     host_ports = _host_ports(read, doc.get("host_ports", DEFAULT_HOST_PORTS))
+    monitor = read.choice(
+        doc.get("monitor", DEFAULT_MONITOR), "monitor", LEVELS, "the monitor's detail level"
+    )
     collectives = _collectives(read, doc["collectives"])
     sizes = _sizes(read, doc["sizes"])
     iterations = read.integer(doc.get("iterations", DEFAULT_ITERATIONS), "iterations")
@@ -416,6 +424,7 @@ def parse_experiment(
         seed=seed,
         load_limit=load_limit,
         host_ports=host_ports,
+        monitor=monitor,
         description=description,
         source=source,
         faults=faults,

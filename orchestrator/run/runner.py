@@ -72,12 +72,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from controllers.events import EVENTS_NAME
 from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
+from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
+from orchestrator.monitor import record
+from orchestrator.monitor.report import render_monitor
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -99,9 +103,10 @@ from orchestrator.run.experiment import (
     ExperimentSpec,
 )
 from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
-from orchestrator.testbed.cpuload import CpuSampler
+from orchestrator.testbed.cpuload import CpuSampler, host_intervals
 from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
+from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
@@ -136,6 +141,8 @@ class RunOptions:
     channels: int | None = None  # connections per peer pair; None: per collective
     # (orchestrator.collectives.ceilings.default_channels: enough to spread over the NIC ports)
     worker_args: tuple[str, ...] = ()  # extra worker argv (tests: fault injection)
+    monitor: str | None = None  # the monitor's detail level; None: the experiment's
+    lock_wait: float = 0.0  # seconds to wait for another run's lock (0: fail at once)
 
 
 @dataclass
@@ -256,6 +263,7 @@ def iteration_records(test: CollectiveResult) -> list[IterationRecord]:
             bytes=rank.sent,
             wrong=rank.wrong,  # -1: not verified (the bundle keeps it so)
             warmup=iteration.warmup,
+            start=rank.start,
         )
         for iteration in test.iterations
         for rank in iteration.ranks.values()
@@ -429,6 +437,12 @@ class Runner:
         self.faults: FaultScheduler | None = None
         self.stragglers: Stragglers | None = None
         self.fault_outcomes: list[FaultOutcome] = []
+        self.run_dir: Path | None = None  # the fabric's run directory, once it is up
+        # when this run began on the fabric (epoch s); 0 when it brings its own fabric up
+        # (the controller's events from its bring-up belong to the run)
+        self._since: float | None = None
+        self._first_launch = 0  # the testbed's launches before this run (not its logs)
+        self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
     # -- messages ----------------------------------------------------------------------
 
@@ -481,6 +495,8 @@ class Runner:
             "load_guard": verdict.to_dict(),
         }
         own = testbed is None
+        if own:
+            self._since = 0.0
         try:
             if testbed is None:
                 testbed = Testbed(
@@ -489,6 +505,7 @@ class Runner:
                     state_base=self.options.state_base,
                     ready_timeout=self.options.ready_timeout,
                     log=self.say,
+                    lock_wait=self.options.lock_wait,
                 )
                 self.say(f"bringing up fabric {spec.fabric.name} ({spec.fabric_source})")
                 testbed.start()
@@ -532,6 +549,14 @@ class Runner:
     def _run_on(self, testbed: Testbed, outcome: RunOutcome) -> None:
         spec, options = self.spec, self.options
         steps = spec.steps()
+        self.run_dir = testbed.run_dir
+        self._first_launch = len(testbed.launch_dirs)  # this run's launches come after
+        if self._since is None:  # a testbed of the caller's: what it logged before is not ours
+            self._since = time.time()
+        seconds = testbed.use_monitor(self.monitor)
+        if seconds:
+            self.say(f"monitor {self.monitor.name}: controller restarted in {seconds:.1f} s")
+        self.run_file["monitor"] = self.monitor.name
         datapath = testbed.emulation.datapath
         self.run_file["conditions"]["datapath"] = datapath.kind if datapath else None
         self.run_file["conditions"]["userspace_tso"] = datapath.tso if datapath else None
@@ -567,7 +592,9 @@ class Runner:
         )
         offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0
         self.run_file["emulator_saturation"] = DEFAULT_THRESHOLDS.to_dict()
-        sampler = CpuSampler().start()  # the CPU while configurations run (calibration.saturation)
+        # the CPU while configurations run (calibration.saturation; the monitor's host layer)
+        groups = testbed.process_groups if self.monitor.process_cpu else None
+        sampler = CpuSampler(groups=groups).start()
         self._start_faults(testbed)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
@@ -607,6 +634,9 @@ class Runner:
                                     unpinned=unpinned,
                                 )
                                 writer.add_ceiling(configuration.id, ceiling)
+                                self._record_monitor(
+                                    writer, testbed, config_id, done, result, launcher.layout
+                                )
                                 load = judge_test(done, sampler.snapshot(), offered)
                                 if load is not None:
                                     writer.add_emulator_load(config_id, load)
@@ -644,7 +674,8 @@ class Runner:
             outcome.exit_status = error.exit_status
         except BaseException:
             self._end_faults(writer)
-            self._record_telemetry(writer, testbed)
+            sampler.stop()
+            self._record_telemetry(writer, testbed, sampler)
             writer.finish(status="interrupted")
             raise
         finally:
@@ -653,7 +684,7 @@ class Runner:
                 self.progress.close()
         self._end_faults(writer)
         self._check_wrong(outcome)
-        self._record_telemetry(writer, testbed)
+        self._record_telemetry(writer, testbed, sampler)
         writer.finish(status=outcome.status)
 
     def _start_faults(self, testbed: Testbed) -> None:
@@ -686,6 +717,27 @@ class Runner:
             )
             for o in self.fault_outcomes
         )
+
+    def _record_monitor(
+        self,
+        writer: ResultsWriter,
+        testbed: Testbed,
+        config_id: int,
+        done: CollectiveResult,
+        result: RunResult,
+        layout: Layout,
+    ) -> None:
+        """The configuration's monitor layers (orchestrator.monitor.record): its steps, its
+        connections' ends and planned paths, the senders' TCP_INFO."""
+        writer.add_steps(config_id, record.step_records(done, layout))
+        writer.add_connections(config_id, record.connection_records(result.connections))
+        writer.add_tcp_info(config_id, record.tcp_records(result))
+        if testbed.pinning is not None:
+            fabric = testbed.description.fabric
+            for c, hops in record.connection_paths(
+                fabric, result.connections, testbed.pinning.chosen
+            ):
+                writer.add_path(writer.connection_id(config_id, c.src, c.five_tuple), hops)
 
     def _check_wrong(self, outcome: RunOutcome) -> None:
         """Data that failed verification fails the run (exit 7), unless it failed already
@@ -767,9 +819,13 @@ class Runner:
         if None in outcome.rto_min[key] and not warned:
             self.say(rto_min_line(outcome.rto_min[key]))
 
-    def _record_telemetry(self, writer: ResultsWriter, testbed: Testbed) -> None:
+    def _record_telemetry(
+        self, writer: ResultsWriter, testbed: Testbed, sampler: CpuSampler | None = None
+    ) -> None:
         """The controller's port counters into the database, its telemetry file (routes of
-        the policies that place flows included) into the bundle as it is."""
+        the policies that place flows included) into the bundle as it is; then the rest of
+        the monitor's layers: the counters' confirmation of the paths, the controller's
+        events, the CPU per interval, and the logs."""
         try:
             counters = testbed.port_counters()
             if counters:
@@ -778,8 +834,20 @@ class Runner:
             if path is not None and path.exists():
                 shutil.copyfile(path, writer.path / TELEMETRY_FILE)
             self.run_file["port_counters"] = len(counters)
+            writer.confirm_paths()
         except (OSError, ValueError) as error:
             self.say(f"cannot read the controller's telemetry: {error}")
+        try:
+            events = record.controller_events(testbed.run_dir / EVENTS_NAME, self._since or 0.0)
+            writer.add_controller_events(events)
+            if sampler is not None:
+                writer.add_host_cpu(host_intervals(sampler.snapshot()))
+            controller = testbed.emulation.controller
+            logs = [controller.log_path] if controller is not None else []
+            logs.append(testbed.run_dir / EVENTS_NAME)
+            record.copy_logs(writer.path, logs, testbed.launch_dirs[self._first_launch :])
+        except OSError as error:
+            self.say(f"cannot record the monitor's layers: {error}")
 
     def _table(
         self,
@@ -822,6 +890,8 @@ class Runner:
 
             plots = self.options.plots and outcome.status != "interrupted"
             render_bundle(outcome.bundle, plots=plots)
+            if plots:
+                render_monitor(outcome.bundle)
         except (AstralError, OSError, ValueError) as error:
             self.say(f"rendering the bundle failed: {error}")
         for line in self.summary_lines(outcome, testbed):

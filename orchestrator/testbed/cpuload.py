@@ -19,7 +19,10 @@ A sample is cumulative counters (jiffies of all CPUs, ovs-vswitchd's clock ticks
 helpers of orchestrator.testbed.traffic), so shares follow from any two samples and a
 window is judged from the last sample at or before its start to the first at or after its
 end: it always covers the window, a little more when the window is short (the sampling
-interval, 0.1 s, is the resolution). Times are epoch seconds, like the workers' iteration
+interval, 0.1 s, is the resolution). With ``groups``, each sample also reads the CPU of
+named process groups (the controller, the workers: a few more small files), and
+:func:`host_intervals` turns the samples into the monitor's host layer, one row per
+interval. Times are epoch seconds, like the workers' iteration
 starts, so a configuration's measured window selects its samples. A sample reads four small
 /proc files, about 0.1 ms: at 10 Hz the sampler takes nothing measurable from the run.
 """
@@ -27,15 +30,17 @@ starts, so a configuration's measured window selects its samples. A sample reads
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from orchestrator.emulation.sendbuffer import vswitchd_pid
+from orchestrator.results.store import HostCpu
 from orchestrator.testbed.traffic import VSWITCHD_PIDFILE, cpu_times, process_ticks
 
 DEFAULT_INTERVAL = 0.1  # seconds between samples (10 Hz)
@@ -55,6 +60,8 @@ class CpuSample:
     vswitchd_ticks: int
     vswitchd_wait_ns: int = 0
     softirqd_wait_ns: int = 0
+    # clock ticks of watched process groups (name, ticks), e.g. the controller, the workers
+    groups: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,8 +106,24 @@ def softirq_threads() -> list[int]:
     return sorted(pids)
 
 
-def read_sample(pidfile: str = VSWITCHD_PIDFILE, softirqd: Sequence[int] = ()) -> CpuSample:
+def pid_ticks(pid: int) -> int:
+    """utime + stime (all threads) of process ``pid``, clock ticks; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+Groups = Callable[[], Mapping[str, Sequence[int]]]  # group name -> its pids right now
+
+
+def read_sample(
+    pidfile: str = VSWITCHD_PIDFILE, softirqd: Sequence[int] = (), groups: Groups | None = None
+) -> CpuSample:
     busy, total = cpu_times()
+    watched = groups() if groups is not None else {}
     try:
         pid: int | None = vswitchd_pid(Path(pidfile))
     except (OSError, ValueError):
@@ -112,7 +135,41 @@ def read_sample(pidfile: str = VSWITCHD_PIDFILE, softirqd: Sequence[int] = ()) -
         process_ticks(pidfile),
         wait_ns(pid) if pid is not None else 0,
         sum(wait_ns(p) for p in softirqd),
+        tuple((name, sum(pid_ticks(p) for p in pids)) for name, pids in watched.items()),
     )
+
+
+def host_intervals(
+    samples: Sequence[CpuSample], ticks_per_second: float | None = None
+) -> list[HostCpu]:
+    """The CPU between every two consecutive samples: the monitor's host layer. A watched
+    group's cores are None in an interval where it was not watched at both ends (a
+    group's ticks fall when one of its processes exits: clamped at 0)."""
+    hz = ticks_per_second or os.sysconf("SC_CLK_TCK")
+    out = []
+    for a, b in itertools.pairwise(samples):
+        seconds, jiffies = b.t - a.t, b.total - a.total
+        if seconds <= 0 or jiffies <= 0:
+            continue
+        before, after = dict(a.groups), dict(b.groups)
+        cores = {
+            name: max(0, after[name] - ticks) / hz / seconds
+            for name, ticks in before.items()
+            if name in after
+        }
+        out.append(
+            HostCpu(
+                start=a.t,
+                end=b.t,
+                idle_share=1.0 - (b.busy - a.busy) / jiffies,
+                vswitchd_cores=max(0, b.vswitchd_ticks - a.vswitchd_ticks) / hz / seconds,
+                vswitchd_wait=max(0, b.vswitchd_wait_ns - a.vswitchd_wait_ns) / 1e9 / seconds,
+                softirqd_wait=max(0, b.softirqd_wait_ns - a.softirqd_wait_ns) / 1e9 / seconds,
+                controller_cores=cores.get("controller"),
+                workers_cores=cores.get("workers"),
+            )
+        )
+    return out
 
 
 def load_between(
@@ -154,9 +211,15 @@ class CpuSampler:
     block (one sample on entry and one on exit, so that any window inside is spanned).
     ``samples`` grows in time order; :meth:`sample` adds one from the caller's thread."""
 
-    def __init__(self, interval: float = DEFAULT_INTERVAL, pidfile: str = VSWITCHD_PIDFILE):
+    def __init__(
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        pidfile: str = VSWITCHD_PIDFILE,
+        groups: Groups | None = None,
+    ):
         self.interval = interval
         self.pidfile = pidfile
+        self.groups = groups  # process groups whose CPU each sample also reads
         self.softirqd = softirq_threads()
         self.samples: list[CpuSample] = []
         self._lock = threading.Lock()
@@ -165,7 +228,7 @@ class CpuSampler:
 
     def sample(self) -> CpuSample:
         with self._lock:  # appended in time order, whichever thread reads
-            taken = read_sample(self.pidfile, self.softirqd)
+            taken = read_sample(self.pidfile, self.softirqd, self.groups)
             self.samples.append(taken)
         return taken
 

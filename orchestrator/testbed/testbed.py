@@ -59,6 +59,7 @@ from orchestrator.emulation.network import Emulation, Log
 from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.results import PortCounter
 from orchestrator.testbed.hostports import BALANCED, DEFAULT_HOST_PORTS, check_host_ports
+from orchestrator.testbed.monitoring import FULL, MonitorLevel
 from orchestrator.testbed.pinning import (
     PATHS_FILE,
     Pinning,
@@ -81,7 +82,8 @@ from topologies.fabricspec import FabricSpec
 from topologies.latency import applied_latency
 
 WORKER_PORT = 47000  # every worker listens here, in its own namespace
-TELEMETRY_INTERVAL = 0.5  # seconds between the controller's counter polls (None: off)
+TELEMETRY_INTERVAL = FULL.telemetry_interval  # seconds between counter polls (None: off)
+LIVE_FILE = "live.json"  # the ranks' progress while a launch runs (orchestrator.monitor.live)
 
 
 class Testbed:
@@ -127,6 +129,9 @@ class Testbed:
         self.pinning: Pinning | None = None  # the last launch's source ports (None: none)
         self._policy_since = 0.0  # epoch seconds of the last controller (re)start
         self._launches = 0
+        self.monitor: MonitorLevel = FULL  # what launches record (use_monitor)
+        self.launcher: Launcher | None = None  # the last launch's
+        self.launch_dirs: list[Path] = []  # every launch's directory (its worker logs)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -212,6 +217,36 @@ class Testbed:
         self.policy_switches[name] = seconds
         return seconds
 
+    def use_monitor(self, level: MonitorLevel, timeout: float | None = None) -> float:
+        """Record at ``level`` from the next launch on (orchestrator.testbed.monitoring);
+        restarts the controller (as :meth:`use_policy` does: hitless) when its counter
+        polling changes. Returns the seconds that took (0 if nothing restarted)."""
+        self.monitor = level
+        controller = self.emulation.controller
+        if controller is None or controller.telemetry_interval in (
+            None,
+            level.telemetry_interval,
+        ):
+            return 0.0
+        began = time.monotonic()
+        controller.telemetry_interval = level.telemetry_interval
+        self._policy_since = time.time()
+        controller.restart()
+        controller.wait_programmed(timeout=timeout or self.ready_timeout)
+        return time.monotonic() - began
+
+    def process_groups(self) -> dict[str, list[int]]:
+        """The emulator's own processes by role, for the host layer's CPU figures: the
+        controller and the current launch's workers."""
+        controller = self.emulation.controller
+        groups: dict[str, list[int]] = {"controller": [], "workers": []}
+        if controller is not None and controller.pid is not None:
+            groups["controller"].append(controller.pid)
+        launcher = self.launcher
+        if launcher is not None:
+            groups["workers"] = launcher.pids()
+        return groups
+
     # --- workers ------------------------------------------------------------------------
 
     def workers(self, gpus: Sequence[str] | None = None) -> list[WorkerSpec]:
@@ -255,6 +290,7 @@ class Testbed:
         and the fixed listening port."""
         if options is None:
             options = LaunchOptions(channels=self.default_channels(gpus, collectives))
+        options = replace(options, tcp_info=options.tcp_info or self.monitor.tcp_info)
         if not options.min_batch_seconds:
             options = replace(options, min_batch_seconds=min_batch_seconds(DEFAULT_RECIPE.burst_s))
         if options.latency is None:
@@ -311,7 +347,12 @@ class Testbed:
             options = replace(options, source_ports=pinning.ports)
         self._launches += 1
         run_dir = self.run_dir / f"workers-{self._launches}"
-        return Launcher(workers, spawn=self.spawn, options=options, run_dir=run_dir)
+        self.launch_dirs.append(run_dir)
+        live = self.run_dir / LIVE_FILE if self.monitor.live else None
+        self.launcher = Launcher(
+            workers, spawn=self.spawn, options=options, run_dir=run_dir, live=live
+        )
+        return self.launcher
 
     def run(
         self,
@@ -358,6 +399,10 @@ class Testbed:
                         rx_packets=p.rx_packets,
                         tx_packets=p.tx_packets,
                         drops=p.rx_dropped + p.tx_dropped,
+                        rx_dropped=p.rx_dropped,
+                        tx_dropped=p.tx_dropped,
+                        rx_errors=p.rx_errors,
+                        tx_errors=p.tx_errors,
                     )
                     for p in switch.ports
                 ]

@@ -36,6 +36,7 @@ spawned are touched.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import select
@@ -50,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 from orchestrator import REPO
 from orchestrator.collectives.latency import LatencyTable
@@ -78,10 +79,12 @@ from orchestrator.worker.outcome import (
     Problem,
     RankIteration,
     RunResult,
+    TcpInfoRecord,
     ThroughputSample,
 )
 from orchestrator.worker.protocol import LineBuffer, Message, ProtocolError
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions, WorkerSpec
+from orchestrator.worker.transport import TCP_VIEW_FIELDS, TcpView
 from topologies.errors import EmulationError, ExperimentError
 from topologies.fivetuple import FiveTuple
 
@@ -91,6 +94,8 @@ _UNIX_PATH_MAX = 107
 #: loaded 2-core machine takes up to a few milliseconds to wake for a message.
 START_LEAD_S = 0.02
 START_LEAD_PER_RANK_S = 0.001
+#: How often the ranks' progress is written for the live view (it redraws twice a second)
+LIVE_INTERVAL_S = 0.2
 
 
 # --- spawning workers -------------------------------------------------------------------------
@@ -185,8 +190,14 @@ class Launcher:
         spawn: Spawn = local_spawn,
         options: LaunchOptions | None = None,
         run_dir: str | Path | None = None,
+        live: str | Path | None = None,
     ) -> None:
         self.workers = sorted(workers, key=lambda w: w.rank)
+        # where the ranks' progress goes while a batch runs (the live view reads it;
+        # orchestrator.monitor.live); None: nowhere
+        self.live = Path(live) if live is not None else None
+        self._live_at = 0.0
+        self._operation: dict[str, Any] | None = None
         if [w.rank for w in self.workers] != list(range(len(self.workers))):
             raise ValueError("workers must have ranks 0..n-1, each once")
         self.layout = Layout(
@@ -204,6 +215,7 @@ class Launcher:
         self._next_test_id = 0
         self._setup_sent_at: float | None = None
         self._samples: list[ThroughputSample] = []
+        self._tcp_info: list[TcpInfoRecord] = []
         self._awaiting_done = False
         self._batch = 0  # operations in the batch being awaited
         self.failure: Failure | None = None
@@ -284,6 +296,7 @@ class Launcher:
                 "verify": o.verify,
                 "heartbeat_interval": o.heartbeat_interval,
                 "sample_interval": o.sample_interval,
+                "tcp_info": o.tcp_info_interval if o.tcp_info else 0.0,
                 "connect_timeout": o.setup_timeout,
                 "source_ports": [[s, d, c, p] for (s, d, c), p in o.source_ports.items()],
                 "latency": (o.latency if o.latency is not None else LatencyTable()).to_message(),
@@ -327,6 +340,14 @@ class Launcher:
                 os.unlink(self.socket_path)
         if self._own_dir and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def pids(self) -> list[int]:
+        """The workers' process ids (those ``spawn`` returned with one)."""
+        return [
+            pid
+            for rank in self._ranks.values()
+            if isinstance(pid := getattr(rank.process, "pid", None), int)
+        ]
 
     def process(self, rank: int) -> WorkerProcess:
         """The process of ``rank`` (as ``spawn`` returned it)."""
@@ -385,6 +406,7 @@ class Launcher:
         results = self.prepare(tests)
         result = RunResult()
         self._samples = result.samples
+        self._tcp_info = result.tcp_info
         o = self.options
         ids = list(range(self._next_test_id, self._next_test_id + len(results)))
         self._next_test_id += len(results)
@@ -440,6 +462,16 @@ class Launcher:
         for rank in self._ranks.values():
             rank.dones = {}
         self._awaiting_done, self._batch = True, count
+        test = into.test
+        self._operation = {
+            "collective": test.collective,
+            "algorithm": test.algorithm,
+            "size": into.size,
+            "warmup": warmup,
+            "first": first,
+            "count": count,
+            "since": time.time(),
+        }
         at = self._start_at()
         if self.on_batch is not None:
             self.on_batch(at, warmup)
@@ -448,6 +480,7 @@ class Launcher:
             self._await("done", lambda r: len(r.dones) >= count, None, stage)
         finally:
             self._awaiting_done = False
+            self._write_live(force=True)
             into.iterations += self._completed(test_id, range(first, first + count), warmup)
         wanted = set(range(first, first + count))
         wrong = tuple(
@@ -585,8 +618,37 @@ class Launcher:
                 )
                 raise _Abort(Failure(stage, culprits))
 
+    def _write_live(self, force: bool = False) -> None:
+        """The ranks' progress into :attr:`live` (atomically, at most every
+        :data:`LIVE_INTERVAL_S`): the operation running, and per rank the operations of
+        the batch it has finished and where its last heartbeat put it."""
+        now = time.time()
+        if self.live is None or (not force and now - self._live_at < LIVE_INTERVAL_S):
+            return
+        self._live_at = now
+        ranks = {}
+        for r, rank in self._ranks.items():
+            beat = rank.heartbeat or {}
+            ranks[str(r)] = {
+                "host": rank.spec.host,
+                "done": len(rank.dones),
+                "busy": bool(beat.get("busy", False)),
+                "iteration": beat.get("iteration"),
+                "step": beat.get("step"),
+                "phase": beat.get("phase", ""),
+                "elapsed": beat.get("elapsed", 0.0),
+                "waiting_on": beat.get("waiting_on", []),
+                "failed": rank.failed is not None,
+            }
+        document = {"t": now, "pid": os.getpid(), "operation": self._operation, "ranks": ranks}
+        tmp = self.live.with_name(f".{self.live.name}.tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps(document, separators=(",", ":")))
+            os.replace(tmp, self.live)
+
     def _pump(self, timeout: float) -> None:
         """Accept and read whatever is waiting (everything, so that timestamps are fresh)."""
+        self._write_live()
         for key, _ in self._selector.select(timeout):
             if key.data is None:
                 assert self._server is not None
@@ -643,6 +705,11 @@ class Launcher:
                 connection = rank.connections.get(int(index))
                 if connection is not None:
                     self._samples.append(ThroughputSample(link.rank, connection, t, int(nbytes)))
+            for t, index, *fields in message.get("tcp", ()):
+                connection = rank.connections.get(int(index))
+                if connection is not None and len(fields) == len(TCP_VIEW_FIELDS):
+                    view = TcpView(*(int(v) for v in fields))
+                    self._tcp_info.append(TcpInfoRecord(link.rank, connection, t, view))
         elif kind == protocol.READY:
             rank.ready = message
         elif kind == protocol.DONE:

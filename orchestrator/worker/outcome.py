@@ -21,6 +21,7 @@ from orchestrator.collectives.nccl import NcclRow, format_table
 from orchestrator.collectives.operations import operation
 from orchestrator.collectives.plans import ELEMENT_BYTES, ELEMENT_TYPE
 from orchestrator.worker.spec import CollectiveTest
+from orchestrator.worker.transport import TcpView
 from topologies.errors import EmulationError
 from topologies.fivetuple import FiveTuple
 
@@ -59,6 +60,17 @@ class ThroughputSample:
     connection: ConnectionInfo
     t: float
     bytes: int
+
+
+@dataclass(frozen=True)
+class TcpInfoRecord:
+    """The sender kernel's TCP_INFO of ``connection`` at ``t`` (epoch s), as its ``rank``
+    reported it."""
+
+    rank: int
+    connection: ConnectionInfo
+    t: float
+    view: TcpView
 
 
 @dataclass(frozen=True)
@@ -199,6 +211,7 @@ class RunResult:
     tests: list[CollectiveResult] = field(default_factory=list)
     connections: list[ConnectionInfo] = field(default_factory=list)
     samples: list[ThroughputSample] = field(default_factory=list)
+    tcp_info: list[TcpInfoRecord] = field(default_factory=list)
     failure: Failure | None = None
 
     def rows(self) -> list[NcclRow]:

@@ -21,7 +21,8 @@ A worker's lifetime::
       | -- bye -------------------------------> |
     any time:
       | -- heartbeat {state, waiting_on} -----> |  every heartbeat interval, from a thread
-      | -- samples {samples} -----------------> |  per-connection byte counts, 10 ms apart
+      | -- samples {samples, tcp} ------------> |  per-connection byte counts, 10 ms apart
+      |                                         |  (tcp: the senders' TCP_INFO, if asked)
       | -- failed {error, peer} --------------> |  then waits to be told to abort
       | <-- abort ----------------------------- |  exit now, whatever the worker is doing
       | <-- late {seconds} -------------------- |  from now on enter every operation this
@@ -153,7 +154,9 @@ def hello(rank: int, host: str, pid: int, listen: dict[str, tuple[str, int]]) ->
 def setup(peers: list[dict[str, Any]], options: dict[str, Any]) -> Message:
     """``peers[r]``: {rank, host, server, local_rank, listen: {link: [ip, port]}};
     ``options``: channels, socket_buffer, verify, heartbeat_interval, sample_interval,
-    connect_timeout, source_ports ([[src, dst, channel, port], ...])."""
+    connect_timeout, source_ports ([[src, dst, channel, port], ...]), tcp_info (send the
+    senders' TCP_INFO with the samples, at most this often per connection, seconds; 0:
+    never)."""
     return {"type": SETUP, "version": VERSION, "peers": peers, "options": options}
 
 
@@ -233,9 +236,14 @@ def heartbeat(
     }
 
 
-def samples(rank: int, rows: list[list[float]]) -> Message:
-    """``rows``: [[t (epoch s), connection index, bytes], ...]."""
-    return {"type": SAMPLES, "rank": rank, "samples": rows}
+def samples(rank: int, rows: list[list[float]], tcp: list[list[float]] | None = None) -> Message:
+    """``rows``: [[t (epoch s), connection index, bytes], ...]; ``tcp``: [[t, connection
+    index, rtt_us, rttvar_us, cwnd, ssthresh, retrans, lost, unacked], ...] of the rank's
+    sending ends (orchestrator.worker.transport.TcpView), when asked for."""
+    message: Message = {"type": SAMPLES, "rank": rank, "samples": rows}
+    if tcp:
+        message["tcp"] = tcp
+    return message
 
 
 def late(seconds: float) -> Message:

@@ -72,6 +72,11 @@ class LaunchOptions:
     settle_time: float = 0.5  # evidence gathering before blaming a rank
     exit_timeout: float = 3.0
     sample_interval: float = 0.01
+    #: the senders' TCP_INFO (RTT, cwnd, retransmissions) with their throughput samples,
+    #: at most every ``tcp_info_interval`` seconds per connection (the monitor's full
+    #: detail, orchestrator.testbed.monitoring)
+    tcp_info: bool = False
+    tcp_info_interval: float = 0.05
     python: str = sys.executable
     worker_args: tuple[str, ...] = ()  # extra argv for every worker (fault injection)
 

@@ -15,7 +15,10 @@ Counters, two kinds:
 - application bytes (``sent``, ``received``), exact, for per-iteration accounting;
 - kernel bytes from ``TCP_INFO`` (``tcpi_bytes_acked`` on the sender, ``tcpi_bytes_received``
   on the receiver), read by the :class:`Sampler` thread every 10 ms, so the throughput
-  samples follow the wire, not the application's call pattern.
+  samples follow the wire, not the application's call pattern. At the monitor's full
+  detail the sender's same ``TCP_INFO`` read also yields the kernel's view of the
+  connection (:class:`TcpView`: RTT, congestion window, retransmissions), at no extra
+  system call.
 
 Connection set-up: each rank listens on its fabric and NVLink addresses, opens its outgoing
 connections (optionally from a given source port: path pinning chooses the five-tuple), and
@@ -34,7 +37,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 
 from orchestrator.worker import rto
 
@@ -49,6 +52,10 @@ LINKS = ("fabric", "nvlink")
 # struct tcp_info offsets (include/uapi/linux/tcp.h, stable since Linux 4.2)
 _TCPI_BYTES_ACKED = 120
 _TCPI_BYTES_RECEIVED = 128
+_TCPI_UNACKED = 24  # __u32 fields from here on
+_TCPI_LOST = 32
+_TCPI_RTT = 68  # smoothed RTT, us; then rttvar, snd_ssthresh, snd_cwnd
+_TCPI_TOTAL_RETRANS = 100
 #: SO_LINGER {on, 0 s}: close with a reset instead of FIN and TIME_WAIT (Connection.close).
 _LINGER_ABORT = struct.pack("ii", 1, 0)
 _TCPI_MIN_LEN = 136
@@ -58,6 +65,35 @@ _SIOCOUTQ = 0x5411
 #: How often a drain looks at the send queue: short against one step of a collective at
 #: emulated rates (milliseconds), long enough not to spin.
 DRAIN_POLL_S = 0.0002
+
+
+@dataclass(frozen=True)
+class TcpView:
+    """The sender kernel's view of a connection (struct tcp_info): smoothed RTT and its
+    variation (us), congestion window and slow-start threshold (segments), retransmitted
+    segments in total, segments thought lost and not yet acknowledged right now."""
+
+    rtt_us: int
+    rttvar_us: int
+    cwnd: int
+    ssthresh: int
+    retrans: int
+    lost: int
+    unacked: int
+
+    @classmethod
+    def parse(cls, info: bytes) -> TcpView:
+        unacked, _, lost = struct.unpack_from("III", info, _TCPI_UNACKED)
+        rtt, rttvar, ssthresh, cwnd = struct.unpack_from("IIII", info, _TCPI_RTT)
+        (retrans,) = struct.unpack_from("I", info, _TCPI_TOTAL_RETRANS)
+        return cls(rtt, rttvar, cwnd, ssthresh, retrans, lost, unacked)
+
+    def row(self) -> list[int]:
+        """The fields in the order of the protocol's ``tcp`` rows."""
+        return list(astuple(self))
+
+
+TCP_VIEW_FIELDS = tuple(f.name for f in fields(TcpView))
 
 
 class TransportError(Exception):
@@ -198,12 +234,17 @@ class Connection:
 
     def kernel_bytes(self) -> int:
         """Bytes the kernel has delivered: acknowledged (sender) or received (receiver)."""
+        return self.kernel_view()[0]
+
+    def kernel_view(self) -> tuple[int, TcpView | None]:
+        """:meth:`kernel_bytes` and, on the sending end, what the kernel knows of the
+        connection (None on the receiving end or an old kernel), from one TCP_INFO read."""
         info = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
         if len(info) < _TCPI_MIN_LEN:
-            return self.sent if self.outgoing else self.received
+            return (self.sent if self.outgoing else self.received), None
         offset = _TCPI_BYTES_ACKED if self.outgoing else _TCPI_BYTES_RECEIVED
         value: int = struct.unpack_from("Q", info, offset)[0]
-        return value
+        return value, (TcpView.parse(info) if self.outgoing else None)
 
     def close(self) -> None:
         """Abortive close (SO_LINGER 0: RST, no TIME_WAIT). Connections close only after
@@ -466,11 +507,13 @@ class ConnectionPool:
 
 @dataclass(frozen=True)
 class Sample:
-    """Bytes connection ``index`` carried in (the previous sample's t, t]; t in epoch s."""
+    """Bytes connection ``index`` carried in (the previous sample's t, t]; t in epoch s;
+    ``view``: the sender kernel's TCP_INFO at t (full monitor detail, sending end only)."""
 
     t: float
     index: int
     bytes: int
+    view: TcpView | None = None
 
 
 class Sampler:
@@ -484,11 +527,17 @@ class Sampler:
     and rates can be computed from consecutive samples alone. A connection is read only
     while it has work queued or its kernel count differs from the application's (bytes
     still moving), so idle connections cost no system call (all-to-all ranks have many).
+    With ``tcp_info`` (seconds, 0: never), a sample of a sending end carries the kernel's
+    :class:`TcpView` from the same read when the connection's previous view is at least
+    that old: the kernel's RTT estimate moves slower than the byte counts, and every view
+    is a row the launcher must parse while the collective runs.
     """
 
-    def __init__(self, pool: ConnectionPool, interval: float = 0.01) -> None:
+    def __init__(self, pool: ConnectionPool, interval: float = 0.01, tcp_info: float = 0.0):
         self.pool = pool
         self.interval = interval
+        self.tcp_info = tcp_info
+        self._viewed: dict[int, float] = {}  # index -> time of its last TcpView
         self._lock = threading.Lock()
         self._samples: list[Sample] = []
         self._last: dict[int, int] = {}  # index -> counter at the previous tick
@@ -538,18 +587,23 @@ class Sampler:
             if not (force or conn.busy or self._moving(conn)):
                 continue  # idle and settled: no system call
             try:
-                value = conn.kernel_bytes()
+                value, view = conn.kernel_view()
             except OSError:
                 continue
+            if view is not None:
+                if self.tcp_info and now - self._viewed.get(conn.index, 0.0) >= self.tcp_info:
+                    self._viewed[conn.index] = now
+                else:
+                    view = None
             delta = value - self._last.get(conn.index, 0)
             self._last[conn.index] = value
             was_active = self._active.get(conn.index, False)
             if delta:
                 if not was_active:
                     out.append(Sample(self._prev_t, conn.index, 0))
-                out.append(Sample(now, conn.index, delta))
+                out.append(Sample(now, conn.index, delta, view))
             elif was_active:
-                out.append(Sample(now, conn.index, 0))
+                out.append(Sample(now, conn.index, 0, view))
             self._active[conn.index] = bool(delta)
         self._prev_t = now
         if out:

@@ -171,9 +171,11 @@ class Worker:
     def _ship_samples(self) -> None:
         if self.sampler is None:
             return
-        rows = [[s.t, s.index, s.bytes] for s in self.sampler.drain()]
+        drained = self.sampler.drain()
+        rows = [[s.t, s.index, s.bytes] for s in drained]
+        tcp = [[s.t, s.index, *s.view.row()] for s in drained if s.view is not None]
         if rows:
-            self.channel.send(protocol.samples(self.rank, rows))
+            self.channel.send(protocol.samples(self.rank, rows, tcp))
 
     # --- protocol ----------------------------------------------------------------------------
 
@@ -220,7 +222,11 @@ class Worker:
         latency = LatencyTable.from_message(self.options.get("latency")).row(self.rank)
         self.executor = Executor(self.pool, int(self.options.get("channels", 1)), latency)
         self.executor.late = self.late
-        self.sampler = Sampler(self.pool, float(self.options.get("sample_interval", 0.01)))
+        self.sampler = Sampler(
+            self.pool,
+            float(self.options.get("sample_interval", 0.01)),
+            tcp_info=float(self.options.get("tcp_info", 0.0) or 0.0),
+        )
         self.sampler.start()
         interval = float(self.options.get("heartbeat_interval", 0.2))
         self._beat = threading.Thread(

@@ -136,6 +136,7 @@ MALFORMED = [
     ("host_ports unknown", VALID + "host_ports: random\n", "host_ports", "one of balanced, hash"),
     ("host_ports a number", VALID + "host_ports: 2\n", "host_ports", "how hosts pick NIC ports"),
     ("host_ports a list", VALID + "host_ports: [hash, balanced]\n", "host_ports", "one per run"),
+    ("monitor unknown", VALID + "monitor: heavy\n", "monitor", "one of full, light"),
     ("no policy at all", replace(VALID, "policies", None), "policies", "neither"),
     (
         "unknown policy",
@@ -319,6 +320,8 @@ def test_valid_experiment_loads_into_typed_objects(tmp_path: Path) -> None:
     assert spec.load_limit.force is False
     assert spec.host_ports == "balanced"  # the default: the switch policies compared alone
     assert load_experiment(write(tmp_path, VALID + "host_ports: hash\n")).host_ports == "hash"
+    assert spec.monitor == "full"  # the monitor at full detail unless asked otherwise
+    assert load_experiment(write(tmp_path, VALID + "monitor: light\n")).monitor == "light"
 
 
 def test_anchors_aliases_and_merge_keys_within_the_bounds_load(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from orchestrator.collectives.ceilings import (
     fabric_share,
 )
 from orchestrator.collectives.nccl import TIME_DEFINITION
+from orchestrator.results import ResultsBundle
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import (
@@ -45,6 +46,7 @@ from orchestrator.run.runner import (
     step_seconds,
 )
 from orchestrator.testbed import testbed
+from orchestrator.testbed.monitoring import FULL, MonitorLevel
 from orchestrator.testbed.pinning import Pinning, assign, candidates, fabric_flows
 from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher, local_spawn
@@ -89,10 +91,19 @@ class LoopbackTestbed:
     spawn_delay: float = 0.0  # seconds before each worker starts (a slow start-up)
     spawned: list[Any] = field(default_factory=list)  # every worker process started
     host_ports: list[str | None] = field(default_factory=list)  # each launch's
+    monitor: MonitorLevel = FULL  # as Testbed.use_monitor sets it
+    launch_dirs: list[Path] = field(default_factory=list)
+    launcher: Launcher | None = None
 
     @property
     def emulation(self) -> Any:
-        return SimpleNamespace(datapath=None, timings={})
+        return SimpleNamespace(datapath=None, timings={}, controller=None)
+
+    def use_monitor(self, level: MonitorLevel) -> float:
+        self.monitor = level
+        return 0.0
+
+    process_groups = testbed.Testbed.process_groups
 
     # Read off the description as the Testbed reads them (its own properties; a class named
     # Test* imported here would be collected by pytest).
@@ -133,13 +144,17 @@ class LoopbackTestbed:
             heartbeat_interval=0.1,
             heartbeat_timeout=1.5,
             settle_time=0.3,
+            tcp_info=self.monitor.tcp_info,
         )
-        return Launcher(
+        self.launch_dirs.append(self.run_dir / f"w{self.launches}")
+        self.launcher = Launcher(
             loopback_workers(len(gpus or self.description.fabric.gpus), 2),
             spawn=self.spawn,
             options=fast,
-            run_dir=self.run_dir / f"w{self.launches}",
+            run_dir=self.launch_dirs[-1],
+            live=self.run_dir / testbed.LIVE_FILE if self.monitor.live else None,
         )
+        return self.launcher
 
     def spawn(self, worker: Any, argv: list[str], log: Any) -> Any:
         time.sleep(self.spawn_delay)
@@ -511,3 +526,49 @@ def test_ctrl_c_while_the_workers_start_stops_them_too(
     assert 0 < len(bed.spawned) < 8  # it was interrupted during start-up
     assert all(process.poll() is not None for process in bed.spawned)
     assert not list((tmp_path / "run").glob("w*/workers.sock"))
+
+
+def test_the_bundle_holds_the_monitor_layers_at_full_detail_and_fewer_at_light(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    """Loopback workers, real TCP: every step with its peers, both ends of every
+    connection, the senders' TCP_INFO, the CPU per interval with the workers' share, the
+    worker logs copied and the live file written; at light, no TCP_INFO and no live file."""
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
+    outcome, bed, _ = run(spec, tmp_path, description)
+    assert outcome.status == "ok", outcome.error
+    bundle = tmp_path / "bundle"
+    with ResultsBundle.open(bundle) as b:
+        configs = b.configurations()
+        steps = b.steps(configs[0].id)
+        # ring all-reduce on 8 ranks: 14 steps, then the drain ("delivery"), per operation
+        # (and a check of the data, "verify", not a step of the plan: no peers)
+        ops = len(b.iterations(configs[0].id))
+        ring = [s for s in steps if s.phase in ("reduce-scatter", "all-gather")]
+        assert len(ring) == ops * 14 and sum(s.phase == "delivery" for s in steps) == ops
+        assert all(not s.send_peers for s in steps if s.phase in ("delivery", "verify"))
+        assert all(s.send_peers == ((s.rank + 1) % 8,) for s in ring)
+        assert all(s.recv_peers == ((s.rank - 1) % 8,) for s in ring)
+        assert all(s.sent > 0 and s.start <= s.end for s in ring)
+        ends = b.connections(configs[0].id)
+        assert ends and all(c.rank in (c.src_rank, c.dst_rank) for c in ends)
+        senders = [c for c in ends if c.rank == c.src_rank]
+        info = [s for c in senders for s in b.tcp_info(c.id)]
+        assert info and all(s.rtt_us > 0 and s.cwnd > 0 for s in info)
+        cpu = b.host_cpu()
+        assert cpu and all(0.0 <= c.idle_share <= 1.0 for c in cpu)
+        assert any((c.workers_cores or 0) > 0 for c in cpu)
+    logs = sorted(p.relative_to(bundle / "logs").as_posix() for p in (bundle / "logs").rglob("*"))
+    assert "w1/worker-0.log" in logs and "w1/worker-7.log" in logs
+    assert (bed.run_dir / testbed.LIVE_FILE).is_file()
+    assert json.loads((tmp_path / "bundle" / "run.json").read_text())["monitor"] == "full"
+
+    light_dir = tmp_path / "light"
+    light = experiment(policies=["ecmp"], collectives=["all-reduce"], monitor="light")
+    outcome, bed, _ = run(light, light_dir, description)
+    assert outcome.status == "ok", outcome.error
+    with ResultsBundle.open(light_dir / "bundle") as b:
+        assert b.steps(b.configurations()[0].id)  # the application layer stays
+        assert all(not b.tcp_info(c.id) for c in b.connections())
+        assert all(c.workers_cores is None for c in b.host_cpu())
+    assert not (bed.run_dir / testbed.LIVE_FILE).exists()

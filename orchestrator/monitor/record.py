@@ -1,0 +1,170 @@
+"""A run's raw layers into the bundle: the monitor's side of the runner.
+
+Every function here turns one thing a run already has into records of
+:mod:`orchestrator.results.store` (render, then write): the operations' steps with their
+peers and bytes from the plans the workers ran; the connections' ends and the senders'
+TCP_INFO from what the launcher collected; each connection's path from the source ports
+that were chosen for it (orchestrator.testbed.pinning); the controller's events file; the
+CPU samples as per-interval rows. :func:`copy_logs` copies the controller's and the
+workers' logs into the bundle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple
+from pathlib import Path
+
+from controllers.events import read_events
+from orchestrator.collectives.plans import Layout, Plan, default_registry
+from orchestrator.results.store import (
+    LOGS,
+    ConnectionRecord,
+    ControllerEvent,
+    PathHop,
+    StepRecord,
+    TcpInfoSample,
+)
+from orchestrator.testbed.pinning import Candidate, Flow
+from orchestrator.worker.outcome import CollectiveResult, ConnectionInfo, RunResult
+from topologies.model import Fabric
+
+PINNED = "pinned"  # the whole path, as the controller published it
+FIRST_HOP = "first-hop"  # only the NIC port and the ToR: the switches hash the rest
+
+
+def step_records(test: CollectiveResult, layout: Layout) -> list[StepRecord]:
+    """Every rank's every step of every operation of ``test``, with the peers it sent to
+    and received from and the bytes, as the plan it ran says (the step after the last,
+    ``delivery``, waits for the last sends to be acknowledged: no peers of its own)."""
+    algorithm = default_registry().get(test.test.collective, test.test.algorithm)
+    plans: dict[int, Plan] = {r: algorithm.plan(layout, r, test.count) for r in range(test.ranks)}
+    out = []
+    for iteration in test.iterations:
+        for rank in iteration.ranks.values():
+            steps = plans[rank.rank].steps
+            for phase in rank.phases:
+                plan = steps[phase.step] if 0 <= phase.step < len(steps) else None
+                sends = plan.sends if plan is not None else ()
+                recvs = plan.recvs if plan is not None else ()
+                out.append(
+                    StepRecord(
+                        iteration=iteration.iteration,
+                        rank=rank.rank,
+                        step=phase.step,
+                        phase=phase.phase,
+                        start=phase.start,
+                        end=phase.end,
+                        send_peers=tuple(sorted({t.peer for t in sends if t.region.count})),
+                        recv_peers=tuple(sorted({t.peer for t in recvs if t.region.count})),
+                        sent=sum(t.region.nbytes for t in sends),
+                        received=sum(t.region.nbytes for t in recvs),
+                        warmup=iteration.warmup,
+                    )
+                )
+    return out
+
+
+def connection_records(connections: Iterable[ConnectionInfo]) -> list[ConnectionRecord]:
+    """Both ends of every connection (the sender samples acknowledged bytes, the receiver
+    received ones: each end is a row of its own)."""
+    return [
+        ConnectionRecord(rank, c.five_tuple, c.src, c.dst, c.channel, c.link)
+        for c in connections
+        for rank in (c.src, c.dst)
+    ]
+
+
+def tcp_records(result: RunResult) -> list[TcpInfoSample]:
+    """The senders' TCP_INFO (its fields in the order both records declare them)."""
+    return [
+        TcpInfoSample(s.rank, s.connection.five_tuple, s.t, *astuple(s.view))
+        for s in result.tcp_info
+    ]
+
+
+def path_hops(fabric: Fabric, candidate: Candidate) -> list[PathHop]:
+    """The nodes of a chosen path with the ports it enters and leaves each by (model port
+    numbers; between two nodes joined by several links, the lowest-port one: the model's
+    first). ``pinned`` when the path reaches the destination GPU, else ``first-hop``."""
+    nodes = list(candidate.nodes)
+    source = PINNED if nodes and nodes[-1] in fabric.gpus and len(nodes) > 2 else FIRST_HOP
+    ports: list[tuple[int | None, int | None]] = []
+    for index, (a, b) in enumerate(itertools.pairwise(nodes)):
+        if index == 0:
+            ports.append((candidate.nic, _port(fabric, b, a, candidate.nic)))
+        else:
+            ports.append((_port(fabric, a, b), _port(fabric, b, a)))
+    hops = []
+    for index, node in enumerate(nodes):
+        in_port = ports[index - 1][1] if index > 0 else None
+        out_port = ports[index][0] if index < len(ports) else None
+        hops.append(PathHop(index, node, in_port, out_port, source))
+    return hops
+
+
+def _port(
+    fabric: Fabric, node: str, neighbour: str, neighbour_port: int | None = None
+) -> int | None:
+    """``node``'s port towards ``neighbour`` (by the neighbour's port if it has several)."""
+    for link in sorted(fabric.links_of(node), key=lambda x: x.port_of(node)):
+        if link.other(node) != neighbour:
+            continue
+        if neighbour_port is None or link.port_of(neighbour) == neighbour_port:
+            return link.port_of(node)
+    return None
+
+
+def connection_paths(
+    fabric: Fabric, connections: Sequence[ConnectionInfo], chosen: Mapping[Flow, Candidate]
+) -> list[tuple[ConnectionInfo, list[PathHop]]]:
+    """Each fabric connection whose path was planned, with its hops (the others, NVLink
+    and ephemeral-port ones, have none known)."""
+    out = []
+    for c in connections:
+        candidate = chosen.get((c.src, c.dst, c.channel))
+        if candidate is not None and c.link == "fabric":
+            out.append((c, path_hops(fabric, candidate)))
+    return out
+
+
+def controller_events(path: Path, since: float = 0.0) -> list[ControllerEvent]:
+    """The controller's events file (controllers/events.py) as records, those at or after
+    ``since`` (epoch s); a record without a kind is a ``log`` line."""
+    out = []
+    for r in read_events(path):
+        if r["t"] < since:
+            continue
+        port = r.get("port")
+        out.append(
+            ControllerEvent(
+                t=float(r["t"]),
+                kind=str(r.get("event") or "log"),
+                switch=r.get("switch"),
+                port=int(port) if isinstance(port, int) else None,
+                level=str(r.get("level", "")),
+                message=str(r.get("message", "")),
+            )
+        )
+    return out
+
+
+def copy_logs(
+    bundle: Path, controller_logs: Iterable[Path], launch_dirs: Iterable[Path]
+) -> list[Path]:
+    """The controller's log (and events file) and every launch's worker logs into
+    ``bundle/logs/`` (``workers-N/worker-R.log``); what is missing is skipped."""
+    logs = bundle / LOGS
+    copied = []
+    for path in controller_logs:
+        if path.is_file():
+            logs.mkdir(parents=True, exist_ok=True)
+            copied.append(Path(shutil.copy2(path, logs / path.name)))
+    for directory in launch_dirs:
+        for log in sorted(directory.glob("worker-*.log")):
+            target = logs / directory.name
+            target.mkdir(parents=True, exist_ok=True)
+            copied.append(Path(shutil.copy2(log, target / log.name)))
+    return copied
