@@ -24,7 +24,9 @@ targets in docs/capacity.md, and none has met them all yet:
   GSO packet), one FIFO per link;
 - ``flow-queues``: 44 segments, and 16 per-flow queues on every link (a hash of addresses
   and ports picks one of 16 HTB classes that share the link round robin in bytes), so
-  that fairness does not rest on equal packet sizes.
+  that fairness does not rest on equal packet sizes;
+- ``flow-queues-1024``: the same with 1024 classes on the switch ports only (the GPUs' NICs
+  keep one FIFO), so that few flows share a class; slow to bring up.
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ RECIPES = {
             replace(_FIFO_SHAPING, flow_queues=16),
             gso_segments=44,
             summary="44-segment TCP packets, 16 flow queues per link",
+        ),
+        EmulatorRecipe(
+            "flow-queues-1024",
+            replace(_FIFO_SHAPING, flow_queues=1024, host_flow_queues=False),
+            gso_segments=44,
+            summary="44-segment TCP packets, 1024 flow queues per link",
         ),
     )
 }

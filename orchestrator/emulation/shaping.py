@@ -104,6 +104,9 @@ class ShapingRecipe:
     flow_queues: int = 0
     #: ... each flow queue holds at least this many packets.
     min_flow_packets: int = 2
+    #: Flow queues on the GPUs' own ends too (False: switch side only; a GPU's NIC then
+    #: keeps one FIFO, which serves its own flows' packets in turn).
+    host_flow_queues: bool = True
 
     def frame_bytes(self, mtu: int) -> int:
         """A full frame as tc counts it."""
@@ -247,7 +250,7 @@ def shaping_commands(
     if recipe.overhead_bytes:
         bucket += ["overhead", str(recipe.overhead_bytes)]
     htb_class = ["rate", rate, "ceil", rate, *bucket]
-    classes = recipe.flow_classids()
+    classes = recipe.flow_classids() if recipe.host_flow_queues or not host_side else []
     default = classes[0].split(":")[1] if classes else "1"
     commands = [
         ["tc", "qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", default],
