@@ -1,0 +1,159 @@
+"""Forecasts as ``astral run`` prints measurements: nccl-tests tables, records, the cell note.
+
+A forecast row is an nccl-tests row whose time is the predicted one (#wrong ``N/A``:
+nothing was verified), rendered by the same table function as a run's
+(orchestrator.results.summary.configuration_table), so that a forecast and a measurement
+read alike. :func:`record` is one configuration as ``summary.json`` keeps it (same keys)
+plus the forecast's own (``forecast``: band and parts); :func:`cell_note` is what
+``astral run`` prints beside a measured row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.collectives.ceilings import Ceiling
+from orchestrator.collectives.nccl import NcclRow
+from orchestrator.forecast.model import Prediction
+from orchestrator.results.store import Configuration
+from orchestrator.results.summary import ConfigurationResult, configuration_table
+
+
+@dataclass(frozen=True)
+class Forecasted:
+    """One configuration and its prediction."""
+
+    configuration: Configuration
+    prediction: Prediction
+    ceiling: Ceiling | None = None
+
+    def result(self, scale: float) -> ConfigurationResult:
+        c, p = self.configuration, self.prediction
+        row = NcclRow.of(
+            c.collective,
+            size=c.size,
+            count=c.count,
+            dtype=c.dtype,
+            ranks=c.ranks,
+            time_us=p.time_us,
+            wrong=None,
+        )
+        return ConfigurationResult(
+            configuration=c,
+            row=row,
+            busbw_min=p.busbw_p10,
+            busbw_max=p.busbw_p90,
+            timed=0,
+            scale=scale,
+            ceiling=self.ceiling,
+        )
+
+
+def band_text(prediction: Prediction, scale: float) -> str:
+    """``p10-p90 busbw 12.1-14.0 real`` where hashing spreads the forecast, else ''."""
+    if prediction.salts <= 1 or prediction.p10_us == prediction.p90_us:
+        return ""
+    return (
+        f"p10-p90 busbw {prediction.busbw_p10 / scale:.2f}-{prediction.busbw_p90 / scale:.2f} "
+        f"real over {prediction.salts} hash draws"
+    )
+
+
+def forecast_table(
+    forecasts: Sequence[Forecasted], head: Sequence[str], scale: float, latency: str | None
+) -> str:
+    """One group's table (a policy and a collective), as ``astral run`` prints it."""
+    results = [f.result(scale) for f in forecasts]
+    table = configuration_table(results, head, scale, [], latency)
+    notes = [band_text(f.prediction, scale) for f in forecasts]
+    lines = table.splitlines()
+    out = []
+    row = 0
+    for line in lines:
+        if not line.startswith("#") and row < len(notes):
+            line = line + (f"  {notes[row]}" if notes[row] else "")
+            row += 1
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+def record(forecast: Forecasted, scale: float) -> dict[str, Any]:
+    """One configuration with summary.json's keys (what a measurement has and a forecast
+    cannot, such as ``wrong``, is null) and ``forecast``: the band and the parts."""
+    result = forecast.result(scale)
+    c, row, p = forecast.configuration, result.row, forecast.prediction
+    return {
+        "id": c.id,
+        "policy": c.policy,
+        "host_ports": c.host_ports,
+        "collective": c.collective,
+        "algorithm": c.algorithm,
+        "size": c.size,
+        "count": c.count,
+        "dtype": c.dtype,
+        "ranks": c.ranks,
+        "iterations": c.iterations,
+        "warmup": c.warmup,
+        "timed_records": 0,
+        "unpinned_connections": None,
+        "verified": False,
+        "time_us": _number(row.time_us),
+        "algbw_GBps": _number(row.algbw),
+        "busbw_GBps": _number(row.busbw),
+        "busbw_min_GBps": _number(result.busbw_min),
+        "busbw_max_GBps": _number(result.busbw_max),
+        "wrong": None,
+        "ceiling": forecast.ceiling.to_dict() if forecast.ceiling else None,
+        "ceiling_share": _number(result.ceiling_share),
+        "marks": [],
+        "emulator_saturated": None,
+        "emulator_load": None,
+        "real": {
+            "algbw_GBps": _number(result.algbw_real),
+            "busbw_GBps": _number(result.busbw_real),
+        },
+        "forecast": prediction_dict(p),
+    }
+
+
+def prediction_dict(p: Prediction) -> dict[str, Any]:
+    return {
+        "time_us": _number(p.time_us),
+        "p10_time_us": _number(p.p10_us),
+        "p90_time_us": _number(p.p90_us),
+        "busbw_GBps": _number(p.busbw),
+        "busbw_p10_GBps": _number(p.busbw_p10),
+        "busbw_p90_GBps": _number(p.busbw_p90),
+        "hash_draws": p.salts,
+        "latency_us": _number(p.latency_us),
+        "transfer_us": _number(p.transfer_us),
+        "steps": p.steps,
+    }
+
+
+def relative_error(measured: float, predicted: float) -> float:
+    """(predicted - measured) / measured; nan when either is missing."""
+    if not (math.isfinite(measured) and math.isfinite(predicted)) or measured <= 0:
+        return math.nan
+    return (predicted - measured) / measured
+
+
+def cell_note(prediction: Prediction, measured_busbw: float, scale: float) -> str:
+    """Beside a measured row: ``forecast 44.1 real (+2.3%)``, with the band where hashing
+    spreads it and whether the measurement fell inside it."""
+    error = relative_error(measured_busbw, prediction.busbw)
+    text = f"forecast busbw {prediction.busbw / scale:.2f} real ({error:+.1%})"
+    if prediction.salts > 1 and prediction.p10_us != prediction.p90_us:
+        inside = prediction.busbw_p10 <= measured_busbw <= prediction.busbw_p90
+        text += (
+            f", p10-p90 {prediction.busbw_p10 / scale:.2f}-{prediction.busbw_p90 / scale:.2f}"
+            f" {'inside' if inside else 'OUTSIDE'}"
+        )
+    return text
