@@ -171,9 +171,11 @@ def load_forecast_calibration(path: str | Path | None = None) -> ForecastCalibra
         ("overlap", 0.0, 1.0),
     ):
         value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            raise ConfigError(str(where), key, f"a number in {low:g}..{high:g} ({RERUN_HINT})", value)
-        values[key] = float(value)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not low <= value <= high:  # type: ignore[operator]
+            expected = f"a number in {low:g}..{high:g} ({RERUN_HINT})"
+            raise ConfigError(str(where), key, expected, value)
+        values[key] = float(value)  # type: ignore[arg-type]
     return ForecastCalibration(
         **values,
         measured_at=str(data.get("measured_at", "")),
@@ -240,10 +242,7 @@ def _overheads(cells: Sequence[Cell], base: Sequence[float]) -> tuple[float, flo
     terms = ["step", "operation"]
     while terms:
         rows = [
-            [
-                (float(c.parts.step_count) if t == "step" else 1.0) / c.measured_s
-                for t in terms
-            ]
+            [(float(c.parts.step_count) if t == "step" else 1.0) / c.measured_s for t in terms]
             for c in cells
         ]
         rhs = [(c.measured_s - b) / c.measured_s for c, b in zip(cells, base, strict=True)]
@@ -264,7 +263,7 @@ def _overheads(cells: Sequence[Cell], base: Sequence[float]) -> tuple[float, flo
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     """Gaussian elimination with partial pivoting (k <= 2)."""
     k = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    m = [[*row, b[i]] for i, row in enumerate(a)]
     for col in range(k):
         pivot = max(range(col, k), key=lambda r: abs(m[r][col]))
         if abs(m[pivot][col]) < 1e-300:

@@ -27,9 +27,10 @@ the 10th and 90th percentiles of the time; a deterministic one is routed once.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
 
@@ -45,10 +46,11 @@ from orchestrator.testbed.pinning import Flow, fabric_flows
 from orchestrator.worker.spec import WorkerSpec
 from topologies.description import FabricDescription
 from topologies.latency import applied_latency
+from topologies.model import Link
 from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_SALTS = 16
-DirectedLink = tuple[str, str]
+DirectedLink = Hashable  # (from node, to node)
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ class ConfigurationModel:
         calibration: ForecastCalibration | None = None,
         *,
         host_ports: str = "balanced",
-        failed: frozenset = frozenset(),  # type: ignore[type-arg]
+        failed: frozenset[Link] = frozenset(),
         salts: int = DEFAULT_SALTS,
         channels: int | None = None,
     ) -> None:
@@ -174,18 +176,18 @@ class ConfigurationModel:
 
     def step_flows(self, step: Step, routed: Routed, channels: int) -> list[FlowClass]:
         """The step's connections as flow classes (identical paths and bytes merged)."""
-        same: Counter[tuple[tuple[DirectedLink, ...], int]] = Counter()
+        same: Counter[tuple[tuple[Hashable, ...], int]] = Counter()
         for src, dst, nbytes in step.transfers:
             for channel, part in enumerate(split_channels(nbytes, channels)):
                 path = self._path(routed, (src, dst, channel))
-                links = tuple(zip(path, path[1:], strict=False))
+                links: tuple[Hashable, ...] = tuple(itertools.pairwise(path))
                 same[(links, part)] += 1
         classes = []
         for (links, part), count in same.items():
-            per_link: Counter[DirectedLink] = Counter()
+            per_link: dict[DirectedLink, float] = {}
             for link in links:
-                per_link[link] += count
-            classes.append(FlowClass(count, part, dict(per_link)))
+                per_link[link] = per_link.get(link, 0.0) + count
+            classes.append(FlowClass(count, part, per_link))
         return classes
 
     def _path(self, routed: Routed, flow: Flow) -> tuple[str, ...]:
@@ -200,9 +202,7 @@ class ConfigurationModel:
     def wait(self, step: Step) -> float:
         return max((self.one_way[s][d] for s, d, _ in step.transfers), default=0.0)
 
-    def parts(
-        self, policy: str, collective: str, algorithm: str, size: int, salt: int
-    ) -> Parts:
+    def parts(self, policy: str, collective: str, algorithm: str, size: int, salt: int) -> Parts:
         """The bare model's parts of one operation under one salt (emulated seconds)."""
         n = self.layout.size
         count = element_count(collective, size, n)

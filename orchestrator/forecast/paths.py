@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from controllers.pinning import PortLayout
 from controllers.plan import Bucket, ForwardingPlan, GroupEntry, Packet
 from controllers.policies import Policy
 from controllers.policies import default_registry as policy_registry
@@ -103,26 +104,30 @@ class PolicyRouter:
         check_host_ports(host_ports)
         fabric = self.description.fabric
         host = {w.rank: w.host for w in workers}
+        rank = {w.host: w.rank for w in workers}
         flows = list(dict.fromkeys(f for group in groups for f in group))
+        # the flow as the GPU whose NIC it leaves by sees it (itself, or a rail-only mate)
         wire = {f: self._wire_source(host[f[0]], host[f[1]]) for f in flows}
+        wired = {f: (rank.get(wire[f], f[0]), f[1], f[2]) for f in flows}
         live = {f: set(self._nic_ports(wire[f])) for f in flows}
         if self._options is not None:
             for f in flows:
                 live[f] &= {c.nic for c in self._options.get((wire[f], host[f[1]]), ())}
+        wired_groups = [[wired[f] for f in group] for group in groups]
         if host_ports == BALANCED:
-            wired = [[(self._rank_of(workers, wire[f]), f[1], f[2]) for f in g] for g in groups]
-            nic_by_wired = balance_nics(wired, workers, self.description, _by_wired(flows, wire, workers, live))
-            nic = {f: nic_by_wired[(self._rank_of(workers, wire[f]), f[1], f[2])] for f in flows if (self._rank_of(workers, wire[f]), f[1], f[2]) in nic_by_wired}
+            by_wired = balance_nics(
+                wired_groups, workers, self.description, {wired[f]: live[f] for f in flows}
+            )
+            nic = {f: by_wired[wired[f]] for f in flows if wired[f] in by_wired}
         else:
             rng = random.Random(_score("nic", salt))
             nic = {f: rng.choice(sorted(live[f])) for f in flows if live[f]}
         routed = Routed()
         chosen: dict[Flow, Candidate] = {}
         if self._options is not None:
-            wired_groups = [[(self._rank_of(workers, wire[f]), f[1], f[2]) for f in g] for g in groups]
-            wired_nic = {(self._rank_of(workers, wire[f]), f[1], f[2]): {n} for f, n in nic.items()}
-            picked = assign(wired_groups, workers, self._options, wired_nic)
-            chosen = {f: picked[w] for f in flows if (w := (self._rank_of(workers, wire[f]), f[1], f[2])) in picked}
+            allowed = {wired[f]: {n} for f, n in nic.items()}
+            picked = assign(wired_groups, workers, self._options, allowed)
+            chosen = {f: picked[wired[f]] for f in flows if wired[f] in picked}
         index: dict[int, int] = {}
         for f in flows:
             src, dst = host[f[0]], host[f[1]]
@@ -149,18 +154,9 @@ class PolicyRouter:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _layout(self):  # type: ignore[no-untyped-def]
-        from controllers.pinning import PortLayout
-
+    def _layout(self) -> PortLayout:
         assert self.published is not None
         return PortLayout.from_dict(self.published["layout"])
-
-    @staticmethod
-    def _rank_of(workers: Sequence[WorkerSpec], host: str) -> int:
-        for w in workers:
-            if w.host == host:
-                return w.rank
-        return -1
 
     def _nic_ports(self, gpu: str) -> list[int]:
         down = {(x.a, x.a_port) for x in self.failed} | {(x.b, x.b_port) for x in self.failed}
@@ -198,13 +194,3 @@ class PolicyRouter:
         path = (src, *follow(self.description, self.plan, tor, packet, choose=choose))
         self._follow_cache[key] = path
         return path
-
-
-def _by_wired(
-    flows: Sequence[Flow],
-    wire: Mapping[Flow, str],
-    workers: Sequence[WorkerSpec],
-    live: Mapping[Flow, set[int]],
-) -> dict[Flow, set[int]]:
-    rank = {w.host: w.rank for w in workers}
-    return {(rank[wire[f]], f[1], f[2]): live[f] for f in flows}

@@ -3,9 +3,9 @@
 A forecast row is an nccl-tests row whose time is the predicted one (#wrong ``N/A``:
 nothing was verified), rendered by the same table function as a run's
 (orchestrator.results.summary.configuration_table), so that a forecast and a measurement
-read alike. :func:`record` is one configuration as ``summary.json`` keeps it (same keys)
-plus the forecast's own (``forecast``: band and parts); :func:`cell_note` is what
-``astral run`` prints beside a measured row.
+read alike. :func:`record` is one configuration as ``summary.json`` keeps it (same keys,
+``forecast`` holding the band and the parts); :func:`forecast_record` is what a run's
+bundle keeps beside each measurement.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.collectives.ceilings import Ceiling
 from orchestrator.collectives.nccl import NcclRow
 from orchestrator.forecast.model import Prediction
-from orchestrator.results.store import Configuration
+from orchestrator.results.store import Configuration, ForecastRecord
 from orchestrator.results.summary import ConfigurationResult, configuration_table
 
 
@@ -138,22 +138,16 @@ def prediction_dict(p: Prediction) -> dict[str, Any]:
     }
 
 
-def relative_error(measured: float, predicted: float) -> float:
-    """(predicted - measured) / measured; nan when either is missing."""
-    if not (math.isfinite(measured) and math.isfinite(predicted)) or measured <= 0:
-        return math.nan
-    return (predicted - measured) / measured
-
-
-def cell_note(prediction: Prediction, measured_busbw: float, scale: float) -> str:
-    """Beside a measured row: ``forecast 44.1 real (+2.3%)``, with the band where hashing
-    spreads it and whether the measurement fell inside it."""
-    error = relative_error(measured_busbw, prediction.busbw)
-    text = f"forecast busbw {prediction.busbw / scale:.2f} real ({error:+.1%})"
-    if prediction.salts > 1 and prediction.p10_us != prediction.p90_us:
-        inside = prediction.busbw_p10 <= measured_busbw <= prediction.busbw_p90
-        text += (
-            f", p10-p90 {prediction.busbw_p10 / scale:.2f}-{prediction.busbw_p90 / scale:.2f}"
-            f" {'inside' if inside else 'OUTSIDE'}"
-        )
-    return text
+def forecast_record(prediction: Prediction, calibrated: bool) -> ForecastRecord:
+    """What the bundle keeps of a prediction (orchestrator.results.store.ForecastRecord)."""
+    p = prediction
+    return ForecastRecord(
+        time_us=p.time_us,
+        p10_time_us=p.p10_us,
+        p90_time_us=p.p90_us,
+        busbw=p.busbw,
+        busbw_p10=p.busbw_p10,
+        busbw_p90=p.busbw_p90,
+        hash_draws=p.salts,
+        calibrated=calibrated,
+    )

@@ -98,9 +98,7 @@ def plan_schedule(layout: Layout, collective: str, algorithm: str, count: int) -
 
 def _ring(ring: Sequence[int], chunk_bytes: int, phase: str, repeat: int) -> Step:
     n = len(ring)
-    return Step(
-        phase, tuple((ring[p], ring[(p + 1) % n], chunk_bytes) for p in range(n)), repeat
-    )
+    return Step(phase, tuple((ring[p], ring[(p + 1) % n], chunk_bytes) for p in range(n)), repeat)
 
 
 def _mean_chunk(count: int, parts: int) -> int:
@@ -132,14 +130,15 @@ def symmetric_schedule(
         steps = []
         intra_chunk = _mean_chunk(count, g)
         rail_chunk = _mean_chunk(count, g * m)
+        intra = [_ring(s, intra_chunk, "", 1) for s in grid]
         if g > 1:
-            steps.append(_parallel([_ring(s, intra_chunk, "", 1) for s in grid], "intra reduce-scatter", g - 1))
+            steps.append(_parallel(intra, "intra reduce-scatter", g - 1))
         if m > 1:
             rails = [[grid[s][lr] for s in range(m)] for lr in range(g)]
             for phase in ("rail reduce-scatter", "rail all-gather"):
                 steps.append(_parallel([_ring(r, rail_chunk, "", 1) for r in rails], phase, m - 1))
         if g > 1:
-            steps.append(_parallel([_ring(s, intra_chunk, "", 1) for s in grid], "intra all-gather", g - 1))
+            steps.append(_parallel(intra, "intra all-gather", g - 1))
         return steps
     if key == ("all-to-all", "direct"):
         block = count // n * ELEMENT_BYTES
@@ -161,7 +160,9 @@ def _parallel(steps: Sequence[Step], phase: str, repeat: int) -> Step:
     return Step(phase, tuple(t for s in steps for t in s.transfers), repeat)
 
 
-def schedule(layout: Layout, collective: str, algorithm: str, count: int, *, plans_up_to: int = 2048) -> list[Step]:
+def schedule(
+    layout: Layout, collective: str, algorithm: str, count: int, *, plans_up_to: int = 2048
+) -> list[Step]:
     """The schedule from the plans up to ``plans_up_to`` ranks, by symmetry beyond (an
     algorithm without a symmetric form is planned whatever the size)."""
     if layout.size > plans_up_to:

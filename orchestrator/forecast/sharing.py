@@ -40,14 +40,12 @@ class FlowClass:
     per_link: Mapping[LinkKey, float]
 
 
-def max_min_rates(
-    flows: Sequence[FlowClass], capacity: Mapping[LinkKey, float]
-) -> list[float]:
+def max_min_rates(flows: Sequence[FlowClass], capacity: Mapping[LinkKey, float]) -> list[float]:
     """Each flow class's per-flow rate (capacity units) under max-min fairness. A class
     that crosses no link of finite capacity gets ``inf``."""
     rates = [0.0] * len(flows)
     active = {i for i, f in enumerate(flows) if any(w > 0 for w in f.per_link.values())}
-    for i, f in enumerate(flows):
+    for i in range(len(flows)):
         if i not in active:
             rates[i] = math.inf
     # link -> [(class, weight)]
@@ -94,10 +92,10 @@ def completion_time(flows: Sequence[FlowClass], capacity: Mapping[LinkKey, float
         rates = max_min_rates([flows[i] for i in ids], capacity)
         if any(r <= 0 for r in rates):
             return math.inf
-        finite = [(remaining[i] / r, i) for i, r in zip(ids, rates, strict=True) if math.isfinite(r)]
+        finite = [remaining[i] / r for i, r in zip(ids, rates, strict=True) if math.isfinite(r)]
         if not finite:
             break
-        dt = min(t for t, _ in finite)
+        dt = min(finite)
         elapsed += dt
         for i, r in zip(ids, rates, strict=True):
             if not math.isfinite(r):

@@ -68,12 +68,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from controllers.routing import RoutingError
 from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
+from orchestrator.forecast.calibration import load_forecast_calibration
+from orchestrator.forecast.configurations import Forecaster
+from orchestrator.forecast.report import forecast_record
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -82,10 +86,11 @@ from orchestrator.results import (
     Versions,
 )
 from orchestrator.results.emulator import EmulatorLoad
-from orchestrator.results.store import Configuration
+from orchestrator.results.store import Configuration, ForecastRecord
 from orchestrator.results.summary import (
     ConfigurationResult,
     configuration_table,
+    forecast_note,
     iterations_text,
     result_of,
 )
@@ -557,6 +562,8 @@ class Runner:
         )
         offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0
         self.run_file["emulator_saturation"] = DEFAULT_THRESHOLDS.to_dict()
+        forecaster = self._forecaster(testbed)
+        forecasts: dict[int, ForecastRecord] = {}
         sampler = CpuSampler().start()  # the CPU while configurations run (calibration.saturation)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
@@ -578,6 +585,7 @@ class Runner:
                         unpinned = self._pinning(testbed, policy, collective, outcome)
                         for step in group:
                             self.progress.step(step)
+                            predicted = self._forecast(forecaster, step)
                             began = time.monotonic()
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
                             result = launcher.run([test])
@@ -596,6 +604,9 @@ class Runner:
                                     unpinned=unpinned,
                                 )
                                 writer.add_ceiling(configuration.id, ceiling)
+                                if predicted is not None:
+                                    writer.add_forecast(config_id, predicted)
+                                    forecasts[config_id] = predicted
                                 load = judge_test(done, sampler.snapshot(), offered)
                                 if load is not None:
                                     writer.add_emulator_load(config_id, load)
@@ -619,7 +630,9 @@ class Runner:
                             self.progress.done(step)
                     outcome.results += results
                     self.emit(
-                        self._table(testbed, policy, collective.label, results, outcome.emulator)
+                        self._table(
+                            testbed, policy, collective.label, results, outcome.emulator, forecasts
+                        )
                     )
             outcome.status = "ok"
         except _WorkersFailed as failed:
@@ -738,6 +751,7 @@ class Runner:
         label: str,
         results: list[ConfigurationResult],
         loads: dict[int, EmulatorLoad],
+        forecasts: Mapping[int, ForecastRecord] | None = None,
     ) -> str:
         spec = self.spec
         head = [
@@ -748,7 +762,46 @@ class Runner:
         ]
         sizes_and_loads = [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
         latency = latency_title(latency_record(testbed.description.fabric))
-        return configuration_table(results, head, testbed.scale, sizes_and_loads, latency)
+        notes = [
+            forecast_note((forecasts or {}).get(r.configuration.id), r.row.busbw, testbed.scale)
+            for r in results
+        ]
+        return configuration_table(results, head, testbed.scale, sizes_and_loads, latency, notes)
+
+    def _forecaster(self, testbed: Testbed) -> Forecaster | None:
+        """The model for this run's placement (orchestrator/forecast), or None, said, when
+        it cannot forecast this fabric (a run never fails for its forecast)."""
+        spec = self.spec
+        try:
+            calibration = load_forecast_calibration()
+        except AstralError as error:
+            self.say(f"forecast calibration ignored: {error}")
+            calibration = None
+        try:
+            return Forecaster(
+                testbed.description,
+                spec.gpus,
+                host_ports=spec.host_ports,
+                calibration=calibration,
+                iterations=spec.iterations,
+                warmup=spec.warmup,
+            )
+        except (AstralError, ValueError, RoutingError) as error:
+            self.say(f"no forecast for this run: {error}")
+            return None
+
+    def _forecast(
+        self, forecaster: Forecaster | None, step: ConfigurationStep
+    ) -> ForecastRecord | None:
+        """The forecast of ``step`` as the bundle keeps it, computed before it runs."""
+        if forecaster is None:
+            return None
+        try:
+            predicted = forecaster.forecast(step)
+        except (AstralError, ValueError, RoutingError) as error:
+            self.say(f"no forecast for step {step.index}: {error}")
+            return None
+        return forecast_record(predicted.prediction, forecaster.model.calibration.measured)
 
     # -- the end -----------------------------------------------------------------------
 

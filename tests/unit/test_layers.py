@@ -1,11 +1,11 @@
 """The house's import directions: which package may import which, checked on the source.
 
 The layers, top to bottom (docs/architecture.md draws them): the entry points (``astral``'s
-CLI and the pytest plugin) -> ``run`` -> ``calibration`` -> ``testbed`` -> ``emulation``,
-``worker`` and ``results`` -> ``collectives`` -> ``topologies``. ``controllers`` is its own
-process: it may import ``topologies`` only, and of ``orchestrator`` only ``emulation`` starts
-it (and ``testbed`` reads what it publishes). The package's own ``__init__`` (``REPO``, the
-checkout) is below every layer of ``orchestrator`` and imports nothing of ours. An import
+CLI and the pytest plugin) -> ``run`` -> ``calibration`` and ``forecast`` -> ``testbed`` ->
+``emulation``, ``worker`` and ``results`` -> ``collectives`` -> ``topologies``.
+``controllers`` is its own process: it may import ``topologies`` only, and of
+``orchestrator`` only ``emulation`` starts it (and ``testbed`` reads what it publishes).
+The package's own ``__init__`` (``REPO``, the checkout) is below every layer of ``orchestrator`` and imports nothing of ours. An import
 that is not drawn here is a new arrow: either it is wrong, or the drawing (and
 docs/architecture.md) changes with it.
 """
@@ -32,8 +32,9 @@ BELOW_TESTBED = {
 
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "entry": {"run", "calibration", "testbed", *BELOW_TESTBED},
-    "run": {"calibration", "testbed", *BELOW_TESTBED},
+    "entry": {"run", "calibration", "forecast", "testbed", *BELOW_TESTBED},
+    "run": {"calibration", "forecast", "testbed", *BELOW_TESTBED},
+    "forecast": {"testbed", *BELOW_TESTBED},
     "calibration": {"testbed", *BELOW_TESTBED},
     "testbed": BELOW_TESTBED,
     "emulation": {"controllers", "topologies", "package"},
