@@ -5,9 +5,9 @@ CLI and the pytest plugin) -> ``run`` -> ``calibration`` and ``forecast`` -> ``t
 ``emulation``, ``worker`` and ``results`` -> ``collectives`` -> ``topologies``.
 ``controllers`` is its own process: it may import ``topologies`` only, and of
 ``orchestrator`` only ``emulation`` starts it (and ``testbed`` reads what it publishes).
-The package's own ``__init__`` (``REPO``, the checkout) is below every layer of ``orchestrator`` and imports nothing of ours. An import
-that is not drawn here is a new arrow: either it is wrong, or the drawing (and
-docs/architecture.md) changes with it.
+The package's own ``__init__`` (``REPO``, the checkout) is below every layer of
+``orchestrator`` and imports nothing of ours. An import that is not drawn here is a new
+arrow: either it is wrong, or the drawing (and docs/architecture.md) changes with it.
 """
 
 from __future__ import annotations
