@@ -73,6 +73,17 @@ def register(subparsers: Any) -> None:
         metavar="BUNDLE",
         help="fit the per-step figures on a bundle measured on this machine, and store them",
     )
+    parser.add_argument(
+        "--full-size",
+        action="store_true",
+        help="forecast the full-size fabrics of `astral topo plan` (no experiment file)",
+    )
+    parser.add_argument(
+        "--pods", type=int, default=8, help="--full-size: Astral pods (default 8: 524,288 GPUs)"
+    )
+    parser.add_argument(
+        "--size", default="1G", help="--full-size: message size (default 1G = 2**30 bytes)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -81,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.calibrate:
         return calibrate(args)
+    if args.full_size:
+        return full_size(args)
     if args.calibrate_from is not None:
         return store(_stamp(fit_bundle(args.calibrate_from, args.salts), None), args)
     if args.salts is not None and args.salts < 1:
@@ -369,6 +382,54 @@ def comparison_lines(baseline: ForecastRun, variant: ForecastRun) -> list[str]:
         label = f"{op} ({algorithm})"
         lines.append(f"#   {policy:<15} {label:<26} {a:>18.2f} {b:>19.2f} {ratio:>18.3f}")
     return lines
+
+
+# --- full size ---------------------------------------------------------------------------
+
+
+def full_size(args: argparse.Namespace) -> int:
+    """Astral at one pod and at ``--pods`` pods, then every kind at the GPU count all of
+    them reach with the same switches (the planner's comparison), by link class."""
+    import resource
+
+    from orchestrator.collectives.sizes import parse_size
+    from orchestrator.forecast.aggregate import ALGORITHMS, ScaleModel, scale_table
+    from topologies.plan import PlanInput
+    from topologies.planner import Unreachable, common_reach, plan_for_gpus, plan_spec
+
+    try:
+        size = parse_size(args.size)
+    except ValueError as err:
+        raise ConfigError("command line", "--size", "a size such as 1G or 256M", args.size) from err
+    if args.pods < 1:
+        raise ConfigError("command line", "--pods", "a number of pods >= 1", args.pods)
+    salts = args.salts or 8
+    inputs = PlanInput(pods=args.pods)
+    shown = ALGORITHMS[:3]
+    predictions = []
+    specs = [plan_spec("astral", inputs, pods=1)]
+    if args.pods > 1:
+        specs.append(plan_spec("astral", inputs))
+    reach = common_reach(inputs)
+    for kind in ("astral", "fat-tree", "rail-optimized", "rail-only"):
+        planned = plan_for_gpus(kind, reach, inputs)
+        if not isinstance(planned, Unreachable):
+            specs.append(planned.spec)
+    for spec in specs:
+        model = ScaleModel(spec)
+        for policy in ("path-pinned", "ecmp"):
+            for op, algorithm in shown:
+                predictions.append(model.forecast(policy, op, algorithm, size, salts=salts))
+    print(
+        "# full-size forecast at real speed (no emulation; the link-class model, "
+        'docs/forecast.md, "Full size"): Astral at 1 and '
+        f"{args.pods} pods, then every kind at {reach:,} GPUs with the same switches"
+    )
+    for line in scale_table(predictions):
+        print(line)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"# peak memory {peak:.0f} MB; 'took' is each forecast's own time")
+    return 0
 
 
 # --- calibration -----------------------------------------------------------------------------
