@@ -134,7 +134,7 @@ class Geometry:
         itself (NIC, NVLink), its ToR group (ToR-agg), its aggregation block (agg-core:
         a rail plane of a pod on astral, a pod on a fat-tree)."""
         spec = self.spec
-        pod, server, rail, index = self.coordinates(ranks)
+        pod, _, rail, index = self.coordinates(ranks)
         if tier in (LinkKind.NIC, LinkKind.NVLINK):
             return ranks
         g, D = spec.gpus_per_server, spec.switch.down_ports
@@ -346,12 +346,19 @@ class ScaleModel:
                 for way in ("up", "down"):
                     key = (kind, way)
                     crossing[key] = crossing.get(key, 0.0) + transfers * step.channels
-        factor = {}
+        # flows per loaded link of each (tier, way): the mean where path pinning spreads
+        # them evenly, at least 1 (a flow never splits over links), and the most loaded
+        # link's share where a hash throws them at random
+        load = {}
         for key, total in crossing.items():
-            hashed = rng is not None and key[0] not in (LinkKind.NIC, LinkKind.NVLINK)
             links = self.links_used(step, key)
-            units = step.units.get(key, self._units_total[key[0]])
-            factor[key] = self.hot_factor(total, units, links, rng) if hashed and rng else 1.0
+            hashed = rng is not None and key[0] not in (LinkKind.NIC, LinkKind.NVLINK)
+            mean = total / links
+            if hashed and rng is not None:
+                units = step.units.get(key, self._units_total[key[0]])
+                load[key] = max(1.0, mean * self.hot_factor(total, units, links, rng))
+            else:
+                load[key] = max(1.0, mean)
         flows = []
         for (name, forward), transfers in step.transfers.items():
             count = transfers * step.channels
@@ -359,8 +366,8 @@ class ScaleModel:
             for kind in [*CROSSES[name], *([LinkKind.NVLINK] if forward else [])]:
                 for way in ("up", "down"):
                     key = (kind, way)
-                    load = count / self.links_used(step, key) * factor[key]
-                    per_link[key] = per_link.get(key, 0.0) + load
+                    share = count / crossing[key] * load[key]
+                    per_link[key] = per_link.get(key, 0.0) + share
             flows.append(FlowClass(count, per_flow, per_link))
         return completion_time(flows, self.capacity)
 

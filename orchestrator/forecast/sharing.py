@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 LinkKey = Hashable
 
@@ -37,52 +38,55 @@ class FlowClass:
 
     count: float
     nbytes: float
-    per_link: Mapping[LinkKey, float]
+    per_link: Mapping[Any, float]
 
 
-def max_min_rates(flows: Sequence[FlowClass], capacity: Mapping[LinkKey, float]) -> list[float]:
+def max_min_rates(flows: Sequence[FlowClass], capacity: Mapping[Any, float]) -> list[float]:
     """Each flow class's per-flow rate (capacity units) under max-min fairness. A class
-    that crosses no link of finite capacity gets ``inf``."""
-    rates = [0.0] * len(flows)
-    active = {i for i, f in enumerate(flows) if any(w > 0 for w in f.per_link.values())}
-    for i in range(len(flows)):
-        if i not in active:
-            rates[i] = math.inf
-    # link -> [(class, weight)]
+    that crosses no link of finite capacity gets ``inf``.
+
+    Each round costs one pass over the links (the active weight on every link is kept up
+    to date as classes freeze), so a step of thousands of flows shares in milliseconds."""
+    rates = [math.inf] * len(flows)
     users: dict[LinkKey, list[tuple[int, float]]] = {}
-    for i in active:
-        for link, weight in flows[i].per_link.items():
-            if weight > 0:
-                users.setdefault(link, []).append((i, weight))
+    for i, f in enumerate(flows):
+        for link, share in f.per_link.items():
+            if share > 0:
+                users.setdefault(link, []).append((i, share))
+    active = {i for members in users.values() for i, _ in members}
+    weight: dict[LinkKey, float] = {
+        link: sum(w for _, w in members) for link, members in users.items()
+    }
     residual = {link: float(capacity[link]) for link in users}
     level = 0.0
     while active:
-        best = math.inf
-        for link, members in users.items():
-            weight = sum(w for i, w in members if i in active)
-            if weight > 0:
-                best = min(best, residual[link] / weight)
+        best = min(
+            (residual[link] / w for link, w in weight.items() if w > TOLERANCE),
+            default=math.inf,
+        )
         if not math.isfinite(best):
-            for i in active:
-                rates[i] = math.inf
             break
         level += best
         saturated = []
-        for link, members in users.items():
-            weight = sum(w for i, w in members if i in active)
-            if weight <= 0:
+        for link, w in weight.items():
+            if w <= TOLERANCE:
                 continue
-            residual[link] -= best * weight
+            residual[link] -= best * w
             if residual[link] <= TOLERANCE * capacity[link]:
                 saturated.append(link)
-        frozen = {i for link in saturated for i, _ in users[link] if i in active}
-        for i in frozen:
-            rates[i] = level
-        active -= frozen
+        for link in saturated:
+            for i, _ in users[link]:
+                if i not in active:
+                    continue
+                active.discard(i)
+                rates[i] = level
+                for other, w in flows[i].per_link.items():
+                    if w > 0:
+                        weight[other] -= w
     return rates
 
 
-def completion_time(flows: Sequence[FlowClass], capacity: Mapping[LinkKey, float]) -> float:
+def completion_time(flows: Sequence[FlowClass], capacity: Mapping[Any, float]) -> float:
     """Seconds until every flow has moved its bytes (capacities in bytes/s), re-sharing the
     links each time a flow class finishes."""
     remaining = {i: float(f.nbytes) for i, f in enumerate(flows) if f.nbytes > 0}
