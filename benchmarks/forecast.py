@@ -99,7 +99,7 @@ def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str,
     bundle = out / name
     load = os.getloadavg()
     began = time.monotonic()
-    outcome = Runner(spec, RunOptions(out=bundle, plots=False, force=True)).run()
+    outcome = Runner(spec, RunOptions(out=bundle, plots=False, force=True, lock_wait=1800.0)).run()
     seconds = time.monotonic() - began
     print(
         f"# {name}: {outcome.status} in {seconds:.0f} s, load average {load[0]:.2f} -> "

@@ -455,7 +455,7 @@ def calibrate(args: argparse.Namespace) -> int:
         say = lambda m: print(f"astral: {m}", file=sys.stderr)  # noqa: E731
         outcome = Runner(
             spec,
-            RunOptions(out=out, progress=False, plots=False),
+            RunOptions(out=out, progress=False, plots=False, lock_wait=1800.0),
             text=yaml.safe_dump(CALIBRATION_EXPERIMENT),
             out=sys.stderr,
             say=say,

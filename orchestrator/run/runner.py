@@ -130,6 +130,7 @@ class RunOptions:
     progress: bool = False  # a tqdm bar on stderr
     plots: bool = True
     ready_timeout: float = 60.0
+    lock_wait: float = 0.0  # seconds to wait for another run's lock (0: refuse at once)
     state_base: Path | None = None
     step_deadline: float = 30.0  # a step running longer than this is hung (launcher)
     channels: int | None = None  # connections per peer pair; None: per collective
@@ -483,6 +484,7 @@ class Runner:
                     policy=spec.policies[0],
                     state_base=self.options.state_base,
                     ready_timeout=self.options.ready_timeout,
+                    lock_wait=self.options.lock_wait,
                     log=self.say,
                 )
                 self.say(f"bringing up fabric {spec.fabric.name} ({spec.fabric_source})")
