@@ -152,44 +152,13 @@ def experiment_document(path: Path | None) -> Experiment:
     return Experiment(document, str(where), where.parent)
 
 
-FABRIC_KEYS = {
-    "name",
-    "kind",
-    "pods",
-    "servers_per_pod",
-    "gpus_per_server",
-    "nic_ports",
-    "switch",
-    "speeds",
-    "oversubscription",
-    "emulation",
-    "latency",
-    "rails",
-    "description",
-}
-EXPERIMENT_KEYS = {
-    "description",
-    "policies",
-    "policy",
-    "host_ports",
-    "collectives",
-    "sizes",
-    "iterations",
-    "warmup",
-    "placement",
-    "seed",
-    "load_limit",
-    "scale",
-    "latency",
-    "name",
-}
-
-
 def with_settings(document: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
     """``document`` with every ``KEY=VALUE`` applied (a copy). An experiment key changes
     the experiment; any other key is the fabric's (``fabric.KEY`` says so explicitly)."""
+    from orchestrator.run.experiment import _TOP_KEYS as EXPERIMENT_KEYS
     from topologies.catalog import resolve_fabric
     from topologies.errors import FabricSpecError
+    from topologies.spec import _TOP_KEYS as FABRIC_KEYS
     from topologies.yamlfile import read_yaml
 
     out = copy.deepcopy(document)
@@ -203,13 +172,11 @@ def with_settings(document: dict[str, Any], settings: Sequence[str]) -> dict[str
         except yaml.YAMLError as err:
             raise ConfigError("--set", key, "a YAML value", text, detail=str(err)) from None
         parts = key.split(".")
+        # an experiment key (scale, latency and name included: the experiment's own) is
+        # the experiment's; any other is the fabric's, and fabric.KEY says so explicitly
+        target_fabric = parts[0] == "fabric" or parts[0] not in EXPERIMENT_KEYS
         if parts[0] == "fabric":
             parts = parts[1:]
-            target_fabric = True
-        else:
-            target_fabric = parts[0] not in EXPERIMENT_KEYS or (
-                parts[0] in FABRIC_KEYS and parts[0] not in ("latency", "name", "description")
-            )
         if not parts:
             raise ConfigError("--set", key, "a key below fabric", key)
         if target_fabric:
@@ -217,8 +184,11 @@ def with_settings(document: dict[str, Any], settings: Sequence[str]) -> dict[str
                 raise ConfigError(
                     "--set",
                     key,
-                    "an experiment key (" + ", ".join(sorted(EXPERIMENT_KEYS)) + ") or a "
-                    "fabric key (" + ", ".join(sorted(FABRIC_KEYS)) + ")",
+                    "an experiment key ("
+                    + ", ".join(sorted(EXPERIMENT_KEYS - {"fabric"}))
+                    + ") or a fabric key ("
+                    + ", ".join(sorted(FABRIC_KEYS))
+                    + ")",
                     key,
                 )
             fabric = out.get("fabric")

@@ -19,7 +19,11 @@ from orchestrator.collectives.ceilings import Ceiling
 from orchestrator.collectives.nccl import NcclRow
 from orchestrator.forecast.model import Prediction
 from orchestrator.results.store import Configuration, ForecastRecord
-from orchestrator.results.summary import ConfigurationResult, configuration_table
+from orchestrator.results.summary import (
+    ConfigurationResult,
+    configuration_record,
+    configuration_table,
+)
 
 
 @dataclass(frozen=True)
@@ -80,47 +84,17 @@ def forecast_table(
     return "\n".join(out) + "\n"
 
 
+def record(forecast: Forecasted, scale: float) -> dict[str, Any]:
+    """One configuration with summary.json's keys (what only a measurement has, such as
+    ``wrong``, is null), ``forecast`` holding the band and the parts."""
+    return {
+        **configuration_record(forecast.result(scale)),
+        "forecast": prediction_dict(forecast.prediction),
+    }
+
+
 def _number(value: float) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
-
-
-def record(forecast: Forecasted, scale: float) -> dict[str, Any]:
-    """One configuration with summary.json's keys (what a measurement has and a forecast
-    cannot, such as ``wrong``, is null) and ``forecast``: the band and the parts."""
-    result = forecast.result(scale)
-    c, row, p = forecast.configuration, result.row, forecast.prediction
-    return {
-        "id": c.id,
-        "policy": c.policy,
-        "host_ports": c.host_ports,
-        "collective": c.collective,
-        "algorithm": c.algorithm,
-        "size": c.size,
-        "count": c.count,
-        "dtype": c.dtype,
-        "ranks": c.ranks,
-        "iterations": c.iterations,
-        "warmup": c.warmup,
-        "timed_records": 0,
-        "unpinned_connections": None,
-        "verified": False,
-        "time_us": _number(row.time_us),
-        "algbw_GBps": _number(row.algbw),
-        "busbw_GBps": _number(row.busbw),
-        "busbw_min_GBps": _number(result.busbw_min),
-        "busbw_max_GBps": _number(result.busbw_max),
-        "wrong": None,
-        "ceiling": forecast.ceiling.to_dict() if forecast.ceiling else None,
-        "ceiling_share": _number(result.ceiling_share),
-        "marks": [],
-        "emulator_saturated": None,
-        "emulator_load": None,
-        "real": {
-            "algbw_GBps": _number(result.algbw_real),
-            "busbw_GBps": _number(result.busbw_real),
-        },
-        "forecast": prediction_dict(p),
-    }
 
 
 def prediction_dict(p: Prediction) -> dict[str, Any]:

@@ -319,6 +319,53 @@ def _number(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def configuration_record(
+    result: ConfigurationResult,
+    load: EmulatorLoad | None = None,
+    forecast: ForecastRecord | None = None,
+) -> dict[str, Any]:
+    """One configuration as summary.json keeps it (``astral forecast --json`` too)."""
+    c, row = result.configuration, result.row
+    return {
+        "id": c.id,
+        "policy": c.policy,
+        "host_ports": c.host_ports,
+        "collective": c.collective,
+        "algorithm": c.algorithm,
+        "size": c.size,
+        "count": c.count,
+        "dtype": c.dtype,
+        "ranks": c.ranks,
+        "iterations": c.iterations,
+        "warmup": c.warmup,
+        "timed_records": result.timed,
+        # connections that got no pinned source port (null: the policy pins none)
+        "unpinned_connections": c.unpinned,
+        "verified": row.wrong is not None,  # false: "wrong" is null, nothing checked
+        "time_us": _number(row.time_us),
+        "algbw_GBps": _number(row.algbw),
+        "busbw_GBps": _number(row.busbw),
+        "busbw_min_GBps": _number(result.busbw_min),
+        "busbw_max_GBps": _number(result.busbw_max),
+        "wrong": row.wrong,
+        "ceiling": result.ceiling.to_dict() if result.ceiling else None,
+        "ceiling_share": _number(result.ceiling_share),
+        "marks": result.marks(),
+        "emulator_saturated": load.saturated if load is not None else None,
+        "emulator_load": load.to_dict() if load is not None else None,
+        "real": {
+            "algbw_GBps": _number(result.algbw_real),
+            "busbw_GBps": _number(result.busbw_real),
+        },
+        # the model's forecast made before the run (null: none recorded)
+        "forecast": (
+            {**forecast.to_dict(), "busbw_error": _number(forecast.error(row.busbw))}
+            if forecast
+            else None
+        ),
+    }
+
+
 def summary_document(
     bundle: ResultsBundle, results: Sequence[ConfigurationResult]
 ) -> dict[str, Any]:
@@ -329,48 +376,9 @@ def summary_document(
     forecasts = bundle.forecasts()
     configurations = []
     for result in results:
-        c, row = result.configuration, result.row
+        c = result.configuration
         forecast = forecasts.get(c.id)
-        configurations.append(
-            {
-                "id": c.id,
-                "policy": c.policy,
-                "host_ports": c.host_ports,
-                "collective": c.collective,
-                "algorithm": c.algorithm,
-                "size": c.size,
-                "count": c.count,
-                "dtype": c.dtype,
-                "ranks": c.ranks,
-                "iterations": c.iterations,
-                "warmup": c.warmup,
-                "timed_records": result.timed,
-                # connections that got no pinned source port (null: the policy pins none)
-                "unpinned_connections": c.unpinned,
-                "verified": row.wrong is not None,  # false: "wrong" is null, nothing checked
-                "time_us": _number(row.time_us),
-                "algbw_GBps": _number(row.algbw),
-                "busbw_GBps": _number(row.busbw),
-                "busbw_min_GBps": _number(result.busbw_min),
-                "busbw_max_GBps": _number(result.busbw_max),
-                "wrong": row.wrong,
-                "ceiling": result.ceiling.to_dict() if result.ceiling else None,
-                "ceiling_share": _number(result.ceiling_share),
-                "marks": result.marks(),
-                "emulator_saturated": loads[c.id].saturated if c.id in loads else None,
-                "emulator_load": loads[c.id].to_dict() if c.id in loads else None,
-                "real": {
-                    "algbw_GBps": _number(result.algbw_real),
-                    "busbw_GBps": _number(result.busbw_real),
-                },
-                # the model's forecast made before the run (null: none recorded)
-                "forecast": (
-                    {**forecast.to_dict(), "busbw_error": _number(forecast.error(row.busbw))}
-                    if forecast
-                    else None
-                ),
-            }
-        )
+        configurations.append(configuration_record(result, loads.get(c.id), forecast))
     averages = []
     for group, members in grouped(results).items():
         average = average_busbw([m.row for m in members])
