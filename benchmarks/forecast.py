@@ -3,6 +3,9 @@
     sudo .venv/bin/python benchmarks/forecast.py [--fabrics astral-small,rail-optimized-small,
         astral-oversubscribed,fat-tree-one-pod] [--sizes 256K,1M,4M] [--iterations 2]
         [--policies path-pinned,shortest,ecmp] [--out DIR]
+    .venv/bin/python benchmarks/forecast.py --from DIR     re-forecast bundles measured
+                                                           before, with today's model and
+                                                           calibration (no emulation)
 
 Per fabric, one ``astral run`` (the runner, real emulation: Mininet, Open vSwitch, the
 controller, the workers) of ring and hierarchical all-reduce and direct all-to-all under
@@ -83,6 +86,64 @@ def fabric_document(name: str) -> dict[str, Any] | str:
     return loaded
 
 
+def reforecast(bundle: Path) -> list[dict[str, Any]]:
+    """A bundle's measurements against the forecast the model makes now (its run's
+    experiment and placement, this machine's calibration as it is now)."""
+    from orchestrator.forecast.calibration import load_forecast_calibration
+    from orchestrator.forecast.configurations import Forecaster
+    from orchestrator.forecast.report import forecast_record
+    from orchestrator.run.experiment import load_experiment
+    from topologies.description import FabricDescription
+
+    spec = load_experiment(bundle / "experiment.yaml")
+    calibration = load_forecast_calibration()
+    cells = []
+    with ResultsBundle.open(bundle) as opened:
+        description = FabricDescription.from_dict(opened.fabric)
+        forecaster = Forecaster(
+            description, spec.gpus, host_ports=spec.host_ports, calibration=calibration
+        )
+        steps = {
+            (s.policy, s.collective.op, s.collective.algorithm, s.size): s for s in spec.steps()
+        }
+        loads = opened.emulator_loads()
+        for result in summarize(opened):
+            c = result.configuration
+            step = steps.get((c.policy, c.collective, c.algorithm, c.size))
+            if step is None or math.isnan(result.row.busbw):
+                continue
+            predicted = forecaster.forecast(step).prediction
+            cells.append(
+                cell(
+                    bundle.name,
+                    result,
+                    forecast_record(predicted, bool(calibration)),
+                    opened.scale,
+                    c.id in loads and loads[c.id].saturated,
+                )
+            )
+    return cells
+
+
+def cell(name: str, result: Any, forecast: Any, scale: float, saturated: bool) -> dict[str, Any]:
+    c = result.configuration
+    return {
+        "fabric": name,
+        "policy": c.policy,
+        "collective": f"{c.collective} ({c.algorithm})",
+        "size": c.size,
+        "measured": result.row.busbw / scale,
+        "forecast": forecast.busbw / scale,
+        "p10": forecast.busbw_p10 / scale,
+        "p90": forecast.busbw_p90 / scale,
+        "error": forecast.error(result.row.busbw),
+        "inside": forecast.inside(result.row.busbw),
+        "draws": forecast.hash_draws,
+        "calibrated": forecast.calibrated,
+        "saturated": saturated,
+    }
+
+
 def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     document = {
         "name": f"forecast-{name}",
@@ -116,23 +177,8 @@ def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str,
             forecast = forecasts.get(c.id)
             if forecast is None or math.isnan(result.row.busbw):
                 continue
-            cells.append(
-                {
-                    "fabric": name,
-                    "policy": c.policy,
-                    "collective": f"{c.collective} ({c.algorithm})",
-                    "size": c.size,
-                    "measured": result.row.busbw / scale,
-                    "forecast": forecast.busbw / scale,
-                    "p10": forecast.busbw_p10 / scale,
-                    "p90": forecast.busbw_p90 / scale,
-                    "error": forecast.error(result.row.busbw),
-                    "inside": forecast.inside(result.row.busbw),
-                    "draws": forecast.hash_draws,
-                    "calibrated": forecast.calibrated,
-                    "saturated": bool(c.id in loads and loads[c.id].saturated),
-                }
-            )
+            saturated = c.id in loads and loads[c.id].saturated
+            cells.append(cell(name, result, forecast, scale, saturated))
     return cells
 
 
@@ -166,16 +212,25 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--policies", default="path-pinned,shortest,ecmp")
     parser.add_argument("--out", type=Path, default=None, help="keep the bundles here")
+    parser.add_argument(
+        "--from", dest="source", type=Path, default=None, help="re-forecast the bundles in DIR"
+    )
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     args.sizes = {"min": min(sizes), "max": max(sizes), "factor": 4}
     args.policies = args.policies.split(",")
-    out = args.out or Path(tempfile.mkdtemp(prefix="astral-forecast-bench-"))
+    out = args.source or args.out or Path(tempfile.mkdtemp(prefix="astral-forecast-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     cells: list[dict[str, Any]] = []
-    for name in args.fabrics.split(","):
+    names = args.fabrics.split(",")
+    if args.source is not None:
+        names = sorted(p.name for p in args.source.iterdir() if (p / "experiment.yaml").exists())
+    for name in names:
         try:
-            found = run_fabric(name, args, out)
+            if args.source is not None:
+                found = reforecast(args.source / name)
+            else:
+                found = run_fabric(name, args, out)
         except AstralError as error:
             print(f"# {name}: not run: {error}", flush=True)
             continue
@@ -199,7 +254,8 @@ def main() -> int:
         print(line)
     calibrated = {c["calibrated"] for c in cells}
     print(f"# forecasts calibrated: {sorted(calibrated)}; bundles in {out}")
-    (out / "cells.json").write_text(json.dumps(cells, indent=1))
+    if args.source is None:
+        (out / "cells.json").write_text(json.dumps(cells, indent=1))
     return 0
 
 

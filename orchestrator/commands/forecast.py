@@ -448,7 +448,7 @@ def store(calibration: Any, args: argparse.Namespace) -> int:
 
 def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
     """The calibration fitted on a bundle's deterministic-path configurations."""
-    from orchestrator.forecast.calibration import Cell, fit
+    from orchestrator.forecast.calibration import INCASTS, Cell, fit
     from orchestrator.forecast.model import ConfigurationModel
     from orchestrator.results.store import ResultsBundle
     from orchestrator.results.summary import summarize
@@ -471,7 +471,10 @@ def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
         router = model.router(c.policy)
         if router.hashed or c.host_ports == "hash":
             continue  # a hash decided its paths: no single model time to fit against
-        parts = model.parts(c.policy, c.collective, c.algorithm, c.size, 0)
+        parts = {
+            incast: model.parts(c.policy, c.collective, c.algorithm, c.size, 0, incast)
+            for incast in INCASTS
+        }
         cells.append(Cell(r.row.time_us / 1e6, parts))
     calibration = fit(cells)
     from dataclasses import replace

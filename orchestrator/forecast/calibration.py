@@ -13,7 +13,10 @@ shapers' queues). The model takes them as three numbers::
 (a step's latency wait is partly hidden behind the transfers still under way from the step
 before: a rank's sends sit in its kernel's buffers and keep moving while it waits)
 
-and a calibration measures them: a short real run on this machine (``astral forecast
+and a fifth, ``incast``: the share of a GPU's NIC downlink TCP keeps when connections from
+several senders converge on it in one step (direct all-to-all's incast into the ToR's
+shallow port queue: the model lowers that link's capacity by it). A calibration measures
+them: a short real run on this machine (``astral forecast
 --calibrate``: the calibration experiment below, on astral-small, under path-pinned and
 shortest, whose paths are deterministic), then a least-squares fit of the measured time
 per operation against the model's latency, steps and transfer time per configuration,
@@ -25,7 +28,8 @@ File (JSON, version 1; default ``/var/lib/astral/forecast.json``, ``$ASTRAL_FORE
 ``--calibration`` override), beside the emulator's capacity file and in its style::
 
     {"version": 1, "kind": "forecast", "step_overhead_s": 0.0021,
-     "operation_overhead_s": 0.004, "efficiency": 0.93, "measured_at": "2026-...Z",
+     "operation_overhead_s": 0.004, "efficiency": 0.93, "overlap": 0.8, "incast": 0.85,
+     "measured_at": "2026-...Z",
      "cells": 12, "rms_relative_error": 0.02, "source": "/tmp/.../bundle",
      "fabric": "astral-small", "conditions": {"cpus": 2, "loadavg": [...]}}
 """
@@ -96,6 +100,9 @@ class ForecastCalibration:
     operation_overhead_s: float = 0.0
     efficiency: float = 1.0
     overlap: float = 0.0
+    #: the share of a GPU's NIC downlink TCP keeps when connections from several senders
+    #: converge on it in one step (incast into the ToR's shallow port queue)
+    incast: float = 1.0
     measured_at: str = ""
     cells: int = 0
     rms_relative_error: float = 0.0
@@ -129,7 +136,7 @@ class ForecastCalibration:
             f"forecast calibration {self.measured_at}: step overhead "
             f"{self.step_overhead_s * 1e3:.2f} ms, operation overhead "
             f"{self.operation_overhead_s * 1e3:.2f} ms, TCP efficiency {self.efficiency:.2f}, "
-            f"latency hidden behind transfers {self.overlap:.2f} "
+            f"latency hidden behind transfers {self.overlap:.2f}, incast {self.incast:.2f} "
             f"(fit on {self.cells} cells of {self.fabric}, rms error "
             f"{self.rms_relative_error:.1%})"
         )
@@ -164,11 +171,13 @@ def load_forecast_calibration(path: str | Path | None = None) -> ForecastCalibra
             data.get("version"),
         )
     values: dict[str, Any] = {}
+    data.setdefault("incast", 1.0)  # a file from before the incast share was fitted
     for key, low, high in (
         ("step_overhead_s", 0.0, 60.0),
         ("operation_overhead_s", 0.0, 600.0),
         ("efficiency", 1e-3, 1.0),
         ("overlap", 0.0, 1.0),
+        ("incast", 0.1, 1.0),
     ):
         value = data.get(key)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -200,49 +209,59 @@ def save_forecast_calibration(
 
 @dataclass(frozen=True)
 class Cell:
-    """One measured configuration (emulated seconds per operation) and its bare parts."""
+    """One measured configuration (emulated seconds per operation) and its bare parts, per
+    incast share (the model's transfer times depend on it: :data:`INCASTS`)."""
 
     measured_s: float
-    parts: Parts
+    parts: Mapping[float, Parts]
+
+    def at(self, incast: float) -> Parts:
+        return self.parts[incast] if incast in self.parts else self.parts[1.0]
 
 
 OVERLAPS = tuple(i / 20 for i in range(21))
 EFFICIENCIES = tuple(i / 100 for i in range(50, 101))
+INCASTS = tuple(i / 20 for i in range(10, 21))
 
 
 def fit(cells: Sequence[Cell]) -> ForecastCalibration:
     """The figures that minimise the cells' rms relative error: overlap and efficiency on
-    a grid (0..1 by 0.05; 0.50..1 by 0.01), for each the two overheads by least squares
-    (kept >= 0: a negative one is dropped and the other refitted)."""
+    a grid (0..1 by 0.05; 0.50..1 by 0.01), the incast share over the values the cells were
+    computed for, for each the two overheads by least squares (kept >= 0: a negative one
+    is dropped and the other refitted)."""
     usable = [c for c in cells if c.measured_s > 0 and math.isfinite(c.measured_s)]
     if len(usable) < 3:
         raise ValueError(f"a fit needs at least 3 measured cells, got {len(usable)}")
     best: tuple[float, ForecastCalibration] | None = None
-    for overlap in OVERLAPS:
-        for efficiency in EFFICIENCIES:
-            bare = ForecastCalibration(efficiency=efficiency, overlap=overlap)
-            base = [bare.time(c.parts) for c in usable]
-            step, operation = _overheads(usable, base)
-            candidate = ForecastCalibration(step, operation, efficiency, overlap)
-            rms = _rms(candidate, usable)
-            if best is None or rms < best[0] - 1e-12:
-                best = (rms, candidate)
+    incasts = sorted({i for c in usable for i in c.parts})
+    for incast in incasts:
+        for overlap in OVERLAPS:
+            for efficiency in EFFICIENCIES:
+                bare = ForecastCalibration(efficiency=efficiency, overlap=overlap)
+                base = [bare.time(c.at(incast)) for c in usable]
+                step, operation = _overheads(usable, base, incast)
+                candidate = ForecastCalibration(step, operation, efficiency, overlap, incast)
+                rms = _rms(candidate, usable)
+                if best is None or rms < best[0] - 1e-12:
+                    best = (rms, candidate)
     assert best is not None
     rms, chosen = best
     return replace(chosen, cells=len(usable), rms_relative_error=rms)
 
 
 def _rms(calibration: ForecastCalibration, cells: Sequence[Cell]) -> float:
-    errors = [(calibration.time(c.parts) - c.measured_s) / c.measured_s for c in cells]
+    errors = [
+        (calibration.time(c.at(calibration.incast)) - c.measured_s) / c.measured_s for c in cells
+    ]
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
-def _overheads(cells: Sequence[Cell], base: Sequence[float]) -> tuple[float, float]:
+def _overheads(cells: Sequence[Cell], base: Sequence[float], incast: float) -> tuple[float, float]:
     """(step, operation) overheads by weighted least squares on what ``base`` leaves."""
     terms = ["step", "operation"]
     while terms:
         rows = [
-            [(float(c.parts.step_count) if t == "step" else 1.0) / c.measured_s for t in terms]
+            [(float(c.at(incast).step_count) if t == "step" else 1.0) / c.measured_s for t in terms]
             for c in cells
         ]
         rhs = [(c.measured_s - b) / c.measured_s for c, b in zip(cells, base, strict=True)]

@@ -46,7 +46,7 @@ from orchestrator.testbed.pinning import Flow, fabric_flows
 from orchestrator.worker.spec import WorkerSpec
 from topologies.description import FabricDescription
 from topologies.latency import applied_latency
-from topologies.model import Link
+from topologies.model import Link, LinkKind
 from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_SALTS = 16
@@ -96,6 +96,8 @@ class FabricModel:
 
     description: FabricDescription
     capacity: dict[DirectedLink, float] = field(default_factory=dict)
+    #: the directed links from a ToR into a GPU's NIC port (where incast happens)
+    into_gpu: set[DirectedLink] = field(default_factory=set)
 
     @classmethod
     def of(cls, description: FabricDescription) -> FabricModel:
@@ -105,6 +107,9 @@ class FabricModel:
             rate = emulation.emulated(link.capacity) / 8 * TCP_PAYLOAD_SHARE
             model.capacity[(link.a, link.b)] = rate
             model.capacity[(link.b, link.a)] = rate
+            if link.kind is LinkKind.NIC:
+                gpu = link.a if link.a in description.fabric.gpus else link.b
+                model.into_gpu.add((link.other(gpu), gpu))
         return model
 
 
@@ -199,11 +204,31 @@ class ConfigurationModel:
             return (src, fabric.servers[fabric.gpus[src].server].nvswitch, dst)
         return routed.paths[(flow[0], flow[1], 0)]
 
+    def _incast_links(self, flows: Sequence[FlowClass]) -> list[DirectedLink]:
+        """NIC downlinks that more than one connection crosses in this step."""
+        load: dict[DirectedLink, float] = {}
+        for f in flows:
+            for link, share in f.per_link.items():
+                if link in self.fabric.into_gpu:
+                    load[link] = load.get(link, 0.0) + share
+        return [link for link, n in load.items() if n > 1]
+
     def wait(self, step: Step) -> float:
         return max((self.one_way[s][d] for s, d, _ in step.transfers), default=0.0)
 
-    def parts(self, policy: str, collective: str, algorithm: str, size: int, salt: int) -> Parts:
-        """The bare model's parts of one operation under one salt (emulated seconds)."""
+    def parts(
+        self,
+        policy: str,
+        collective: str,
+        algorithm: str,
+        size: int,
+        salt: int,
+        incast: float | None = None,
+    ) -> Parts:
+        """The bare model's parts of one operation under one salt (emulated seconds), with
+        NIC downlinks that several senders converge on kept to ``incast`` of their rate
+        (default: the calibration's)."""
+        incast = self.calibration.incast if incast is None else incast
         n = self.layout.size
         count = element_count(collective, size, n)
         steps = schedule(self.layout, collective, algorithm, count)
@@ -212,7 +237,11 @@ class ConfigurationModel:
         out = []
         for step in steps:
             flows = self.step_flows(step, routed, channels)
-            seconds = completion_time(flows, _capacity(self.fabric.capacity, flows))
+            capacity = _capacity(self.fabric.capacity, flows)
+            if incast < 1.0:
+                for link in self._incast_links(flows):
+                    capacity[link] *= incast
+            seconds = completion_time(flows, capacity)
             out.append((step.repeat, self.wait(step), seconds))
         return Parts(self.operation_latency, tuple(out))
 

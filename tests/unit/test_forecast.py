@@ -252,7 +252,7 @@ def test_the_fit_recovers_the_figures_that_made_the_cells() -> None:
     for steps, wait, transfer in [(14, 0.085, 0.01), (14, 0.085, 0.18), (1, 0.085, 0.5),
                                   (8, 0.045, 0.1), (8, 0.045, 0.4), (1, 0.0, 1.0)]:  # fmt: skip
         parts = Parts(0.11, ((1, wait, transfer), (steps - 1, wait, transfer)))
-        cells.append(Cell(truth.time(parts), parts))
+        cells.append(Cell(truth.time(parts), {1.0: parts}))
     found = fit(cells)
     assert found.overlap == pytest.approx(0.5)
     assert found.efficiency == pytest.approx(0.9)
@@ -262,7 +262,7 @@ def test_the_fit_recovers_the_figures_that_made_the_cells() -> None:
 
 
 def test_a_calibration_file_round_trips_and_a_damaged_one_is_named(tmp_path: Path) -> None:
-    calibration = ForecastCalibration(0.001, 0.02, 0.95, 0.8, cells=9, fabric="astral-small")
+    calibration = ForecastCalibration(0.001, 0.02, 0.95, 0.8, 0.85, cells=9, fabric="astral-small")
     path = save_forecast_calibration(calibration, tmp_path / "forecast.json")
     assert load_forecast_calibration(path) == replace(calibration, conditions={})
     document = json.loads(path.read_text())
