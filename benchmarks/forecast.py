@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from orchestrator.collectives.sizes import parse_size
 from orchestrator.results.store import ResultsBundle
 from orchestrator.results.summary import summarize
@@ -87,41 +89,38 @@ def fabric_document(name: str) -> dict[str, Any] | str:
 
 
 def reforecast(bundle: Path) -> list[dict[str, Any]]:
-    """A bundle's measurements against the forecast the model makes now (its run's
-    experiment and placement, this machine's calibration as it is now)."""
+    """A bundle's measurements against the forecast the model makes now (the bundle's own
+    configurations and fabric, its experiment's placement where it kept the file, else
+    every GPU in rank order; this machine's calibration as it is now)."""
     from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.configurations import Forecaster
     from orchestrator.forecast.report import forecast_record
-    from orchestrator.run.experiment import load_experiment
+    from orchestrator.run.experiment import Collective, ConfigurationStep, load_experiment
     from topologies.description import FabricDescription
 
-    spec = load_experiment(bundle / "experiment.yaml")
     calibration = load_forecast_calibration()
     cells = []
     with ResultsBundle.open(bundle) as opened:
         description = FabricDescription.from_dict(opened.fabric)
-        forecaster = Forecaster(
-            description, spec.gpus, host_ports=spec.host_ports, calibration=calibration
-        )
-        steps = {
-            (s.policy, s.collective.op, s.collective.algorithm, s.size): s for s in spec.steps()
-        }
+        gpus = [g.name for g in description.fabric.gpus_by_rank()]
+        if (bundle / "experiment.yaml").exists():
+            gpus = list(load_experiment(bundle / "experiment.yaml").gpus)
+        results = summarize(opened)
         loads = opened.emulator_loads()
-        for result in summarize(opened):
+        host_ports = results[0].configuration.host_ports if results else "balanced"
+        forecaster = Forecaster(description, gpus, host_ports=host_ports, calibration=calibration)
+        for result in results:
             c = result.configuration
-            step = steps.get((c.policy, c.collective, c.algorithm, c.size))
-            if step is None or math.isnan(result.row.busbw):
+            if math.isnan(result.row.busbw):
                 continue
+            step = ConfigurationStep(
+                c.id - 1, c.policy, Collective(c.collective, c.algorithm), c.size, c.count,
+                c.dtype, c.ranks,
+            )  # fmt: skip
             predicted = forecaster.forecast(step).prediction
-            cells.append(
-                cell(
-                    bundle.name,
-                    result,
-                    forecast_record(predicted, bool(calibration)),
-                    opened.scale,
-                    c.id in loads and loads[c.id].saturated,
-                )
-            )
+            saturated = c.id in loads and loads[c.id].saturated
+            record = forecast_record(predicted, bool(calibration))
+            cells.append(cell(bundle.name, result, record, opened.scale, saturated))
     return cells
 
 
@@ -160,7 +159,8 @@ def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str,
     bundle = out / name
     load = os.getloadavg()
     began = time.monotonic()
-    outcome = Runner(spec, RunOptions(out=bundle, plots=False, force=True, lock_wait=1800.0)).run()
+    options = RunOptions(out=bundle, plots=False, force=True, lock_wait=1800.0)
+    outcome = Runner(spec, options, text=yaml.safe_dump(document)).run()
     seconds = time.monotonic() - began
     print(
         f"# {name}: {outcome.status} in {seconds:.0f} s, load average {load[0]:.2f} -> "
@@ -224,7 +224,7 @@ def main() -> int:
     cells: list[dict[str, Any]] = []
     names = args.fabrics.split(",")
     if args.source is not None:
-        names = sorted(p.name for p in args.source.iterdir() if (p / "experiment.yaml").exists())
+        names = sorted(p.name for p in args.source.iterdir() if (p / "results.sqlite").exists())
     for name in names:
         try:
             if args.source is not None:
