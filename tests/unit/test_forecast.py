@@ -261,6 +261,28 @@ def test_the_fit_recovers_the_figures_that_made_the_cells() -> None:
     assert found.rms_relative_error < 1e-9
 
 
+def test_the_fit_finds_the_incast_share_from_the_cells_that_converge() -> None:
+    """Cells whose transfer is an incast (its time / incast share) against cells without:
+    only the true share makes both fit."""
+    from orchestrator.forecast.calibration import INCASTS
+
+    truth = ForecastCalibration(operation_overhead_s=0.02, efficiency=0.95, incast=0.8)
+    cells = []
+    shapes = [(1, 0.1, False), (3, 0.4, False), (1, 0.2, True), (2, 0.8, True),
+              (5, 1.2, False), (1, 1.6, True)]  # fmt: skip
+    for steps, transfer, converges in shapes:
+
+        def parts(share: float, k: int = steps, t: float = transfer, c: bool = converges) -> Parts:
+            return Parts(0.11, ((k, 0.05, t / share if c else t),))
+
+        by_share = {share: parts(share) for share in INCASTS}
+        cells.append(Cell(truth.time(parts(0.8)), by_share))
+    found = fit(cells)
+    assert found.incast == pytest.approx(0.8)
+    assert found.efficiency == pytest.approx(0.95)
+    assert found.rms_relative_error < 1e-9
+
+
 def test_a_calibration_file_round_trips_and_a_damaged_one_is_named(tmp_path: Path) -> None:
     calibration = ForecastCalibration(0.001, 0.02, 0.95, 0.8, 0.85, cells=9, fabric="astral-small")
     path = save_forecast_calibration(calibration, tmp_path / "forecast.json")
