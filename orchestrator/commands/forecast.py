@@ -174,8 +174,8 @@ def with_settings(document: dict[str, Any], settings: Sequence[str]) -> dict[str
         parts = key.split(".")
         # an experiment key (scale, latency and name included: the experiment's own) is
         # the experiment's; any other is the fabric's, and fabric.KEY says so explicitly
-        target_fabric = parts[0] == "fabric" or parts[0] not in EXPERIMENT_KEYS
-        if parts[0] == "fabric":
+        target_fabric = (parts[0] == "fabric" and len(parts) > 1) or parts[0] not in EXPERIMENT_KEYS
+        if target_fabric and parts[0] == "fabric":
             parts = parts[1:]
         if not parts:
             raise ConfigError("--set", key, "a key below fabric", key)
@@ -344,11 +344,11 @@ def comparison_lines(baseline: ForecastRun, variant: ForecastRun) -> list[str]:
         "#   policy          collective                 baseline real GB/s   variant real GB/s"
         "   variant/baseline"
     ]
-    for key, value in base.items():
+    for key in dict.fromkeys([*base, *other]):
         policy, op, algorithm = key
-        changed = other.get(key, math.nan)
+        value, changed = base.get(key, math.nan), other.get(key, math.nan)
         a, b = value / baseline.scale, changed / variant.scale
-        ratio = b / a if a and math.isfinite(a) and math.isfinite(b) else math.nan
+        ratio = b / a if math.isfinite(a) and a and math.isfinite(b) else math.nan
         label = f"{op} ({algorithm})"
         lines.append(f"#   {policy:<15} {label:<26} {a:>18.2f} {b:>19.2f} {ratio:>18.3f}")
     return lines

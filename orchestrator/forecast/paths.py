@@ -50,6 +50,7 @@ from orchestrator.testbed.pinning import (
 )
 from orchestrator.worker.spec import WorkerSpec
 from topologies.description import FabricDescription
+from topologies.errors import AstralError
 from topologies.model import Link
 
 #: the workers' listening port (every connection's destination port)
@@ -111,9 +112,15 @@ class PolicyRouter:
         self.policy: Policy = registry.create(policy)
         self.pins = registry.get(policy.split(":")[0]).pins_source_ports
         self.failed = failed
-        self.plan: ForwardingPlan = IndexedPlan.of(self.policy.render(description, failed))
         publish = getattr(self.policy, "publish", None)
-        self.published = publish(description, failed) if self.pins and publish else None
+        try:
+            self.plan: ForwardingPlan = IndexedPlan.of(self.policy.render(description, failed))
+            self.published = publish(description, failed) if self.pins and publish else None
+        except Exception as error:
+            raise AstralError(
+                f"policy {policy} cannot route fabric {description.fabric.name}, so there is "
+                f"nothing to forecast ({type(error).__name__}: {error})"
+            ) from error
         self._options = candidates(self.published) if self.published else None
         self.hashed = any(
             g.type.value == "select" and len(g.buckets) > 1 for g in self.plan.groups()

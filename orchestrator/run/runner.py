@@ -68,7 +68,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from controllers.routing import RoutingError
 from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
@@ -788,8 +787,8 @@ class Runner:
                 iterations=spec.iterations,
                 warmup=spec.warmup,
             )
-        except (AstralError, ValueError, RoutingError) as error:
-            self.say(f"no forecast for this run: {error}")
+        except Exception as error:
+            self.say(f"no forecast for this run: {type(error).__name__}: {error}")
             return None
 
     def _forecast(
@@ -800,8 +799,8 @@ class Runner:
             return None
         try:
             predicted = forecaster.forecast(step)
-        except (AstralError, ValueError, RoutingError) as error:
-            self.say(f"no forecast for step {step.index}: {error}")
+        except Exception as error:
+            self.say(f"no forecast for step {step.index}: {type(error).__name__}: {error}")
             return None
         return forecast_record(predicted.prediction, forecaster.model.calibration.measured)
 
