@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.doctor",
     "orchestrator.commands.calibrate",
     "orchestrator.commands.top",
+    "orchestrator.commands.forecast",
 )
 
 

@@ -1,6 +1,8 @@
 """Two bundles' nccl-tests tables side by side, with the B/A bus bandwidth ratio.
 
-Configurations match on (policy, collective, algorithm, size). Choosing a policy per side
+Configurations match on (policy, collective, algorithm, size). :func:`compare_forecasts`
+sets one bundle's measurements beside the forecasts its run stored (``astral compare A
+--forecast``). Choosing a policy per side
 (``a_policy``, ``b_policy``) compares across policies instead, e.g. one bundle's ecmp against
 its own path-pinned; two bundles run with different ``host_ports`` (the header names each
 side's) compare what the host's choice of NIC port does under each policy. The ratio is
@@ -165,3 +167,67 @@ def compare_bundles(
         Side("A", a, summarize(a), a_policy),
         Side("B", b, summarize(b), b_policy),
     )
+
+
+_FORECAST_HEAD = (
+    f"#{'size':>11}  {'time':>11}  {'forecast':>11}  {'real':>7}  {'forecast':>8}"
+    f"  {'error':>7}  {'p10-p90 (real)':>15}"
+)
+_FORECAST_UNITS = (
+    f"#{'(B)':>11}  {'(us)':>11}  {'(us)':>11}  {'(GB/s)':>7}  {'(GB/s)':>8}  {'busbw':>7}"
+)
+
+
+def compare_forecasts(bundle: ResultsBundle) -> Comparison:
+    """A bundle's measurements beside the forecasts its run made before each configuration
+    (the ``forecasts`` table): time and real busbw, measured and forecast, the relative
+    error of the busbw, and the p10-p90 band where paths hash (ECMP)."""
+    results = summarize(bundle)
+    forecasts = bundle.forecasts()
+    scale = bundle.scale
+    run = bundle.run
+    lines = [
+        f"# measured: {bundle.path} (experiment {run.experiment!r}, {run.status}, started "
+        f"{run.started}, fabric {run.fabric}, scale {scale:g})",
+        "# forecast: what the model predicted before each configuration ran "
+        "(orchestrator/forecast); error = (forecast - measured) / measured busbw",
+    ]
+    matched = 0
+    missing = 0
+    groups: dict[tuple[str, str, str], list[ConfigurationResult]] = {}
+    for result in results:
+        groups.setdefault(result.configuration.group, []).append(result)
+    errors: list[float] = []
+    for (policy, collective, algorithm), members in groups.items():
+        lines += ["#", f"# {collective} ({algorithm}), policy {policy}", _FORECAST_HEAD,
+                  _FORECAST_UNITS]  # fmt: skip
+        for result in sorted(members, key=lambda r: r.configuration.size):
+            forecast = forecasts.get(result.configuration.id)
+            if forecast is None:
+                missing += 1
+                continue
+            matched += 1
+            error = forecast.error(result.row.busbw)
+            errors.append(abs(error))
+            band = "-"
+            if forecast.hash_draws > 1 and forecast.busbw_p10 != forecast.busbw_p90:
+                where = "in" if forecast.inside(result.row.busbw) else "OUT"
+                band = f"{forecast.busbw_p10 / scale:.2f}-{forecast.busbw_p90 / scale:.2f} {where}"
+            lines.append(
+                f"{result.configuration.size:>12}  {_fmt(result.row.time_us, '11.1f'):>11}"
+                f"  {_fmt(forecast.time_us, '11.1f'):>11}  {_fmt(result.busbw_real, '7.2f'):>7}"
+                f"  {_fmt(forecast.busbw / scale, '8.2f'):>8}  {_fmt(error, '+7.1%'):>7}"
+                f"  {band:>15}"
+            )
+    if errors:
+        ordered = sorted(errors)
+        median = (
+            ordered[len(ordered) // 2]
+            if len(ordered) % 2
+            else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+        )
+        lines += ["#", f"# {matched} cells: median |error| {median:.1%}, max {ordered[-1]:.1%}"]
+    if missing:
+        lines.append(f"# {missing} configuration(s) without a forecast (a bundle from before)")
+    text = "\n".join(line.rstrip() for line in lines) + "\n"
+    return Comparison(text, matched, missing, 0)

@@ -55,6 +55,10 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          the CPU during the configuration's measured window and whether the
                          emulator was saturated (orchestrator.results.emulator; absent in
                          bundles written before it existed)
+    forecasts           (config_id, time_us, p10_time_us, p90_time_us, busbw, busbw_p10,
+                         busbw_p90, hash_draws, calibrated)
+                         what the model predicted before the configuration ran
+                         (orchestrator/forecast, docs/forecast.md); version 3 on
     faults              (id, run_id, kind, target, params, scheduled, applied, undone, error)
                          every fault the experiment injected (orchestrator/testbed/faults.py):
                          params its keys as JSON; scheduled, applied, undone epoch seconds
@@ -82,8 +86,6 @@ empty::
                          port-down, reprogram, programmed, error) and its log lines (log)
     host_cpu            (run_id, start, end, idle_share, vswitchd_cores, vswitchd_wait,
                          softirqd_wait, controller_cores, workers_cores)   host, per interval
-    faults              (id, run_id, kind, target, params, scheduled, applied, undone, error)
-                         the faults a run injected (their scheduler writes it)
 
 Logs (``logs/``): the controller's log and every launch's worker logs, copied at the end.
 
@@ -94,12 +96,13 @@ A bundle holds one run. :class:`ResultsWriter` is what the runner calls, from on
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -111,10 +114,11 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 3  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers, faults
+SCHEMA_VERSION = 3  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers,
+#: faults, forecasts
 #: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
 #: configurations.host_ports (read as 'unknown'); 1 and 2 lack the monitor's tables (read
-#: as empty), its columns (NULL or 0) and the faults (read as none).
+#: as empty), its columns (NULL or 0), the faults and the forecasts (read as none).
 READABLE_VERSIONS = (1, 2, 3)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
@@ -225,6 +229,17 @@ CREATE TABLE timelines (
     phase TEXT NOT NULL,
     start REAL NOT NULL,
     "end" REAL NOT NULL
+);
+CREATE TABLE forecasts (
+    config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
+    time_us REAL NOT NULL,
+    p10_time_us REAL NOT NULL,
+    p90_time_us REAL NOT NULL,
+    busbw REAL NOT NULL,
+    busbw_p10 REAL NOT NULL,
+    busbw_p90 REAL NOT NULL,
+    hash_draws INTEGER NOT NULL,
+    calibrated INTEGER NOT NULL
 );
 CREATE TABLE emulator_load (
     config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
@@ -519,6 +534,38 @@ class Run:
     seed: int
     fabric: str
     emulation_scale: float
+
+
+@dataclass(frozen=True)
+class ForecastRecord:
+    """What the model predicted for a configuration before it ran (orchestrator/forecast):
+    time per operation (us, emulated; the mean over hash draws where paths hash) and its
+    10th/90th percentiles, busbw (GB/s, emulated) and its band; ``calibrated``: whether the
+    machine's measured per-step figures were applied."""
+
+    time_us: float
+    p10_time_us: float
+    p90_time_us: float
+    busbw: float
+    busbw_p10: float
+    busbw_p90: float
+    hash_draws: int
+    calibrated: bool
+
+    def error(self, measured_busbw: float) -> float:
+        """(forecast - measured) / measured busbw; nan without a measurement."""
+        if not measured_busbw > 0:
+            return math.nan
+        return (self.busbw - measured_busbw) / measured_busbw
+
+    def inside(self, measured_busbw: float) -> bool:
+        return self.busbw_p10 <= measured_busbw <= self.busbw_p90
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_FORECAST = tuple(f.name for f in fields(ForecastRecord))
 
 
 @dataclass(frozen=True)
@@ -934,6 +981,15 @@ class ResultsWriter:
             )
         return len(rows)
 
+    def add_forecast(self, config_id: int, forecast: ForecastRecord) -> None:
+        """The model's forecast of a configuration, beside its measurement."""
+        with self._db:
+            self._db.execute(
+                f"INSERT INTO forecasts (config_id, {', '.join(_FORECAST)})"
+                f" VALUES (?{', ?' * len(_FORECAST)})",
+                (config_id, *(getattr(forecast, name) for name in _FORECAST)),
+            )
+
     def add_emulator_load(self, config_id: int, load: EmulatorLoad) -> None:
         """The CPU during a configuration's measured window and the verdict on it."""
         with self._db:
@@ -1262,6 +1318,21 @@ class ResultsBundle:
             named["saturated"] = bool(named["saturated"])
             loads[int(config_id)] = EmulatorLoad(**named)
         return loads
+
+    def forecasts(self) -> dict[int, ForecastRecord]:
+        """Per configuration id, the model's forecast (empty for bundles from before)."""
+        try:
+            rows = self._db.execute(
+                f"SELECT config_id, {', '.join(_FORECAST)} FROM forecasts"
+            ).fetchall()
+        except sqlite3.OperationalError:  # no such table: an older bundle
+            return {}
+        out = {}
+        for config_id, *values in rows:
+            named = dict(zip(_FORECAST, values, strict=True))
+            named["calibrated"] = bool(named["calibrated"])
+            out[int(config_id)] = ForecastRecord(**named)
+        return out
 
     def timelines(self, config_id: int) -> list[Phase]:
         rows = self._db.execute(

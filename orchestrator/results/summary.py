@@ -44,6 +44,7 @@ from orchestrator.results.store import (
     SUMMARY,
     TABLES,
     Configuration,
+    ForecastRecord,
     IterationRecord,
     ResultsBundle,
     _write_json,
@@ -228,8 +229,12 @@ def format_group(
         time_definition(bundle),
     ]
     latency = latency_title(bundle.fabric.get("latency"))
+    forecasts = bundle.forecasts()
+    notes = [
+        forecast_note(forecasts.get(r.configuration.id), r.row.busbw, bundle.scale) for r in results
+    ]
     return configuration_table(
-        results, head, bundle.scale, emulator_loads(results, bundle), latency
+        results, head, bundle.scale, emulator_loads(results, bundle), latency, notes
     )
 
 
@@ -239,19 +244,38 @@ def configuration_table(
     scale: float,
     loads: Sequence[tuple[int, EmulatorLoad | None]],
     latency: str | None,
+    notes: Sequence[str] = (),
 ) -> str:
     """One group's nccl-tests table as ``astral run`` prints it and ``astral report``
     writes it: ``head`` (what the group is, how its time was measured), then its ceiling,
     the saturation verdicts (``loads``: (size, load) per row) and the latencies, then the
-    rows, each with its marks."""
+    rows, each with its marks and ``notes[i]`` (the forecast beside a measured cell)."""
     title = [*head, *ceiling_lines(results, scale), *saturation_lines(loads)]
     title += [latency] if latency else []
+    extra = list(notes) + [""] * (len(results) - len(notes))
     return format_table(
         [r.row for r in results],
         title=title,
         scale=scale,
-        notes=["; ".join(r.marks()) for r in results],
+        notes=[
+            "; ".join([*r.marks(), *filter(None, [e])])
+            for r, e in zip(results, extra, strict=False)
+        ],
     )
+
+
+def forecast_note(forecast: ForecastRecord | None, busbw: float, scale: float) -> str:
+    """Beside a measured row: ``forecast busbw 44.10 real (+2.3%)``, and where hashing
+    spreads the forecast, its p10-p90 band and whether the measurement fell inside."""
+    if forecast is None:
+        return ""
+    text = f"forecast busbw {forecast.busbw / scale:.2f} real ({forecast.error(busbw):+.1%})"
+    if forecast.hash_draws > 1 and forecast.busbw_p10 != forecast.busbw_p90:
+        where = "inside" if forecast.inside(busbw) else "OUTSIDE"
+        text += (
+            f", p10-p90 {forecast.busbw_p10 / scale:.2f}-{forecast.busbw_p90 / scale:.2f} {where}"
+        )
+    return text
 
 
 #: How version 1 bundles were timed (before nccl-tests batches, docs/measurement.md).
@@ -295,6 +319,53 @@ def _number(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def configuration_record(
+    result: ConfigurationResult,
+    load: EmulatorLoad | None = None,
+    forecast: ForecastRecord | None = None,
+) -> dict[str, Any]:
+    """One configuration as summary.json keeps it (``astral forecast --json`` too)."""
+    c, row = result.configuration, result.row
+    return {
+        "id": c.id,
+        "policy": c.policy,
+        "host_ports": c.host_ports,
+        "collective": c.collective,
+        "algorithm": c.algorithm,
+        "size": c.size,
+        "count": c.count,
+        "dtype": c.dtype,
+        "ranks": c.ranks,
+        "iterations": c.iterations,
+        "warmup": c.warmup,
+        "timed_records": result.timed,
+        # connections that got no pinned source port (null: the policy pins none)
+        "unpinned_connections": c.unpinned,
+        "verified": row.wrong is not None,  # false: "wrong" is null, nothing checked
+        "time_us": _number(row.time_us),
+        "algbw_GBps": _number(row.algbw),
+        "busbw_GBps": _number(row.busbw),
+        "busbw_min_GBps": _number(result.busbw_min),
+        "busbw_max_GBps": _number(result.busbw_max),
+        "wrong": row.wrong,
+        "ceiling": result.ceiling.to_dict() if result.ceiling else None,
+        "ceiling_share": _number(result.ceiling_share),
+        "marks": result.marks(),
+        "emulator_saturated": load.saturated if load is not None else None,
+        "emulator_load": load.to_dict() if load is not None else None,
+        "real": {
+            "algbw_GBps": _number(result.algbw_real),
+            "busbw_GBps": _number(result.busbw_real),
+        },
+        # the model's forecast made before the run (null: none recorded)
+        "forecast": (
+            {**forecast.to_dict(), "busbw_error": _number(forecast.error(row.busbw))}
+            if forecast
+            else None
+        ),
+    }
+
+
 def summary_document(
     bundle: ResultsBundle, results: Sequence[ConfigurationResult]
 ) -> dict[str, Any]:
@@ -302,43 +373,12 @@ def summary_document(
     run = bundle.run
     spec = bundle.fabric["spec"]
     loads = bundle.emulator_loads()
+    forecasts = bundle.forecasts()
     configurations = []
     for result in results:
-        c, row = result.configuration, result.row
-        configurations.append(
-            {
-                "id": c.id,
-                "policy": c.policy,
-                "host_ports": c.host_ports,
-                "collective": c.collective,
-                "algorithm": c.algorithm,
-                "size": c.size,
-                "count": c.count,
-                "dtype": c.dtype,
-                "ranks": c.ranks,
-                "iterations": c.iterations,
-                "warmup": c.warmup,
-                "timed_records": result.timed,
-                # connections that got no pinned source port (null: the policy pins none)
-                "unpinned_connections": c.unpinned,
-                "verified": row.wrong is not None,  # false: "wrong" is null, nothing checked
-                "time_us": _number(row.time_us),
-                "algbw_GBps": _number(row.algbw),
-                "busbw_GBps": _number(row.busbw),
-                "busbw_min_GBps": _number(result.busbw_min),
-                "busbw_max_GBps": _number(result.busbw_max),
-                "wrong": row.wrong,
-                "ceiling": result.ceiling.to_dict() if result.ceiling else None,
-                "ceiling_share": _number(result.ceiling_share),
-                "marks": result.marks(),
-                "emulator_saturated": loads[c.id].saturated if c.id in loads else None,
-                "emulator_load": loads[c.id].to_dict() if c.id in loads else None,
-                "real": {
-                    "algbw_GBps": _number(result.algbw_real),
-                    "busbw_GBps": _number(result.busbw_real),
-                },
-            }
-        )
+        c = result.configuration
+        forecast = forecasts.get(c.id)
+        configurations.append(configuration_record(result, loads.get(c.id), forecast))
     averages = []
     for group, members in grouped(results).items():
         average = average_busbw([m.row for m in members])

@@ -82,6 +82,9 @@ from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
 from orchestrator.monitor import record
 from orchestrator.monitor.report import render_monitor
+from orchestrator.forecast.calibration import load_forecast_calibration
+from orchestrator.forecast.configurations import Forecaster
+from orchestrator.forecast.report import forecast_record
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -90,10 +93,11 @@ from orchestrator.results import (
     Versions,
 )
 from orchestrator.results.emulator import EmulatorLoad
-from orchestrator.results.store import Configuration, InjectedFault
+from orchestrator.results.store import Configuration, ForecastRecord, InjectedFault
 from orchestrator.results.summary import (
     ConfigurationResult,
     configuration_table,
+    forecast_note,
     iterations_text,
     result_of,
 )
@@ -136,6 +140,7 @@ class RunOptions:
     progress: bool = False  # a tqdm bar on stderr
     plots: bool = True
     ready_timeout: float = 60.0
+    lock_wait: float = 0.0  # seconds to wait for another run's lock (0: refuse at once)
     state_base: Path | None = None
     step_deadline: float = 30.0  # a step running longer than this is hung (launcher)
     channels: int | None = None  # connections per peer pair; None: per collective
@@ -504,6 +509,7 @@ class Runner:
                     policy=spec.policies[0],
                     state_base=self.options.state_base,
                     ready_timeout=self.options.ready_timeout,
+                    lock_wait=self.options.lock_wait,
                     log=self.say,
                     lock_wait=self.options.lock_wait,
                 )
@@ -592,6 +598,8 @@ class Runner:
         )
         offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0
         self.run_file["emulator_saturation"] = DEFAULT_THRESHOLDS.to_dict()
+        forecaster = self._forecaster(testbed)
+        forecasts: dict[int, ForecastRecord] = {}
         # the CPU while configurations run (calibration.saturation; the monitor's host layer)
         groups = testbed.process_groups if self.monitor.process_cpu else None
         sampler = CpuSampler(groups=groups).start()
@@ -616,6 +624,7 @@ class Runner:
                         unpinned = self._pinning(testbed, policy, collective, outcome)
                         for step in group:
                             self.progress.step(step)
+                            predicted = self._forecast(forecaster, step)
                             began = time.monotonic()
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
                             result = launcher.run([test])
@@ -637,6 +646,9 @@ class Runner:
                                 self._record_monitor(
                                     writer, testbed, config_id, done, result, launcher.layout
                                 )
+                                if predicted is not None:
+                                    writer.add_forecast(config_id, predicted)
+                                    forecasts[config_id] = predicted
                                 load = judge_test(done, sampler.snapshot(), offered)
                                 if load is not None:
                                     writer.add_emulator_load(config_id, load)
@@ -660,7 +672,9 @@ class Runner:
                             self.progress.done(step)
                     outcome.results += results
                     self.emit(
-                        self._table(testbed, policy, collective.label, results, outcome.emulator)
+                        self._table(
+                            testbed, policy, collective.label, results, outcome.emulator, forecasts
+                        )
                     )
             outcome.status = "ok"
         except _WorkersFailed as failed:
@@ -856,6 +870,7 @@ class Runner:
         label: str,
         results: list[ConfigurationResult],
         loads: dict[int, EmulatorLoad],
+        forecasts: Mapping[int, ForecastRecord] | None = None,
     ) -> str:
         spec = self.spec
         head = [
@@ -866,7 +881,46 @@ class Runner:
         ]
         sizes_and_loads = [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
         latency = latency_title(latency_record(testbed.description.fabric))
-        return configuration_table(results, head, testbed.scale, sizes_and_loads, latency)
+        notes = [
+            forecast_note((forecasts or {}).get(r.configuration.id), r.row.busbw, testbed.scale)
+            for r in results
+        ]
+        return configuration_table(results, head, testbed.scale, sizes_and_loads, latency, notes)
+
+    def _forecaster(self, testbed: Testbed) -> Forecaster | None:
+        """The model for this run's placement (orchestrator/forecast), or None, said, when
+        it cannot forecast this fabric (a run never fails for its forecast)."""
+        spec = self.spec
+        try:
+            calibration = load_forecast_calibration()
+        except AstralError as error:
+            self.say(f"forecast calibration ignored: {error}")
+            calibration = None
+        try:
+            return Forecaster(
+                testbed.description,
+                spec.gpus,
+                host_ports=spec.host_ports,
+                calibration=calibration,
+                iterations=spec.iterations,
+                warmup=spec.warmup,
+            )
+        except Exception as error:
+            self.say(f"no forecast for this run: {type(error).__name__}: {error}")
+            return None
+
+    def _forecast(
+        self, forecaster: Forecaster | None, step: ConfigurationStep
+    ) -> ForecastRecord | None:
+        """The forecast of ``step`` as the bundle keeps it, computed before it runs."""
+        if forecaster is None:
+            return None
+        try:
+            predicted = forecaster.forecast(step)
+        except Exception as error:
+            self.say(f"no forecast for step {step.index}: {type(error).__name__}: {error}")
+            return None
+        return forecast_record(predicted.prediction, forecaster.model.calibration.measured)
 
     # -- the end -----------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The house's import directions: which package may import which, checked on the source.
 
 The layers, top to bottom (docs/architecture.md draws them): the entry points (``astral``'s
-CLI and the pytest plugin) -> ``run`` -> ``monitor`` and ``calibration`` -> ``testbed`` ->
+CLI and the pytest plugin) -> ``run`` -> ``monitor``, ``calibration`` and ``forecast`` -> ``testbed`` ->
 ``emulation``, ``worker`` and ``results`` -> ``collectives`` -> ``topologies``.
 ``controllers`` is its own process: it may import ``topologies`` only, and of
 ``orchestrator`` only ``emulation`` starts it (and ``testbed`` reads what it publishes).
@@ -32,9 +32,10 @@ BELOW_TESTBED = {
 
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "entry": {"run", "monitor", "calibration", "testbed", *BELOW_TESTBED},
-    "run": {"monitor", "calibration", "testbed", *BELOW_TESTBED},
+    "entry": {"run", "monitor", "calibration", "forecast", "testbed", *BELOW_TESTBED},
+    "run": {"monitor", "calibration", "forecast", "testbed", *BELOW_TESTBED},
     "monitor": {"testbed", *BELOW_TESTBED},
+    "forecast": {"testbed", *BELOW_TESTBED},
     "calibration": {"testbed", *BELOW_TESTBED},
     "testbed": BELOW_TESTBED,
     "emulation": {"controllers", "topologies", "package"},

@@ -1,0 +1,506 @@
+"""``astral forecast [EXPERIMENT.yaml]``: predict every configuration, no root, no emulation.
+
+    astral forecast                          experiments/default.yaml
+    astral forecast EXP --json               one record per configuration (summary.json's keys)
+    astral forecast EXP --set speeds.nic=400G --set oversubscription.agg=15
+                                             what-if: baseline and variant side by side
+    astral forecast EXP --fail p0r0t0-p0r0a0 --fail c0
+                                             what-if: a link (its two ends) or a switch down
+    astral forecast EXP --salts 32           hash draws for ECMP's distribution (default 16)
+    sudo astral forecast --calibrate         measure this machine's per-step figures (a
+                                             short real run) and store them
+    astral forecast --calibrate-from BUNDLE  the same, fitted on a bundle measured here
+
+Prints, for every policy x collective x size, the nccl-tests table ``astral run`` prints,
+with the predicted time, algbw and busbw (emulated and at real speed), then the
+side-by-side summary. Where the paths depend on a hash (ECMP, ``host_ports: hash``) the
+time is the mean over hash draws and each row names the p10-p90 busbw band. The model and
+its limits: docs/forecast.md.
+
+``--set KEY=VALUE`` takes any experiment key (``sizes.max=16M``, ``policies=[ecmp]``) or
+fabric key (``speeds.nic``, ``oversubscription.agg``, ``switch.radix``, ...; a fabric the
+experiment names by preset or file is read and changed inline), dotted; values are YAML.
+The changed experiment is validated as a file would be: a bad key or value is an error
+that names it, and nothing is forecast.
+
+Exit status: 0; 2 a bad experiment, ``--set`` or ``--fail``; 3 ``--calibrate`` without root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topologies.errors import ConfigError, EnvironmentProblem
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "forecast",
+        help="predict an experiment's results from the fabric model (no root)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("experiment", nargs="?", type=Path, default=None, metavar="EXPERIMENT")
+    parser.add_argument("--json", action="store_true", help="one JSON record per configuration")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="what-if: change a key"
+    )
+    parser.add_argument(
+        "--fail", action="append", default=[], metavar="LINK|SWITCH", help="what-if: take down"
+    )
+    parser.add_argument("--salts", type=int, default=None, metavar="N", help="hash draws")
+    parser.add_argument(
+        "--calibration", type=Path, default=None, metavar="FILE", help="forecast calibration file"
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this machine's per-step figures (root; a short real run) and store them",
+    )
+    parser.add_argument(
+        "--calibrate-from",
+        type=Path,
+        default=None,
+        metavar="BUNDLE",
+        help="fit the per-step figures on a bundle measured on this machine, and store them",
+    )
+    parser.add_argument(
+        "--full-size",
+        action="store_true",
+        help="forecast the full-size fabrics of `astral topo plan` (no experiment file)",
+    )
+    parser.add_argument(
+        "--pods", type=int, default=8, help="--full-size: Astral pods (default 8: 524,288 GPUs)"
+    )
+    parser.add_argument(
+        "--size", default="1G", help="--full-size: message size (default 1G = 2**30 bytes)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from orchestrator.forecast.calibration import load_forecast_calibration
+
+    if args.calibrate:
+        return calibrate(args)
+    if args.full_size:
+        return full_size(args)
+    if args.calibrate_from is not None:
+        return store(_stamp(fit_bundle(args.calibrate_from, args.salts), None), args)
+    if args.salts is not None and args.salts < 1:
+        raise ConfigError("command line", "--salts", "a number of hash draws >= 1", args.salts)
+    base = experiment_document(args.experiment)
+    calibration = load_forecast_calibration(args.calibration)
+    baseline = forecast_document(base, args)
+    variant = None
+    if args.set or args.fail:
+        changed = with_settings(base.document, args.set)
+        variant = forecast_document(
+            Experiment(changed, base.source, base.base_dir), args, failures=args.fail
+        )
+    if args.json:
+        out: dict[str, Any] = {"configurations": baseline.records()}
+        if variant is not None:
+            out["variant"] = {
+                "set": args.set,
+                "fail": args.fail,
+                "configurations": variant.records(),
+            }
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"# {(calibration.describe() if calibration else 'forecast calibration: none')}")
+    for text in baseline.tables():
+        print(text, end="")
+    for line in baseline.summary():
+        print(line)
+    if variant is not None:
+        what = ", ".join([*args.set, *(f"fail {f}" for f in args.fail)])
+        print(f"# what-if: {what}")
+        for line in comparison_lines(baseline, variant):
+            print(line)
+    return 0
+
+
+# --- the experiment, with what-if settings ----------------------------------------------------
+
+
+class Experiment:
+    def __init__(self, document: dict[str, Any], source: str, base_dir: Path) -> None:
+        self.document = document
+        self.source = source
+        self.base_dir = base_dir
+
+
+def experiment_document(path: Path | None) -> Experiment:
+    from orchestrator.run.runner import DEFAULT_EXPERIMENT
+    from topologies.errors import ExperimentError
+    from topologies.yamlfile import read_yaml
+
+    where = path or DEFAULT_EXPERIMENT
+    document = read_yaml(where, ExperimentError, "experiment")
+    if not isinstance(document, dict):
+        raise ExperimentError(str(where), "(document)", "a mapping of experiment keys", document)
+    return Experiment(document, str(where), where.parent)
+
+
+def with_settings(document: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """``document`` with every ``KEY=VALUE`` applied (a copy). An experiment key changes
+    the experiment; any other key is the fabric's (``fabric.KEY`` says so explicitly)."""
+    from orchestrator.run.experiment import _TOP_KEYS as EXPERIMENT_KEYS
+    from topologies.catalog import resolve_fabric
+    from topologies.errors import FabricSpecError
+    from topologies.spec import _TOP_KEYS as FABRIC_KEYS
+    from topologies.yamlfile import read_yaml
+
+    out = copy.deepcopy(document)
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("--set", setting, "KEY=VALUE, e.g. speeds.nic=400G", setting)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError("--set", key, "a YAML value", text, detail=str(err)) from None
+        parts = key.split(".")
+        # an experiment key (scale, latency and name included: the experiment's own) is
+        # the experiment's; any other is the fabric's, and fabric.KEY says so explicitly
+        target_fabric = (parts[0] == "fabric" and len(parts) > 1) or parts[0] not in EXPERIMENT_KEYS
+        if target_fabric and parts[0] == "fabric":
+            parts = parts[1:]
+        if not parts:
+            raise ConfigError("--set", key, "a key below fabric", key)
+        if target_fabric:
+            if parts[0] not in FABRIC_KEYS:
+                raise ConfigError(
+                    "--set",
+                    key,
+                    "an experiment key ("
+                    + ", ".join(sorted(EXPERIMENT_KEYS - {"fabric"}))
+                    + ") or a fabric key ("
+                    + ", ".join(sorted(FABRIC_KEYS))
+                    + ")",
+                    key,
+                )
+            fabric = out.get("fabric")
+            if isinstance(fabric, str):
+                try:
+                    fabric = read_yaml(resolve_fabric(fabric), FabricSpecError, "fabric")
+                except FabricSpecError:
+                    raise
+                out["fabric"] = fabric
+            if not isinstance(fabric, dict):
+                raise ConfigError("--set", key, "an experiment whose fabric is a mapping", fabric)
+            _assign(fabric, parts, value, key)
+        else:
+            _assign(out, parts, value, key)
+    return out
+
+
+def _assign(document: dict[str, Any], parts: Sequence[str], value: object, key: str) -> None:
+    node = document
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError("--set", key, f"{part} to be a mapping", child)
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_failures(fabric: Any, failures: Sequence[str]) -> frozenset[Any]:
+    """``a-b`` (a link between two nodes) or a switch name (all its fabric links)."""
+    from controllers.routing import FABRIC_LINK_KINDS
+
+    found = set()
+    for text in failures:
+        if text in fabric.switches:
+            links = [x for x in fabric.links if text in (x.a, x.b) and x.kind in FABRIC_LINK_KINDS]
+            found.update(links)
+            continue
+        a, sep, b = text.partition("-")
+        matches = [x for x in fabric.links if {x.a, x.b} == {a, b}] if sep else []
+        if not matches:
+            raise ConfigError(
+                "--fail",
+                text,
+                "a switch name or a link as NODE-NODE (e.g. p0r0t0-p0r0a0) of the fabric",
+                text,
+            )
+        found.update(matches)
+    return frozenset(found)
+
+
+# --- forecasting -----------------------------------------------------------------------------
+
+
+class ForecastRun:
+    """An experiment's forecasts, grouped as ``astral run`` groups its tables."""
+
+    def __init__(self, spec: Any, forecasts: list[Any], latency: str | None) -> None:
+        self.spec = spec
+        self.forecasts = forecasts
+        self.latency = latency
+
+    @property
+    def scale(self) -> float:
+        return float(self.spec.fabric.emulation.scale)
+
+    def records(self) -> list[dict[str, Any]]:
+        from orchestrator.forecast.report import record
+
+        return [record(f, self.scale) for f in self.forecasts]
+
+    def groups(self) -> dict[tuple[str, str, str], list[Any]]:
+        groups: dict[tuple[str, str, str], list[Any]] = {}
+        for f in self.forecasts:
+            groups.setdefault(f.configuration.group, []).append(f)
+        return groups
+
+    def tables(self) -> list[str]:
+        from orchestrator.forecast.report import forecast_table
+
+        spec = self.spec
+        out = []
+        for (policy, op, algorithm), members in self.groups().items():
+            head = [
+                f"FORECAST {op} ({algorithm}), policy {policy}, host ports {spec.host_ports}, "
+                f"{spec.ranks} ranks, fabric {spec.fabric.name} (no emulation: the model, "
+                "docs/forecast.md)",
+                "time: predicted per operation (mean over hash draws where paths hash)",
+            ]
+            out.append(forecast_table(members, head, self.scale, self.latency))
+        return out
+
+    def averages(self) -> dict[tuple[str, str, str], float]:
+        from orchestrator.collectives.nccl import average_busbw
+
+        return {
+            group: average_busbw([f.result(self.scale).row for f in members])
+            for group, members in self.groups().items()
+        }
+
+    def summary(self) -> list[str]:
+        spec, scale = self.spec, self.scale
+        averages = self.averages()
+        width = max(len(c.label) for c in spec.collectives) + 2
+        lines = [
+            f"# forecast {spec.name!r}: average bus bandwidth, GB/s at real speed (emulated GB/s); "
+            f"host ports {spec.host_ports}",
+            f"#   {'collective':<{width}}" + "".join(f"{p:>26}" for p in spec.policies),
+        ]
+        for c in spec.collectives:
+            cells = []
+            for policy in spec.policies:
+                value = averages.get((policy, c.op, c.algorithm), math.nan)
+                cell = "-" if math.isnan(value) else f"{value / scale:.2f} ({value:.6f})"
+                cells.append(f"{cell:>26}")
+            lines.append(f"#   {c.label:<{width}}{''.join(cells)}")
+        return lines
+
+
+def forecast_document(
+    experiment: Experiment, args: argparse.Namespace, failures: Sequence[str] = ()
+) -> ForecastRun:
+    from orchestrator.forecast.calibration import load_forecast_calibration
+    from orchestrator.forecast.configurations import Forecaster
+    from orchestrator.forecast.model import DEFAULT_SALTS
+    from orchestrator.run.experiment import parse_experiment
+    from topologies.description import FabricDescription
+    from topologies.latency import latency_record, latency_title
+
+    spec = parse_experiment(experiment.document, experiment.source, experiment.base_dir)
+    fabric = spec.fabric_model()
+    failed = parse_failures(fabric, failures)
+    description = FabricDescription.of(fabric)
+    forecaster = Forecaster(
+        description,
+        spec.gpus,
+        host_ports=spec.host_ports,
+        calibration=load_forecast_calibration(args.calibration),
+        failed=failed,
+        salts=args.salts or DEFAULT_SALTS,
+        iterations=spec.iterations,
+        warmup=spec.warmup,
+    )
+    forecasts = forecaster.forecast_all(spec.steps())
+    return ForecastRun(spec, forecasts, latency_title(latency_record(fabric)))
+
+
+def comparison_lines(baseline: ForecastRun, variant: ForecastRun) -> list[str]:
+    """Average busbw per policy and collective, baseline and variant, and the ratio."""
+    base, other = baseline.averages(), variant.averages()
+    lines = [
+        "#   policy          collective                 baseline real GB/s   variant real GB/s"
+        "   variant/baseline"
+    ]
+    for key in dict.fromkeys([*base, *other]):
+        policy, op, algorithm = key
+        value, changed = base.get(key, math.nan), other.get(key, math.nan)
+        a, b = value / baseline.scale, changed / variant.scale
+        ratio = b / a if math.isfinite(a) and a and math.isfinite(b) else math.nan
+        label = f"{op} ({algorithm})"
+        lines.append(f"#   {policy:<15} {label:<26} {a:>18.2f} {b:>19.2f} {ratio:>18.3f}")
+    return lines
+
+
+# --- full size ---------------------------------------------------------------------------
+
+
+def full_size(args: argparse.Namespace) -> int:
+    """Astral at one pod and at ``--pods`` pods, then every kind at the GPU count all of
+    them reach with the same switches (the planner's comparison), by link class."""
+    import resource
+
+    from orchestrator.collectives.sizes import parse_size
+    from orchestrator.forecast.aggregate import ALGORITHMS, ScaleModel, scale_table
+    from topologies.plan import PlanInput
+    from topologies.planner import Unreachable, common_reach, plan_for_gpus, plan_spec
+
+    try:
+        size = parse_size(args.size)
+    except ValueError as err:
+        raise ConfigError("command line", "--size", "a size such as 1G or 256M", args.size) from err
+    if args.pods < 1:
+        raise ConfigError("command line", "--pods", "a number of pods >= 1", args.pods)
+    salts = args.salts or 8
+    inputs = PlanInput(pods=args.pods)
+    shown = ALGORITHMS[:3]
+    predictions = []
+    specs = [plan_spec("astral", inputs, pods=1)]
+    if args.pods > 1:
+        specs.append(plan_spec("astral", inputs))
+    reach = common_reach(inputs)
+    for kind in ("astral", "fat-tree", "rail-optimized", "rail-only"):
+        planned = plan_for_gpus(kind, reach, inputs)
+        if not isinstance(planned, Unreachable):
+            specs.append(planned.spec)
+    for spec in specs:
+        model = ScaleModel(spec)
+        for policy in ("path-pinned", "ecmp"):
+            for op, algorithm in shown:
+                predictions.append(model.forecast(policy, op, algorithm, size, salts=salts))
+    print(
+        "# full-size forecast at real speed (no emulation; the link-class model, "
+        'docs/forecast.md, "Full size"): Astral at 1 and '
+        f"{args.pods} pods, then every kind at {reach:,} GPUs with the same switches"
+    )
+    for line in scale_table(predictions):
+        print(line)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"# peak memory {peak:.0f} MB; 'took' is each forecast's own time")
+    return 0
+
+
+# --- calibration -----------------------------------------------------------------------------
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """Run the calibration experiment on this machine, fit, store (root)."""
+    import os
+    import tempfile
+    import time
+
+    from orchestrator.forecast.calibration import CALIBRATION_EXPERIMENT
+    from orchestrator.run.experiment import parse_experiment
+    from orchestrator.run.runner import Runner, RunOptions
+
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(
+            "astral forecast --calibrate runs a short emulated experiment: run it as root"
+        )
+    spec = parse_experiment(copy.deepcopy(CALIBRATION_EXPERIMENT), "forecast calibration", ".")
+    with tempfile.TemporaryDirectory(prefix="astral-forecast-") as tmp:
+        out = Path(tmp) / "bundle"
+        say = lambda m: print(f"astral: {m}", file=sys.stderr)  # noqa: E731
+        outcome = Runner(
+            spec,
+            RunOptions(out=out, progress=False, plots=False, lock_wait=1800.0),
+            text=yaml.safe_dump(CALIBRATION_EXPERIMENT),
+            out=sys.stderr,
+            say=say,
+        ).run()
+        if outcome.exit_status:
+            print(f"astral forecast: the calibration run failed: {outcome.error}", file=sys.stderr)
+            return int(outcome.exit_status)
+        calibration = fit_bundle(out, args.salts)
+    return store(_stamp(calibration, time.time()), args)
+
+
+def store(calibration: Any, args: argparse.Namespace) -> int:
+    from orchestrator.forecast.calibration import save_forecast_calibration
+
+    path = save_forecast_calibration(calibration, args.calibration)
+    print(calibration.describe())
+    print(f"stored in {path}")
+    return 0
+
+
+def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
+    """The calibration fitted on a bundle's deterministic-path configurations."""
+    from orchestrator.forecast.calibration import INCASTS, Cell, fit
+    from orchestrator.forecast.model import ConfigurationModel
+    from orchestrator.results.store import ResultsBundle
+    from orchestrator.results.summary import summarize
+    from orchestrator.worker.spec import workers_from_description
+    from topologies.description import FabricDescription
+
+    with ResultsBundle.open(bundle) as opened:
+        description = FabricDescription.from_dict(opened.fabric)
+        results = summarize(opened)
+    hosts = _placement(bundle, description)
+    workers = workers_from_description(description, hosts)
+    cells = []
+    models: dict[str, ConfigurationModel] = {}
+    for r in results:
+        c = r.configuration
+        model = models.setdefault(
+            c.host_ports,
+            ConfigurationModel(description, workers, host_ports=c.host_ports, salts=salts or 1),
+        )
+        router = model.router(c.policy)
+        if router.hashed or c.host_ports == "hash":
+            continue  # a hash decided its paths: no single model time to fit against
+        parts = {
+            incast: model.parts(c.policy, c.collective, c.algorithm, c.size, 0, incast)
+            for incast in INCASTS
+        }
+        cells.append(Cell(r.row.time_us / 1e6, parts))
+    calibration = fit(cells)
+    from dataclasses import replace
+
+    return replace(calibration, source=str(bundle), fabric=description.fabric.name)
+
+
+def _placement(bundle: Path, description: Any) -> list[str]:
+    """The GPUs a bundle's ranks played, from its experiment file (default: all)."""
+    from orchestrator.run.experiment import load_experiment
+
+    try:
+        return list(load_experiment(bundle / "experiment.yaml").gpus)
+    except Exception:  # an experiment that no longer loads: every GPU, in rank order
+        return [g.name for g in description.fabric.gpus_by_rank()]
+
+
+def _stamp(calibration: Any, when: float | None) -> Any:
+    import os
+    import time
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    when = time.time() if when is None else when
+    return replace(
+        calibration,
+        measured_at=datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        conditions={"cpus": os.cpu_count(), "loadavg": list(os.getloadavg())},
+    )

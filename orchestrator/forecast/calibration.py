@@ -1,0 +1,295 @@
+"""What the model cannot know from the fabric: this machine's per-step costs, measured.
+
+The fabric gives the rates and latencies; what the emulator adds on top is the machine's:
+how long a worker takes per step beyond its bytes (the step's bookkeeping, its messages'
+first round trips, waking up threads), per operation, and the share of the fluid max-min
+rate TCP actually reaches on the emulated links (slow start after a step's idle gap, the
+shapers' queues). The model takes them as three numbers::
+
+    time = operation latency + operation overhead
+           + sum over steps of (wait + transfer / efficiency + step overhead)
+           - overlap x min(wait, transfer / efficiency), for every step but the first
+
+(a step's latency wait is partly hidden behind the transfers still under way from the step
+before: a rank's sends sit in its kernel's buffers and keep moving while it waits)
+
+and a fifth, ``incast``: the share of a GPU's NIC downlink TCP keeps when connections from
+several senders converge on it in one step (direct all-to-all's incast into the ToR's
+shallow port queue: the model lowers that link's capacity by it). A calibration measures
+them: a short real run on this machine (``astral forecast
+--calibrate``: the calibration experiment below, on astral-small, under path-pinned and
+shortest, whose paths are deterministic), then a least-squares fit of the measured time
+per operation against the model's latency, steps and transfer time per configuration,
+weighted so that every cell's relative error counts alike (:func:`fit`: the overlap and the
+efficiency on a grid, the overheads by least squares). Only fabric rates
+and measured figures enter: nothing depends on how the emulator shapes its links.
+
+File (JSON, version 1; default ``/var/lib/astral/forecast.json``, ``$ASTRAL_FORECAST`` or
+``--calibration`` override), beside the emulator's capacity file and in its style::
+
+    {"version": 1, "kind": "forecast", "step_overhead_s": 0.0021,
+     "operation_overhead_s": 0.004, "efficiency": 0.93, "overlap": 0.8, "incast": 0.85,
+     "measured_at": "2026-...Z",
+     "cells": 12, "rms_relative_error": 0.02, "source": "/tmp/.../bundle",
+     "fabric": "astral-small", "conditions": {"cpus": 2, "loadavg": [...]}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from topologies.errors import ConfigError
+
+VERSION = 1
+KIND = "forecast"
+ENV_VAR = "ASTRAL_FORECAST"
+DEFAULT_PATH = Path("/var/lib/astral/forecast.json")
+RERUN_HINT = "run `sudo astral forecast --calibrate` again to replace it"
+
+#: The calibration experiment: deterministic paths, two algorithms of different step
+#: counts, sizes from latency-bound to bandwidth-bound, a few iterations.
+CALIBRATION_EXPERIMENT = {
+    "name": "forecast-calibration",
+    "fabric": "astral-small",
+    "policies": ["path-pinned", "shortest"],
+    "host_ports": "balanced",
+    "collectives": [
+        {"op": "all-reduce", "algorithm": "ring"},
+        {"op": "all-reduce", "algorithm": "hierarchical"},
+        {"op": "all-to-all", "algorithm": "direct"},
+    ],
+    "sizes": {"min": "64K", "max": "4M", "factor": 4},
+    "iterations": 3,
+    "warmup": 1,
+    "scale": 0.6e-4,
+}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The bare model's parts of one operation (emulated seconds): the per-operation
+    latency, then per step (repeat, latency wait, fluid transfer time)."""
+
+    operation_latency: float
+    steps: tuple[tuple[int, float, float], ...]
+
+    @property
+    def latency(self) -> float:
+        return self.operation_latency + sum(r * w for r, w, _ in self.steps)
+
+    @property
+    def transfer(self) -> float:
+        return sum(r * t for r, _, t in self.steps)
+
+    @property
+    def step_count(self) -> int:
+        return sum(r for r, _, _ in self.steps)
+
+
+@dataclass(frozen=True)
+class ForecastCalibration:
+    """The machine's figures (emulated seconds); the defaults are the bare model's."""
+
+    step_overhead_s: float = 0.0
+    operation_overhead_s: float = 0.0
+    efficiency: float = 1.0
+    overlap: float = 0.0
+    #: the share of a GPU's NIC downlink TCP keeps when connections from several senders
+    #: converge on it in one step (incast into the ToR's shallow port queue)
+    incast: float = 1.0
+    measured_at: str = ""
+    cells: int = 0
+    rms_relative_error: float = 0.0
+    source: str = ""
+    fabric: str = ""
+    conditions: Mapping[str, Any] = field(default_factory=dict)
+
+    def time(self, parts: Parts) -> float:
+        """Emulated seconds of one operation: the module docstring's formula."""
+        total = parts.operation_latency + self.operation_overhead_s
+        first = True
+        for repeat, wait, transfer in parts.steps:
+            moving = transfer / self.efficiency
+            hidden = self.overlap * min(wait, moving)
+            overlapped = repeat - 1 if first else repeat
+            total += repeat * (wait + moving + self.step_overhead_s) - overlapped * hidden
+            first = False
+        return total
+
+    @property
+    def measured(self) -> bool:
+        return self.cells > 0
+
+    def describe(self) -> str:
+        if not self.measured:
+            return (
+                "forecast calibration: none (the bare model: no per-step overhead, TCP at the "
+                "fluid rate; `sudo astral forecast --calibrate` measures this machine's)"
+            )
+        return (
+            f"forecast calibration {self.measured_at}: step overhead "
+            f"{self.step_overhead_s * 1e3:.2f} ms, operation overhead "
+            f"{self.operation_overhead_s * 1e3:.2f} ms, TCP efficiency {self.efficiency:.2f}, "
+            f"latency hidden behind transfers {self.overlap:.2f}, incast {self.incast:.2f} "
+            f"(fit on {self.cells} cells of {self.fabric}, rms error "
+            f"{self.rms_relative_error:.1%})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": VERSION, "kind": KIND, **asdict(self)}
+
+
+def calibration_path(explicit: str | Path | None = None) -> Path:
+    if explicit is not None:
+        return Path(explicit)
+    return Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else DEFAULT_PATH
+
+
+def load_forecast_calibration(path: str | Path | None = None) -> ForecastCalibration | None:
+    """The stored calibration, None when there is none; a damaged file is a ConfigError
+    naming the key and what was expected."""
+    where = calibration_path(path)
+    if not where.exists():
+        return None
+    try:
+        data = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(str(where), "(file)", "a forecast calibration (JSON)", str(err)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(where), "(file)", "a JSON object", type(data).__name__)
+    if data.get("version") != VERSION or data.get("kind") != KIND:
+        raise ConfigError(
+            str(where),
+            "version",
+            f"a forecast calibration of version {VERSION} ({RERUN_HINT})",
+            data.get("version"),
+        )
+    values: dict[str, Any] = {}
+    data.setdefault("incast", 1.0)  # a file from before the incast share was fitted
+    for key, low, high in (
+        ("step_overhead_s", 0.0, 60.0),
+        ("operation_overhead_s", 0.0, 600.0),
+        ("efficiency", 1e-3, 1.0),
+        ("overlap", 0.0, 1.0),
+        ("incast", 0.1, 1.0),
+    ):
+        value = data.get(key)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not low <= value <= high:  # type: ignore[operator]
+            expected = f"a number in {low:g}..{high:g} ({RERUN_HINT})"
+            raise ConfigError(str(where), key, expected, value)
+        values[key] = float(value)  # type: ignore[arg-type]
+    return ForecastCalibration(
+        **values,
+        measured_at=str(data.get("measured_at", "")),
+        cells=int(data.get("cells", 0) or 0),
+        rms_relative_error=float(data.get("rms_relative_error", 0.0) or 0.0),
+        source=str(data.get("source", "")),
+        fabric=str(data.get("fabric", "")),
+        conditions=dict(data.get("conditions") or {}),
+    )
+
+
+def save_forecast_calibration(
+    calibration: ForecastCalibration, path: str | Path | None = None
+) -> Path:
+    where = calibration_path(path)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = where.with_name(f".{where.name}.tmp")
+    tmp.write_text(json.dumps(calibration.to_dict(), indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, where)
+    return where
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measured configuration (emulated seconds per operation) and its bare parts, per
+    incast share (the model's transfer times depend on it: :data:`INCASTS`)."""
+
+    measured_s: float
+    parts: Mapping[float, Parts]
+
+    def at(self, incast: float) -> Parts:
+        return self.parts[incast] if incast in self.parts else self.parts[1.0]
+
+
+OVERLAPS = tuple(i / 20 for i in range(21))
+EFFICIENCIES = tuple(i / 100 for i in range(50, 101))
+INCASTS = tuple(i / 20 for i in range(10, 21))
+
+
+def fit(cells: Sequence[Cell]) -> ForecastCalibration:
+    """The figures that minimise the cells' rms relative error: overlap and efficiency on
+    a grid (0..1 by 0.05; 0.50..1 by 0.01), the incast share over the values the cells were
+    computed for, for each the two overheads by least squares (kept >= 0: a negative one
+    is dropped and the other refitted)."""
+    usable = [c for c in cells if c.measured_s > 0 and math.isfinite(c.measured_s)]
+    if len(usable) < 3:
+        raise ValueError(f"a fit needs at least 3 measured cells, got {len(usable)}")
+    best: tuple[float, ForecastCalibration] | None = None
+    incasts = sorted({i for c in usable for i in c.parts})
+    for incast in incasts:
+        for overlap in OVERLAPS:
+            for efficiency in EFFICIENCIES:
+                bare = ForecastCalibration(efficiency=efficiency, overlap=overlap)
+                base = [bare.time(c.at(incast)) for c in usable]
+                step, operation = _overheads(usable, base, incast)
+                candidate = ForecastCalibration(step, operation, efficiency, overlap, incast)
+                rms = _rms(candidate, usable)
+                if best is None or rms < best[0] - 1e-12:
+                    best = (rms, candidate)
+    assert best is not None
+    rms, chosen = best
+    return replace(chosen, cells=len(usable), rms_relative_error=rms)
+
+
+def _rms(calibration: ForecastCalibration, cells: Sequence[Cell]) -> float:
+    errors = [
+        (calibration.time(c.at(calibration.incast)) - c.measured_s) / c.measured_s for c in cells
+    ]
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def _overheads(cells: Sequence[Cell], base: Sequence[float], incast: float) -> tuple[float, float]:
+    """(step, operation) overheads by weighted least squares on what ``base`` leaves."""
+    terms = ["step", "operation"]
+    while terms:
+        rows = [
+            [(float(c.at(incast).step_count) if t == "step" else 1.0) / c.measured_s for t in terms]
+            for c in cells
+        ]
+        rhs = [(c.measured_s - b) / c.measured_s for c, b in zip(cells, base, strict=True)]
+        k = len(terms)
+        ata = [[sum(r[i] * r[j] for r in rows) for j in range(k)] for i in range(k)]
+        atb = [sum(r[i] * y for r, y in zip(rows, rhs, strict=True)) for i in range(k)]
+        try:
+            solution = dict(zip(terms, _solve(ata, atb), strict=True))
+        except ValueError:
+            return 0.0, 0.0
+        negative = [t for t in terms if solution[t] < 0]
+        if not negative:
+            return solution.get("step", 0.0), solution.get("operation", 0.0)
+        terms = [t for t in terms if t not in negative]
+    return 0.0, 0.0
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting (k <= 2)."""
+    k = len(b)
+    m = [[*row, b[i]] for i, row in enumerate(a)]
+    for col in range(k):
+        pivot = max(range(col, k), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-300:
+            raise ValueError("the calibration cells do not determine the fit (singular)")
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(k):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return [m[i][k] / m[i][i] for i in range(k)]

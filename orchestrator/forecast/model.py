@@ -1,0 +1,278 @@
+"""One configuration's forecast: its schedule, its flows' paths, their fair shares, its time.
+
+For a policy, a collective (and algorithm) and a size on a placement of a fabric::
+
+    time = operation latency + operation overhead
+           + sum over steps of repeat x (latency wait + step overhead + transfer / efficiency)
+
+- the steps are the plans' (orchestrator/forecast/schedule.py), each transfer cut over the
+  connections a run opens per peer (orchestrator.collectives.ceilings.default_channels);
+- a step's transfer time is the fluid completion time of its connections under max-min
+  fair sharing (orchestrator/forecast/sharing.py) of the links on their paths
+  (orchestrator/forecast/paths.py: the policy's own choice), each link's capacity its
+  emulated rate (the fabric's real rate x the emulation scale) x TCP's payload share
+  (topologies.units.TCP_PAYLOAD_SHARE);
+- the latency wait of a step is the largest one-way latency of its send pairs and the
+  operation latency the fabric's per-operation figure, both as the workers apply them
+  (orchestrator/collectives/latency.py, topologies/latency.py);
+- the overheads and the efficiency are what this machine measured
+  (orchestrator/forecast/calibration.py): what a step costs the workers beyond its bytes,
+  and the share of the fluid rate TCP reaches on the emulated links. Without a
+  calibration they are 0, 0 and 1: the model alone.
+
+A policy whose paths depend on a hash (ECMP's select groups, ``host_ports: hash``) has no
+single forecast: :func:`forecast` routes it under ``salts`` draws and reports the mean and
+the 10th and 90th percentiles of the time; a deterministic one is routed once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
+
+from orchestrator.collectives.ceilings import default_channels, layout_of
+from orchestrator.collectives.nccl import algbw_gbps, bus_factor
+from orchestrator.collectives.plans import element_count
+from orchestrator.forecast.calibration import ForecastCalibration, Parts
+from orchestrator.forecast.paths import PolicyRouter, Routed
+from orchestrator.forecast.schedule import Step, schedule, split_channels
+from orchestrator.forecast.sharing import FlowClass, completion_time
+from orchestrator.testbed.hostports import HASH
+from orchestrator.testbed.pinning import Flow, fabric_flows
+from orchestrator.worker.spec import WorkerSpec
+from topologies.description import FabricDescription
+from topologies.latency import applied_latency
+from topologies.model import Link, LinkKind
+from topologies.units import TCP_PAYLOAD_SHARE
+
+DEFAULT_SALTS = 16
+DirectedLink = Hashable  # (from node, to node)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A configuration's forecast, emulated: time per operation (us, the mean over salts),
+    its 10th and 90th percentiles, and what it is made of (one salt's, the median)."""
+
+    time_us: float
+    p10_us: float
+    p90_us: float
+    size: int
+    ranks: int
+    collective: str
+    salts: int
+    latency_us: float = 0.0
+    transfer_us: float = 0.0
+    steps: int = 0
+
+    @property
+    def algbw(self) -> float:
+        return algbw_gbps(self.size, self.time_us)
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * bus_factor(self.collective, self.ranks)
+
+    def busbw_at(self, time_us: float) -> float:
+        return algbw_gbps(self.size, time_us) * bus_factor(self.collective, self.ranks)
+
+    @property
+    def busbw_p10(self) -> float:
+        """busbw of the slow end (the 90th percentile of the time)."""
+        return self.busbw_at(self.p90_us)
+
+    @property
+    def busbw_p90(self) -> float:
+        return self.busbw_at(self.p10_us)
+
+
+@dataclass
+class FabricModel:
+    """A fabric description's links as the model sees them: directed, bytes/s emulated."""
+
+    description: FabricDescription
+    capacity: dict[DirectedLink, float] = field(default_factory=dict)
+    #: the directed links from a ToR into a GPU's NIC port (where incast happens)
+    into_gpu: set[DirectedLink] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, description: FabricDescription) -> FabricModel:
+        emulation = description.fabric.spec.emulation
+        model = cls(description)
+        for link in description.fabric.links:
+            rate = emulation.emulated(link.capacity) / 8 * TCP_PAYLOAD_SHARE
+            model.capacity[(link.a, link.b)] = rate
+            model.capacity[(link.b, link.a)] = rate
+            if link.kind is LinkKind.NIC:
+                gpu = link.a if link.a in description.fabric.gpus else link.b
+                model.into_gpu.add((link.other(gpu), gpu))
+        return model
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation between order statistics."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+class ConfigurationModel:
+    """Forecasts for one placement of one fabric (routes cached per policy and collective)."""
+
+    def __init__(
+        self,
+        description: FabricDescription,
+        workers: Sequence[WorkerSpec],
+        calibration: ForecastCalibration | None = None,
+        *,
+        host_ports: str = "balanced",
+        failed: frozenset[Link] = frozenset(),
+        salts: int = DEFAULT_SALTS,
+        channels: int | None = None,
+    ) -> None:
+        self.description = description
+        self.fabric = FabricModel.of(description)
+        self.workers = list(workers)
+        self.layout = layout_of(self.workers)
+        self.calibration = calibration or ForecastCalibration()
+        self.host_ports = host_ports
+        self.failed = failed
+        self.salts = salts
+        self.channels = channels
+        self._routers: dict[str, PolicyRouter] = {}
+        self._routes: dict[tuple[str, str, str, int], Routed] = {}
+        applied = applied_latency(description.fabric, [w.host for w in self.workers])
+        self.one_way = applied.one_way
+        self.operation_latency = applied.operation
+
+    def router(self, policy: str) -> PolicyRouter:
+        if policy not in self._routers:
+            self._routers[policy] = PolicyRouter(self.description, policy, self.failed)
+        return self._routers[policy]
+
+    def channels_for(self, collective: str, algorithm: str) -> int:
+        if self.channels:
+            return self.channels
+        nic_ports = self.description.fabric.spec.nic_ports
+        return default_channels(self.workers, collective, algorithm, nic_ports)
+
+    def routed(self, policy: str, collective: str, algorithm: str, salt: int) -> Routed:
+        key = (policy, collective, algorithm, salt)
+        if key not in self._routes:
+            channels = self.channels_for(collective, algorithm)
+            groups = fabric_flows(self.workers, [(collective, algorithm)], channels)
+            self._routes[key] = self.router(policy).route(
+                self.workers, groups, self.host_ports, salt
+            )
+        return self._routes[key]
+
+    def salts_for(self, policy: str) -> int:
+        """How many hash outcomes to draw: 1 where nothing is left to a hash."""
+        hashed = self.router(policy).hashed or self.host_ports == HASH
+        return self.salts if hashed else 1
+
+    def step_flows(self, step: Step, routed: Routed, channels: int) -> list[FlowClass]:
+        """The step's connections as flow classes (identical paths and bytes merged)."""
+        same: Counter[tuple[tuple[Hashable, ...], int]] = Counter()
+        for src, dst, nbytes in step.transfers:
+            for channel, part in enumerate(split_channels(nbytes, channels)):
+                path = self._path(routed, (src, dst, channel))
+                links: tuple[Hashable, ...] = tuple(itertools.pairwise(path))
+                same[(links, part)] += 1
+        classes = []
+        for (links, part), count in same.items():
+            per_link: dict[DirectedLink, float] = {}
+            for link in links:
+                per_link[link] = per_link.get(link, 0.0) + count
+            classes.append(FlowClass(count, part, per_link))
+        return classes
+
+    def _path(self, routed: Routed, flow: Flow) -> tuple[str, ...]:
+        if flow in routed.paths:
+            return routed.paths[flow]
+        src, dst = self.workers[flow[0]].host, self.workers[flow[1]].host
+        fabric = self.description.fabric
+        if fabric.gpus[src].server == fabric.gpus[dst].server:
+            return (src, fabric.servers[fabric.gpus[src].server].nvswitch, dst)
+        return routed.paths[(flow[0], flow[1], 0)]
+
+    def _incast_links(self, flows: Sequence[FlowClass]) -> list[DirectedLink]:
+        """NIC downlinks that more than one connection crosses in this step."""
+        load: dict[DirectedLink, float] = {}
+        for f in flows:
+            for link, share in f.per_link.items():
+                if link in self.fabric.into_gpu:
+                    load[link] = load.get(link, 0.0) + share
+        return [link for link, n in load.items() if n > 1]
+
+    def wait(self, step: Step) -> float:
+        return max((self.one_way[s][d] for s, d, _ in step.transfers), default=0.0)
+
+    def parts(
+        self,
+        policy: str,
+        collective: str,
+        algorithm: str,
+        size: int,
+        salt: int,
+        incast: float | None = None,
+    ) -> Parts:
+        """The bare model's parts of one operation under one salt (emulated seconds), with
+        NIC downlinks that several senders converge on kept to ``incast`` of their rate
+        (default: the calibration's)."""
+        incast = self.calibration.incast if incast is None else incast
+        n = self.layout.size
+        count = element_count(collective, size, n)
+        steps = schedule(self.layout, collective, algorithm, count)
+        routed = self.routed(policy, collective, algorithm, salt)
+        channels = self.channels_for(collective, algorithm)
+        out = []
+        for step in steps:
+            flows = self.step_flows(step, routed, channels)
+            capacity = _capacity(self.fabric.capacity, flows)
+            if incast < 1.0:
+                for link in self._incast_links(flows):
+                    capacity[link] *= incast
+            seconds = completion_time(flows, capacity)
+            out.append((step.repeat, self.wait(step), seconds))
+        return Parts(self.operation_latency, tuple(out))
+
+    def forecast(self, policy: str, collective: str, algorithm: str, size: int) -> Prediction:
+        cal = self.calibration
+        draws = [
+            self.parts(policy, collective, algorithm, size, salt)
+            for salt in range(self.salts_for(policy))
+        ]
+        times = [cal.time(d) for d in draws]
+        median = sorted(zip(times, range(len(draws)), strict=True))[len(draws) // 2][1]
+        chosen = draws[median]
+        return Prediction(
+            time_us=fmean(times) * 1e6,
+            p10_us=percentile(times, 0.1) * 1e6,
+            p90_us=percentile(times, 0.9) * 1e6,
+            size=size,
+            ranks=self.layout.size,
+            collective=collective,
+            salts=len(draws),
+            latency_us=chosen.latency * 1e6,
+            transfer_us=chosen.transfer * 1e6,
+            steps=chosen.step_count,
+        )
+
+
+def _capacity(
+    capacity: Mapping[DirectedLink, float], flows: Sequence[FlowClass]
+) -> dict[DirectedLink, float]:
+    used = {link for f in flows for link in f.per_link}
+    missing = [link for link in used if link not in capacity]
+    if missing:
+        raise ValueError(f"a path crosses {missing[0]}, which is not a link of the fabric")
+    return {link: capacity[link] for link in used}

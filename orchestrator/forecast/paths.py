@@ -1,0 +1,230 @@
+"""Where each connection of a collective goes: the policy's own path choice, as data.
+
+Nothing here has a routing model of its own. A forecast asks the same code a run does:
+
+- the NIC port a connection leaves by is the experiment's ``host_ports`` setting, carried
+  out by the orchestrator's own functions (orchestrator/testbed/pinning.py): ``balanced``
+  spreads each rank's connections of a collective over its NIC ports
+  (:func:`~orchestrator.testbed.pinning.balance_nics`); ``hash`` is the kernel's hash, which
+  nothing predicts, so it is drawn per connection from the salt;
+- under a policy that pins source ports (path-pinned), the path is the one
+  :func:`~orchestrator.testbed.pinning.assign` chooses among the paths the policy
+  publishes (``policy.publish``), and the connection's source port is the one whose bits
+  select it (``PortLayout.source_port``);
+- then the packet is followed hop by hop through the flow tables the policy renders
+  (``policy.render``, the plan the controller installs) by the controller's own tracer
+  (controllers/tracer.py). A select group (ECMP) hashes the five-tuple in Open vSwitch,
+  a hash nothing outside the switch reproduces: the tracer's chooser draws the bucket by
+  rendezvous hashing of (salt, the group's basis, the connection, the bucket id), the
+  structure of Open vSwitch's ``hash`` selection, so groups that share a basis
+  (ecmp-polarized) choose alike and a new salt is a new, equally likely outcome.
+
+A path is the list of nodes ``[src GPU, ToR, ..., dst GPU]``; peers on one server talk over
+NVLink (``[src GPU, NVLink switch, dst GPU]``). On fabrics whose GPUs forward between rails
+(rail-only), a connection to another rail first crosses NVLink to the server-mate on the
+destination's rail, which sends it on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from controllers.pinning import PortLayout
+from controllers.plan import Bucket, FlowEntry, ForwardingPlan, GroupEntry, Packet
+from controllers.policies import Policy
+from controllers.policies import default_registry as policy_registry
+from controllers.routing import RoutingError
+from controllers.tracer import follow
+from orchestrator.testbed.hostports import BALANCED, check_host_ports
+from orchestrator.testbed.pinning import (
+    CANDIDATES,
+    PORT_BASE,
+    Candidate,
+    Flow,
+    assign,
+    balance_nics,
+    candidates,
+)
+from orchestrator.worker.spec import WorkerSpec
+from topologies.description import FabricDescription
+from topologies.errors import AstralError
+from topologies.model import Link
+
+#: the workers' listening port (every connection's destination port)
+WORKER_PORT = 45000
+
+
+@dataclass
+class Routed:
+    """The path of every connection of one collective under one policy and one salt."""
+
+    paths: dict[Flow, tuple[str, ...]] = field(default_factory=dict)
+    source_ports: dict[Flow, int] = field(default_factory=dict)
+
+
+class IndexedPlan(ForwardingPlan):
+    """A rendered plan whose packet lookup goes straight to the entries for the packet's
+    destination (every entry names one), instead of scanning the switch's whole table:
+    the same answer as :meth:`ForwardingPlan.lookup_packet`, fast enough to follow every
+    connection of an all-to-all through a 64-GPU fabric's plan."""
+
+    @classmethod
+    def of(cls, plan: ForwardingPlan) -> IndexedPlan:
+        indexed = cls(plan.policy, plan.tables, plan.failed_links, plan.extra)
+        by_dst: dict[tuple[int, str], list[FlowEntry]] = {}
+        for dpid, table in plan.tables.items():
+            for entry in table.flows:
+                by_dst.setdefault((dpid, entry.ipv4_dst), []).append(entry)
+        object.__setattr__(indexed, "_by_dst", by_dst)
+        return indexed
+
+    def lookup_packet(
+        self, dpid: int, packet: Packet, in_port: int | None = None
+    ) -> FlowEntry | None:
+        by_dst: dict[tuple[int, str], list[FlowEntry]] = object.__getattribute__(self, "_by_dst")
+        best: FlowEntry | None = None
+        for entry in by_dst.get((dpid, packet.ipv4_dst), ()):
+            if entry.matches(packet, in_port) and (best is None or entry.priority > best.priority):
+                best = entry
+        return best
+
+
+def _score(*parts: object) -> int:
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+class PolicyRouter:
+    """One policy's paths on one fabric (its plan rendered once, with ``failed`` down)."""
+
+    def __init__(
+        self,
+        description: FabricDescription,
+        policy: str,
+        failed: frozenset[Link] = frozenset(),
+    ) -> None:
+        self.description = description
+        self.policy_name = policy
+        registry = policy_registry()
+        self.policy: Policy = registry.create(policy)
+        self.pins = registry.get(policy.split(":")[0]).pins_source_ports
+        self.failed = failed
+        publish = getattr(self.policy, "publish", None)
+        try:
+            self.plan: ForwardingPlan = IndexedPlan.of(self.policy.render(description, failed))
+            self.published = publish(description, failed) if self.pins and publish else None
+        except Exception as error:
+            raise AstralError(
+                f"policy {policy} cannot route fabric {description.fabric.name}, so there is "
+                f"nothing to forecast ({type(error).__name__}: {error})"
+            ) from error
+        self._options = candidates(self.published) if self.published else None
+        self.hashed = any(
+            g.type.value == "select" and len(g.buckets) > 1 for g in self.plan.groups()
+        )
+        self._follow_cache: dict[tuple[str, str, int, int, int], tuple[str, ...]] = {}
+
+    def route(
+        self,
+        workers: Sequence[WorkerSpec],
+        groups: Sequence[Sequence[Flow]],
+        host_ports: str,
+        salt: int = 0,
+    ) -> Routed:
+        """The path of every flow of ``groups`` (one group per collective, in run order)."""
+        check_host_ports(host_ports)
+        fabric = self.description.fabric
+        host = {w.rank: w.host for w in workers}
+        rank = {w.host: w.rank for w in workers}
+        flows = list(dict.fromkeys(f for group in groups for f in group))
+        # the flow as the GPU whose NIC it leaves by sees it (itself, or a rail-only mate)
+        wire = {f: self._wire_source(host[f[0]], host[f[1]]) for f in flows}
+        wired = {f: (rank.get(wire[f], f[0]), f[1], f[2]) for f in flows}
+        live = {f: set(self._nic_ports(wire[f])) for f in flows}
+        if self._options is not None:
+            for f in flows:
+                live[f] &= {c.nic for c in self._options.get((wire[f], host[f[1]]), ())}
+        wired_groups = [[wired[f] for f in group] for group in groups]
+        if host_ports == BALANCED:
+            by_wired = balance_nics(
+                wired_groups, workers, self.description, {wired[f]: live[f] for f in flows}
+            )
+            nic = {f: by_wired[wired[f]] for f in flows if wired[f] in by_wired}
+        else:
+            rng = random.Random(_score("nic", salt))
+            nic = {f: rng.choice(sorted(live[f])) for f in flows if live[f]}
+        routed = Routed()
+        chosen: dict[Flow, Candidate] = {}
+        if self._options is not None:
+            allowed = {wired[f]: {n} for f, n in nic.items()}
+            picked = assign(wired_groups, workers, self._options, allowed)
+            chosen = {f: picked[wired[f]] for f in flows if wired[f] in picked}
+        index: dict[int, int] = {}
+        for f in flows:
+            src, dst = host[f[0]], host[f[1]]
+            if fabric.gpus[src].server == fabric.gpus[dst].server:
+                routed.paths[f] = (src, fabric.servers[fabric.gpus[src].server].nvswitch, dst)
+                continue
+            if f not in nic:
+                raise RoutingError(f"{src} has no live NIC port towards {dst}")
+            start = wire[f]
+            j = index.get(f[0], 0)
+            index[f[0]] = j + 1
+            if f in chosen:
+                layout = self._layout()
+                port = layout.source_port(chosen[f].value, j % 64)
+            else:
+                port = PORT_BASE + (j * CANDIDATES) % (65535 - PORT_BASE)
+            routed.source_ports[f] = port
+            path = self._follow(start, dst, nic[f], port, salt)
+            if start != src:  # rail-only: over NVLink to the server-mate first
+                nv = fabric.servers[fabric.gpus[src].server].nvswitch
+                path = (src, nv, *path)
+            routed.paths[f] = path
+        return routed
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _layout(self) -> PortLayout:
+        assert self.published is not None
+        return PortLayout.from_dict(self.published["layout"])
+
+    def _nic_ports(self, gpu: str) -> list[int]:
+        down = {(x.a, x.a_port) for x in self.failed} | {(x.b, x.b_port) for x in self.failed}
+        return [n.port for n in self.description.addresses[gpu].nics if (gpu, n.port) not in down]
+
+    def _wire_source(self, src: str, dst: str) -> str:
+        """The GPU whose NIC a connection from ``src`` to ``dst`` leaves by: ``src``, or on
+        a fabric whose GPUs forward between rails, its server-mate on ``dst``'s rail when
+        ``src``'s own rail cannot reach ``dst``."""
+        fabric = self.description.fabric
+        if not fabric.gpu_forwarding:
+            return src
+        a, b = fabric.gpus[src], fabric.gpus[dst]
+        if a.server == b.server or a.rail == b.rail:
+            return src
+        for mate in fabric.servers[a.server].gpus:
+            if fabric.gpus[mate].rail == b.rail:
+                return mate
+        return src
+
+    def _follow(self, src: str, dst: str, nic: int, port: int, salt: int) -> tuple[str, ...]:
+        key = (src, dst, nic, port, salt if self.hashed else 0)
+        if key in self._follow_cache:
+            return self._follow_cache[key]
+        addresses = self.description.addresses
+        tor = next(n.peer for n in addresses[src].nics if n.port == nic)
+        packet = Packet.tcp(addresses[src].fabric_ip, addresses[dst].fabric_ip, port, WORKER_PORT)
+
+        def choose(switch: str, group: GroupEntry, live: list[Bucket]) -> Bucket:
+            ids = group.bucket_ids()
+            basis = group.selection.basis if group.selection else 0
+            by_bucket = dict(zip(group.buckets, ids, strict=True))
+            return max(live, key=lambda b: _score(salt, basis, key, by_bucket[b]))
+
+        path = (src, *follow(self.description, self.plan, tor, packet, choose=choose))
+        self._follow_cache[key] = path
+        return path
