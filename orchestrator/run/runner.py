@@ -80,11 +80,11 @@ from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_fa
 from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.sizes import format_size
 from orchestrator.emulation.network import Terminated
-from orchestrator.monitor import record
-from orchestrator.monitor.report import render_monitor
 from orchestrator.forecast.calibration import load_forecast_calibration
 from orchestrator.forecast.configurations import Forecaster
 from orchestrator.forecast.report import forecast_record
+from orchestrator.monitor import record
+from orchestrator.monitor.report import render_monitor
 from orchestrator.results import (
     ConnectionSample,
     IterationRecord,
@@ -147,7 +147,6 @@ class RunOptions:
     # (orchestrator.collectives.ceilings.default_channels: enough to spread over the NIC ports)
     worker_args: tuple[str, ...] = ()  # extra worker argv (tests: fault injection)
     monitor: str | None = None  # the monitor's detail level; None: the experiment's
-    lock_wait: float = 0.0  # seconds to wait for another run's lock (0: fail at once)
 
 
 @dataclass
@@ -509,7 +508,6 @@ class Runner:
                     policy=spec.policies[0],
                     state_base=self.options.state_base,
                     ready_timeout=self.options.ready_timeout,
-                    lock_wait=self.options.lock_wait,
                     log=self.say,
                     lock_wait=self.options.lock_wait,
                 )

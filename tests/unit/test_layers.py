@@ -1,8 +1,8 @@
 """The house's import directions: which package may import which, checked on the source.
 
 The layers, top to bottom (docs/architecture.md draws them): the entry points (``astral``'s
-CLI and the pytest plugin) -> ``run`` -> ``monitor``, ``calibration`` and ``forecast`` -> ``testbed`` ->
-``emulation``, ``worker`` and ``results`` -> ``collectives`` -> ``topologies``.
+CLI and the pytest plugin) -> ``run`` -> ``monitor``, ``calibration`` and ``forecast`` ->
+``testbed`` -> ``emulation``, ``worker`` and ``results`` -> ``collectives`` -> ``topologies``.
 ``controllers`` is its own process: it may import ``topologies`` only, and of
 ``orchestrator`` only ``emulation`` starts it (and ``testbed`` reads what it publishes).
 The package's own ``__init__`` (``REPO``, the checkout) is below every layer of
