@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.clean",
     "orchestrator.commands.doctor",
     "orchestrator.commands.calibrate",
+    "orchestrator.commands.remote",
 )
 
 

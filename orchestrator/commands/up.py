@@ -5,6 +5,7 @@
     astral up --hold 60               tear down after 60 s (0: right after the check)
     astral up --cli                   Mininet's CLI; exiting it tears down
     astral up --cli --keep-open       ... and after the CLI, stay up until Ctrl-C
+    astral up --on lab1 --hold 60     on a machine of the inventory (docs/remote.md)
 
 It returns only once every GPU reaches every other one (orchestrator.emulation.readiness), prints a
 summary (switches per tier, hosts, links, datapath, rate scale, controller, timings, run
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from controllers.policies import default_registry as policy_registry
+from orchestrator.commands.remote import add_on_arguments, refuse, run_on
 from orchestrator.emulation.network import Emulation, Terminated
 from topologies.catalog import DEFAULT_PRESET, resolve_fabric
 from topologies.model import LinkKind, Tier
@@ -74,6 +76,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="how long switches may take to be programmed and GPUs to reach each other",
     )
+    add_on_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -82,6 +85,8 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.on:
+        return run_there(args)
     path = resolve_fabric(args.fabric)
     emulation = Emulation(path, policy=args.policy, ready_timeout=args.timeout, log=say)
     try:
@@ -103,6 +108,16 @@ def run(args: argparse.Namespace) -> int:
         return signal.exit_status
     say(teardown_line(emulation))
     return 0
+
+
+def run_there(args: argparse.Namespace) -> int:
+    """``astral up --on MACHINE``: the same there; Ctrl-C here tears it down there."""
+    if args.cli:
+        return refuse("--cli needs a terminal there: with --on, use --hold or Ctrl-C")
+    argv = ["up", "--policy", args.policy, "--timeout", f"{args.timeout:g}"]
+    if args.hold is not None:
+        argv += ["--hold", f"{args.hold:g}"]
+    return run_on(args, argv, fabric=args.fabric)
 
 
 def hold(args: argparse.Namespace, emulation: Emulation) -> None:

@@ -5,7 +5,9 @@ CLI and the pytest plugin) -> ``run`` -> ``calibration`` -> ``testbed`` -> ``emu
 ``worker`` and ``results`` -> ``collectives`` -> ``topologies``. ``controllers`` is its own
 process: it may import ``topologies`` only, and of ``orchestrator`` only ``emulation`` starts
 it (and ``testbed`` reads what it publishes). The package's own ``__init__`` (``REPO``, the
-checkout) is below every layer of ``orchestrator`` and imports nothing of ours. An import
+checkout) is below every layer of ``orchestrator`` and imports nothing of ours. ``remote``
+(SSH to another machine, whose own ``astral`` does the work) sits beside the others under the
+entry points and imports only ``topologies`` and the package. An import
 that is not drawn here is a new arrow: either it is wrong, or the drawing (and
 docs/architecture.md) changes with it.
 """
@@ -32,7 +34,7 @@ BELOW_TESTBED = {
 
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "entry": {"run", "calibration", "testbed", *BELOW_TESTBED},
+    "entry": {"run", "calibration", "testbed", "remote", *BELOW_TESTBED},
     "run": {"calibration", "testbed", *BELOW_TESTBED},
     "calibration": {"testbed", *BELOW_TESTBED},
     "testbed": BELOW_TESTBED,
@@ -41,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "results": {"collectives", "topologies", "package"},
     "collectives": {"topologies", "package"},
     "controllers": {"topologies"},
+    "remote": {"topologies", "package"},
     "topologies": set(),
     "package": set(),
 }
@@ -199,6 +202,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         ("orchestrator.worker.launcher", "orchestrator", True),
         ("orchestrator", "orchestrator.run.runner", False),
         ("controllers.app", "orchestrator", False),
+        ("orchestrator.commands.remote", "orchestrator.remote.operations", True),
+        ("orchestrator.remote.operations", "orchestrator.run.runner", False),
+        ("orchestrator.remote.jobs", "orchestrator.emulation.network", False),
+        ("orchestrator.run.runner", "orchestrator.remote.connection", False),
     ],
 )
 def test_the_check_knows_a_wrong_arrow(source: str, target: str, allowed: bool) -> None:
