@@ -93,6 +93,7 @@ class Connection:
         load_known_hosts(client, machine.known_hosts)
         policy = HostKeyPolicy(machine.known_hosts, self.accept_new_host_key)
         client.set_missing_host_key_policy(policy)
+        began = time.monotonic()
         try:
             client.connect(
                 endpoint.host,
@@ -136,6 +137,11 @@ class Connection:
         except socket.gaierror as err:
             raise RemoteError(f"{self.name}: cannot resolve {endpoint.host}: {err}") from None
         except (paramiko.SSHException, OSError, EOFError) as err:
+            if time.monotonic() - began >= timeout * 0.9:  # paramiko words a silent server
+                raise RemoteError(  # as "No existing session" or a banner error
+                    f"{self.name}: no SSH answer within {timeout:g} s (timeouts.connect in "
+                    f"{machine.source}); does an SSH server listen on port {endpoint.port}?"
+                ) from None
             raise RemoteError(f"{self.name}: SSH connection failed: {err}") from None
         transport = client.get_transport()
         assert transport is not None

@@ -105,6 +105,7 @@ def setup_machine(
         )
         job = RemoteJob(ssh, _unique(ssh, "setup"))
         job.start([*ssh.sudo, "./setup.sh"], {"what": "setup"})
+        _announce(job, "setup.sh", console)
         return _follow(job, console).exit_status
 
 
@@ -133,10 +134,7 @@ def run_astral(
             raise ssh.lost(error) from None
         job = RemoteJob(ssh, job_id)
         job.start([*ssh.sudo, ASTRAL, *argv], {"what": argv[0], "bundle": bundle})
-        console.say(
-            f"{argv[0]} on {ssh.name} as job {job_id} (should the connection drop: "
-            f"astral remote fetch {machine.name} {job_id})"
-        )
+        _announce(job, f"astral {argv[0]}", console)
         ended = _follow(job, console)
         if bundle is not None and fetch_to is not None:
             _fetch_bundle(job, bundle, fetch_to, console)
@@ -155,6 +153,7 @@ def fetch_run(
     bundle; the job's exit status."""
     console = console or Console()
     with Connection(machine, accept_new_host_key=accept_new_host_key) as ssh:
+        _greet(ssh, console)
         job = RemoteJob(ssh, job_id)
         if not job.exists():
             raise RemoteError(
@@ -182,6 +181,14 @@ def _greet(ssh: Connection, console: Console) -> None:
             f"{ssh.name}: host key {ssh.accepted_key} accepted and recorded in "
             f"{ssh.machine.known_hosts}"
         )
+
+
+def _announce(job: RemoteJob, what: str, console: Console) -> None:
+    name = job.ssh.machine.name
+    console.say(
+        f"{what} on {job.ssh.name} as job {job.id} (should the connection drop: "
+        f"astral remote fetch {name} {job.id})"
+    )
 
 
 def _require_setup(ssh: Connection) -> None:
