@@ -58,17 +58,18 @@ def register(subparsers: Any) -> None:
     fetch.set_defaults(func=fetch_command)
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+def add_connection_arguments(parser: Any, when: str = "") -> None:
+    """``--inventory`` and ``--accept-new-host-key`` (``when``: a prefix for their help)."""
     parser.add_argument(
         "--inventory",
         type=Path,
         metavar="FILE",
-        help="the machines file (default $ASTRAL_INVENTORY, else machines.yaml)",
+        help=f"{when}the machines file (default $ASTRAL_INVENTORY, else machines.yaml)",
     )
     parser.add_argument(
         "--accept-new-host-key",
         action="store_true",
-        help="trust a host key seen for the first time, recording it in the known_hosts file",
+        help=f"{when}trust a host key seen for the first time, recording it in known_hosts",
     )
 
 
@@ -78,17 +79,7 @@ def add_on_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--on", metavar="MACHINE", help="run there (a machine of the inventory) instead of here"
     )
-    group.add_argument(
-        "--inventory",
-        type=Path,
-        metavar="FILE",
-        help="with --on: the machines file (default $ASTRAL_INVENTORY, else machines.yaml)",
-    )
-    group.add_argument(
-        "--accept-new-host-key",
-        action="store_true",
-        help="with --on: trust a host key seen for the first time, recording it",
-    )
+    add_connection_arguments(group, "with --on: ")
 
 
 def machine(args: argparse.Namespace, name: str) -> Machine:

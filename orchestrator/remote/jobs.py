@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import paramiko
 
@@ -39,6 +39,8 @@ JOB_SCRIPT = "orchestrator/remote/job.py"
 SYSTEM_PYTHON = "/usr/bin/python3"  # setup.sh's: the job must run before any .venv exists
 POLL_SECONDS = 0.25
 READ_CHUNK = 1 << 20
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,7 @@ class RemoteJob:
 
         return self._sftp_call(read)
 
-    def follow(
-        self, streams: dict[str, BinaryIO], say: Any, *, interruptible: bool = True
-    ) -> Ended:
+    def follow(self, streams: dict[str, BinaryIO], say: Callable[[str], None]) -> Ended:
         """Copy the job's output here as it comes until it ends; how it ended. Ctrl-C or
         SIGTERM here is passed on to it (see the module docstring); a second one stops
         following and raises RemoteError saying the job goes on there."""
@@ -187,7 +187,7 @@ class RemoteJob:
                 self.drain(streams)
                 if ended is not None:
                     return ended
-                while interruptible and len(signals.received) > signals.sent:
+                while len(signals.received) > signals.sent:
                     signum = signals.received[signals.sent]
                     signals.sent += 1
                     if signals.sent > 1:
@@ -211,7 +211,7 @@ class RemoteJob:
             return ""
         return text
 
-    def _sftp_call(self, call: Any) -> Any:
+    def _sftp_call(self, call: Callable[[], T]) -> T:
         """``call()``, with a broken or silent connection turned into its sentence."""
         try:
             return call()

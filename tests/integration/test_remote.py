@@ -225,10 +225,11 @@ class Started:
 
     def __init__(self, loopback: Loopback, experiment: Path, then: str | None = None) -> None:
         """``then``: after the fabric is up, also wait for a line matching it."""
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.output: list[str] = []
         deadline = time.monotonic() + LOCK_WAIT
         while True:
+            # this attempt's own: a refused one (exit 5) had a job of its own
+            self.lines: queue.Queue[str | None] = queue.Queue()
+            self.output: list[str] = []
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.cli", "run", str(experiment),
                  "--on", "loopback", *RUN_FLAGS, "--inventory", str(loopback.inventory)],
