@@ -32,6 +32,8 @@ from topologies.errors import RemoteError
 Say = Callable[[str], None]
 UPLOADS_DIR = ".astral-remote/files"
 ASTRAL = ".venv/bin/astral"  # relative to the checkout there, where jobs start
+# job.py sets it too, but `sudo` resets the environment: tables must arrive as printed
+UNBUFFERED = ["env", "PYTHONUNBUFFERED=1"]
 
 
 @dataclass
@@ -133,7 +135,7 @@ def run_astral(
         except (OSError, EOFError) as error:
             raise ssh.lost(error) from None
         job = RemoteJob(ssh, job_id)
-        job.start([*ssh.sudo, ASTRAL, *argv], {"what": argv[0], "bundle": bundle})
+        job.start([*ssh.sudo, *UNBUFFERED, ASTRAL, *argv], {"what": argv[0], "bundle": bundle})
         _announce(job, f"astral {argv[0]}", console)
         ended = _follow(job, console)
         if bundle is not None and fetch_to is not None:

@@ -208,6 +208,20 @@ def test_a_small_run_there_streams_its_table_and_brings_the_bundle_home(
     assert "# astral run 'remote-tiny': ok" in again.stdout  # its output, replayed
 
 
+def test_up_there_holds_and_tears_down(loopback: Loopback) -> None:
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        result = astral(
+            "up", "--on", "loopback", "--hold", "0", inventory=loopback.inventory, cwd=loopback.here
+        )
+        if result.returncode != 5 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ready: 8 GPUs reach each other" in result.stdout
+    assert "torn down in" in result.stderr
+
+
 def test_a_command_that_fails_there_exits_with_its_status(loopback: Loopback) -> None:
     result = astral(
         "doctor", "--on", "loopback", "no-such-fabric.yaml",
