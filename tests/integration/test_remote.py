@@ -16,6 +16,7 @@ like any other; a run refused with exit status 5 (another run holds it) is retri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -417,16 +418,19 @@ def test_a_silent_server_is_an_idle_timeout(loopback: Loopback, tmp_path: Path) 
         if started:
             break
         time.sleep(0.02)
-    stopped = loopback.sshd.sessions()
-    for pid in stopped:
-        os.kill(pid, signal.SIGSTOP)
+    stopped = []
+    for pid in loopback.sshd.sessions():
+        with contextlib.suppress(ProcessLookupError):  # a short command's, just ended
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
     try:
         began = time.monotonic()
         out, err = process.communicate(timeout=60)
         waited = time.monotonic() - began
     finally:
         for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
     assert started and stopped
     assert process.returncode == 8, out + err
     assert "no answer within 3 s (timeouts.idle)" in err
