@@ -14,6 +14,7 @@ names the machine and what to check.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import socket
 import time
@@ -33,6 +34,10 @@ from orchestrator.remote.hostkeys import (
 )
 from orchestrator.remote.inventory import Endpoint, Machine
 from topologies.errors import RemoteError
+
+# paramiko logs what it then raises ("Exception (client): Error reading SSH protocol
+# banner"); without a handler Python prints that to stderr beside the sentence we print.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class ConnectionLost(RemoteError):
