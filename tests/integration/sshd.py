@@ -158,6 +158,13 @@ LogLevel VERBOSE
         for pid in leftover:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # A session blocked in the kernel (a netlink dump waiting for RTNL on a busy
+        # machine) dies only when it returns from the call: wait for that, within reason.
+        deadline = time.monotonic() + 60
+        while any(Path(f"/proc/{pid}").exists() for pid in leftover):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         self.process = None
 
     def __exit__(
