@@ -205,6 +205,8 @@ class Connection:
                     raise EOFError("the channel closed without an exit status")
                 if time.monotonic() > deadline:
                     channel.close()
+                    if timeout is None:  # a short command bounded by the idle timeout
+                        raise self.lost(TimeoutError())
                     raise RemoteError(
                         f"{self.name}: {argv[0]!r} did not finish within {limit:g} s there"
                     )

@@ -418,6 +418,7 @@ def test_a_silent_server_is_an_idle_timeout(loopback: Loopback, tmp_path: Path) 
         if started:
             break
         time.sleep(0.02)
+    time.sleep(1.0)  # the launcher has returned the pid: this side is following the job
     stopped = []
     for pid in loopback.sshd.sessions():
         with contextlib.suppress(ProcessLookupError):  # a short command's, just ended
