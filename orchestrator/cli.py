@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.calibrate",
     "orchestrator.commands.top",
     "orchestrator.commands.forecast",
+    "orchestrator.commands.remote",
 )
 
 

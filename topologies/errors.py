@@ -11,11 +11,13 @@ It lives in ``topologies/`` because that package imports nothing else of ours, s
     +-- ConfigError              a file the user wrote is wrong (exit 2)
     |   +-- FabricSpecError      ... a fabric description
     |   +-- ExperimentError      ... an experiment description
+    |   +-- InventoryError       ... the inventory of remote machines
     +-- EnvironmentProblem       the machine cannot do what was asked (exit 3)
     +-- EmulationError           bringing a fabric up or down failed (exit 4)
     +-- ConcurrentRunError       another run holds the lock (exit 5)
     +-- ResultsError             a results bundle is missing, damaged or foreign (exit 6)
     +-- WrongResultsError        a run completed, but a collective delivered wrong data (exit 7)
+    +-- RemoteError              a remote machine unreachable, refused, or lost (exit 8)
 """
 
 from __future__ import annotations
@@ -69,6 +71,10 @@ class ExperimentError(ConfigError):
     """An experiment description is malformed."""
 
 
+class InventoryError(ConfigError):
+    """The inventory of remote machines (``astral ... --on MACHINE``) is malformed."""
+
+
 class EnvironmentProblem(AstralError):
     """The machine lacks something a run needs (root, Open vSwitch, mnexec, ...)."""
 
@@ -117,3 +123,12 @@ class WrongResultsError(AstralError):
             f"{n} configuration{'s' if n != 1 else ''} delivered wrong data (#wrong > 0): "
             + "; ".join(configurations)
         )
+
+
+class RemoteError(AstralError):
+    """A machine of the inventory could not be reached, refused the connection (its host
+    key, the user, the key), did not answer in time, or the connection to it was lost. The
+    sentence names the machine and says what to do; a command that ran there and failed is
+    not this error: its own exit status is passed on instead."""
+
+    exit_status = 8

@@ -6,7 +6,8 @@ its record (``<state dir>/runs/<id>/state.json``, state dir ``$ASTRAL_STATE_DIR`
 ``/run/astral``) lists them, and this command removes exactly those, printing what it
 removed. Nothing that is not in a record is touched (no ``mn -c``, no killing by name).
 It refuses while a run is in progress (it would pull the network from under it).
-``astral up`` does the same on its own before it starts.
+``astral up`` does the same on its own before it starts. ``--on MACHINE`` cleans that
+machine of the inventory instead (docs/remote.md).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.commands.remote import add_on_arguments, refuse, run_on
 from orchestrator.emulation.lock import RunLock
 from orchestrator.emulation.state import clean, state_dir, unclean_runs
 from topologies.errors import EmulationError
@@ -34,10 +36,15 @@ def register(subparsers: Any) -> None:
         default=None,
         help="where run records live (default: $ASTRAL_STATE_DIR or /run/astral)",
     )
+    add_on_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.on:
+        if args.state_dir is not None:
+            return refuse("--state-dir names a directory here; with --on, clean uses its own")
+        return run_on(args, ["clean"])
     base = args.state_dir or state_dir()
     problems = []
     with RunLock(base, purpose="clean"):

@@ -1,7 +1,8 @@
 """``astral doctor [FABRIC]``: can this machine run FABRIC? A table of checks and fixes.
 
 FABRIC is a preset name (astral-small, the default) or a path to a fabric file. Exits 0
-when a run can work here (WARN lines allowed), 3 when a check FAILs.
+when a run can work here (WARN lines allowed), 3 when a check FAILs. With ``--on MACHINE``
+the checks run on that machine of the inventory (docs/remote.md).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from orchestrator.commands.remote import add_on_arguments, run_on
 from topologies.catalog import DEFAULT_PRESET, resolve_fabric
 from topologies.errors import AstralError, EnvironmentProblem
 
@@ -29,6 +31,7 @@ def register(subparsers: Any) -> None:
         metavar="FABRIC",
         help=f"a preset name or a fabric file (default: {DEFAULT_FABRIC})",
     )
+    add_on_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -38,6 +41,8 @@ def fabric_path(value: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.on:
+        return run_on(args, ["doctor"], fabric=args.fabric)
     from orchestrator.emulation.doctor import diagnose, render
     from orchestrator.worker import rto
     from topologies.generators import build_fabric

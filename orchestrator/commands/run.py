@@ -9,6 +9,8 @@
     astral run EXP --live                   the live view while it runs (as astral top)
     astral run EXP --monitor light          the monitor at its lightest (docs/monitoring.md)
     astral run EXP --lock-wait 600          wait for another run's lock instead of exit 5
+    astral run EXP --on lab1                on a machine of the inventory, the bundle
+                                            copied here (docs/remote.md)
 
 Brings the experiment's fabric up once, runs every policy x collective x size (policies
 vary slowest: each is one controller reprogramming), prints an nccl-tests table per policy
@@ -35,6 +37,8 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
+
+from orchestrator.commands.remote import add_on_arguments, run_experiment_on
 
 
 def register(subparsers: Any) -> None:
@@ -95,10 +99,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(  # fault injection for the integration tests (worker.py's flags)
         "--worker-arg", action="append", default=[], metavar="ARG", help=argparse.SUPPRESS
     )
+    add_on_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.on:
+        return run_experiment_on(args)
     from orchestrator.run.experiment import load_experiment
     from orchestrator.run.runner import DEFAULT_EXPERIMENT, Runner, RunOptions
 

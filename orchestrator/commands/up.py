@@ -7,6 +7,7 @@
     astral up --cli --keep-open       ... and after the CLI, stay up until Ctrl-C
     astral up --live [--hold 60]      the live view while it holds (links, faults, alerts;
                                       the controller polls the counters for it)
+    astral up --on lab1 --hold 60     on a machine of the inventory (docs/remote.md)
 
 It returns only once every GPU reaches every other one (orchestrator.emulation.readiness), prints a
 summary (switches per tier, hosts, links, datapath, rate scale, controller, timings, run
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from controllers.policies import default_registry as policy_registry
+from orchestrator.commands.remote import add_on_arguments, refuse, run_on
 from orchestrator.emulation.network import Emulation, Terminated
 from orchestrator.testbed.monitoring import FULL
 from topologies.catalog import DEFAULT_PRESET, resolve_fabric
@@ -83,6 +85,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="how long switches may take to be programmed and GPUs to reach each other",
     )
+    add_on_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -91,6 +94,8 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.on:
+        return run_there(args)
     path = resolve_fabric(args.fabric)
     if args.live and args.cli:
         raise ConfigError(None, "--live", "either --live or --cli (both draw on the terminal)")
@@ -121,6 +126,16 @@ def run(args: argparse.Namespace) -> int:
         return signal.exit_status
     say(teardown_line(emulation))
     return 0
+
+
+def run_there(args: argparse.Namespace) -> int:
+    """``astral up --on MACHINE``: the same there; Ctrl-C here tears it down there."""
+    if args.cli:
+        return refuse("--cli needs a terminal there: with --on, use --hold or Ctrl-C")
+    argv = ["up", "--policy", args.policy, "--timeout", f"{args.timeout:g}"]
+    if args.hold is not None:
+        argv += ["--hold", f"{args.hold:g}"]
+    return run_on(args, argv, fabric=args.fabric)
 
 
 def hold(args: argparse.Namespace, emulation: Emulation) -> None:

@@ -6,7 +6,9 @@ CLI and the pytest plugin) -> ``run`` -> ``monitor``, ``calibration`` and ``fore
 ``controllers`` is its own process: it may import ``topologies`` only, and of
 ``orchestrator`` only ``emulation`` starts it (and ``testbed`` reads what it publishes).
 The package's own ``__init__`` (``REPO``, the checkout) is below every layer of
-``orchestrator`` and imports nothing of ours. An import that is not drawn here is a new
+``orchestrator`` and imports nothing of ours. ``remote`` (SSH to another machine, whose own
+``astral`` does the work) sits beside the others under the entry points and imports only
+``topologies`` and the package. An import that is not drawn here is a new
 arrow: either it is wrong, or the drawing (and docs/architecture.md) changes with it.
 """
 
@@ -32,7 +34,7 @@ BELOW_TESTBED = {
 
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "entry": {"run", "monitor", "calibration", "forecast", "testbed", *BELOW_TESTBED},
+    "entry": {"run", "monitor", "calibration", "forecast", "testbed", "remote", *BELOW_TESTBED},
     "run": {"monitor", "calibration", "forecast", "testbed", *BELOW_TESTBED},
     "monitor": {"testbed", *BELOW_TESTBED},
     "forecast": {"testbed", *BELOW_TESTBED},
@@ -43,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
     "results": {"collectives", "topologies", "package"},
     "collectives": {"topologies", "package"},
     "controllers": {"topologies"},
+    "remote": {"topologies", "package"},
     "topologies": set(),
     "package": set(),
 }
@@ -201,6 +204,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         ("orchestrator.worker.launcher", "orchestrator", True),
         ("orchestrator", "orchestrator.run.runner", False),
         ("controllers.app", "orchestrator", False),
+        ("orchestrator.commands.remote", "orchestrator.remote.operations", True),
+        ("orchestrator.remote.operations", "orchestrator.run.runner", False),
+        ("orchestrator.remote.jobs", "orchestrator.emulation.network", False),
+        ("orchestrator.run.runner", "orchestrator.remote.connection", False),
     ],
 )
 def test_the_check_knows_a_wrong_arrow(source: str, target: str, allowed: bool) -> None:
