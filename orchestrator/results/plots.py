@@ -81,8 +81,11 @@ def render_plots(bundle: ResultsBundle, results: Sequence[ConfigurationResult]) 
         return written
     # One figure takes 1-2 s of CPU (mostly text layout), and a run makes one per
     # configuration: split them over the cores, each process reading the bundle itself.
+    # forkserver, not fork: the caller may have threads (samplers, the monitor, a held
+    # fabric's helpers), and a child forked while one of them holds a lock waits on it
+    # forever (seen: a plot worker stuck on a futex, the run waiting for it).
     chunks = [(bundle.path, jobs[i::workers]) for i in range(workers)]
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    with multiprocessing.get_context("forkserver").Pool(workers) as pool:
         for paths in pool.map(_connection_plots, chunks):
             written += paths
     return written
