@@ -29,17 +29,18 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import reduce
 from pathlib import Path
 
 from orchestrator.calibration.capacity import LoadStep, find_capacity, hop_mbps, switch_hops
 from orchestrator.calibration.measure import (
     calibration_fabric,
     calibration_flows,
+    merge_steps,
     reshape,
     start_emulation,
     step_of,
@@ -57,17 +58,11 @@ THRESHOLD = 0.9
 
 @dataclass
 class Window:
+    """One measurement: a recipe at a rate factor, as the calibration's LoadStep."""
+
     recipe: str
     factor: float
-    rate_bps: float
-    offered_bps: float
-    offered_hop_bps: float
-    achieved_bps: float
-    ratio: float
-    jain: float
-    vswitchd_cores: float
-    cpu_busy: float
-    loadavg: float
+    step: LoadStep
 
 
 def measure_recipe(
@@ -89,19 +84,6 @@ def measure_recipe(
             rate = base * factor
             result = run_flows(emu, flows, duration=args.duration, omit=args.omit)
             step = step_of(result, flows, rate, hops)
-            window = Window(
-                recipe.name,
-                factor,
-                rate,
-                step.offered_bps,
-                step.offered_hop_bps,
-                step.achieved_bps,
-                step.ratio,
-                step.jain,
-                step.vswitchd_cores,
-                step.cpu_busy,
-                step.loadavg,
-            )
             print(
                 f"  {recipe.name:15} x{factor:<4g} {rate / 1e6:5.0f}M "
                 f"{step.offered_hop_bps / 1e6:6.0f} hop-Mbit/s  ratio {step.ratio:.3f}  "
@@ -109,32 +91,20 @@ def measure_recipe(
                 f"CPU {step.cpu_busy:.0%}  load {step.loadavg:.1f}",
                 flush=True,
             )
-            windows.append(window)
+            windows.append(Window(recipe.name, factor, step))
     finally:
         emu.stop()
     return windows
 
 
 def capacity_of(windows: Sequence[Window]) -> tuple[float, str]:
-    """The capacity (hop-bit/s) and its bound from the mean ratio at each factor."""
+    """The capacity (hop-bit/s) and its bound from the rounds at each factor averaged as
+    the calibration averages a repeated step (measure.merge_steps)."""
     steps = []
     for factor in sorted({w.factor for w in windows}):
-        at = [w for w in windows if w.factor == factor]
-        ratio = statistics.fmean(w.ratio for w in at)
-        offered = at[0].offered_bps
-        steps.append(
-            LoadStep(
-                flows=len(at),
-                rate_bps=at[0].rate_bps,
-                hops=at[0].offered_hop_bps / offered,
-                offered_bps=offered,
-                offered_hop_bps=at[0].offered_hop_bps,
-                achieved_bps=statistics.fmean(w.achieved_bps for w in at),
-                ratio=ratio,
-                jain=statistics.fmean(w.jain for w in at),
-            )
-        )
-        if ratio < THRESHOLD:
+        step = reduce(merge_steps, [w.step for w in windows if w.factor == factor])
+        steps.append(step)
+        if step.ratio < THRESHOLD:
             break
     return find_capacity(steps, THRESHOLD)
 
