@@ -308,21 +308,32 @@ class Launcher:
             rank.heartbeat_at = self._setup_sent_at
 
     def close(self) -> None:
-        """End the run: finish (or abort) every worker, kill what is left, clean up."""
+        """End the run: finish (or abort) every worker, kill what is left, clean up.
+
+        The graceful part (the farewell, the exit grace, the last messages) may be cut
+        short by Ctrl-C or SIGTERM; what follows it runs anyway, so an interrupted close
+        still kills every worker it started (and a second close has nothing left to do)."""
         if self._closed:
             return
         self._closed = True
-        farewell = protocol.simple(protocol.FINISH if self.failure is None else protocol.ABORT)
-        self._broadcast(farewell)
-        grace = self.options.exit_timeout if self.failure is None else 1.0
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(
-            r.process.poll() is None for r in self._ranks.values()
-        ):
-            self._pump(0.05)
-        for rank in self._ranks.values():  # what a worker sent just before exiting
-            if rank.link is not None and rank.closed_at is None:
-                self._read(rank.link)
+        try:
+            farewell = protocol.simple(protocol.FINISH if self.failure is None else protocol.ABORT)
+            self._broadcast(farewell)
+            grace = self.options.exit_timeout if self.failure is None else 1.0
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(
+                r.process.poll() is None for r in self._ranks.values()
+            ):
+                self._pump(0.05)
+            for rank in self._ranks.values():  # what a worker sent just before exiting
+                if rank.link is not None and rank.closed_at is None:
+                    self._read(rank.link)
+        finally:
+            self._kill_and_clean()
+
+    def _kill_and_clean(self) -> None:
+        """Kill the workers still running, close every file and socket, remove the
+        control socket (and the run directory when it is the launcher's own)."""
         for rank in self._ranks.values():
             if rank.process.poll() is None:
                 with contextlib.suppress(OSError):

@@ -89,6 +89,7 @@ class LoopbackTestbed:
     pinning: Pinning | None = None  # the last launch's source ports, as Testbed has it
     pinnings: dict[str, Pinning] = field(default_factory=dict)  # policy -> what to report
     spawn_delay: float = 0.0  # seconds before each worker starts (a slow start-up)
+    interrupt_at_spawn: int | None = None  # Ctrl-C while starting the worker of this rank
     spawned: list[Any] = field(default_factory=list)  # every worker process started
     host_ports: list[str | None] = field(default_factory=list)  # each launch's
     monitor: MonitorLevel = FULL  # as Testbed.use_monitor sets it
@@ -157,6 +158,9 @@ class LoopbackTestbed:
         return self.launcher
 
     def spawn(self, worker: Any, argv: list[str], log: Any) -> Any:
+        if worker.rank == self.interrupt_at_spawn:
+            # as a Ctrl-C does: it lands in the main thread, in the sleep below
+            _thread.interrupt_main()
         time.sleep(self.spawn_delay)
         process = local_spawn(worker, argv, log)
         self.spawned.append(process)
@@ -514,16 +518,11 @@ def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
 def test_ctrl_c_while_the_workers_start_stops_them_too(
     tmp_path: Path, description: FabricDescription
 ) -> None:
-    bed = LoopbackTestbed(description, tmp_path / "run", spawn_delay=0.4)  # 8 x 0.4 s
+    bed = LoopbackTestbed(description, tmp_path / "run", spawn_delay=0.2, interrupt_at_spawn=3)
     spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
-    timer = threading.Timer(1.5, _thread.interrupt_main)  # while rank 3 or so starts
-    timer.start()
-    try:
-        outcome, _, _ = run(spec, tmp_path, description, bed=bed)
-    finally:
-        timer.cancel()
+    outcome, _, _ = run(spec, tmp_path, description, bed=bed)
     assert outcome.status == "interrupted" and outcome.exit_status == 130
-    assert 0 < len(bed.spawned) < 8  # it was interrupted during start-up
+    assert len(bed.spawned) == 3  # ranks 0-2 started, then Ctrl-C before rank 3
     assert all(process.poll() is not None for process in bed.spawned)
     assert not list((tmp_path / "run").glob("w*/workers.sock"))
 
