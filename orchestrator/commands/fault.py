@@ -101,7 +101,7 @@ class HeldFabric:
         }
         self.record = FaultRecord(state.run_dir)
         self.injector = FaultInjector(
-            FabricFaults(NamespaceExecutor(shells), self.description),
+            FabricFaults(NamespaceExecutor(shells), self.description, openflow=True),
             self.description,
             self.record,
             state.run_id,

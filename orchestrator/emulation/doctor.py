@@ -71,7 +71,7 @@ PYTHON_MODULES = {
     "numpy": "numpy",
 }
 # Command -> apt package that provides it.
-TOOLS = {"mnexec": "mininet", "iperf3": "iperf3", "tc": "iproute2"}
+TOOLS = {"mnexec": "mininet", "iperf3": "iperf3", "tc": "iproute2", "nft": "nftables"}
 
 OVS_LOG = Path(os.environ.get("OVS_LOGDIR", "/var/log/openvswitch")) / "ovs-vswitchd.log"
 # ovs-vswitchd's first log line after it starts (the monitor's lines say "vlog(monitor)").

@@ -57,15 +57,22 @@ class CommandExecutor(Protocol):
 
 
 def run_local(argv: Sequence[str], *, input: str | None = None, timeout: float = 30.0) -> Completed:
-    """``argv`` in this process's namespace, as a :class:`Completed`."""
-    result = subprocess.run(
-        list(argv),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        input=input,
-        stdin=subprocess.DEVNULL if input is None else None,
-    )
+    """``argv`` in this process's namespace, as a :class:`Completed`; a program that is not
+    installed completes with status 127 and says so (as a shell would), so that the caller's
+    error names the command instead of a traceback reaching the user."""
+    try:
+        result = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            stdin=subprocess.DEVNULL if input is None else None,
+        )
+    except FileNotFoundError:
+        return Completed(
+            tuple(argv), 127, "", f"{argv[0]}: not installed (sudo ./setup.sh installs it)"
+        )
     return Completed(tuple(argv), result.returncode, result.stdout, result.stderr)
 
 

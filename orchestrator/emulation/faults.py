@@ -26,20 +26,29 @@ direction ``A>B`` acts on A's end only.
   Egress is where OVS's userspace datapath transmits a switch port's packets (as HTB
   shapes them there); an ingress drop would come after the packet socket OVS reads, and
   would not stop it. A GPU end's table lives in the GPU's namespace, and goes with it.
-- Blackhole: OpenFlow entries on one switch (``ovs-ofctl -O OpenFlow13``) dropping IPv4
-  to a set of addresses, at :data:`~controllers.plan.FAULT_PRIORITY` above every policy's
-  entries, with the fault's own cookie (``FAULT_COOKIE | id``), which the controller leaves
-  in place across a restart or a policy change.
+- Blackhole: OpenFlow entries on one switch dropping IPv4 to a set of addresses, at
+  :data:`~controllers.plan.FAULT_PRIORITY` above every policy's entries, with the fault's
+  own cookie (``FAULT_COOKIE | id``), which the controller leaves in place across a restart
+  or a policy change. Through the executor they are one ``ovs-ofctl -O OpenFlow13``; on
+  this machine's own fabric (``openflow=True``) they go over an OpenFlow connection held
+  open to the switch (:mod:`orchestrator.emulation.ofchannel`), opened ahead of the fault's
+  instant by :meth:`FabricFaults.prepare_blackhole`: 1-3 ms instead of 16-200+ ms.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from controllers.plan import FAULT_COOKIE, FAULT_PRIORITY
 from orchestrator.emulation.executor import CommandExecutor
+from orchestrator.emulation.ofchannel import (
+    OpenFlowChannel,
+    blackhole_messages,
+    cookie_removal_message,
+)
 from orchestrator.emulation.recipe import EmulatorRecipe, current_recipe, recipe_named
 from orchestrator.emulation.shaping import DEFAULT_RECIPE, ShapingRecipe, shaping_commands
 from orchestrator.emulation.wiring import intf_name
@@ -84,9 +93,15 @@ class LinkFaults(Protocol):
         self, table: str, link: Link, ends: Sequence[End] | None = None
     ) -> None: ...
 
+    def prepare_blackhole(self, switch: str) -> None:
+        """Make a later :meth:`add_blackhole` on ``switch`` as quick as it can be."""
+
     def add_blackhole(self, switch: str, addresses: Sequence[str], cookie: int) -> None: ...
 
     def remove_blackhole(self, switch: str, cookie: int) -> None: ...
+
+    def close(self) -> None:
+        """Let go of what :meth:`prepare_blackhole` holds."""
 
 
 def link_ends(link: Link) -> list[End]:
@@ -221,9 +236,17 @@ class FabricFaults:
         executor: CommandExecutor,
         description: FabricDescription,
         recipe: ShapingRecipe | None = None,
+        *,
+        openflow: bool = False,
     ) -> None:
         self.executor = executor
         self.description = description
+        # blackholes over held OpenFlow connections (a fabric on this machine), one per
+        # switch, each used by one fault's thread at a time
+        self.openflow = openflow
+        self._channels: dict[str, OpenFlowChannel] = {}
+        self._channel_locks: dict[str, threading.Lock] = {}
+        self._channels_lock = threading.Lock()
         # A link's rate is re-shaped by the recipe it was shaped with at bring-up (the
         # fabric description records its name; orchestrator.emulation.recipe).
         self.recipe = recipe or fabric_recipe(description).shaping
@@ -248,11 +271,40 @@ class FabricFaults:
     def remove_link_loss(self, table: str, link: Link, ends: Sequence[End] | None = None) -> None:
         self._apply(loss_removal_commands(table, link, ends), missing_ok=True)
 
+    def prepare_blackhole(self, switch: str) -> None:
+        if self.openflow:
+            channel, lock = self._channel(switch)
+            with lock:
+                channel.open()
+
     def add_blackhole(self, switch: str, addresses: Sequence[str], cookie: int) -> None:
-        self._apply(blackhole_commands(switch, addresses, cookie))
+        if not self.openflow:
+            self._apply(blackhole_commands(switch, addresses, cookie))
+            return
+        channel, lock = self._channel(switch)
+        with lock:
+            channel.request(blackhole_messages(addresses, cookie, FAULT_PRIORITY))
 
     def remove_blackhole(self, switch: str, cookie: int) -> None:
-        self._apply(blackhole_removal_commands(switch, cookie))
+        if not self.openflow:
+            self._apply(blackhole_removal_commands(switch, cookie))
+            return
+        channel, lock = self._channel(switch)
+        with lock:
+            channel.request([cookie_removal_message(cookie)])
+
+    def close(self) -> None:
+        with self._channels_lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    def _channel(self, switch: str) -> tuple[OpenFlowChannel, threading.Lock]:
+        with self._channels_lock:
+            if switch not in self._channels:
+                self._channels[switch] = OpenFlowChannel(switch)
+                self._channel_locks[switch] = threading.Lock()
+            return self._channels[switch], self._channel_locks[switch]
 
     def _apply(self, commands: Sequence[NodeCommand], missing_ok: bool = False) -> None:
         """Run every command, root-namespace ones first (a veth end down there takes the

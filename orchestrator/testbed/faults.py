@@ -233,6 +233,16 @@ class FaultInjector:
         self.record.set_applied(fault.id, time.time())
         return detail
 
+    def prepare(self, fault: FaultSpec) -> None:
+        """What can be done ahead of ``fault``'s instant so that applying it then is quick
+        (a blackhole: the OpenFlow connection to its switch opened)."""
+        if fault.kind == "blackhole" and fault.target.switch is not None:
+            self.links.prepare_blackhole(fault.target.switch)
+
+    def close(self) -> None:
+        """Let go of what :meth:`prepare` holds (after the last undo)."""
+        self.links.close()
+
     def undo(self, fault: FaultSpec) -> str:
         """Take ``fault`` out of effect; its record entry goes once it is undone."""
         detail = self._undo(fault)
@@ -365,7 +375,7 @@ def injector_on(testbed: Testbed, gpus: Sequence[str]) -> tuple[FaultInjector, S
         raise FaultError("the testbed is not up")
     stragglers = Stragglers(gpus)
     injector = FaultInjector(
-        FabricFaults(emulation, testbed.description),
+        FabricFaults(emulation, testbed.description, openflow=True),
         testbed.description,
         FaultRecord(testbed.run_dir),
         emulation.state.run_id,

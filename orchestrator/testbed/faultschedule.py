@@ -113,8 +113,14 @@ class FaultScheduler:
         return self
 
     def _run(self) -> None:
-        """Wait for the origin, then give every fault a thread of its own: one fault's slow
-        action (a controller that takes a second to listen) never delays another's."""
+        """Prepare every fault, wait for the origin, then give every fault a thread of its
+        own: one fault's slow action (a controller that takes a second to listen) never
+        delays another's."""
+        for fault in self.faults.values():
+            try:
+                self.injector.prepare(fault)
+            except (AstralError, OSError) as error:  # applying it will try again, and say
+                self.say(f"fault {fault.id} ({fault.kind}): not prepared ahead: {error}")
         while not self._origin_set.wait(0.5):
             if self._stop.is_set():
                 return
@@ -209,6 +215,7 @@ class FaultScheduler:
         for fault_id in reversed(list(self._active)):
             with self._locks[fault_id]:
                 self._undo(self.faults[fault_id], now)
+        self.injector.close()
         return self.outcomes()
 
     def outcomes(self) -> list[FaultOutcome]:

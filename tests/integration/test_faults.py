@@ -52,6 +52,7 @@ def faults(fabric: Any) -> Iterator[FaultInjector]:
     yield injector
     for entry in injector.record.entries():  # a failed test's fault must not leak onward
         injector.undo(spec_of(entry, fabric.testbed.description.fabric, _ExperimentReader("test")))
+    injector.close()
 
 
 def spec(fabric: Any, raw: dict[str, Any], fault_id: int = 1) -> FaultSpec:

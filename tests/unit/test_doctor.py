@@ -30,7 +30,12 @@ GIB = 2**30
 HEALTHY = Facts(
     euid=0,
     ovs=OvsFacts(error=None, version="3.1.0", tso_setting=True, tso_logged=True),
-    tools={"mnexec": "/usr/bin/mnexec", "iperf3": "/usr/bin/iperf3", "tc": "/usr/sbin/tc"},
+    tools={
+        "mnexec": "/usr/bin/mnexec",
+        "iperf3": "/usr/bin/iperf3",
+        "tc": "/usr/sbin/tc",
+        "nft": "/usr/sbin/nft",
+    },
     modules={module: "1.0" for module in doctor.PYTHON_MODULES},
     cpus=2,
     mem_available=20 * GIB,

@@ -358,8 +358,17 @@ class TimedInjector:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, int, float]] = []
+        self.prepared: dict[int, float] = {}  # fault id -> when prepare was called
+        self.closed = False
+
+    def prepare(self, fault: FaultSpec) -> None:
+        self.prepared[fault.id] = time.time()
+
+    def close(self) -> None:
+        self.closed = True
 
     def apply(self, fault: FaultSpec) -> str:
+        assert fault.id in self.prepared and not self.closed
         self.events.append(("apply", fault.id, time.time()))
         if fault.kind == "straggler":
             raise ExperimentError("x", "y", "z")  # any AstralError: logged as failed
@@ -397,6 +406,7 @@ def test_the_scheduler_counts_from_the_first_timed_batch_and_logs_every_action(
     scheduler.batch_started(origin + 100, warmup=False)  # only the first timed one counts
     time.sleep(0.8)
     outcomes = scheduler.stop()
+    assert fake.closed and all(t < origin for t in fake.prepared.values())  # ahead of time
     happened = {(what, fid): t - origin for what, fid, t in fake.events}
     assert happened[("apply", 1)] == pytest.approx(0.1, abs=0.05)
     assert happened[("undo", 1)] == pytest.approx(0.3, abs=0.05)
