@@ -22,6 +22,7 @@ from topologies.errors import AstralError
 COMMAND_MODULES = (
     "orchestrator.commands.topo",
     "orchestrator.commands.report",
+    "orchestrator.commands.diagnose",
     "orchestrator.commands.compare",
     "orchestrator.commands.up",
     "orchestrator.commands.run",

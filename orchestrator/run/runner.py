@@ -79,6 +79,8 @@ from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.sizes import format_size
+from orchestrator.diagnosis import diagnose_bundle
+from orchestrator.diagnosis.live import LiveDiagnosis
 from orchestrator.emulation.network import Terminated
 from orchestrator.forecast.calibration import load_forecast_calibration
 from orchestrator.forecast.configurations import Forecaster
@@ -101,6 +103,7 @@ from orchestrator.results.summary import (
     iterations_text,
     result_of,
 )
+from orchestrator.run.alerts import live_builder
 from orchestrator.run.experiment import (
     Collective,
     ConfigurationStep,
@@ -113,6 +116,7 @@ from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome
 from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker import rto
+from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from topologies.errors import AstralError, EmulationError, WrongResultsError
@@ -121,6 +125,7 @@ from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 RUN_FILE = "run.json"
+DIAGNOSIS_FILE = "diagnosis.json"  # astral diagnose's answer at the end of the run
 TELEMETRY_FILE = "telemetry.jsonl"  # the controller's, copied (docs/telemetry.md)
 EXIT_WORKERS_FAILED = EmulationError.exit_status
 
@@ -439,6 +444,8 @@ class Runner:
         self.calibrated_in: float | None = None  # seconds the quick calibration took
         # the experiment's faults on their schedule (None: it has none)
         self.faults: FaultScheduler | None = None
+        self.live: LiveDiagnosis | None = None
+        self.current_launcher: Launcher | None = None  # the launch running (live diagnosis)
         self.stragglers: Stragglers | None = None
         self.fault_outcomes: list[FaultOutcome] = []
         self.run_dir: Path | None = None  # the fabric's run directory, once it is up
@@ -602,6 +609,7 @@ class Runner:
         groups = testbed.process_groups if self.monitor.process_cpu else None
         sampler = CpuSampler(groups=groups).start()
         self._start_faults(testbed)
+        self._start_live_diagnosis(testbed)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -685,6 +693,7 @@ class Runner:
             outcome.error = str(error)
             outcome.exit_status = error.exit_status
         except BaseException:
+            self._end_live_diagnosis()
             self._end_faults(writer)
             sampler.stop()
             self._record_telemetry(writer, testbed, sampler)
@@ -694,6 +703,7 @@ class Runner:
             sampler.stop()
             if self.progress is not None:
                 self.progress.close()
+        self._end_live_diagnosis()
         self._end_faults(writer)
         self._check_wrong(outcome)
         self._record_telemetry(writer, testbed, sampler)
@@ -709,6 +719,23 @@ class Runner:
         self.faults = FaultScheduler(injector, self.spec.faults, log, say=self.say).start()
         self.run_file["faults"] = [f.describe() for f in self.spec.faults]
         self.run_file["fault_log"] = str(log.path)
+
+    def _start_live_diagnosis(self, testbed: Testbed) -> None:
+        """The live diagnosis (orchestrator.diagnosis.live) on what the launches, the
+        counters and the controller's events show, alerting as it goes."""
+        self.current_launcher = None
+        self.live = LiveDiagnosis(
+            live_builder(testbed, lambda: self.current_launcher, time.time()), say=self.say
+        ).start()
+
+    def _end_live_diagnosis(self) -> None:
+        if self.live is None:
+            return
+        live, self.live = self.live, None
+        alerts = live.stop()
+        self.run_file["alerts"] = [a.to_dict() for a in alerts]
+        if live.errors:
+            self.run_file["alert_errors"] = live.errors[:5]
 
     def _end_faults(self, writer: ResultsWriter) -> None:
         """Undo what is still in effect and keep every fault's instants in the bundle."""
@@ -782,6 +809,7 @@ class Runner:
             launcher.start()
             if self.stragglers is not None:
                 self.stragglers.attach(launcher)
+            self.current_launcher = launcher
         except EmulationError:
             failure = launcher.failure
             launcher.close()
@@ -794,6 +822,7 @@ class Runner:
         try:
             yield launcher
         finally:
+            self.current_launcher = None
             if self.stragglers is not None:
                 self.stragglers.detach()
             launcher.close()
@@ -948,6 +977,24 @@ class Runner:
             self.say(f"rendering the bundle failed: {error}")
         for line in self.summary_lines(outcome, testbed):
             self.emit(line)
+        self._diagnosis(outcome)
+
+    def _diagnosis(self, outcome: RunOutcome) -> None:
+        """``astral diagnose`` on the finished bundle, printed when anything was anomalous
+        (a live alert, a failed or interrupted run, or a suspect), kept in the bundle."""
+        assert outcome.bundle is not None
+        try:
+            diagnosis = diagnose_bundle(outcome.bundle)
+        except (AstralError, OSError, ValueError) as error:
+            self.say(f"the diagnosis failed: {error}")
+            return
+        _write_json(outcome.bundle / DIAGNOSIS_FILE, diagnosis.to_dict())
+        if diagnosis.healthy and not self.run_file.get("alerts") and outcome.status == "ok":
+            self.emit("# diagnosis: healthy")
+            return
+        self.emit("# diagnosis (astral diagnose " + str(outcome.bundle) + "):")
+        for line in diagnosis.render().splitlines():
+            self.emit("#   " + line)
 
     def summary_lines(self, outcome: RunOutcome, testbed: Testbed | None) -> list[str]:
         """Average bus bandwidth per collective, policies side by side, and the conditions."""

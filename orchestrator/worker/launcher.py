@@ -182,6 +182,17 @@ class _Rank:
     connections: dict[int, ConnectionInfo] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LiveView:
+    """A copy of what a launch has produced so far (:meth:`Launcher.live_view`)."""
+
+    connections: list[ConnectionInfo]
+    samples: list[ThroughputSample]
+    tcp_info: list[TcpInfoRecord]
+    dones: dict[int, dict[int, tuple[float, float]]]  # rank -> iteration -> (start, s)
+    warmup: int
+
+
 class Launcher:
     def __init__(
         self,
@@ -224,6 +235,33 @@ class Launcher:
         # fault scheduler counts `at` from the first timed one (orchestrator.testbed.faults)
         self.on_batch: Callable[[float, bool], None] | None = None
         self._send_lock = threading.Lock()  # set_late may come from another thread
+        self._live_connections: list[ConnectionInfo] = []
+
+    def live_view(self) -> LiveView:
+        """What the running batch has produced so far, copied for another thread (the live
+        diagnosis): the connections, their samples and kernel view, every rank's
+        completed operations (iteration -> (start, seconds)) and how many are warm-ups."""
+        for _ in range(3):  # a dict the main thread grows while it is copied: try again
+            try:
+                dones = {
+                    r: {
+                        i: (float(m["start"]), float(m["time_us"]) / 1e6)
+                        for i, m in dict(rank.dones).items()
+                    }
+                    for r, rank in list(self._ranks.items())
+                }
+                break
+            except RuntimeError:
+                continue
+        else:
+            dones = {}
+        return LiveView(
+            list(self._live_connections),
+            list(self._samples),
+            list(self._tcp_info),
+            dones,
+            self.options.warmup,
+        )
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -442,6 +480,7 @@ class Launcher:
             )
             self._await("ready", lambda r: r.ready is not None, o.setup_timeout * 2, stage)
             result.connections = self._connections()
+            self._live_connections = list(result.connections)
             for test_id, test_result in zip(ids, results, strict=True):
                 result.tests.append(test_result)
                 for first, warmup in ((0, True), (o.warmup, False)):

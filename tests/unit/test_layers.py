@@ -34,8 +34,18 @@ BELOW_TESTBED = {
 
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "entry": {"run", "monitor", "calibration", "forecast", "testbed", "remote", *BELOW_TESTBED},
-    "run": {"monitor", "calibration", "forecast", "testbed", *BELOW_TESTBED},
+    "entry": {
+        "run",
+        "monitor",
+        "diagnosis",
+        "calibration",
+        "forecast",
+        "testbed",
+        "remote",
+        *BELOW_TESTBED,
+    },
+    "run": {"monitor", "diagnosis", "calibration", "forecast", "testbed", *BELOW_TESTBED},
+    "diagnosis": {"results", "collectives", "topologies", "package"},
     "monitor": {"testbed", *BELOW_TESTBED},
     "forecast": {"testbed", *BELOW_TESTBED},
     "calibration": {"testbed", *BELOW_TESTBED},

@@ -1,0 +1,545 @@
+"""The detectors: each reads one kind of evidence and names the components it points at.
+
+Each returns :class:`~orchestrator.diagnosis.model.Suspect` objects with a score in [0, 1]
+(how sure that evidence alone is) and the evidence as sentences; :mod:`.diagnose` merges
+what several detectors say of the same component and ranks the result.
+
+- :func:`port_events`: the switches' port-status messages, as the controller logged them.
+  A link whose ends went down is ``down``; down and up again more than once is
+  ``flapping``; most of one switch's links down within a second is that switch ``down``.
+- :func:`switch_leaks` (used by the transport detector): a switch whose ports received
+  more than they transmitted dropped the difference at one of its egresses.
+- :func:`connection_faults`: the transport layer. Connections that stalled with data
+  outstanding, that retransmitted far more than the others, or whose RTT rose far above
+  their own healthy level, are explained by the one component on all their recorded paths
+  and on few of the healthy connections' paths: a direction (``lossy`` or ``slow``), or a
+  switch together with the one destination all the stalled connections share (``blackhole``:
+  the switch forwards everything else).
+- :func:`stragglers`: a rank that enters the collective operations late, operation after
+  operation, while the others wait for it: that GPU is a ``straggler``.
+- :func:`controller_outage`: the controller's process started again during the run (its
+  apps loaded again, every switch connected again), or its counter polling paused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from orchestrator.diagnosis.evidence import ConnectionView, Observations
+from orchestrator.diagnosis.model import Suspect
+from topologies.model import Link, LinkKind
+
+# A port's down and up messages closer than this are one event seen from both ends.
+SAME_EVENT_S = 0.3
+SWITCH_SHARE = 0.75  # of a switch's links down together: the switch is down
+SWITCH_WINDOW_S = 1.0
+LEAK_MIN_PACKETS = 8  # a switch receiving this many more packets than it sent dropped them
+LEAK_MIN_BYTES = 16_000
+STALL_S = 0.6  # no byte acknowledged for this long with data outstanding
+RETRANS_MIN = 20  # segments: below this a connection retransmitted as healthy ones do
+RETRANS_FACTOR = 4.0  # x the median connection's
+RTT_FACTOR = 3.0  # x the connection's own healthy (10th percentile) RTT, sustained
+RTT_SUSTAIN_S = 0.5
+LATE_S = 0.020  # entry lateness beyond the typical rank's: healthy ranks stay within 18 ms
+LATE_OPS = 3  # operations a straggler must be late in
+TELEMETRY_GAP_S = 2.0
+
+
+def rel(obs: Observations, t: float) -> str:
+    """``t`` as seconds after the first timed operation began."""
+    span = obs.span
+    return f"+{t - span[0]:.2f} s" if span else f"{t:.2f}"
+
+
+# --- the network layer: port status -----------------------------------------------------------
+
+
+def port_events(obs: Observations) -> list[Suspect]:
+    fabric = obs.fabric
+    link_of: dict[tuple[str, int], Link] = {}
+    for link in fabric.links:
+        if link.kind is LinkKind.NVLINK:
+            continue
+        for node in (link.a, link.b):
+            if node in fabric.switches:
+                link_of[(node, link.port_of(node))] = link
+    episodes: dict[str, list[tuple[float, float | None, str]]] = defaultdict(list)
+    names = {}
+    for e in obs.events:
+        if e.kind not in ("port-down", "port-up") or e.switch is None or e.port is None:
+            continue
+        found = link_of.get((e.switch, e.port))
+        if found is None:
+            continue
+        name = f"{found.a}-{found.b}"
+        names[name] = found
+        eps = episodes[name]
+        where = f"{e.switch} port {e.port}"
+        if e.kind == "port-down":
+            if eps and eps[-1][1] is None:
+                continue  # the other end of the same down
+            if eps and eps[-1][1] is not None and e.t - eps[-1][1] < SAME_EVENT_S:
+                continue
+            eps.append((e.t, None, where))
+        elif eps and eps[-1][1] is None:
+            eps[-1] = (eps[-1][0], e.t, eps[-1][2])
+    suspects: list[Suspect] = []
+    explained: set[str] = set()
+    for switch in fabric.switches:
+        mine = [f"{x.a}-{x.b}" for x in fabric.links_of(switch) if x.kind is not LinkKind.NVLINK]
+        if not mine:
+            continue
+        starts = sorted(episodes[n][0][0] for n in mine if episodes.get(n))
+        if len(starts) < max(2, SWITCH_SHARE * len(mine)):
+            continue
+        first = starts[0]
+        together = [t for t in starts if t - first <= SWITCH_WINDOW_S]
+        if len(together) < SWITCH_SHARE * len(mine):
+            continue
+        ups = [u for n in mine if episodes.get(n) and (u := episodes[n][0][1]) is not None]
+        back = f", up again {rel(obs, min(ups))}" if ups else ", not up again in the run"
+        suspects.append(
+            Suspect(
+                "switch",
+                switch,
+                "down",
+                0.95,
+                [
+                    f"controller: {len(together)} of the {len(mine)} links of {switch} went "
+                    f"down within {SWITCH_WINDOW_S:g} s, at {rel(obs, first)}{back}",
+                    "port-status from its own ports and from its neighbours' ports facing it",
+                ],
+                onset=first,
+            )
+        )
+        explained.update(mine)
+    for name, eps in episodes.items():
+        if name in explained:
+            continue
+        first_episode = eps[0]
+        if len(eps) >= 2:
+            gaps = [b[0] - a[0] for a, b in itertools.pairwise(eps)]
+            evidence = [
+                f"controller: link {name} went down {len(eps)} times ({first_episode[2]} first,"
+                f" at {rel(obs, first_episode[0])}), every {statistics.median(gaps):.2f} s",
+            ]
+            suspects.append(
+                Suspect("link", name, "flapping", 0.9, evidence, onset=first_episode[0])
+            )
+        else:
+            down, up, where = first_episode
+            back = f", up at {rel(obs, up)}" if up is not None else ", not up again in the run"
+            evidence = [f"controller: {where} (link {name}) down at {rel(obs, down)}{back}"]
+            suspects.append(Suspect("link", name, "down", 0.9, evidence, onset=down))
+    return suspects
+
+
+# --- the network layer: counters --------------------------------------------------------------
+
+
+def switch_leaks(obs: Observations) -> dict[str, tuple[int, int]]:
+    """Switches that received more than they sent over the run (packets, bytes): what
+    enters a switch leaves it, so a switch whose ports' receive counters add up to more
+    than their transmit counters dropped the difference inside, at an egress (where a
+    lossy link's drops and an overflowing shaper's happen, before the port counts a
+    transmission). Counted from the last sample before the first timed operation to the
+    first one a second after the last: the fabric is quiet at both ends."""
+    span = obs.span
+    if span is None:
+        return {}
+    start, end = span[0] - 0.5, span[1] + 1.0
+    ports: dict[str, list[int]] = defaultdict(list)
+    for switch, port in obs.counters:
+        ports[switch].append(port)
+    out = {}
+    for switch, numbers in ports.items():
+        packets = nbytes = 0
+        for port in numbers:
+            a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
+            if a is None or b is None:
+                break
+            packets += (b[3] - a[3]) - (b[4] - a[4])
+            nbytes += (b[1] - a[1]) - (b[2] - a[2])
+        else:
+            if packets >= LEAK_MIN_PACKETS and nbytes >= LEAK_MIN_BYTES:
+                out[switch] = (packets, nbytes)
+    return out
+
+
+# --- the transport layer ----------------------------------------------------------------------
+
+
+def stalls(c: ConnectionView) -> list[tuple[float, float]]:
+    """Periods of at least :data:`STALL_S` in which ``c`` got nothing acknowledged while
+    it had data outstanding (its kernel's unacknowledged segments), as (start, end)."""
+    out = []
+    last_progress: float | None = None
+    for t, nbytes in c.samples:
+        if nbytes > 0:
+            if last_progress is not None and t - last_progress >= STALL_S:
+                out.append((last_progress, t))
+            last_progress = t
+        elif last_progress is None:
+            last_progress = t
+    return [(a, b) for a, b in out if _outstanding(c, a, b)]
+
+
+def _outstanding(c: ConnectionView, start: float, end: float) -> bool:
+    """Whether the kernel held unacknowledged data for most of [start, end] (a connection
+    merely waiting for the collective's next step has none)."""
+    return bool(c.unacked) and (
+        sum(1 for t, u in c.unacked if start <= t <= end and u > 0)
+        >= 0.5 * max(1, sum(1 for t, _ in c.unacked if start <= t <= end))
+    )
+
+
+def retransmissions(c: ConnectionView, start: float, end: float) -> int:
+    inside = [r for t, r in c.retrans if start <= t <= end]
+    before = [r for t, r in c.retrans if t < start]
+    if not inside:
+        return 0
+    return max(inside) - (before[-1] if before else min(inside))
+
+
+def _first_retransmission(c: ConnectionView, start: float) -> float | None:
+    """When ``c`` first retransmitted after ``start`` (its kernel's total went up)."""
+    before = [r for t, r in c.retrans if t < start]
+    level = before[-1] if before else (c.retrans[0][1] if c.retrans else 0)
+    return next((t for t, r in c.retrans if t >= start and r > level), None)
+
+
+def rtt_rise(c: ConnectionView) -> tuple[float, float | None]:
+    """How many times its healthy RTT (10th percentile) the connection's RTT stayed for at
+    least :data:`RTT_SUSTAIN_S` (1.0: never higher), and since when."""
+    if len(c.rtt) < 5:
+        return 1.0, None
+    values = sorted(v for _, v in c.rtt)
+    base = max(values[len(values) // 10], 1)
+    best, since = 1.0, None
+    run_start: float | None = None
+    run_min = float("inf")
+    for t, v in c.rtt:
+        if v >= RTT_FACTOR * base:
+            run_start = t if run_start is None else run_start
+            run_min = min(run_min, v)
+            if t - run_start >= RTT_SUSTAIN_S and run_min / base > best:
+                best, since = run_min / base, run_start
+        else:
+            run_start, run_min = None, float("inf")
+    return best, since
+
+
+def connection_faults(obs: Observations) -> list[Suspect]:
+    span = obs.span
+    conns = [c for c in obs.connections if c.samples]
+    if span is None or not conns:
+        return []
+    start, end = span
+    stalled = {c.id: s for c in conns if (s := stalls(c))}
+    retrans = {c.id: retransmissions(c, start, end) for c in conns}
+    typical = statistics.median(retrans.values()) if retrans else 0
+    lossy = {
+        cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
+    } - set(stalled)
+    rises = {c.id: rtt_rise(c) for c in conns}
+    slow = {cid for cid, (x, _) in rises.items() if x >= RTT_FACTOR} - set(stalled) - lossy
+    by_id = {c.id: c for c in conns}
+    out: list[Suspect] = []
+    if stalled:
+        out += _explain_stalls(obs, [by_id[i] for i in stalled], conns, stalled)
+    if lossy:
+        why = {i: f"{retrans[i]} retransmitted segments" for i in lossy}
+        note = f"the median connection retransmitted {typical:g}"
+        bad = [by_id[i] for i in lossy]
+        onsets = {c.id: _first_retransmission(c, start) for c in bad}
+        out += _explain(
+            obs, bad, conns, "lossy", why, typical_note=note, onsets=onsets,
+            leaks=switch_leaks(obs),
+        )  # fmt: skip
+    if slow:
+        why = {i: f"RTT x{rises[i][0]:.1f} its healthy level" for i in slow}
+        onsets = {i: rises[i][1] for i in slow}
+        out += _explain(obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets)
+    return out
+
+
+def _describe(obs: Observations, c: ConnectionView) -> str:
+    return f"connection {c.id} (rank {c.src_rank} {c.src_gpu} -> rank {c.dst_rank} {c.dst_gpu})"
+
+
+def _explain(
+    obs: Observations,
+    bad: Sequence[ConnectionView],
+    everyone: Sequence[ConnectionView],
+    fault: str,
+    why: dict[int, str],
+    *,
+    typical_note: str = "",
+    onsets: dict[int, float | None] | None = None,
+    leaks: dict[str, tuple[int, int]] | None = None,
+) -> list[Suspect]:
+    """The directions on the bad connections' paths, scored by how much of the badness
+    they explain (recall) and how little health they would contradict (precision). With
+    ``leaks`` (a loss): a direction out of a switch is believed when that switch dropped
+    packets inside, one out of a GPU when no switch on the bad paths did (its own
+    egress is not counted by any switch)."""
+    leaks = leaks or {}
+    bad_switches = {n for c in bad for n in c.switches()}
+    listed = ", ".join(f"{_describe(obs, c)}: {why[c.id]}" for c in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    lead = f"transport: {len(bad)} connection(s) {fault}: {listed}{more}" + (
+        f" ({typical_note})" if typical_note else ""
+    )
+    first = [onsets.get(c.id) for c in bad] if onsets else []
+    onset = min((t for t in first if t is not None), default=None)
+    out = []
+    for name, recall, precision, through in _ranked_components(
+        bad, everyone, lambda c: c.directions()
+    )[:6]:
+        if name not in obs.directions:
+            continue
+        d = obs.directions[name]
+        evidence = [
+            lead,
+            f"paths: {name} is on {len(through)} of them and on "
+            f"{_healthy_through(name, bad, everyone)} healthy connection(s)",
+        ]
+        factor = 1.0
+        if leaks and d.src in obs.fabric.switches:
+            if d.src in leaks:
+                packets, nbytes = leaks[d.src]
+                evidence.append(
+                    f"counters: {d.src} received {packets:,} packets ({nbytes:,} bytes) more "
+                    "than it sent: dropped at one of its egresses"
+                )
+            else:
+                factor = 0.3
+        elif leaks and bad_switches & set(leaks):
+            factor = 0.3  # a switch on these paths dropped them, not this GPU's egress
+        out.append(
+            Suspect("link", name, fault, 0.85 * recall * precision * factor, evidence, onset)
+        )
+    if leaks and fault == "lossy":
+        out += _beyond_first_hop(obs, bad, leaks, lead, onset)
+    return out
+
+
+def _beyond_first_hop(
+    obs: Observations,
+    bad: Sequence[ConnectionView],
+    leaks: dict[str, tuple[int, int]],
+    lead: str,
+    onset: float | None,
+) -> list[Suspect]:
+    """Paths known to their first switch only: a loss inside that switch is on one of its
+    egresses towards the rest of the fabric, each as likely as the next."""
+    out: list[Suspect] = []
+    firsts = {c.path[1].node for c in bad if len(c.path) >= 2 and not c.full_path}
+    for switch in sorted(firsts & set(leaks)):
+        ups = [
+            d for d in obs.directions.values()
+            if d.src == switch and d.dst in obs.fabric.switches
+        ]  # fmt: skip
+        for d in ups:
+            packets, nbytes = leaks[switch]
+            evidence = [
+                lead,
+                f"counters: {switch} received {packets:,} packets ({nbytes:,} bytes) more than"
+                " it sent: dropped at one of its egresses",
+                f"paths: known to {switch} only: {d.name} is one of its {len(ups)} links on",
+            ]
+            # a loss for certain (retransmissions, and the switch that dropped them), its
+            # egress one of len(ups): above the threshold, ranked below a located one
+            score = 0.9 * (0.55 + 0.45 / len(ups))
+            out.append(Suspect("link", d.name, "lossy", score, evidence, onset))
+    return out
+
+
+def _healthy_through(
+    name: str, bad: Sequence[ConnectionView], everyone: Iterable[ConnectionView]
+) -> int:
+    bad_ids = {c.id for c in bad}
+    return sum(1 for c in everyone if c.id not in bad_ids and name in c.directions())
+
+
+def _ranked_components(
+    bad: Sequence[ConnectionView],
+    everyone: Sequence[ConnectionView],
+    components: object,
+) -> list[tuple[str, float, float, list[ConnectionView]]]:
+    """Components (what ``components(c)`` lists for a connection) ranked by recall over
+    the bad connections, then precision against the healthy ones."""
+    of = components  # a callable: connection -> component names
+    bad_ids = {c.id for c in bad}
+    through: dict[str, list[ConnectionView]] = defaultdict(list)
+    healthy: dict[str, int] = defaultdict(int)
+    for c in everyone:
+        for name in set(of(c)):  # type: ignore[operator]
+            if c.id in bad_ids:
+                through[name].append(c)
+            else:
+                healthy[name] += 1
+    ranked = []
+    for name, cs in through.items():
+        recall = len(cs) / len(bad)
+        precision = len(cs) / (len(cs) + healthy[name])
+        ranked.append((name, recall, precision, cs))
+    ranked.sort(key=lambda x: (-(x[1] * x[2]), -x[1], x[0]))
+    return ranked
+
+
+def _explain_stalls(
+    obs: Observations,
+    bad: Sequence[ConnectionView],
+    everyone: Sequence[ConnectionView],
+    stalled: dict[int, list[tuple[float, float]]],
+) -> list[Suspect]:
+    """Stalled connections: a switch dropping what it forwards to one destination
+    (blackhole: the switch and that destination are on every stalled path, and healthy
+    connections cross the switch to elsewhere), else a direction that carried nothing."""
+    out: list[Suspect] = []
+    onset = min(s[0][0] for s in stalled.values())
+    longest = max(b - a for s in stalled.values() for a, b in s)
+    listed = ", ".join(_describe(obs, c) for c in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    lead = (
+        f"transport: {len(bad)} connection(s) stalled with data outstanding, the longest "
+        f"{longest:.1f} s, from {rel(obs, onset)}: {listed}{more}"
+    )
+    destinations = {c.dst_gpu for c in bad}
+    full = [c for c in bad if c.full_path]
+
+    def pairs(c: ConnectionView) -> list[str]:
+        return [f"{s}|{c.dst_gpu}" for s in c.switches()]
+
+    for name, recall, precision, through in _ranked_components(bad, everyone, pairs)[:3]:
+        switch, destination = name.split("|")
+        others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
+        if len(destinations) != 1 or not full:
+            recall *= 0.7  # only first hops known, or several destinations: less sure
+        score = 0.9 * recall * precision * (1.0 if others else 0.6)
+        evidence = [
+            lead,
+            f"paths: every stalled connection goes to {destination}"
+            + (
+                f" and {len(through)} of {len(bad)} cross {switch}"
+                if recall < 1
+                else f" through {switch}"
+            ),
+            f"paths: {others} healthy connection(s) cross {switch} to other GPUs: it forwards"
+            " everything else",
+        ]
+        out.append(Suspect("switch", switch, "blackhole", score, evidence, onset=onset))
+    for name, recall, precision, through in _ranked_components(
+        bad, everyone, lambda c: c.directions()
+    )[:3]:
+        if name not in obs.directions:
+            continue
+        evidence = [
+            lead,
+            f"paths: {name} is on {len(through)} of the {len(bad)} stalled connections",
+        ]
+        out.append(
+            Suspect("link", obs.directions[name].link_name, "down", 0.6 * recall * precision,
+                    evidence, onset=onset)
+        )  # fmt: skip
+    return out
+
+
+# --- the application layer --------------------------------------------------------------------
+
+
+def stragglers(obs: Observations) -> list[Suspect]:
+    """A rank that entered at least :data:`LATE_OPS` operations late by :data:`LATE_S` or
+    more beyond the operation's typical rank (entry lateness, evidence.entry_lateness)."""
+    by_op: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+    for (config_id, iteration, rank), late in obs.lateness.items():
+        by_op[(config_id, iteration)][rank] = late
+    late_ops: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+    for (config_id, iteration), ranks in by_op.items():
+        if len(ranks) < 3:
+            continue
+        typical = statistics.median(ranks.values())
+        for rank, late in ranks.items():
+            if late - typical >= LATE_S:
+                late_ops[(config_id, rank)].append((iteration, late - typical))
+    starts = {(o.config_id, o.iteration): o.start for o in obs.operations}
+    out = []
+    for (config_id, rank), ops in late_ops.items():
+        if len(ops) < LATE_OPS:
+            continue
+        gpu = obs.gpus_by_rank.get(config_id, {}).get(rank, f"rank {rank}")
+        measured = sum(1 for c, _ in by_op if c == config_id)
+        iterations = sorted(i for i, _ in ops)
+        lateness = statistics.median(x for _, x in ops)
+        evidence = [
+            f"application: {obs.labels[config_id]}: rank {rank} ({gpu}) entered {len(ops)} "
+            f"of {measured} operations (iterations {_ranges(iterations)}) late, by "
+            f"{lateness * 1e3:.0f} ms (median, beyond the emulated latency and the typical "
+            "rank), the others waiting for its first bytes",
+        ]
+        score = min(0.95, 0.6 + 0.07 * len(ops))
+        onset = starts.get((config_id, iterations[0]))
+        out.append(Suspect("gpu", gpu, "straggler", score, evidence, onset=onset))
+    return out
+
+
+def _ranges(values: Sequence[int]) -> str:
+    """``2-4, 7``: consecutive integers as ranges."""
+    parts: list[str] = []
+    for v in values:
+        if parts and parts[-1].split("-")[-1] == str(v - 1):
+            parts[-1] = parts[-1].split("-")[0] + f"-{v}"
+        else:
+            parts.append(str(v))
+    return ", ".join(parts)
+
+
+# --- the controller ---------------------------------------------------------------------------
+
+
+def controller_outage(obs: Observations) -> list[Suspect]:
+    span = obs.span
+    if span is None:
+        return []
+    loads = [
+        e for e in obs.events if e.kind == "log" and "loading app controllers.app" in e.message
+    ]
+    restarts = [e.t for e in loads[1:] if e.t >= span[0] - 1.0]
+    disconnects = [e for e in obs.events if e.kind == "disconnect" and e.t >= span[0]]
+    gaps = _telemetry_gaps(obs)
+    if not restarts and not gaps and not disconnects:
+        return []
+    evidence = []
+    onset = None
+    if gaps:
+        a, b = gaps[0]
+        onset = a
+        evidence.append(
+            f"counters: polling of every switch paused {b - a:.1f} s, from {rel(obs, a)}"
+        )
+    if restarts:
+        evidence.append(
+            f"controller: its process started again at {rel(obs, restarts[0])} (its apps loaded "
+            "again, every switch connected again)"
+        )
+        onset = onset if onset is not None else restarts[0]
+    if disconnects:
+        evidence.append(f"controller: {len(disconnects)} switch disconnect(s)")
+        onset = min(onset or disconnects[0].t, disconnects[0].t)
+    score = 0.95 if restarts or (gaps and disconnects) else 0.6
+    return [Suspect("controller", "controller", "controller outage", score, evidence, onset=onset)]
+
+
+def _telemetry_gaps(obs: Observations) -> list[tuple[float, float]]:
+    """Pauses of at least :data:`TELEMETRY_GAP_S` in the counter polling of every switch
+    at once (the controller polls them; one busy switch pausing is not an outage)."""
+    span = obs.span
+    if span is None or not obs.counters:
+        return []
+    times = sorted({round(r[0], 1) for rows in obs.counters.values() for r in rows})
+    times = [t for t in times if span[0] - 1 <= t <= span[1] + 1]
+    return [(a, b) for a, b in itertools.pairwise(times) if b - a >= TELEMETRY_GAP_S]

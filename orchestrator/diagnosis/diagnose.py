@@ -1,0 +1,144 @@
+"""The diagnosis of one bundle: every detector's suspects merged, reconciled and ranked.
+
+Merging: what several detectors say of the same component and fault adds up (the scores
+combine as independent pieces of evidence, ``1 - prod(1 - s)``), and the evidence chains
+join. Reconciling: a fault explains its own consequences, which are dropped instead of
+competing with it — a switch that went down explains its links' downs, losses and stalls;
+a link that went down explains the stalls and losses on it; a network fault makes the
+ranks behind it enter later, so a straggler is only believed when the network is quiet.
+A run the emulator itself could not carry (its CPU, not a link) says so, and a slowness
+seen only in the transport layer is not blamed on a link then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from orchestrator.diagnosis import detectors
+from orchestrator.diagnosis.evidence import Observations, observe
+from orchestrator.diagnosis.model import Diagnosis, Suspect
+
+Detector = Callable[[Observations], list[Suspect]]
+DETECTORS: Sequence[Detector] = (
+    detectors.port_events,
+    detectors.connection_faults,
+    detectors.stragglers,
+    detectors.controller_outage,
+)
+NETWORK_FAULTS = ("down", "flapping", "slow", "lossy", "blackhole")
+
+
+def diagnose_bundle(path: Path) -> Diagnosis:
+    """Diagnose the bundle at ``path`` (see the module docstring)."""
+    began = time.monotonic()
+    obs = observe(Path(path))
+    diagnosis = diagnose(obs)
+    diagnosis.seconds = time.monotonic() - began
+    return diagnosis
+
+
+def diagnose(obs: Observations) -> Diagnosis:
+    suspects = merge([s for detector in DETECTORS for s in detector(obs)])
+    suspects = reconcile(obs, suspects)
+    notes = []
+    if not obs.operations:
+        notes.append("no timed operation in this bundle: nothing to compare against")
+    if obs.connections and not any(c.full_path for c in obs.connections):
+        notes.append(
+            "paths known to the first hop only: a fault deeper in the fabric is placed by "
+            "the counters and the controller, not by the connections' paths"
+        )
+    if obs.saturated:
+        notes.append(
+            "emulator-bound: the emulator's CPU, not the fabric, limited "
+            + ", ".join(obs.saturated[:3])
+            + "; slowness seen only by the transport layer is not blamed on a link"
+        )
+        for s in suspects:
+            if s.fault == "slow" and all(e.startswith(("transport", "paths")) for e in s.evidence):
+                s.score *= 0.5
+    suspects.sort(key=lambda s: (-s.score, s.component, s.target))
+    return Diagnosis(suspects, notes=notes)
+
+
+def merge(suspects: Sequence[Suspect]) -> list[Suspect]:
+    by_key: dict[tuple[str, str, str], Suspect] = {}
+    for s in suspects:
+        key = (s.component, _canonical(s.target), s.fault)
+        if key not in by_key:
+            by_key[key] = Suspect(
+                s.component, s.target, s.fault, s.score, list(s.evidence), s.onset
+            )
+            continue
+        kept = by_key[key]
+        kept.score = 1 - (1 - kept.score) * (1 - s.score)
+        kept.evidence += [e for e in s.evidence if e not in kept.evidence]
+        if s.onset is not None and (kept.onset is None or s.onset < kept.onset):
+            kept.onset = s.onset
+    return list(by_key.values())
+
+
+def _canonical(target: str) -> str:
+    """A link's name in either order is one link (``A>B`` stays a direction)."""
+    if "-" in target and ">" not in target:
+        a, b = target.split("-", 1)
+        return "-".join(sorted((a, b)))
+    return target
+
+
+def _link_nodes(target: str) -> tuple[str, str] | None:
+    for sep in (">", "-"):
+        if sep in target:
+            a, b = target.split(sep, 1)
+            return a, b
+    return None
+
+
+def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
+    strong = [s for s in suspects if s.score >= 0.8]
+    down_switches = {s.target for s in strong if s.component == "switch" and s.fault == "down"}
+    down_links = {
+        _canonical(s.target)
+        for s in strong
+        if s.component == "link" and s.fault in ("down", "flapping")
+    }
+    kept = []
+    for s in suspects:
+        nodes = _link_nodes(s.target) if s.component == "link" else None
+        if nodes and set(nodes) & down_switches:
+            continue  # a link of a switch that went down: the switch explains it
+        if nodes and _canonical("-".join(nodes)) in down_links and s.score < 0.8:
+            continue  # a link that went down explains its stalls and losses
+        if s.component == "switch" and s.fault == "blackhole" and s.target in down_switches:
+            continue
+        kept.append(s)
+    # Traffic moves off a link or switch that went down onto its neighbours, which then
+    # overflow and retransmit: what begins after a strong down is its consequence.
+    downs = [
+        s for s in kept
+        if s.score >= 0.8 and s.fault in ("down", "flapping") and s.onset is not None
+    ]  # fmt: skip
+    for s in kept:
+        if s in downs or s.fault not in ("lossy", "slow", "blackhole", "down"):
+            continue
+        cause = next((d for d in downs if s.onset is not None and s.onset >= d.onset - 0.5), None)  # type: ignore[operator]
+        if cause is not None:
+            s.score *= 0.5
+            s.evidence.append(
+                f"but it began after {cause.component} {cause.target} went down: traffic "
+                "that moved off it (a consequence, not a fault of its own)"
+            )
+    network = max(
+        (s.score for s in kept if s.fault in NETWORK_FAULTS or s.fault == "controller outage"),
+        default=0.0,
+    )
+    if network >= 0.8:
+        for s in kept:
+            if s.fault == "straggler":
+                s.score *= 0.5
+                s.evidence.append(
+                    "but the network was faulty too: ranks behind a slow path enter later"
+                )
+    return kept

@@ -1,0 +1,338 @@
+"""A bundle's layers read once, lined up on the fabric model, for the detectors.
+
+Everything here is what a monitor records: the operations and steps of every rank, every
+connection's samples, kernel view and path, every switch port's counters, the
+controller's events. The bundle's ``faults`` table (what was injected) is never read:
+the diagnosis has to find the fault, not be told.
+
+Link directions are named ``A>B``. A direction's traffic is counted where a switch can
+count it: at A's transmit counter on its port of the link when A is a switch, else (A is
+a GPU, whose host is not polled) at B's receive counter. A direction between two switches
+is counted at both ends, and the two counts differ by what was lost on the wire.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.results import ResultsBundle
+from orchestrator.results.store import (
+    Configuration,
+    ControllerEvent,
+    IterationRecord,
+    PathHop,
+    StoredConnection,
+)
+from topologies.description import FabricDescription
+from topologies.latency import applied_latency
+from topologies.model import Fabric, Link, LinkKind
+
+FABRIC_FILE = "fabric.json"
+SAMPLE_S = 0.010  # the workers' throughput sample period
+Port = tuple[str, int]  # (switch, model port)
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One direction of a fabric link, with where its traffic is counted."""
+
+    link: Link
+    src: str
+    dst: str
+    capacity_bps: float  # emulated
+    tx_at: Port | None  # src's transmit counter (src a switch)
+    rx_at: Port | None  # dst's receive counter (dst a switch)
+
+    @property
+    def name(self) -> str:
+        return f"{self.src}>{self.dst}"
+
+    @property
+    def link_name(self) -> str:
+        return f"{self.link.a}-{self.link.b}"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What a direction carried between two counter samples."""
+
+    start: float
+    end: float
+    bytes: int
+    packets: int
+
+    @property
+    def bps(self) -> float:
+        return 8 * self.bytes / max(self.end - self.start, 1e-6)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One timed collective operation: when its first rank began and its last ended."""
+
+    config_id: int
+    label: str
+    iteration: int
+    start: float
+    end: float
+    entries: dict[int, float]  # rank -> when it began
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class ConnectionView:
+    """A fabric connection's sender end: its path, samples and kernel view."""
+
+    id: int
+    config_id: int
+    src_rank: int
+    dst_rank: int
+    src_gpu: str
+    dst_gpu: str
+    path: list[PathHop]
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (t, bytes acked)
+    retrans: list[tuple[float, int]] = field(default_factory=list)  # (t, total retrans)
+    rtt: list[tuple[float, int]] = field(default_factory=list)  # (t, smoothed RTT us)
+    unacked: list[tuple[float, int]] = field(default_factory=list)  # (t, segments in flight)
+
+    @property
+    def full_path(self) -> bool:
+        """Whether the path reaches the destination GPU (not only the first hop)."""
+        return bool(self.path) and self.path[-1].node == self.dst_gpu
+
+    def directions(self) -> list[str]:
+        """The link directions its path crosses, ``A>B`` each."""
+        return [f"{a.node}>{b.node}" for a, b in zip(self.path, self.path[1:], strict=False)]
+
+    def switches(self) -> list[str]:
+        return (
+            [h.node for h in self.path[1:-1]] if self.full_path else [h.node for h in self.path[1:]]
+        )
+
+
+@dataclass
+class Observations:
+    """The bundle's layers on the fabric model (see the module docstring)."""
+
+    path: Path
+    description: FabricDescription
+    status: str
+    operations: list[Operation]
+    directions: dict[str, Direction]
+    counters: dict[Port, list[tuple[float, int, int, int, int]]]  # t, rx_b, tx_b, rx_p, tx_p
+    connections: list[ConnectionView]
+    events: list[ControllerEvent]
+    saturated: list[str]  # configurations the run flagged emulator-bound
+    gpus_by_rank: dict[int, dict[int, str]]  # config -> rank -> GPU
+    labels: dict[int, str]  # config -> "all-reduce (ring) 1M, ecmp"
+    # (config, iteration, rank) -> how late its first step's first byte left, in seconds,
+    # beyond the latency the emulation applies before it (see :func:`entry_lateness`)
+    lateness: dict[tuple[int, int, int], float] = field(default_factory=dict)
+
+    @property
+    def fabric(self) -> Fabric:
+        return self.description.fabric
+
+    @property
+    def span(self) -> tuple[float, float] | None:
+        """From the first timed operation's start to the last one's end."""
+        if not self.operations:
+            return None
+        return min(o.start for o in self.operations), max(o.end for o in self.operations)
+
+    def intervals(self, direction: Direction, at: str = "auto") -> list[Interval]:
+        """What ``direction`` carried between consecutive samples of its counter (``at``:
+        ``tx``, ``rx`` or ``auto``: tx where counted, else rx)."""
+        use_tx = direction.tx_at is not None if at == "auto" else at == "tx"
+        port = direction.tx_at if use_tx else direction.rx_at
+        if port is None or port not in self.counters:
+            return []
+        rows = self.counters[port]
+        b, p = (2, 4) if use_tx else (1, 3)
+        return [
+            Interval(r0[0], r1[0], int(r1[b] - r0[b]), int(r1[p] - r0[p]))
+            for r0, r1 in itertools.pairwise(rows)
+        ]
+
+    def counter_at(self, port: Port, t: float) -> tuple[float, int, int, int, int] | None:
+        """The last sample of ``port`` at or before ``t`` (the first one if none is)."""
+        rows = self.counters.get(port)
+        if not rows:
+            return None
+        i = bisect.bisect_right([r[0] for r in rows], t) - 1
+        return rows[max(i, 0)]
+
+
+def direction_map(description: FabricDescription) -> dict[str, Direction]:
+    """Every direction of every fabric link (NVLink excluded: not the network's)."""
+    fabric = description.fabric
+    out = {}
+    for link in fabric.links:
+        if link.kind is LinkKind.NVLINK:
+            continue
+        rate = description.emulated_rate(link)
+        for src, dst in ((link.a, link.b), (link.b, link.a)):
+            tx = (src, link.port_of(src)) if src in fabric.switches else None
+            rx = (dst, link.port_of(dst)) if dst in fabric.switches else None
+            d = Direction(link, src, dst, rate, tx, rx)
+            out[d.name] = d
+    return out
+
+
+def observe(path: Path) -> Observations:
+    """Read the bundle at ``path`` (ResultsError when it is not one)."""
+    with ResultsBundle.open(path) as bundle:
+        description = FabricDescription.read(path / FABRIC_FILE)
+        fabric = description.fabric
+        run = bundle.run
+        configs = bundle.configurations()
+        gpus = [g.name for g in fabric.gpus_by_rank()]
+        labels, gpus_by_rank = {}, {}
+        operations: list[Operation] = []
+        for c in configs:
+            labels[c.id] = f"{c.collective} ({c.algorithm}) {_size(c.size)}, {c.policy}"
+            gpus_by_rank[c.id] = dict(enumerate(gpus[: c.ranks]))
+            operations += _operations(bundle.iterations(c.id), c.id, labels[c.id])
+        counters: dict[Port, list[tuple[float, int, int, int, int]]] = defaultdict(list)
+        for pc in bundle.port_counters():
+            counters[(pc.switch, pc.port)].append(
+                (pc.t, pc.rx_bytes, pc.tx_bytes, pc.rx_packets, pc.tx_packets)
+            )
+        for rows in counters.values():
+            rows.sort()
+        connections = _connections(bundle, fabric, gpus_by_rank)
+        events = bundle.controller_events() if bundle.has_table("controller_events") else []
+        loads = bundle.emulator_loads() if bundle.has_table("emulator_load") else {}
+        saturated = [labels[cid] for cid, load in loads.items() if load.saturated and cid in labels]
+        lateness = entry_lateness(bundle, fabric, configs, gpus)
+        return Observations(
+            lateness=lateness,
+            path=path,
+            description=description,
+            status=run.status,
+            operations=sorted(operations, key=lambda o: o.start),
+            directions=direction_map(description),
+            counters=dict(counters),
+            connections=connections,
+            events=sorted(events, key=lambda e: e.t),
+            saturated=saturated,
+            gpus_by_rank=gpus_by_rank,
+            labels=labels,
+        )
+
+
+def _operations(records: list[IterationRecord], config_id: int, label: str) -> list[Operation]:
+    by_iteration: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for r in records:
+        if not r.warmup and r.start is not None:
+            by_iteration[r.iteration][r.rank] = (r.start, r.time_us / 1e6)
+    out = []
+    for iteration, ranks in sorted(by_iteration.items()):
+        start = min(s for s, _ in ranks.values())
+        end = max(s + d for s, d in ranks.values())
+        entries = {rank: s for rank, (s, _) in ranks.items()}
+        out.append(Operation(config_id, label, iteration, start, end, entries))
+    return out
+
+
+def _connections(
+    bundle: ResultsBundle, fabric: Fabric, gpus_by_rank: dict[int, dict[int, str]]
+) -> list[ConnectionView]:
+    paths = bundle.paths() if bundle.has_table("connection_paths") else {}
+    senders: dict[int, ConnectionView] = {}
+    for c in bundle.connections():
+        if not _is_fabric_sender(c):
+            continue
+        assert c.src_rank is not None and c.dst_rank is not None
+        ranks = gpus_by_rank.get(c.config_id, {})
+        if c.src_rank not in ranks or c.dst_rank not in ranks:
+            continue
+        senders[c.id] = ConnectionView(
+            c.id, c.config_id, c.src_rank, c.dst_rank, ranks[c.src_rank], ranks[c.dst_rank],
+            paths.get(c.id, []),
+        )  # fmt: skip
+    if not senders:
+        return []
+    for cid, t, nbytes in bundle.sql("SELECT connection_id, t, bytes FROM connection_samples"):
+        if cid in senders:
+            senders[cid].samples.append((t, nbytes))
+    if bundle.has_table("tcp_info"):
+        for cid, t, rtt, retrans, unacked in bundle.sql(
+            "SELECT connection_id, t, rtt_us, retrans, unacked FROM tcp_info"
+        ):
+            if cid in senders:
+                senders[cid].retrans.append((t, retrans))
+                senders[cid].rtt.append((t, rtt))
+                senders[cid].unacked.append((t, unacked))
+    for view in senders.values():
+        view.samples.sort()
+        view.retrans.sort()
+        view.rtt.sort()
+        view.unacked.sort()
+    return list(senders.values())
+
+
+def _is_fabric_sender(c: StoredConnection) -> bool:
+    return c.link == "fabric" and c.src_rank is not None and c.rank == c.src_rank
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def median(values: list[float], default: float = 0.0) -> float:
+    return statistics.median(values) if values else default
+
+
+def entry_lateness(
+    bundle: ResultsBundle, fabric: Fabric, configs: list[Configuration], gpus: list[str]
+) -> dict[tuple[int, int, int], float]:
+    """Per timed operation and rank: when the rank's first step sent its first byte,
+    after the step began, minus the latency the emulation waits before those sends (the
+    operation's, and the one-way latency to the step's farthest peer: topologies.latency).
+    What is left is how late the rank entered the operation: a few ms of scheduling and
+    the 10 ms sample period for a rank on time, the delay itself for a straggler (which
+    enters late, before its first step's sends)."""
+    try:
+        applied = applied_latency(fabric, gpus)
+    except ValueError:
+        return {}
+    firsts: dict[tuple[int, int, int], list[float]] = defaultdict(list)
+    for config_id, src, dst, t in bundle.sql(
+        "SELECT c.config_id, c.src_rank, c.dst_rank, s.t FROM connection_samples AS s"
+        " JOIN connections AS c ON c.id = s.connection_id"
+        " WHERE c.rank = c.src_rank AND s.bytes > 0"
+    ):
+        firsts[(config_id, src, dst)].append(t)
+    for times in firsts.values():
+        times.sort()
+    out = {}
+    for c in configs:
+        for step in bundle.steps(c.id):
+            if step.step != 0 or step.warmup or not step.send_peers:
+                continue
+            if step.rank >= len(applied.one_way):
+                continue
+            wait = applied.operation + max(applied.one_way[step.rank][p] for p in step.send_peers)
+            # bytes acknowledged before the wait is over are the previous operation's
+            after = step.start + wait - SAMPLE_S / 2
+            sent = []
+            for peer in step.send_peers:
+                times = firsts.get((c.id, step.rank, peer), [])
+                i = bisect.bisect_left(times, after)
+                if i < len(times) and times[i] <= step.end + SAMPLE_S:
+                    sent.append(times[i])
+            if sent:
+                out[(c.id, step.iteration, step.rank)] = min(sent) - step.start - wait
+    return out

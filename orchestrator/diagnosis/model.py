@@ -1,0 +1,80 @@
+"""What a diagnosis says: healthy, or suspects ranked by score, each with its evidence.
+
+A suspect names a component in the fabric's own names (a link ``A-B``, or ``A>B`` when
+only that direction is affected; a switch; a GPU; ``controller``), the fault it looks like
+and the chain of evidence across the layers that points at it. ``onset`` is when the first
+evidence of it was seen (epoch seconds; None when the evidence has no instant, e.g. a
+counter total): the live alert and the benchmark's detection delay use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+COMPONENTS = ("link", "switch", "gpu", "controller")
+FAULTS = ("down", "flapping", "slow", "lossy", "blackhole", "straggler", "controller outage")
+
+
+@dataclass
+class Suspect:
+    component: str
+    target: str
+    fault: str
+    score: float
+    evidence: list[str] = field(default_factory=list)
+    onset: float | None = None
+
+    def key(self) -> tuple[str, str, str]:
+        return (self.component, self.target, self.fault)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "component": self.component,
+            "target": self.target,
+            "fault": self.fault,
+            "score": round(self.score, 3),
+            "evidence": list(self.evidence),
+            "onset": self.onset,
+        }
+
+
+@dataclass
+class Diagnosis:
+    """``healthy`` when no suspect scored enough; ``notes``: what limits the diagnosis
+    (an emulator-bound run, a bundle without paths or counters)."""
+
+    suspects: list[Suspect]
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    threshold: float = 0.5
+
+    @property
+    def healthy(self) -> bool:
+        return not any(s.score >= self.threshold for s in self.suspects)
+
+    @property
+    def ranked(self) -> list[Suspect]:
+        """The suspects above the threshold, best first."""
+        return [s for s in self.suspects if s.score >= self.threshold]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "suspects": [s.to_dict() for s in self.ranked],
+            "seconds": round(self.seconds, 3),
+            "notes": list(self.notes),
+        }
+
+    def render(self) -> str:
+        lines = []
+        if self.healthy:
+            lines.append("healthy: nothing anomalous in any layer")
+        else:
+            lines.append(f"{len(self.ranked)} suspect(s), most likely first:")
+            for n, s in enumerate(self.ranked, 1):
+                lines.append(f"{n}. {s.component} {s.target}: {s.fault} (score {s.score:.2f})")
+                lines += [f"     {'->' if i else '  '} {e}" for i, e in enumerate(s.evidence)]
+        lines += [f"note: {note}" for note in self.notes]
+        lines.append(f"diagnosed in {self.seconds:.2f} s")
+        return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""Live alerts during ``astral run``: the observations so far, for the live diagnosis.
+
+:func:`live_builder` returns the callable :class:`~orchestrator.diagnosis.live.LiveDiagnosis`
+asks every second: it puts together, in the shapes ``astral diagnose`` reads from a bundle,
+the running launch's connections (their samples, kernel view and planned paths) and
+completed operations, the controller's port counters (its telemetry file) and its events
+(its events file). Only what a monitor sees: the faults the run injects are not read.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.diagnosis.evidence import (
+    ConnectionView,
+    Observations,
+    Operation,
+    direction_map,
+)
+from orchestrator.monitor.live import EVENTS_NAME
+from orchestrator.monitor.record import connection_paths, controller_events
+from orchestrator.testbed.telemetry import Telemetry, parse_line
+from orchestrator.testbed.testbed import Testbed
+from orchestrator.worker.launcher import Launcher
+
+LABEL = "the collective running now"
+
+
+def live_builder(
+    testbed: Testbed, current: Callable[[], Launcher | None], since: float
+) -> Callable[[], Observations | None]:
+    """Observations of the launch ``current()`` returns (None while there is none), and
+    of the counters and events from ``since`` (epoch s) on."""
+    description = testbed.description
+    directions = direction_map(description)
+    gpus = [g.name for g in description.fabric.gpus_by_rank()]
+    follower = CounterFollower(testbed.telemetry_path, since)
+
+    def build() -> Observations | None:
+        launcher = current()
+        if launcher is None:
+            return None
+        view = launcher.live_view()
+        operations = _operations(view.dones, view.warmup)
+        counters = follower.read()
+        ranks = dict(enumerate(gpus[: len(view.dones)]))
+        return Observations(
+            path=testbed.run_dir,
+            description=description,
+            status="running",
+            operations=operations,
+            directions=directions,
+            counters=dict(counters),
+            connections=_connections(testbed, view, ranks),
+            events=controller_events(testbed.run_dir / EVENTS_NAME, since),
+            saturated=[],
+            gpus_by_rank={0: ranks},
+            labels={0: LABEL},
+        )
+
+    return build
+
+
+def _operations(dones: dict[int, dict[int, tuple[float, float]]], warmup: int) -> list[Operation]:
+    by_iteration: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for rank, done in dones.items():
+        for iteration, entry in done.items():
+            if iteration >= warmup:
+                by_iteration[iteration][rank] = entry
+    ranks = len(dones)
+    return [
+        Operation(
+            0,
+            LABEL,
+            i,
+            min(s for s, _ in e.values()),
+            max(s + d for s, d in e.values()),
+            {r: s for r, (s, _) in e.items()},
+        )
+        for i, e in sorted(by_iteration.items())
+        if len(e) == ranks  # only operations every rank has finished
+    ]
+
+
+def _connections(testbed: Testbed, view: Any, ranks: dict[int, str]) -> list[ConnectionView]:
+    fabric_ones = [c for c in view.connections if c.link == "fabric"]
+    chosen = testbed.pinning.chosen if testbed.pinning is not None else {}
+    paths = {
+        id(c): hops for c, hops in connection_paths(testbed.description.fabric, fabric_ones, chosen)
+    }
+    views = {}
+    for n, c in enumerate(fabric_ones, 1):
+        if c.src in ranks and c.dst in ranks:
+            views[c.five_tuple] = ConnectionView(
+                n, 0, c.src, c.dst, ranks[c.src], ranks[c.dst], paths.get(id(c), [])
+            )
+    for s in view.samples:
+        v = views.get(s.connection.five_tuple)
+        if v is not None and s.rank == s.connection.src:
+            v.samples.append((s.t, s.bytes))
+    for r in view.tcp_info:
+        v = views.get(r.connection.five_tuple)
+        if v is not None:
+            v.retrans.append((r.t, r.view.retrans))
+            v.rtt.append((r.t, r.view.rtt_us))
+            v.unacked.append((r.t, r.view.unacked))
+    for v in views.values():
+        v.samples.sort()
+        v.retrans.sort()
+        v.rtt.sort()
+        v.unacked.sort()
+    return list(views.values())
+
+
+Rows = dict[tuple[str, int], list[tuple[float, int, int, int, int]]]
+
+
+class CounterFollower:
+    """The controller's counter file read as it grows: each call parses only the lines
+    written since the last (a rotated file starts over), and returns every port's samples
+    from ``since`` on, as :class:`~orchestrator.diagnosis.evidence.Observations` holds them."""
+
+    def __init__(self, path: Path | None, since: float) -> None:
+        self.path = path
+        self.since = since
+        self.offset = 0
+        self.telemetry = Telemetry()
+        self.rows: Rows = defaultdict(list)
+        self._rounds = 0
+
+    def read(self) -> Rows:
+        if self.path is None or not self.path.exists():
+            return dict(self.rows)
+        size = self.path.stat().st_size
+        if size < self.offset:  # rotated: the new file from its start
+            self.offset = 0
+        with open(self.path, "rb") as src:
+            src.seek(self.offset)
+            data = src.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.decode("utf-8", "replace").splitlines():
+            parse_line(self.telemetry, line)
+        for stats in self.telemetry.rounds[self._rounds :]:
+            for switch in stats.switches.values():
+                if switch.t <= self.since:
+                    continue
+                for port in switch.ports:
+                    self.rows[(switch.name, port.port)].append(
+                        (switch.t, port.rx_bytes, port.tx_bytes, port.rx_packets, port.tx_packets)
+                    )
+        self._rounds = len(self.telemetry.rounds)
+        return {k: list(v) for k, v in self.rows.items()}
