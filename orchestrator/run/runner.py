@@ -109,6 +109,7 @@ from orchestrator.run.experiment import (
     ConfigurationStep,
     ExperimentSpec,
 )
+from orchestrator.run.interrupts import noted_interrupts
 from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
 from orchestrator.testbed.cpuload import CpuSampler, host_intervals
 from orchestrator.testbed.faults import Stragglers, injector_on
@@ -445,6 +446,7 @@ class Runner:
         # the experiment's faults on their schedule (None: it has none)
         self.faults: FaultScheduler | None = None
         self.live: LiveDiagnosis | None = None
+        self.interrupted: Callable[[], bool] = lambda: False  # a Ctrl-C noted (run())
         self.current_launcher: Launcher | None = None  # the launch running (live diagnosis)
         self.stragglers: Stragglers | None = None
         self.fault_outcomes: list[FaultOutcome] = []
@@ -482,7 +484,14 @@ class Runner:
     def run(self, testbed: Testbed | None = None) -> RunOutcome:
         """Run the experiment; on a testbed given (already up, e.g. the pytest plugin's) or
         on one brought up here and torn down at the end. Raises AstralError for what stops
-        a run before it starts (refused load, a fabric that does not come up)."""
+        a run before it starts (refused load, a fabric that does not come up). A Ctrl-C
+        is noted as well as raised, so that the launcher stops on one whose
+        KeyboardInterrupt got lost (orchestrator.run.interrupts)."""
+        with noted_interrupts() as interrupted:
+            self.interrupted = interrupted
+            return self._run(testbed)
+
+    def _run(self, testbed: Testbed | None) -> RunOutcome:
         spec = self.spec
         outcome = RunOutcome(spec)
         began = time.monotonic()
@@ -803,6 +812,7 @@ class Runner:
             [(collective.op, collective.algorithm)],
             host_ports=self.spec.host_ports,
         )
+        launcher.interrupted = self.interrupted
         if self.faults is not None:
             launcher.on_batch = self.faults.batch_started
         try:

@@ -236,6 +236,9 @@ class Launcher:
         self.on_batch: Callable[[float, bool], None] | None = None
         self._send_lock = threading.Lock()  # set_late may come from another thread
         self._live_connections: list[ConnectionInfo] = []
+        # asked while waiting for the workers: True stops the wait with KeyboardInterrupt
+        # (a Ctrl-C the runner noted, whose own KeyboardInterrupt may have been lost)
+        self.interrupted: Callable[[], bool] | None = None
 
     def live_view(self) -> LiveView:
         """What the running batch has produced so far, copied for another thread (the live
@@ -654,6 +657,8 @@ class Launcher:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._pump(0.05)
+            if self.interrupted is not None and self.interrupted():
+                raise KeyboardInterrupt
             missing = [r for r in self._ranks.values() if not arrived(r)]
             if not missing:
                 return

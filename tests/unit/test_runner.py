@@ -10,8 +10,10 @@ runner does with results (records, tables, the bundle, failures) runs for real.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import json
 import math
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -513,6 +515,31 @@ def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
     summary = json.loads((tmp_path / "bundle" / "summary.json").read_text())
     assert summary["run"]["status"] == "interrupted"
     assert not list((tmp_path / "run").glob("w*/workers.sock"))  # the launcher closed
+
+
+def test_a_ctrl_c_whose_keyboardinterrupt_got_lost_still_stops_the_run(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    """A KeyboardInterrupt raised inside a finalizer is "ignored" by Python: here the
+    run's SIGINT handler runs in another thread (its exception stays there), so only its
+    note reaches the run, which must stop on it all the same."""
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"], iterations=10**6)
+
+    def lost_ctrl_c() -> None:
+        handler = signal.getsignal(signal.SIGINT)
+        assert callable(handler)
+        with contextlib.suppress(KeyboardInterrupt):
+            handler(signal.SIGINT, None)
+
+    timer = threading.Timer(3.0, lost_ctrl_c)
+    timer.start()
+    try:
+        outcome, bed, _ = run(spec, tmp_path, description)
+    finally:
+        timer.cancel()
+    assert outcome.status == "interrupted" and outcome.exit_status == 130
+    assert all(process.poll() is not None for process in bed.spawned)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
 
 
 def test_ctrl_c_while_the_workers_start_stops_them_too(
