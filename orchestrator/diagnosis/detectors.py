@@ -411,6 +411,7 @@ def _explain_stalls(
     )
     destinations = {c.dst_gpu for c in bad}
     full = [c for c in bad if c.full_path]
+    leaks = switch_leaks(obs)
 
     def pairs(c: ConnectionView) -> list[str]:
         return [f"{s}|{c.dst_gpu}" for s in c.switches()]
@@ -420,7 +421,9 @@ def _explain_stalls(
         others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
         if len(destinations) != 1 or not full:
             recall *= 0.7  # only first hops known, or several destinations: less sure
-        score = 0.9 * recall * precision * (1.0 if others else 0.6)
+        # the switch that drops them received them and sent nothing on: it leaks
+        leak = leaks.get(switch)
+        score = 0.9 * recall * precision * (1.0 if others else 0.6) * (1.0 if leak else 0.6)
         evidence = [
             lead,
             f"paths: every stalled connection goes to {destination}"
@@ -432,6 +435,11 @@ def _explain_stalls(
             f"paths: {others} healthy connection(s) cross {switch} to other GPUs: it forwards"
             " everything else",
         ]
+        if leak:
+            evidence.append(
+                f"counters: {switch} received {leak[0]:,} packets ({leak[1]:,} bytes) more "
+                "than it sent: it dropped them"
+            )
         out.append(Suspect("switch", switch, "blackhole", score, evidence, onset=onset))
     for name, recall, precision, through in _ranked_components(
         bad, everyone, lambda c: c.directions()
@@ -443,7 +451,7 @@ def _explain_stalls(
             f"paths: {name} is on {len(through)} of the {len(bad)} stalled connections",
         ]
         out.append(
-            Suspect("link", obs.directions[name].link_name, "down", 0.6 * recall * precision,
+            Suspect("link", obs.directions[name].link_name, "down", 0.5 * recall * precision,
                     evidence, onset=onset)
         )  # fmt: skip
     return out
@@ -454,7 +462,9 @@ def _explain_stalls(
 
 def stragglers(obs: Observations) -> list[Suspect]:
     """A rank that entered at least :data:`LATE_OPS` operations late by :data:`LATE_S` or
-    more beyond the operation's typical rank (entry lateness, evidence.entry_lateness)."""
+    more beyond the operation's typical rank (entry lateness, evidence.entry_lateness),
+    alone each time, and by about the same amount (a straggler's delay is its own and the
+    same every operation; a busy machine delays several ranks, by varying amounts)."""
     by_op: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
     for (config_id, iteration, rank), late in obs.lateness.items():
         by_op[(config_id, iteration)][rank] = late
@@ -463,14 +473,18 @@ def stragglers(obs: Observations) -> list[Suspect]:
         if len(ranks) < 3:
             continue
         typical = statistics.median(ranks.values())
-        for rank, late in ranks.items():
-            if late - typical >= LATE_S:
-                late_ops[(config_id, rank)].append((iteration, late - typical))
+        behind = [
+            (rank, late - typical) for rank, late in ranks.items() if late - typical >= LATE_S
+        ]
+        if len(behind) == 1:  # several ranks late at once: the machine, not one GPU
+            rank, excess = behind[0]
+            late_ops[(config_id, rank)].append((iteration, excess))
     starts = {(o.config_id, o.iteration): o.start for o in obs.operations}
     out = []
     for (config_id, rank), ops in late_ops.items():
-        if len(ops) < LATE_OPS:
-            continue
+        excesses = sorted(x for _, x in ops)
+        if len(ops) < LATE_OPS or excesses[-1] > 2.5 * excesses[len(excesses) // 4]:
+            continue  # too few, or too uneven for one delay that every operation pays
         gpu = obs.gpus_by_rank.get(config_id, {}).get(rank, f"rank {rank}")
         measured = sum(1 for c, _ in by_op if c == config_id)
         iterations = sorted(i for i, _ in ops)

@@ -1,0 +1,250 @@
+"""The diagnosis' reasoning on observations shaped as the monitor records them.
+
+Each case builds the layers a fault leaves behind (port-status events, counters, a
+connection's samples and kernel view, entry lateness) on astral-small's fabric model, with
+the magnitudes measured on real runs (docs/diagnosis.md), and checks what the detectors
+conclude; the end-to-end runs with real faults are in tests/integration/test_diagnosis.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.diagnosis import diagnose
+from orchestrator.diagnosis.evidence import (
+    ConnectionView,
+    Observations,
+    Operation,
+    direction_map,
+)
+from orchestrator.results.store import ControllerEvent, PathHop
+from tests.helpers import preset_description
+from topologies.description import FabricDescription
+
+T0 = 1_000_000.0  # the first timed operation's start
+GPUS = ["p0s0g0", "p0s0g1", "p0s1g0", "p0s1g1", "p1s0g0", "p1s0g1", "p1s1g0", "p1s1g1"]
+
+
+@pytest.fixture(scope="module")
+def astral() -> FabricDescription:
+    return preset_description("astral-small")
+
+
+def observations(description: FabricDescription, **layers: object) -> Observations:
+    """Twenty 1 s operations from T0 and whatever layers the case gives."""
+    operations = [
+        Operation(1, "all-reduce (ring) 1M, ecmp", i, T0 + i, T0 + i + 1.0, {}) for i in range(20)
+    ]
+    base: dict[str, object] = {
+        "path": Path("bundle"),
+        "description": description,
+        "status": "ok",
+        "operations": operations,
+        "directions": direction_map(description),
+        "counters": {},
+        "connections": [],
+        "events": [],
+        "saturated": [],
+        "gpus_by_rank": {1: dict(enumerate(GPUS))},
+        "labels": {1: "all-reduce (ring) 1M, ecmp"},
+    }
+    base.update(layers)
+    return Observations(**base)  # type: ignore[arg-type]
+
+
+def event(
+    t: float, kind: str, switch: str | None = None, port: int | None = None
+) -> ControllerEvent:
+    return ControllerEvent(T0 + t, kind, switch, port, "INFO", f"{switch} port {port} {kind}")
+
+
+def path(*nodes: str) -> list[PathHop]:
+    return [PathHop(i, n, None, None, "traced") for i, n in enumerate(nodes)]
+
+
+def connection(
+    cid: int,
+    src: int,
+    dst: int,
+    hops: list[PathHop],
+    *,
+    stall: tuple[float, float] | None = None,
+    retrans: int = 0,
+) -> ConnectionView:
+    """A sender that moves bytes every 10 ms for 20 s (none during ``stall``, with data
+    outstanding then), retransmitting ``retrans`` segments in all from t = 5 s."""
+    c = ConnectionView(cid, 1, src, dst, GPUS[src], GPUS[dst], hops)
+    for k in range(2000):
+        t = k * 0.01
+        stalled = stall is not None and stall[0] <= t < stall[1]
+        c.samples.append((T0 + t, 0 if stalled else 12_000))
+        if k % 6 == 0:
+            c.unacked.append((T0 + t, 30 if stalled else 0))
+            c.rtt.append((T0 + t, 9_000))
+            c.retrans.append((T0 + t, retrans if t >= 5 else 0))
+    return c
+
+
+def counters(
+    leaks: dict[str, int], switches: list[str]
+) -> dict[tuple[str, int], list[tuple[float, int, int, int, int]]]:
+    """Port 1 of each switch polled every 0.5 s, receiving 10,000 packets over the run and
+    sending as many less the switch's leak (a drop inside it)."""
+    out = {}
+    for s in switches:
+        lost = leaks.get(s, 0)
+        rows = []
+        for k in range(45):
+            share = min(1.0, max(0.0, (k * 0.5 - 1) / 20))
+            rx, tx = round(10_000 * share), round((10_000 - lost) * share)
+            rows.append((T0 - 1 + k * 0.5, rx * 1500, tx * 1500, rx, tx))
+        out[(s, 1)] = rows
+    return out
+
+
+def top(obs: Observations) -> tuple[str, str, str]:
+    diagnosis = diagnose(obs)
+    assert not diagnosis.healthy, diagnosis.render()
+    return diagnosis.ranked[0].key()
+
+
+def test_nothing_anomalous_is_healthy(astral: FabricDescription) -> None:
+    ring = [
+        connection(i, i, (i + 1) % 8, path(GPUS[i], "p0r0t0", GPUS[(i + 1) % 8])) for i in range(8)
+    ]
+    diagnosis = diagnose(observations(astral, connections=ring, counters=counters({}, ["p0r0t0"])))
+    assert diagnosis.healthy and diagnosis.to_dict()["suspects"] == []
+
+
+def test_a_port_down_then_up_is_that_link_down_and_several_are_a_flap(
+    astral: FabricDescription,
+) -> None:
+    down = [event(3.0, "port-down", "p1r0t1", 1), event(9.0, "port-up", "p1r0t1", 1)]
+    assert top(observations(astral, events=down)) == ("link", "p1s0g0-p1r0t1", "down")
+    (link,) = [x for x in astral.fabric.links if {x.a, x.b} == {"p0r0t0", "p0r0a1"}]
+    flaps = [
+        event(3.0 + 2 * k + dt, kind, switch, link.port_of(switch))
+        for k in range(3)
+        for dt, kind in ((0.0, "port-down"), (1.0, "port-up"))
+        for switch in ("p0r0t0", "p0r0a1")  # both ends report it
+    ]
+    suspect = diagnose(observations(astral, events=flaps)).ranked[0]
+    assert suspect.key()[2] == "flapping" and set(suspect.target.split("-")) == {"p0r0t0", "p0r0a1"}
+
+
+def test_every_link_of_a_switch_down_together_is_the_switch_not_its_links(
+    astral: FabricDescription,
+) -> None:
+    fabric = astral.fabric
+    events = []
+    for n, link in enumerate(fabric.links_of("p1r1t0")):
+        other = link.other("p1r1t0")
+        events.append(event(3.0 + 0.01 * n, "port-down", "p1r1t0", link.port_of("p1r1t0")))
+        if other in fabric.switches:
+            events.append(event(3.0 + 0.01 * n, "port-down", other, link.port_of(other)))
+    diagnosis = diagnose(observations(astral, events=events))
+    assert [s.key() for s in diagnosis.ranked] == [("switch", "p1r1t0", "down")]
+
+
+def test_retransmissions_through_a_switch_that_dropped_packets_blame_its_egress(
+    astral: FabricDescription,
+) -> None:
+    lossy_path = path("p0s0g1", "p0r1t1", "p0r1a0", "p0r1t0", "p0s1g0")
+    healthy_path = path("p0s1g1", "p0r1t1", "p0r1a1", "p0r1t0", "p0s0g0")
+    conns = [
+        connection(1, 1, 2, lossy_path, retrans=71),
+        connection(2, 3, 0, healthy_path),
+        connection(3, 4, 5, path("p1s0g0", "p1r0t0", "p1s0g1")),
+    ]
+    switches = ["p0r1t1", "p0r1a0", "p0r1a1", "p0r1t0"]
+    obs = observations(astral, connections=conns, counters=counters({"p0r1t1": 20}, switches))
+    assert top(obs) == ("link", "p0r1t1>p0r1a0", "lossy")
+    # the same loss seen with first hops only: one of the leaking switch's uplinks
+    conns[0].path = path("p0s0g1", "p0r1t1")
+    ranked = diagnose(obs).ranked
+    assert {s.target for s in ranked[:2]} == {"p0r1t1>p0r1a0", "p0r1t1>p0r1a1"}
+    # retransmissions but no switch dropped anything: the sender's own NIC egress
+    obs = observations(astral, connections=conns, counters=counters({}, switches))
+    assert top(obs) == ("link", "p0s0g1>p0r1t1", "lossy")
+
+
+def test_connections_stalled_to_one_gpu_through_one_switch_are_its_blackhole(
+    astral: FabricDescription,
+) -> None:
+    stall = (3.0, 9.0)
+    conns = [
+        connection(
+            1,
+            3,
+            4,
+            path("p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+            stall=stall,
+        ),
+        connection(
+            2,
+            2,
+            4,
+            path("p0s1g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+            stall=stall,
+        ),
+        connection(3, 5, 6, path("p1s0g1", "p1r1t0", "p1r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")),
+        connection(4, 7, 4, path("p1s1g1", "p1r1t1", "p1r1a1", "c2", "p1r0a1", "p1r0t1", "p1s0g0")),
+    ]
+    ranked = diagnose(observations(astral, connections=conns)).ranked
+    # c0, p1r0a0 and p1r0t0 are on both stalled paths and forward healthy traffic
+    # elsewhere: by the paths alone they cannot be told apart
+    assert {s.key() for s in ranked[:3]} == {
+        ("switch", name, "blackhole") for name in ("c0", "p1r0a0", "p1r0t0")
+    }
+    # the one that dropped them received them and sent nothing on: its counters leak
+    switches = ["c0", "p1r0a0", "p1r0t0"]
+    obs = observations(astral, connections=conns, counters=counters({"p1r0a0": 300}, switches))
+    suspect = diagnose(obs).ranked[0]
+    assert suspect.key() == ("switch", "p1r0a0", "blackhole")
+    assert suspect.onset == pytest.approx(T0 + 3.0, abs=0.02)
+
+
+def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
+    astral: FabricDescription,
+) -> None:
+    lateness = {(1, i, r): 0.005 + 0.001 * ((i * 7 + r) % 9) for i in range(20) for r in range(8)}
+    assert diagnose(observations(astral, lateness=dict(lateness))).healthy
+    for i in range(6, 10):
+        lateness[(1, i, 5)] = 0.046
+    suspect = diagnose(observations(astral, lateness=lateness)).ranked[0]
+    assert suspect.key() == ("gpu", "p1s0g1", "straggler")
+    assert suspect.onset == T0 + 6 and "iterations 6-9" in suspect.evidence[0]
+
+
+def test_a_controller_that_started_again_is_an_outage(astral: FabricDescription) -> None:
+    loads = [
+        ControllerEvent(T0 + t, "log", None, None, "INFO", "loading app controllers.app")
+        for t in (-5.0, 9.5)
+    ]
+    assert top(observations(astral, events=loads)) == (
+        "controller",
+        "controller",
+        "controller outage",
+    )
+    assert diagnose(observations(astral, events=loads[:1])).healthy  # its start before the run
+
+
+def test_what_follows_a_switch_going_down_is_its_consequence(astral: FabricDescription) -> None:
+    fabric = astral.fabric
+    events = [
+        event(3.0, "port-down", "p1r1t0", link.port_of("p1r1t0"))
+        for link in fabric.links_of("p1r1t0")
+    ]
+    conns = [
+        connection(1, 5, 6, path("p1s0g1", "p1r1t1", "p1r1a0", "p1r1t1", "p1s1g0"), retrans=80),
+        connection(2, 0, 1, path("p0s0g0", "p0r0t0", "p0s0g1")),
+    ]
+    for c in conns:  # the retransmissions begin when the switch goes down
+        c.retrans = [(t, r if t >= T0 + 3.2 else 0) for t, r in c.retrans]
+    obs = observations(
+        astral, events=events, connections=conns, counters=counters({"p1r1t1": 60}, ["p1r1t1"])
+    )
+    diagnosis = diagnose(obs)
+    assert [s.key() for s in diagnosis.ranked] == [("switch", "p1r1t0", "down")]
