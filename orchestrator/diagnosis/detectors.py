@@ -38,6 +38,7 @@ SWITCH_SHARE = 0.75  # of a switch's links down together: the switch is down
 SWITCH_WINDOW_S = 1.0
 LEAK_MIN_PACKETS = 8  # a switch receiving this many more packets than it sent dropped them
 LEAK_MIN_BYTES = 16_000
+QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
 STALL_S = 0.6  # no byte acknowledged for this long with data outstanding
 RETRANS_MIN = 20  # segments: below this a connection retransmitted as healthy ones do
 RETRANS_FACTOR = 4.0  # x the median connection's
@@ -169,6 +170,39 @@ def switch_leaks(obs: Observations) -> dict[str, tuple[int, int]]:
     return out
 
 
+def switch_queues(obs: Observations) -> dict[str, int]:
+    """Switches holding a queue through the run: bytes received and not yet sent (the sum
+    over its ports of receive minus transmit counters, from the run's start), at its 90th
+    percentile over the counter samples. A port shaped below what its senders offer
+    queues their bytes at this switch's egress; a healthy switch holds only what is in
+    flight through it (under 6 KB measured at 12 Mbit/s ports)."""
+    span = obs.span
+    if span is None:
+        return {}
+    rounds: dict[str, dict[float, list[tuple[float, int, int, int, int]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for (switch, _), rows in obs.counters.items():
+        for row in rows:
+            if span[0] - 1.0 <= row[0] <= span[1] + 1.0:
+                rounds[switch][row[0]].append(row)
+    out = {}
+    for switch, by_t in rounds.items():
+        ports = max(len(rows) for rows in by_t.values())
+        held = [
+            sum(r[1] for r in rows) - sum(r[2] for r in rows)
+            for _, rows in sorted(by_t.items())
+            if len(rows) == ports
+        ]
+        if len(held) < 4:
+            continue
+        levels = sorted(h - held[0] for h in held)
+        p90 = levels[int(0.9 * (len(levels) - 1))]
+        if p90 >= QUEUE_MIN_BYTES:
+            out[switch] = p90
+    return out
+
+
 # --- the transport layer ----------------------------------------------------------------------
 
 
@@ -262,7 +296,10 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     if slow:
         why = {i: f"RTT x{rises[i][0]:.1f} its healthy level" for i in slow}
         onsets = {i: rises[i][1] for i in slow}
-        out += _explain(obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets)
+        out += _explain(
+            obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets,
+            queues=switch_queues(obs),
+        )  # fmt: skip
     return out
 
 
@@ -280,6 +317,7 @@ def _explain(
     typical_note: str = "",
     onsets: dict[int, float | None] | None = None,
     leaks: dict[str, tuple[int, int]] | None = None,
+    queues: dict[str, int] | None = None,
 ) -> list[Suspect]:
     """The directions on the bad connections' paths, scored by how much of the badness
     they explain (recall) and how little health they would contradict (precision). With
@@ -308,6 +346,19 @@ def _explain(
             f"{_healthy_through(name, bad, everyone)} healthy connection(s)",
         ]
         factor = 1.0
+        if queues is not None:  # a slow direction: where do its bytes wait?
+            if d.src in queues:
+                evidence.append(
+                    f"counters: {d.src} held {queues[d.src]:,} bytes received and not yet "
+                    "sent through the run: the queue of a port slower than its senders"
+                )
+            elif d.src in obs.fabric.switches or bad_switches & set(queues):
+                factor = 0.35
+            else:
+                evidence.append(
+                    "counters: no switch on these paths held a queue: the bytes waited at "
+                    f"{d.src}'s own egress"
+                )
         if leaks and d.src in obs.fabric.switches:
             if d.src in leaks:
                 packets, nbytes = leaks[d.src]
