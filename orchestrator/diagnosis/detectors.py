@@ -44,8 +44,9 @@ RETRANS_MIN = 20  # segments: below this a connection retransmitted as healthy o
 RETRANS_FACTOR = 4.0  # x the median connection's
 RTT_FACTOR = 3.0  # x the connection's own healthy (10th percentile) RTT, sustained
 RTT_SUSTAIN_S = 0.5
+GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
 LATE_S = 0.020  # entry lateness beyond the typical rank's: healthy ranks stay within 18 ms
-LATE_OPS = 3  # operations a straggler must be late in
+LATE_OPS = 2  # operations a straggler must be late in (two: consecutive ones)
 TELEMETRY_GAP_S = 2.0
 
 
@@ -281,6 +282,12 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     rises = {c.id: rtt_rise(c) for c in conns}
     slow = {cid for cid, (x, _) in rises.items() if x >= RTT_FACTOR} - set(stalled) - lossy
     by_id = {c.id: c for c in conns}
+    # most connections at once: the machine (a busy neighbour, the emulator's CPU) or the
+    # whole fabric's load, not one component; no link is blamed for it
+    most = GLOBAL_SHARE * len(conns)
+    stalled = stalled if len(stalled) <= most else {}
+    lossy = lossy if len(lossy) <= most else set()
+    slow = slow if len(slow) <= most else set()
     out: list[Suspect] = []
     if stalled:
         out += _explain_stalls(obs, [by_id[i] for i in stalled], conns, stalled)
@@ -512,8 +519,9 @@ def _explain_stalls(
 
 
 def stragglers(obs: Observations) -> list[Suspect]:
-    """A rank that entered at least :data:`LATE_OPS` operations late by :data:`LATE_S` or
-    more beyond the operation's typical rank (entry lateness, evidence.entry_lateness),
+    """A rank that entered at least :data:`LATE_OPS` operations (two: back to back) late
+    by :data:`LATE_S` or more beyond the operation's typical rank (entry lateness,
+    evidence.entry_lateness),
     alone each time, and by about the same amount (a straggler's delay is its own and the
     same every operation; a busy machine delays several ranks, by varying amounts)."""
     by_op: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
@@ -536,6 +544,9 @@ def stragglers(obs: Observations) -> list[Suspect]:
         excesses = sorted(x for _, x in ops)
         if len(ops) < LATE_OPS or excesses[-1] > 2.5 * excesses[len(excesses) // 4]:
             continue  # too few, or too uneven for one delay that every operation pays
+        iterations = sorted(i for i, _ in ops)
+        if len(ops) < 3 and iterations[-1] - iterations[0] != len(ops) - 1:
+            continue  # two late operations count only back to back
         gpu = obs.gpus_by_rank.get(config_id, {}).get(rank, f"rank {rank}")
         measured = sum(1 for c, _ in by_op if c == config_id)
         iterations = sorted(i for i, _ in ops)

@@ -9,12 +9,14 @@ completed operations, the controller's port counters (its telemetry file) and it
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnosis.evidence import (
+    SAMPLE_S,
     ConnectionView,
     Observations,
     Operation,
@@ -24,7 +26,8 @@ from orchestrator.monitor.live import EVENTS_NAME
 from orchestrator.monitor.record import connection_paths, controller_events
 from orchestrator.testbed.telemetry import Telemetry, parse_line
 from orchestrator.testbed.testbed import Testbed
-from orchestrator.worker.launcher import Launcher
+from orchestrator.worker.launcher import Launcher, LiveView
+from topologies.latency import AppliedLatency, applied_latency
 
 LABEL = "the collective running now"
 
@@ -38,6 +41,10 @@ def live_builder(
     directions = direction_map(description)
     gpus = [g.name for g in description.fabric.gpus_by_rank()]
     follower = CounterFollower(testbed.telemetry_path, since)
+    try:
+        latency: AppliedLatency | None = applied_latency(description.fabric, gpus)
+    except ValueError:
+        latency = None
 
     def build() -> Observations | None:
         launcher = current()
@@ -59,17 +66,21 @@ def live_builder(
             saturated=[],
             gpus_by_rank={0: ranks},
             labels={0: LABEL},
+            lateness=_lateness(view, latency, len(ranks)),
         )
 
     return build
 
 
-def _operations(dones: dict[int, dict[int, tuple[float, float]]], warmup: int) -> list[Operation]:
+Dones = dict[int, dict[int, tuple[float, float, float | None]]]
+
+
+def _operations(dones: Dones, warmup: int) -> list[Operation]:
     by_iteration: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
     for rank, done in dones.items():
-        for iteration, entry in done.items():
+        for iteration, (start, seconds, _) in done.items():
             if iteration >= warmup:
-                by_iteration[iteration][rank] = entry
+                by_iteration[iteration][rank] = (start, seconds)
     ranks = len(dones)
     return [
         Operation(
@@ -154,3 +165,37 @@ class CounterFollower:
                     )
         self._rounds = len(self.telemetry.rounds)
         return {k: list(v) for k, v in self.rows.items()}
+
+
+def _lateness(
+    view: LiveView, latency: AppliedLatency | None, ranks: int
+) -> dict[tuple[int, int, int], float]:
+    """Entry lateness (orchestrator.diagnosis.evidence.entry_lateness) from a running
+    launch: the first byte a rank's first step sent, after the latency waited before it.
+    The plan's step 0 peers are not at hand here: of the rank's outgoing connections, the
+    one that sent first after its own latency (the step's peer) counts."""
+    if latency is None or ranks > len(latency.one_way):
+        return {}
+    firsts: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for s in view.samples:
+        c = s.connection
+        if s.rank == c.src and s.bytes > 0:
+            firsts[(c.src, c.dst)].append(s.t)
+    for times in firsts.values():
+        times.sort()
+    out = {}
+    for rank, done in view.dones.items():
+        peers = [dst for (src, dst) in firsts if src == rank]
+        for iteration, (_, _, step0) in done.items():
+            if iteration < view.warmup or step0 is None:
+                continue
+            late = []
+            for peer in peers:
+                wait = latency.operation + latency.one_way[rank][peer]
+                times = firsts[(rank, peer)]
+                i = bisect.bisect_left(times, step0 + wait - SAMPLE_S / 2)
+                if i < len(times):
+                    late.append(times[i] - step0 - wait)
+            if late:
+                out[(0, iteration, rank)] = min(late)
+    return out

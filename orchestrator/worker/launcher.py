@@ -189,7 +189,8 @@ class LiveView:
     connections: list[ConnectionInfo]
     samples: list[ThroughputSample]
     tcp_info: list[TcpInfoRecord]
-    dones: dict[int, dict[int, tuple[float, float]]]  # rank -> iteration -> (start, s)
+    # rank -> iteration -> (start, seconds, when its first step began or None)
+    dones: dict[int, dict[int, tuple[float, float, float | None]]]
     warmup: int
 
 
@@ -243,12 +244,13 @@ class Launcher:
     def live_view(self) -> LiveView:
         """What the running batch has produced so far, copied for another thread (the live
         diagnosis): the connections, their samples and kernel view, every rank's
-        completed operations (iteration -> (start, seconds)) and how many are warm-ups."""
+        completed operations (iteration -> (start, seconds, first step's start)) and how
+        many are warm-ups."""
         for _ in range(3):  # a dict the main thread grows while it is copied: try again
             try:
                 dones = {
                     r: {
-                        i: (float(m["start"]), float(m["time_us"]) / 1e6)
+                        i: (float(m["start"]), float(m["time_us"]) / 1e6, _first_step(m))
                         for i, m in dict(rank.dones).items()
                     }
                     for r, rank in list(self._ranks.items())
@@ -839,6 +841,12 @@ class Launcher:
             if tail:
                 detail += f" (log: ...{tail.splitlines()[-1]})"
         return detail
+
+
+def _first_step(done: Message) -> float | None:
+    """When step 0 of a ``done`` message's operation began (its phases' first entry)."""
+    starts = [float(p[2]) for p in done.get("phases", ()) if int(p[1]) == 0]
+    return min(starts) if starts else None
 
 
 def _send_all(sock: socket.socket, data: bytes, timeout: float) -> None:
