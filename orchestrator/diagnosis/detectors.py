@@ -284,10 +284,8 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     by_id = {c.id: c for c in conns}
     # most connections at once: the machine (a busy neighbour, the emulator's CPU) or the
     # whole fabric's load, not one component; no link is blamed for it
-    most = GLOBAL_SHARE * len(conns)
-    stalled = stalled if len(stalled) <= most else {}
-    lossy = lossy if len(lossy) <= most else set()
-    slow = slow if len(slow) <= most else set()
+    if len(set(stalled) | lossy | slow) > GLOBAL_SHARE * len(conns):
+        return []
     out: list[Suspect] = []
     if stalled:
         out += _explain_stalls(obs, [by_id[i] for i in stalled], conns, stalled)
