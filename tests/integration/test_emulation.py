@@ -9,6 +9,7 @@ Runs share the machine with whatever else holds the astral run lock: a test wait
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,7 +207,13 @@ def test_dual_tor_gpu_uses_both_ports_and_survives_either_failing(
     for end in (link.other(src), src):
         set_end(end, up=False)
         try:
+            # the kernel marks the route as the carrier goes, through its linkwatch work,
+            # which runs up to a second later (and later still on a busy machine)
+            deadline = time.monotonic() + 5.0
             route = astral_small.cmd(src, ["ip", "route", "show", "10.0.0.0/9"])
+            while "linkdown" not in route and time.monotonic() < deadline:
+                time.sleep(0.1)
+                route = astral_small.cmd(src, ["ip", "route", "show", "10.0.0.0/9"])
             assert "linkdown" in route, route
             for _ in range(5):  # different flows, all over the surviving port
                 out = astral_small.cmd(src, ["ping", "-c", "1", "-W", "2", address])
