@@ -29,7 +29,9 @@ What :meth:`Runner.run` does, in order:
    the experiment's ``faults:`` are applied and undone on their schedule meanwhile by a
    thread (orchestrator.testbed.faults: ``at`` counts from the first timed batch's start),
    and whatever is still in effect is undone before the bundle is closed, the faults and
-   their instants in its ``faults`` table;
+   their instants in its ``faults`` table; after a launch's first batch, every fabric
+   connection is followed through the switches (orchestrator.testbed.tracing; after every
+   batch in a run with faults), and its path recorded as the switches forward it;
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions (among them the minimum RTO the workers'
    connections got: a warning where the kernel's 200 ms floor holds).
@@ -42,7 +44,8 @@ The bundle (orchestrator.results.store has the layout) gets, besides what Result
 writes, ``run.json``: what the runner knew and the database has no place for: the command,
 the conditions (load average, datapath, TSO, cores, the minimum RTO the kernel grants and
 what the workers' connections got), the load guard's verdict, timings
-(bring-up, each policy switch, each step, teardown) and, if the run failed, the failing
+(bring-up, each policy switch, each step, teardown), each tracing of the connections'
+paths (``path_traces``: outcomes, traces, seconds) and, if the run failed, the failing
 ranks and hosts.
 
 Endings: a worker that dies or hangs ends the run (the launcher names the rank and host),
@@ -112,6 +115,7 @@ from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.testbed import Testbed
+from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
@@ -446,6 +450,10 @@ class Runner:
         # (the controller's events from its bring-up belong to the run)
         self._since: float | None = None
         self._first_launch = 0  # the testbed's launches before this run (not its logs)
+        # the current launch's connections followed through the switches, once traced;
+        # whether tracing failed in this launch (said once)
+        self._traces: PathTraces | None = None
+        self._trace_failed = False
         self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
     # -- messages ----------------------------------------------------------------------
@@ -620,6 +628,7 @@ class Runner:
                         testbed, replace(launch, channels=channels[collective]), collective
                     ) as launcher:
                         unpinned = self._pinning(testbed, policy, collective, outcome)
+                        self._traces, self._trace_failed = None, False
                         for step in group:
                             self.progress.step(step)
                             predicted = self._forecast(forecaster, step)
@@ -628,6 +637,7 @@ class Runner:
                             result = launcher.run([test])
                             self._rto_min(result, policy, collective, outcome)
                             sampler.sample()  # one right after: every window is spanned
+                            traces = self._trace(testbed, policy, collective, result)
                             for done in result.tests:
                                 config_id, configuration, records = record_test(
                                     writer,
@@ -642,7 +652,13 @@ class Runner:
                                 )
                                 writer.add_ceiling(configuration.id, ceiling)
                                 self._record_monitor(
-                                    writer, testbed, config_id, done, result, launcher.layout
+                                    writer,
+                                    testbed,
+                                    config_id,
+                                    done,
+                                    result,
+                                    launcher.layout,
+                                    traces,
                                 )
                                 if predicted is not None:
                                     writer.add_forecast(config_id, predicted)
@@ -738,18 +754,60 @@ class Runner:
         done: CollectiveResult,
         result: RunResult,
         layout: Layout,
+        traces: PathTraces | None = None,
     ) -> None:
         """The configuration's monitor layers (orchestrator.monitor.record): its steps, its
-        connections' ends and planned paths, the senders' TCP_INFO."""
+        connections' ends and paths (traced, else planned), the senders' TCP_INFO."""
         writer.add_steps(config_id, record.step_records(done, layout))
         writer.add_connections(config_id, record.connection_records(result.connections))
         writer.add_tcp_info(config_id, record.tcp_records(result))
-        if testbed.pinning is not None:
-            fabric = testbed.description.fabric
-            for c, hops in record.connection_paths(
-                fabric, result.connections, testbed.pinning.chosen
-            ):
-                writer.add_path(writer.connection_id(config_id, c.src, c.five_tuple), hops)
+        chosen = testbed.pinning.chosen if testbed.pinning is not None else {}
+        traced = traces.paths if traces is not None else None
+        fabric = testbed.description.fabric
+        for c, hops in record.connection_paths(fabric, result.connections, chosen, traced):
+            writer.add_path(writer.connection_id(config_id, c.src, c.five_tuple), hops)
+
+    def _trace(
+        self, testbed: Testbed, policy: str, collective: Collective, result: RunResult
+    ) -> PathTraces | None:
+        """The launch's fabric connections followed through the switches
+        (orchestrator.testbed.tracing): after its first batch (its connections stay), and
+        after every batch of a run with faults, which change where the switches send them;
+        each tracing kept in ``run.json``. Connections that could not be followed to their
+        destination, and pinned ones the switches do not forward on their published path
+        (a controller bug), are said once per launch; tracing that fails leaves the
+        planned paths (said once)."""
+        if self._trace_failed or (self._traces is not None and self.faults is None):
+            return self._traces
+        if not any(c.link == "fabric" for c in result.connections):
+            return None
+        try:
+            traces = testbed.trace_paths(result.connections)
+        except (EmulationError, OSError) as error:
+            self._trace_failed = True
+            self.say(f"WARNING: cannot trace the connections' paths (planned ones kept): {error}")
+            return self._traces
+        first, self._traces = self._traces is None, traces
+        label = f"policy {policy}, {collective.label}"
+        summary = {"policy": policy, "collective": collective.label, **traces.summary()}
+        self.run_file.setdefault("path_traces", []).append(summary)
+        if not first:
+            return traces
+        if traces.incomplete():
+            self.say(
+                f"WARNING: {label}: {traces.incomplete()} of {len(traces.paths)} fabric "
+                f"connections could not be traced to their destination ({traces.problems()[0]})"
+            )
+        chosen = testbed.pinning.chosen if testbed.pinning is not None else {}
+        wrong = record.disagreements(
+            testbed.description.fabric, result.connections, chosen, traces.paths
+        )
+        if wrong:
+            self.say(
+                f"WARNING: {label}: the switches forward {len(wrong)} pinned connections "
+                f"off their published path, recorded as traced (a controller bug?): {wrong[0]}"
+            )
+        return traces
 
     def _check_wrong(self, outcome: RunOutcome) -> None:
         """Data that failed verification fails the run (exit 7), unless it failed already

@@ -48,6 +48,7 @@ from orchestrator.run.runner import (
 from orchestrator.testbed import testbed
 from orchestrator.testbed.monitoring import FULL, MonitorLevel
 from orchestrator.testbed.pinning import Pinning, assign, candidates, fabric_flows
+from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher, local_spawn
 from orchestrator.worker.spec import LaunchOptions, loopback_workers
@@ -168,6 +169,10 @@ class LoopbackTestbed:
 
     def port_counters(self, since: float | None = None) -> list[Any]:
         return []
+
+    def trace_paths(self, connections: Any, workers: Any = None) -> PathTraces:
+        """Loopback workers cross no switch: nothing to trace (the planned paths stay)."""
+        return PathTraces({}, seconds=0.0, switch_seconds=0.0, traces=0, via="none")
 
     @property
     def telemetry_path(self) -> Path | None:
