@@ -33,8 +33,8 @@ where it stopped, never a guessed one: :data:`DROPPED` (the datapath drops it: n
 live bucket, an output back to its input port, delivered to another GPU) and
 :data:`UNKNOWN` (the bucket is chosen by the datapath's per-packet hash, which a trace
 cannot know: a select group without ``selection_method=hash``, Open vSwitch's default
-``dp_hash``, as an OpenFlow 1.3-only bridge gets it; several outputs; the controller; an
-action not understood; a trace that disagrees with itself; a node that is no Open vSwitch
+``dp_hash``, as an OpenFlow 1.3-only bridge gets it; several outputs; to the controller
+only; an action not understood; a trace that disagrees with itself; a node that is no Open vSwitch
 bridge; a loop; an error reply).
 
 The flow traced carries the five-tuple, the in_port and the Ethernet addresses the GPU
@@ -78,8 +78,10 @@ UNKNOWN = "unknown"  # the last hop's switch decides in a way a trace cannot tel
 
 RUNDIR = Path("/var/run/openvswitch")  # ovs-vswitchd's, unless OVS_RUNDIR says otherwise
 CONTROL_TIMEOUT = 10.0  # seconds for one reply of ovs-vswitchd
-# datapath actions that change a packet without sending it anywhere
-HARMLESS = ("set(", "masked_set(")
+# datapath actions beside the outputs that do not send the packet on: rewrites, and a copy
+# to the controller (adaptive's catch entry forwards a connection's first packets and
+# copies them to the controller)
+HARMLESS = ("set(", "masked_set(", "userspace(")
 DATAPATH_ACTIONS = "Datapath actions:"
 OUTPUT = re.compile(r"^\s*output:(\S+)\s*$")
 PORT_LINE = re.compile(r"^\s+(\S+) (\d+)/(\d+|none):")
@@ -241,6 +243,8 @@ def read_trace(text: str, ports: PortTable, bridge: str) -> Decision:
     others = [a for a in actions if not a.isdigit() and not a.startswith(HARMLESS)]
     if others:
         return Decision(None, UNKNOWN, f"datapath action {others[0]} is not an output")
+    if not outputs and any(a.startswith("userspace(") for a in actions):
+        return Decision(None, UNKNOWN, "it sends the packet to the controller only")
     if not outputs:
         return Decision(None, DROPPED, _drop_reason(text))
     if len(outputs) > 1:

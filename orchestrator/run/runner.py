@@ -29,9 +29,9 @@ What :meth:`Runner.run` does, in order:
    the experiment's ``faults:`` are applied and undone on their schedule meanwhile by a
    thread (orchestrator.testbed.faults: ``at`` counts from the first timed batch's start),
    and whatever is still in effect is undone before the bundle is closed, the faults and
-   their instants in its ``faults`` table; after a launch's first batch, every fabric
-   connection is followed through the switches (orchestrator.testbed.tracing; after every
-   batch in a run with faults), and its path recorded as the switches forward it;
+   their instants in its ``faults`` table; after each batch, every fabric connection is
+   followed through the switches (orchestrator.testbed.tracing) and its path recorded as
+   the switches forward it;
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions (among them the minimum RTO the workers'
    connections got: a warning where the kernel's 200 ms floor holds).
@@ -450,9 +450,9 @@ class Runner:
         # (the controller's events from its bring-up belong to the run)
         self._since: float | None = None
         self._first_launch = 0  # the testbed's launches before this run (not its logs)
-        # the current launch's connections followed through the switches, once traced;
-        # whether tracing failed in this launch (said once)
-        self._traces: PathTraces | None = None
+        # in the current launch: what was last said of its traced paths; whether tracing
+        # failed (said once, not tried again)
+        self._trace_said: tuple[int, int] = (0, 0)
         self._trace_failed = False
         self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
@@ -628,7 +628,7 @@ class Runner:
                         testbed, replace(launch, channels=channels[collective]), collective
                     ) as launcher:
                         unpinned = self._pinning(testbed, policy, collective, outcome)
-                        self._traces, self._trace_failed = None, False
+                        self._trace_said, self._trace_failed = (0, 0), False
                         for step in group:
                             self.progress.step(step)
                             predicted = self._forecast(forecaster, step)
@@ -637,7 +637,7 @@ class Runner:
                             result = launcher.run([test])
                             self._rto_min(result, policy, collective, outcome)
                             sampler.sample()  # one right after: every window is spanned
-                            traces = self._trace(testbed, policy, collective, result)
+                            traces = self._trace(testbed, step, result)
                             for done in result.tests:
                                 config_id, configuration, records = record_test(
                                     writer,
@@ -768,41 +768,43 @@ class Runner:
             writer.add_path(writer.connection_id(config_id, c.src, c.five_tuple), hops)
 
     def _trace(
-        self, testbed: Testbed, policy: str, collective: Collective, result: RunResult
+        self, testbed: Testbed, step: ConfigurationStep, result: RunResult
     ) -> PathTraces | None:
-        """The launch's fabric connections followed through the switches
-        (orchestrator.testbed.tracing): after its first batch (its connections stay), and
-        after every batch of a run with faults, which change where the switches send them;
-        each tracing kept in ``run.json``. Connections that could not be followed to their
-        destination, and pinned ones the switches do not forward on their published path
-        (a controller bug), are said once per launch; tracing that fails leaves the
-        planned paths (said once)."""
-        if self._trace_failed or (self._traces is not None and self.faults is None):
-            return self._traces
-        if not any(c.link == "fabric" for c in result.connections):
+        """The batch's fabric connections followed through the switches
+        (orchestrator.testbed.tracing), right after it: a fault, the controller's answer to
+        it or an adaptive policy may have moved them since the last batch. Each tracing is
+        kept in ``run.json``; connections that could not be followed to their destination,
+        and pinned ones the switches do not forward on their published path (a controller
+        bug), are said when their numbers change within the launch. Tracing that fails
+        leaves the planned paths (said once per launch, not tried again in it)."""
+        if self._trace_failed or not any(c.link == "fabric" for c in result.connections):
             return None
         try:
             traces = testbed.trace_paths(result.connections)
         except (EmulationError, OSError) as error:
             self._trace_failed = True
             self.say(f"WARNING: cannot trace the connections' paths (planned ones kept): {error}")
-            return self._traces
-        first, self._traces = self._traces is None, traces
-        label = f"policy {policy}, {collective.label}"
-        summary = {"policy": policy, "collective": collective.label, **traces.summary()}
-        self.run_file.setdefault("path_traces", []).append(summary)
-        if not first:
-            return traces
-        if traces.incomplete():
-            self.say(
-                f"WARNING: {label}: {traces.incomplete()} of {len(traces.paths)} fabric "
-                f"connections could not be traced to their destination ({traces.problems()[0]})"
-            )
+            return None
+        label = f"policy {step.policy}, {step.collective.label}"
+        self.run_file.setdefault("path_traces", []).append(
+            {
+                "policy": step.policy,
+                "collective": step.collective.label,
+                "size": step.size,
+                **traces.summary(),
+            }
+        )
         chosen = testbed.pinning.chosen if testbed.pinning is not None else {}
         wrong = record.disagreements(
             testbed.description.fabric, result.connections, chosen, traces.paths
         )
-        if wrong:
+        said, self._trace_said = self._trace_said, (traces.incomplete(), len(wrong))
+        if traces.incomplete() and traces.incomplete() != said[0]:
+            self.say(
+                f"WARNING: {label}: {traces.incomplete()} of {len(traces.paths)} fabric "
+                f"connections could not be traced to their destination ({traces.problems()[0]})"
+            )
+        if wrong and len(wrong) != said[1]:
             self.say(
                 f"WARNING: {label}: the switches forward {len(wrong)} pinned connections "
                 f"off their published path, recorded as traced (a controller bug?): {wrong[0]}"

@@ -1,4 +1,4 @@
-"""A launch's fabric connections followed through the fabric, as the machine forwards them.
+"""A batch's fabric connections followed through the fabric, as the machine forwards them.
 
 Two parts of the machine decide a connection's path, and each is asked for its own part:
 

@@ -1,11 +1,13 @@
 """Paths walked through the switches with ofproto/trace, on traces recorded from a real fabric.
 
 tests/unit/data/ovs_traces.json was recorded by ``benchmarks/path_trace.py --record`` on
-astral-small (Open vSwitch 3.1.0, userspace datapath): under ``ecmp`` and ``path-pinned``,
-every request four connections' walks sent to ovs-vswitchd's control socket with its reply,
-and traces of what cannot be followed, made on that fabric on purpose: a destination no
-switch has an entry for, a packet whose chosen uplink is the port it came in by, and a ToR
-allowed OpenFlow 1.3 only (its select groups then use Open vSwitch's default, dp_hash).
+astral-small (Open vSwitch 3.1.0, userspace datapath): under ``ecmp``, ``path-pinned`` and
+``adaptive``, every request four connections' walks sent to ovs-vswitchd's control socket
+with its reply, and traces made on that fabric on purpose: a destination no switch has an
+entry for, a packet whose chosen uplink is the port it came in by, a ToR allowed OpenFlow
+1.3 only (its select groups then use Open vSwitch's default, dp_hash), and under
+``adaptive`` a connection it does not track (its catch entry forwards the packet and
+copies it to the controller).
 The walk is replayed against the recording strictly (the same requests, in order: the
 flows it builds, OpenFlow in_ports included, are those that got the recorded replies), and
 its paths are checked against what does not come from the traces: the fabric's links, the
@@ -166,6 +168,17 @@ def test_a_dp_hash_select_group_cannot_be_traced() -> None:
     decision = read_trace(text, ports_of(CASES["openflow13"]), bridge)
     assert decision.interface is None and decision.outcome == UNKNOWN
     assert "dp_hash" in decision.reason and "recirc(" in decision.reason
+
+
+def test_a_copy_to_the_controller_beside_the_output_is_still_that_output() -> None:
+    (bridge, text), *_ = traces(CASES["catch"])
+    assert "userspace(" in datapath_actions(text)[0]  # type: ignore[index]
+    table = ports_of(CASES["catch"])
+    decision = read_trace(text, table, bridge)
+    assert decision.outcome == TRACED and decision.interface is not None
+    assert table.ports[decision.interface].ofport == int(openflow_outputs(text)[-1])
+    (path,) = replayed(CASES["catch"])
+    assert path.complete and path.nodes[-1] == requests(CASES["catch"])[0].dst
 
 
 def test_no_entry_for_the_destination_is_a_drop() -> None:
