@@ -3,9 +3,10 @@
 Every function here turns one thing a run already has into records of
 :mod:`orchestrator.results.store` (render, then write): the operations' steps with their
 peers and bytes from the plans the workers ran; the connections' ends and the senders'
-TCP_INFO from what the launcher collected; each connection's path from the source ports
-that were chosen for it (orchestrator.testbed.pinning); the controller's events file; the
-CPU samples as per-interval rows. :func:`copy_logs` copies the controller's and the
+TCP_INFO from what the launcher collected; each connection's path as the switches forward
+it (orchestrator.testbed.tracing) and as it was planned (the source ports chosen for it,
+orchestrator.testbed.pinning); the controller's events file; the CPU samples as
+per-interval rows. :func:`copy_logs` copies the controller's and the
 workers' logs into the bundle.
 """
 
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from controllers.events import read_events
 from orchestrator.collectives.plans import Layout, Plan, default_registry
+from orchestrator.emulation import pathtrace
+from orchestrator.emulation.pathtrace import TracedPath
 from orchestrator.results.store import (
     LOGS,
     ConnectionRecord,
@@ -29,10 +32,19 @@ from orchestrator.results.store import (
 )
 from orchestrator.testbed.pinning import Candidate, Flow
 from orchestrator.worker.outcome import CollectiveResult, ConnectionInfo, RunResult
+from topologies.fivetuple import FiveTuple
 from topologies.model import Fabric
 
-PINNED = "pinned"  # the whole path, as the controller published it
+PINNED = "pinned"  # the whole path, as the controller published it (and the trace confirms)
 FIRST_HOP = "first-hop"  # only the NIC port and the ToR: the switches hash the rest
+TRACED = "traced"  # the whole path, as the switches forward it (ofproto/trace, hop by hop)
+TRACE_DROPPED = "trace-dropped"  # traced up to the switch that drops it (the last row)
+TRACE_UNKNOWN = "trace-unknown"  # traced up to a switch whose choice a trace cannot know
+SOURCES = {
+    pathtrace.TRACED: TRACED,
+    pathtrace.DROPPED: TRACE_DROPPED,
+    pathtrace.UNKNOWN: TRACE_UNKNOWN,
+}
 
 
 def step_records(test: CollectiveResult, layout: Layout) -> list[StepRecord]:
@@ -117,16 +129,75 @@ def _port(
     return None
 
 
+def traced_hops(path: TracedPath, source: str | None = None) -> list[PathHop]:
+    """A traced path's hops, ``source`` by its outcome (:data:`SOURCES`) unless given."""
+    source = source or SOURCES[path.outcome]
+    return [PathHop(i, h.node, h.in_port, h.out_port, source) for i, h in enumerate(path.hops)]
+
+
+def _agrees(trace: TracedPath, planned: Sequence[PathHop]) -> bool:
+    """Whether a trace confirms a planned path: all of it, or the part before a switch
+    whose choice it could not know."""
+    nodes = tuple(h.node for h in planned)
+    if trace.complete:
+        return trace.nodes == nodes
+    return trace.outcome == pathtrace.UNKNOWN and trace.nodes == nodes[: len(trace.hops)]
+
+
+def _chosen_hops(planned: list[PathHop] | None, trace: TracedPath | None) -> list[PathHop] | None:
+    """What to record of a connection: the trace where there is one, else the plan. A
+    pinned path the trace confirms keeps ``pinned`` (with the trace's ports where it went
+    all the way); one it contradicts gives way to the trace."""
+    if trace is None:
+        return planned
+    if planned is not None and planned[0].source == PINNED and _agrees(trace, planned):
+        return traced_hops(trace, PINNED) if trace.complete else planned
+    return traced_hops(trace)
+
+
 def connection_paths(
-    fabric: Fabric, connections: Sequence[ConnectionInfo], chosen: Mapping[Flow, Candidate]
+    fabric: Fabric,
+    connections: Sequence[ConnectionInfo],
+    chosen: Mapping[Flow, Candidate],
+    traced: Mapping[FiveTuple, TracedPath] | None = None,
 ) -> list[tuple[ConnectionInfo, list[PathHop]]]:
-    """Each fabric connection whose path was planned, with its hops (the others, NVLink
-    and ephemeral-port ones, have none known)."""
+    """Each fabric connection whose path is known, with its hops: as ``traced``
+    (orchestrator.testbed.tracing) where it was, else as planned (``chosen``); NVLink
+    connections, and fabric ones neither traced nor planned, have none."""
+    out = []
+    for c in connections:
+        if c.link != "fabric":
+            continue
+        candidate = chosen.get((c.src, c.dst, c.channel))
+        planned = path_hops(fabric, candidate) if candidate is not None else None
+        hops = _chosen_hops(planned, (traced or {}).get(c.five_tuple))
+        if hops:
+            out.append((c, hops))
+    return out
+
+
+def disagreements(
+    fabric: Fabric,
+    connections: Sequence[ConnectionInfo],
+    chosen: Mapping[Flow, Candidate],
+    traced: Mapping[FiveTuple, TracedPath],
+) -> list[str]:
+    """The pinned connections the switches do not forward on their published path (a
+    controller bug, or the fabric changed under it), one sentence each."""
     out = []
     for c in connections:
         candidate = chosen.get((c.src, c.dst, c.channel))
-        if candidate is not None and c.link == "fabric":
-            out.append((c, path_hops(fabric, candidate)))
+        trace = traced.get(c.five_tuple)
+        if candidate is None or trace is None or c.link != "fabric":
+            continue
+        planned = path_hops(fabric, candidate)
+        if planned[0].source != PINNED or _agrees(trace, planned):
+            continue
+        stopped = "" if trace.complete else f" ({trace.outcome}: {trace.reason})"
+        out.append(
+            f"rank {c.src} -> {c.dst} ({c.five_tuple.label}): published "
+            f"{' '.join(candidate.nodes)}, forwarded {' '.join(trace.nodes)}{stopped}"
+        )
     return out
 
 

@@ -77,8 +77,11 @@ empty::
                          connection (retrans: total retransmitted segments so far)
     connection_paths    (connection_id, hop, node, in_port, out_port, source,
                          counter_bytes)     the nodes a connection crosses, GPU to GPU;
-                         source 'pinned' (the controller's published path) or 'first-hop'
-                         (only the NIC port and ToR are known: the switches hash the rest);
+                         source 'traced' (as the switches forward it: ofproto/trace hop
+                         by hop), 'pinned' (the controller's published path, which the
+                         trace confirmed), 'trace-dropped' or 'trace-unknown' (traced up to
+                         the last row's switch, which drops it or decides in a way a trace
+                         cannot know), 'first-hop' (only the NIC port and ToR: untraced);
                          counter_bytes: what the out-port's counters carried while the
                          connection was active (NULL: not measured)
     controller_events   (run_id, t, kind, switch, port, level, message)
@@ -467,7 +470,8 @@ class TcpInfoSample:
 class PathHop:
     """One node of a connection's path: ``in_port``/``out_port`` are the node's model port
     numbers (None at the GPU it starts or ends at); ``source``: how the path is known
-    (``pinned``, ``first-hop``); ``counter_bytes``: what ``out_port`` carried while the
+    (``traced``, ``pinned``, ``trace-dropped``, ``trace-unknown``, ``first-hop``:
+    orchestrator.monitor.record); ``counter_bytes``: what ``out_port`` carried while the
     connection was active, by the switch counters (None: not measured)."""
 
     hop: int

@@ -29,7 +29,9 @@ What :meth:`Runner.run` does, in order:
    the experiment's ``faults:`` are applied and undone on their schedule meanwhile by a
    thread (orchestrator.testbed.faults: ``at`` counts from the first timed batch's start),
    and whatever is still in effect is undone before the bundle is closed, the faults and
-   their instants in its ``faults`` table;
+   their instants in its ``faults`` table; after each batch, every fabric connection is
+   followed through the switches (orchestrator.testbed.tracing) and its path recorded as
+   the switches forward it;
 4. tears the fabric down, renders the bundle's summary, tables and plots, and prints a
    side-by-side summary with the run's conditions (among them the minimum RTO the workers'
    connections got: a warning where the kernel's 200 ms floor holds).
@@ -42,7 +44,8 @@ The bundle (orchestrator.results.store has the layout) gets, besides what Result
 writes, ``run.json``: what the runner knew and the database has no place for: the command,
 the conditions (load average, datapath, TSO, cores, the minimum RTO the kernel grants and
 what the workers' connections got), the load guard's verdict, timings
-(bring-up, each policy switch, each step, teardown) and, if the run failed, the failing
+(bring-up, each policy switch, each step, teardown), each tracing of the connections'
+paths (``path_traces``: outcomes, traces, seconds) and, if the run failed, the failing
 ranks and hosts.
 
 Endings: a worker that dies or hangs ends the run (the launcher names the rank and host),
@@ -116,6 +119,7 @@ from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.testbed import Testbed
+from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
@@ -455,6 +459,10 @@ class Runner:
         # (the controller's events from its bring-up belong to the run)
         self._since: float | None = None
         self._first_launch = 0  # the testbed's launches before this run (not its logs)
+        # in the current launch: what was last said of its traced paths; whether tracing
+        # failed (said once, not tried again)
+        self._trace_said: tuple[int, int] = (0, 0)
+        self._trace_failed = False
         self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
     # -- messages ----------------------------------------------------------------------
@@ -637,6 +645,7 @@ class Runner:
                         testbed, replace(launch, channels=channels[collective]), collective
                     ) as launcher:
                         unpinned = self._pinning(testbed, policy, collective, outcome)
+                        self._trace_said, self._trace_failed = (0, 0), False
                         for step in group:
                             self.progress.step(step)
                             predicted = self._forecast(forecaster, step)
@@ -645,6 +654,7 @@ class Runner:
                             result = launcher.run([test])
                             self._rto_min(result, policy, collective, outcome)
                             sampler.sample()  # one right after: every window is spanned
+                            traces = self._trace(testbed, step, result)
                             for done in result.tests:
                                 config_id, configuration, records = record_test(
                                     writer,
@@ -659,7 +669,13 @@ class Runner:
                                 )
                                 writer.add_ceiling(configuration.id, ceiling)
                                 self._record_monitor(
-                                    writer, testbed, config_id, done, result, launcher.layout
+                                    writer,
+                                    testbed,
+                                    config_id,
+                                    done,
+                                    result,
+                                    launcher.layout,
+                                    traces,
                                 )
                                 if predicted is not None:
                                     writer.add_forecast(config_id, predicted)
@@ -774,18 +790,62 @@ class Runner:
         done: CollectiveResult,
         result: RunResult,
         layout: Layout,
+        traces: PathTraces | None = None,
     ) -> None:
         """The configuration's monitor layers (orchestrator.monitor.record): its steps, its
-        connections' ends and planned paths, the senders' TCP_INFO."""
+        connections' ends and paths (traced, else planned), the senders' TCP_INFO."""
         writer.add_steps(config_id, record.step_records(done, layout))
         writer.add_connections(config_id, record.connection_records(result.connections))
         writer.add_tcp_info(config_id, record.tcp_records(result))
-        if testbed.pinning is not None:
-            fabric = testbed.description.fabric
-            for c, hops in record.connection_paths(
-                fabric, result.connections, testbed.pinning.chosen
-            ):
-                writer.add_path(writer.connection_id(config_id, c.src, c.five_tuple), hops)
+        chosen = testbed.pinning.chosen if testbed.pinning is not None else {}
+        traced = traces.paths if traces is not None else None
+        fabric = testbed.description.fabric
+        for c, hops in record.connection_paths(fabric, result.connections, chosen, traced):
+            writer.add_path(writer.connection_id(config_id, c.src, c.five_tuple), hops)
+
+    def _trace(
+        self, testbed: Testbed, step: ConfigurationStep, result: RunResult
+    ) -> PathTraces | None:
+        """The batch's fabric connections followed through the switches
+        (orchestrator.testbed.tracing), right after it: a fault, the controller's answer to
+        it or an adaptive policy may have moved them since the last batch. Each tracing is
+        kept in ``run.json``; connections that could not be followed to their destination,
+        and pinned ones the switches do not forward on their published path (a controller
+        bug), are said when their numbers change within the launch. Tracing that fails
+        leaves the planned paths (said once per launch, not tried again in it)."""
+        if self._trace_failed or not any(c.link == "fabric" for c in result.connections):
+            return None
+        try:
+            traces = testbed.trace_paths(result.connections)
+        except (EmulationError, OSError) as error:
+            self._trace_failed = True
+            self.say(f"WARNING: cannot trace the connections' paths (planned ones kept): {error}")
+            return None
+        label = f"policy {step.policy}, {step.collective.label}"
+        self.run_file.setdefault("path_traces", []).append(
+            {
+                "policy": step.policy,
+                "collective": step.collective.label,
+                "size": step.size,
+                **traces.summary(),
+            }
+        )
+        chosen = testbed.pinning.chosen if testbed.pinning is not None else {}
+        wrong = record.disagreements(
+            testbed.description.fabric, result.connections, chosen, traces.paths
+        )
+        said, self._trace_said = self._trace_said, (traces.incomplete(), len(wrong))
+        if traces.incomplete() and traces.incomplete() != said[0]:
+            self.say(
+                f"WARNING: {label}: {traces.incomplete()} of {len(traces.paths)} fabric "
+                f"connections could not be traced to their destination ({traces.problems()[0]})"
+            )
+        if wrong and len(wrong) != said[1]:
+            self.say(
+                f"WARNING: {label}: the switches forward {len(wrong)} pinned connections "
+                f"off their published path, recorded as traced (a controller bug?): {wrong[0]}"
+            )
+        return traces
 
     def _check_wrong(self, outcome: RunOutcome) -> None:
         """Data that failed verification fails the run (exit 7), unless it failed already

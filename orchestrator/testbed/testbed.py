@@ -68,8 +68,9 @@ from orchestrator.testbed.pinning import (
     wait_for_paths,
 )
 from orchestrator.testbed.telemetry import read_telemetry
+from orchestrator.testbed.tracing import PathTraces, trace_connections
 from orchestrator.worker.launcher import Launcher, WorkerProcess
-from orchestrator.worker.outcome import RunResult
+from orchestrator.worker.outcome import ConnectionInfo, RunResult
 from orchestrator.worker.spec import (
     CollectiveTest,
     LaunchOptions,
@@ -367,6 +368,18 @@ class Testbed:
         collectives = list(dict.fromkeys((t.collective, t.algorithm) for t in tests))
         with self.launch(gpus, options, collectives, host_ports=host_ports) as launcher:
             return launcher.run(tests)
+
+    def trace_paths(
+        self, connections: Sequence[ConnectionInfo], workers: Sequence[WorkerSpec] | None = None
+    ) -> PathTraces:
+        """Every fabric connection's path as the kernels and switches forward it now
+        (orchestrator.testbed.tracing); ``workers``: whose ranks the connections name
+        (default: the last launch's)."""
+        if workers is None:
+            if self.launcher is None:
+                raise EmulationError("no launch to trace the connections of")
+            workers = self.launcher.workers
+        return trace_connections(self.emulation, self.description, workers, connections)
 
     # --- telemetry ----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +36,8 @@ from orchestrator.collectives.ceilings import (
     fabric_share,
 )
 from orchestrator.collectives.nccl import TIME_DEFINITION
+from orchestrator.emulation.pathtrace import DROPPED, TRACED, Hop, TracedPath
+from orchestrator.monitor import record
 from orchestrator.results import ResultsBundle
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
@@ -49,9 +51,11 @@ from orchestrator.run.runner import (
 )
 from orchestrator.testbed import testbed
 from orchestrator.testbed.monitoring import FULL, MonitorLevel
-from orchestrator.testbed.pinning import Pinning, assign, candidates, fabric_flows
+from orchestrator.testbed.pinning import Candidate, Pinning, assign, candidates, fabric_flows
+from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher, local_spawn
+from orchestrator.worker.outcome import ConnectionInfo
 from orchestrator.worker.spec import LaunchOptions, loopback_workers
 from tests.helpers import REPO, preset_description
 from topologies.description import FabricDescription
@@ -97,6 +101,8 @@ class LoopbackTestbed:
     monitor: MonitorLevel = FULL  # as Testbed.use_monitor sets it
     launch_dirs: list[Path] = field(default_factory=list)
     launcher: Launcher | None = None
+    # what the switches would say of the connections' paths (default: nothing to trace)
+    tracer: Callable[[Sequence[ConnectionInfo]], PathTraces] | None = None
 
     @property
     def emulation(self) -> Any:
@@ -170,6 +176,13 @@ class LoopbackTestbed:
 
     def port_counters(self, since: float | None = None) -> list[Any]:
         return []
+
+    def trace_paths(self, connections: Any, workers: Any = None) -> PathTraces:
+        """Loopback workers cross no switch: nothing to trace (the planned paths stay),
+        unless the test says what the switches would answer."""
+        if self.tracer is not None:
+            return self.tracer(connections)
+        return PathTraces({}, seconds=0.0, switch_seconds=0.0, traces=0, via="none")
 
     @property
     def telemetry_path(self) -> Path | None:
@@ -427,6 +440,91 @@ def test_the_run_counts_unpinned_connections_per_configuration(
         printed
     )
     assert any("3 of 16 fabric connections got no planned source port" in m for m in said)
+
+
+def traced_as(
+    description: FabricDescription, routes: dict[tuple[int, int], list[str]], dropped: int
+) -> Callable[[Sequence[ConnectionInfo]], PathTraces]:
+    """What the switches answer: each fabric connection on its pair's route, the one from
+    rank ``dropped`` dropped at its ToR."""
+    fabric = description.fabric
+
+    def trace(connections: Sequence[ConnectionInfo]) -> PathTraces:
+        paths = {}
+        for c in connections:
+            if c.link != "fabric":
+                continue
+            nodes = routes[(c.src, c.dst)]
+            hops = [
+                Hop(h.node, h.in_port, h.out_port)
+                for h in record.path_hops(fabric, Candidate(0, 1, tuple(nodes)))
+            ]
+            if c.src == dropped:
+                stop = Hop(hops[1].node, hops[1].in_port, None)
+                reason = f"{stop.node}: no entry sends it anywhere"
+                paths[c.five_tuple] = TracedPath((hops[0], stop), DROPPED, reason, 1)
+            else:
+                paths[c.five_tuple] = TracedPath(tuple(hops), TRACED, "", len(hops) - 2)
+        return PathTraces(paths, 0.01, 0.005, sum(p.traces for p in paths.values()), "test")
+
+    return trace
+
+
+def test_traced_paths_are_recorded_and_what_they_contradict_is_said(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    """The runner records what tracing answers after every batch: ``traced`` paths, a
+    dropped one as far as it went, a pinned path the switches do not follow replaced by
+    the trace; it says each problem once per launch and keeps every tracing in run.json."""
+    gpus = [g.name for g in description.fabric.gpus_by_rank()]
+    pinned = PinnedPaths(description)
+    ring = [(r, (r + 1) % 8) for r in range(1, 8, 2)]  # the fabric hops of the ring
+    published = {p: pinned.paths(gpus[p[0]], gpus[p[1]], 1)[0][1] for p in ring}
+    forwarded = dict(published)
+    forwarded[(3, 4)] = next(
+        nodes for _, nodes in pinned.paths(gpus[3], gpus[4], 1) if nodes != published[(3, 4)]
+    )
+    bed = LoopbackTestbed(
+        description, tmp_path / "run", tracer=traced_as(description, forwarded, 5)
+    )
+    flows = [(a, b, c) for a, b in ring for c in (0, 1)]
+    bed.pinnings["path-pinned"] = Pinning(
+        ports={f: 41000 + 2 * f[0] + f[2] for f in flows},
+        chosen={f: Candidate(1, 1, tuple(published[f[:2]])) for f in flows},
+    )
+    said: list[str] = []
+    outcome, _, _ = run(
+        experiment(collectives=["all-reduce"]), tmp_path, description, bed=bed, said=said
+    )
+    assert outcome.status == "ok", outcome.error
+    dropped = [m for m in said if "could not be traced to their destination" in m]
+    assert len(dropped) == 2  # once per launch (policy), not once per batch
+    assert "2 of 8 fabric connections" in dropped[0] and "no entry sends it anywhere" in dropped[0]
+    (contradicted,) = [m for m in said if "off their published path" in m]
+    # rank 3's two channels forwarded elsewhere, rank 5's dropped: not on their paths either
+    assert "policy path-pinned" in contradicted and "4 pinned connections" in contradicted
+    with ResultsBundle.open(tmp_path / "bundle") as bundle:
+        policy = {c.id: c.policy for c in bundle.configurations()}
+        ends = {
+            x.id: x for x in bundle.connections() if x.link == "fabric" and x.rank == x.src_rank
+        }
+        for connection_id, hops in bundle.paths().items():
+            end = ends[connection_id]
+            sources = {h.source for h in hops}
+            if end.src_rank == 5:
+                assert sources == {record.TRACE_DROPPED} and len(hops) == 2
+            elif policy[end.config_id] == "path-pinned" and end.src_rank != 3:
+                assert sources == {record.PINNED}
+            else:
+                assert sources == {record.TRACED}
+                route = (int(end.src_rank or 0), int(end.dst_rank or 0))
+                assert [h.node for h in hops] == forwarded[route]
+        assert {c for c in ends.values() if c.id not in bundle.paths()} == set()
+    traces = json.loads((tmp_path / "bundle" / "run.json").read_text())["path_traces"]
+    assert [(t["policy"], t["size"]) for t in traces] == [
+        ("ecmp", 4096), ("ecmp", 16384), ("path-pinned", 4096), ("path-pinned", 16384)
+    ]  # fmt: skip
+    assert all(t["outcomes"] == {"dropped": 2, "traced": 6} for t in traces)
 
 
 def test_fabric_shares_and_channels_of_the_algorithms() -> None:
