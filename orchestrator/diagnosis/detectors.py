@@ -371,6 +371,13 @@ def _explain(
                     f"counters: {d.src} received {packets:,} packets ({nbytes:,} bytes) more "
                     "than it sent: dropped at one of its egresses"
                 )
+                others = [n for sw, (n, _) in leaks.items() if sw != d.src]
+                if len(others) >= 2 and packets < 2 * statistics.median(others):
+                    factor = 0.4  # every switch drops: congestion, this one no more than most
+                    evidence.append(
+                        f"but {len(others)} other switches dropped about as much "
+                        f"(median {statistics.median(others):.0f} packets): congestion"
+                    )
             else:
                 factor = 0.3
         elif leaks and bad_switches & set(leaks):

@@ -27,6 +27,7 @@ from orchestrator.monitor.record import connection_paths, controller_events
 from orchestrator.testbed.telemetry import Telemetry, parse_line
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.launcher import Launcher, LiveView
+from topologies.errors import AstralError
 from topologies.latency import AppliedLatency, applied_latency
 
 LABEL = "the collective running now"
@@ -41,6 +42,7 @@ def live_builder(
     directions = direction_map(description)
     gpus = [g.name for g in description.fabric.gpus_by_rank()]
     follower = CounterFollower(testbed.telemetry_path, since)
+    cache = PathCache(testbed)
     try:
         latency: AppliedLatency | None = applied_latency(description.fabric, gpus)
     except ValueError:
@@ -61,7 +63,9 @@ def live_builder(
             operations=operations,
             directions=directions,
             counters=dict(counters),
-            connections=_connections(testbed, view, ranks),
+            connections=_connections(
+                testbed, view, ranks, cache.traces(launcher, view.connections)
+            ),
             events=controller_events(testbed.run_dir / EVENTS_NAME, since),
             saturated=[],
             gpus_by_rank={0: ranks},
@@ -96,12 +100,36 @@ def _operations(dones: Dones, warmup: int) -> list[Operation]:
     ]
 
 
-def _connections(testbed: Testbed, view: Any, ranks: dict[int, str]) -> list[ConnectionView]:
+class PathCache:
+    """The running launch's connections traced through the switches once, when they are
+    first seen (orchestrator.testbed.tracing: about 0.1-0.3 s for a launch); planned paths
+    where tracing fails. Paths a fault moves later are the bundle's, traced after each
+    batch; the live view keeps where the connections went at first."""
+
+    def __init__(self, testbed: Testbed) -> None:
+        self.testbed = testbed
+        self.key: frozenset[Any] = frozenset()
+        self.traced: dict[Any, Any] = {}
+        self.failed = False
+
+    def traces(self, launcher: Launcher, connections: list[Any]) -> dict[Any, Any]:
+        key = frozenset(c.five_tuple for c in connections)
+        if key and key != self.key and not self.failed:
+            self.key = key
+            try:
+                self.traced = dict(self.testbed.trace_paths(connections, launcher.workers).paths)
+            except (AstralError, OSError, ValueError):
+                self.failed, self.traced = True, {}
+        return self.traced
+
+
+def _connections(
+    testbed: Testbed, view: Any, ranks: dict[int, str], traced: dict[Any, Any]
+) -> list[ConnectionView]:
     fabric_ones = [c for c in view.connections if c.link == "fabric"]
     chosen = testbed.pinning.chosen if testbed.pinning is not None else {}
-    paths = {
-        id(c): hops for c, hops in connection_paths(testbed.description.fabric, fabric_ones, chosen)
-    }
+    fabric = testbed.description.fabric
+    paths = {id(c): hops for c, hops in connection_paths(fabric, fabric_ones, chosen, traced)}
     views = {}
     for n, c in enumerate(fabric_ones, 1):
         if c.src in ranks and c.dst in ranks:
