@@ -50,6 +50,8 @@ class LiveDiagnosis:
         self.interval = interval
         self.alerts: list[Alert] = []
         self.errors: list[str] = []
+        self.checks = 0
+        self.cpu_seconds = 0.0  # the thread's own CPU time: what the live diagnosis costs
         self._seen: set[tuple[str, str, str]] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -84,8 +86,15 @@ class LiveDiagnosis:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
+            began = time.thread_time()
             try:
                 self.check()
             except Exception as error:  # a half-written file: the next look reads it whole
                 if str(error) not in self.errors:
                     self.errors.append(str(error))
+            self.checks += 1
+            self.cpu_seconds += time.thread_time() - began
+
+    def cost(self) -> dict[str, float]:
+        """What run.json keeps: how many looks, and the CPU they took."""
+        return {"checks": self.checks, "cpu_seconds": round(self.cpu_seconds, 3)}

@@ -759,6 +759,7 @@ class Runner:
         live, self.live = self.live, None
         alerts = live.stop()
         self.run_file["alerts"] = [a.to_dict() for a in alerts]
+        self.run_file["live_diagnosis"] = live.cost()
         if live.errors:
             self.run_file["alert_errors"] = live.errors[:5]
 
