@@ -224,11 +224,11 @@ def stalls(c: ConnectionView) -> list[tuple[float, float]]:
 
 def _outstanding(c: ConnectionView, start: float, end: float) -> bool:
     """Whether the kernel held unacknowledged data for most of [start, end] (a connection
-    merely waiting for the collective's next step has none)."""
-    return bool(c.unacked) and (
-        sum(1 for t, u in c.unacked if start <= t <= end and u > 0)
-        >= 0.5 * max(1, sum(1 for t, _ in c.unacked if start <= t <= end))
-    )
+    merely waiting for the collective's next step has none). The workers stop sampling a
+    connection that moves nothing, so its last view before ``start`` counts too."""
+    before = [u for t, u in c.unacked if t <= start]
+    views = before[-1:] + [u for t, u in c.unacked if start < t <= end]
+    return bool(views) and sum(1 for u in views if u > 0) >= 0.5 * len(views)
 
 
 def retransmissions(c: ConnectionView, start: float, end: float) -> int:
@@ -276,6 +276,14 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     stalled = {c.id: s for c in conns if (s := stalls(c))}
     retrans = {c.id: retransmissions(c, start, end) for c in conns}
     typical = statistics.median(retrans.values()) if retrans else 0
+    # A connection dropped into a hole keeps retransmitting into it; the collective's
+    # other connections then stall behind it with nothing retransmitted (their receivers
+    # wait for the dropped data first): those are its consequence, not more evidence.
+    dropped = {
+        cid: s for cid, s in stalled.items()
+        if retrans[cid] >= max(RETRANS_MIN / 2, RETRANS_FACTOR * typical)
+    }  # fmt: skip
+    stalled = dropped or stalled
     lossy = {
         cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
     } - set(stalled)
