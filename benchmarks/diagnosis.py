@@ -64,6 +64,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -466,6 +467,7 @@ class Outcome:
     applied: float | None = None
     onset: float | None = None
     saturated: bool | None = None
+    crossed: bool | None = None
 
     @property
     def top(self) -> str:
@@ -493,6 +495,27 @@ class Outcome:
         fields = dict(data)
         fields["scenario"] = Scenario.from_dict(fields["scenario"])
         return cls(**fields)
+
+
+def crossed(scenario: Scenario, paths: Iterable[Sequence[str]]) -> bool | None:
+    """Whether a recorded connection path (its nodes, GPU to GPU; a first-hop-only path is
+    two nodes long) crosses the scenario's link or switch: True, False, or None when it
+    cannot tell (the target is a GPU or the controller, or the paths known do not reach it
+    and some are first hops only). A blackhole counts only paths to its destination."""
+    if scenario.kind is None or scenario.tier in ("gpu", "controller", "-"):
+        return None
+    ends = link_ends(scenario.target or "")
+    destination = scenario.params.get("destination")  # a blackhole drops only what goes there
+    partial = False
+    for nodes in paths:
+        partial = partial or len(nodes) <= 2
+        if destination is not None and nodes[-1] != destination:
+            continue
+        if ends is None and scenario.target in nodes:
+            return True
+        if ends is not None and any(frozenset(p) == ends for p in pairwise(nodes)):
+            return True
+    return None if partial else False
 
 
 def score(outcome: Outcome, suspects: Sequence[Any]) -> None:
@@ -564,6 +587,15 @@ def accuracy_lines(outcomes: Sequence[Outcome]) -> list[str]:
     top3 = sum(1 for o in faulty if o.hit_rank is not None and o.hit_rank <= 3)
     everything = f"{_share(top1, len(faulty)):>14}{_share(top3, len(faulty)):>14}"
     lines.append(f"  {'all faults':<18}{everything}")
+    unseen = [o for o in faulty if o.crossed is False]
+    if unseen:
+        seen = [o for o in faulty if o.crossed is not False]
+        top1 = sum(1 for o in seen if o.hit_rank == 1)
+        top3 = sum(1 for o in seen if o.hit_rank is not None and o.hit_rank <= 3)
+        lines.append(
+            f"  {'but unseen':<18}{_share(top1, len(seen)):>14}{_share(top3, len(seen)):>14}"
+            f"   (without the {len(unseen)} whose target no recorded path crossed)"
+        )
     calm = [o for o in diagnosed if o.scenario.kind is None]
     alarms = [o for o in calm if o.top != HEALTHY]
     lines.append(f"  false alarms on healthy runs: {_share(len(alarms), len(calm))}")
@@ -622,11 +654,14 @@ def run_line(o: Outcome) -> str:
     elif s.kind is None:
         hit = "ok" if o.top == HEALTHY else ("ALARM" if o.diagnosis is not None else "-")
     delay = f"{o.delay:+.2f}s" if o.delay is not None else "-"
+    path = {True: "yes", False: "no", None: "?"}[o.crossed]
+    if s.tier in ("gpu", "controller", "-"):
+        path = "-"
     flag = " SATURATED" if o.saturated else ""
     what = f"{s.kind or HEALTHY} {s.target or ''}".strip()
     return (
         f"  {s.index:>3} {what:<34} {s.tier:>10} {s.fabric:>13} {s.policy:>11} {s.collective:>6}"
-        f" {s.onset:>7} {o.status:>8} {hit:>5} {delay:>7}  {verdict}{flag}"
+        f" {s.onset:>7} {o.status:>8} {path:>4} {hit:>5} {delay:>7}  {verdict}{flag}"
     )
 
 
@@ -634,7 +669,7 @@ def report(outcomes: Sequence[Outcome]) -> list[str]:
     """Everything printed at the end (conditions apart)."""
     head = (
         f"  {'#':>3} {'injected':<34} {'tier':>10} {'fabric':>13} {'policy':>11} {'coll':>6}"
-        f" {'onset':>7} {'run':>8} {'hit':>5} {'delay':>7}  top-1 suspect"
+        f" {'onset':>7} {'run':>8} {'path':>4} {'hit':>5} {'delay':>7}  top-1 suspect"
     )
     lines = ["# runs", head, *[run_line(o) for o in outcomes], ""]
     lines += ["# confusion: injected kind (rows) x the top suspect's fault (columns)"]
@@ -665,8 +700,9 @@ def suite_counts(scenarios: Sequence[Scenario]) -> list[str]:
 # --- running -----------------------------------------------------------------------------
 
 
-class Terminated(Exception):
-    """SIGTERM, raised in the main thread so the running ``astral run`` is stopped."""
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so the running ``astral run`` is stopped (a
+    BaseException: the diagnosis' ``except Exception`` must not swallow it)."""
 
 
 def astral_command() -> list[str]:
@@ -704,6 +740,8 @@ def bundle_facts(bundle: Path, outcome: Outcome) -> None:
                 outcome.error = f"fault failed: {faults[0].error}"
         loads = opened.emulator_loads()
         outcome.saturated = any(load.saturated for load in loads.values()) if loads else None
+        paths = [[hop.node for hop in hops] for hops in opened.paths().values()]
+        outcome.crossed = crossed(outcome.scenario, paths)
 
 
 def diagnose(bundle: Path, outcome: Outcome) -> None:
@@ -774,11 +812,14 @@ def run_one(
 
 def saved_runs(directory: Path) -> list[tuple[Path, Scenario]]:
     """The runs of a saved suite, in order: every run directory with a scenario and a
-    bundle holding results."""
+    finished bundle (its outcome written, or the bundle's run.json: a run still going, or
+    cut short by a kill, has neither)."""
     runs = []
     for run_dir in sorted((directory / "runs").glob("*")):
         scenario_file = run_dir / "scenario.json"
-        if scenario_file.exists() and (run_dir / "bundle" / "results.sqlite").exists():
+        bundle = run_dir / "bundle"
+        finished = (run_dir / "outcome.json").exists() or (bundle / "run.json").exists()
+        if scenario_file.exists() and (bundle / "results.sqlite").exists() and finished:
             runs.append((run_dir, Scenario.from_dict(json.loads(scenario_file.read_text()))))
     return runs
 

@@ -258,6 +258,7 @@ def test_a_saved_suite_is_read_back_in_order(bench: ModuleType, tmp_path: Path) 
         if index != 3:  # the third never got its bundle (a suite cut short)
             (run_dir / "bundle").mkdir()
             (run_dir / "bundle" / "results.sqlite").write_bytes(b"")
+            (run_dir / "outcome.json").write_text("{}")
     runs = bench.saved_runs(tmp_path)
     assert [s.index for _, s in runs] == [1, 2]
     outcome = bench.Outcome(runs[0][1], "ok", 12.5, hit_rank=1)
@@ -269,3 +270,20 @@ def test_the_command_line_checks_kinds_and_quick_means_a_handful(bench: ModuleTy
     assert (args.per_kind, args.healthy, args.kinds) == (1, 1, ["straggler", "blackhole"])
     with pytest.raises(SystemExit):
         bench.parse_args(["--kinds", "link-melt"])
+
+
+def test_a_target_is_crossed_when_a_recorded_path_holds_it(bench: ModuleType) -> None:
+    def scenario(kind: str, target: str, tier: str, **params: str) -> object:
+        return bench.Scenario(1, kind, "astral-small", "ecmp", "ring", target, params, tier=tier)
+
+    pinned = [["p0s0g1", "p0r1t0", "p0r1a0", "c0", "p0r0a0", "p0r0t0", "p0s1g0"]]
+    first_hops = [["p0s0g1", "p0r1t1"]]
+    slow = scenario("link-slow", "c0>p0r1a0", "agg_core")
+    assert bench.crossed(slow, pinned) is True  # either direction names the link
+    other = scenario("link-down", "p0r1a0-c1", "agg_core")
+    assert bench.crossed(other, pinned) is False
+    assert bench.crossed(other, pinned + first_hops) is None  # the rest of one path unknown
+    assert bench.crossed(scenario("switch-down", "p0r0a0", "agg"), pinned) is True
+    hole = scenario("blackhole", "p0r0a0", "agg", destination="p1s0g0")
+    assert bench.crossed(hole, pinned) is False  # that path goes elsewhere
+    assert bench.crossed(scenario("straggler", "p0s0g1", "gpu"), pinned) is None
