@@ -782,7 +782,6 @@ def run_one(
     fabrics: Mapping[str, tuple[str, FabricSpec]],
     runs_dir: Path,
     lock_wait: float,
-    children: list[subprocess.Popen[bytes]],
 ) -> Outcome:
     """One ``astral run`` of ``scenario`` into ``runs_dir/<name>/``, then its diagnosis."""
     ref, spec = fabrics[scenario.fabric]
@@ -796,11 +795,11 @@ def run_one(
     began = time.monotonic()
     with (run_dir / "astral-run.log").open("wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        children.append(process)
         try:
             code = process.wait()
-        finally:
-            children.remove(process)
+        except BaseException:  # SIGTERM or Ctrl-C here: stop the run before leaving
+            stop(process)
+            raise
     seconds = time.monotonic() - began
     status = STATUS.get(code, f"exit {code}")
     outcome = evaluate(run_dir, scenario, status, seconds)
@@ -808,6 +807,18 @@ def run_one(
     if code in (130, 143):
         raise KeyboardInterrupt
     return outcome
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to a running ``astral run`` (it tears its fabric down and marks its bundle
+    interrupted), then wait; SIGKILL only if it has not ended after two minutes."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def saved_runs(directory: Path) -> list[tuple[Path, Scenario]]:
@@ -917,7 +928,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("# before")
     for line in conditions([]):
         print(line)
-    children: list[subprocess.Popen[bytes]] = []
 
     def terminate(signum: int, frame: object) -> None:
         raise Terminated(signum)
@@ -931,17 +941,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if done.exists() and args.resume:
                 outcome = Outcome.from_dict(json.loads(done.read_text()))
             else:
-                outcome = run_one(scenario, fabrics, out / "runs", args.lock_wait, children)
+                outcome = run_one(scenario, fabrics, out / "runs", args.lock_wait)
             outcomes.append(outcome)
             print(run_line(outcome), flush=True)
-    except (KeyboardInterrupt, Terminated) as stop:
-        for child in list(children):
-            child.terminate()  # astral run tears its fabric down and marks the bundle
-            try:
-                child.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        status = 143 if isinstance(stop, Terminated) else 130
+    except (KeyboardInterrupt, Terminated) as interrupted:
+        status = 143 if isinstance(interrupted, Terminated) else 130
         print(f"# interrupted: {len(outcomes)} of {len(scenarios)} runs done; the rest is "
               f"not in {out} (--diagnose-only reads what is)")  # fmt: skip
     finish(outcomes, args, began)
