@@ -3,9 +3,9 @@
 One astral-small for the module (the ``astral_fabric`` fixture, policy ``ecmp``, host ports
 ``balanced``); per kind one run of the runner (the code ``astral run`` runs) of an 8-rank
 ring all-reduce, 1 MiB, at experiments/faults.yaml's scale, with that single fault from 2 s
-to 8 s after the first timed collective, about 15 s of collectives. One kind per run, so
-that the bundle's ground truth is one fault. The diagnosis must rank the injected
-component and fault first (benchmarks/diagnosis.py's matching: a link by its two ends, in
+to 8 s after the first timed collective, about 13 s of collectives (8 iterations). One
+kind per run, so that the bundle's ground truth is one fault. The diagnosis must rank the
+injected component and fault first (benchmarks/diagnosis.py's matching: a link by its two ends, in
 either order and direction); the healthy run must come out healthy.
 
 Every target is one the ring certainly crosses under any policy: the ring's fabric
@@ -38,7 +38,7 @@ BASE: dict[str, Any] = {
     "policy": "ecmp",
     "collectives": [{"op": "all-reduce", "algorithm": "ring"}],
     "sizes": {"min": "1M", "max": "1M"},
-    "iterations": 12,
+    "iterations": 8,
     "warmup": 1,
     "scale": 0.6e-4,  # experiments/faults.yaml: 12 Mbit/s per port
     "load_limit": {"force": True},
