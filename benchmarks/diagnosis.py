@@ -885,7 +885,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--diagnose-only", type=Path, default=None, metavar="DIR",
-        help="diagnose the bundles of a saved suite again, no emulation",
+        help="diagnose the bundles of a saved suite again, no emulation (--kinds, "
+        "--fabrics and --policies select among them)",
     )  # fmt: skip
     parser.add_argument(
         "--resume", action="store_true",
@@ -904,11 +905,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def selected(scenario: Scenario, args: argparse.Namespace) -> bool:
+    """Whether ``--kinds``, ``--fabrics`` and ``--policies`` keep a saved run (healthy runs
+    stay with any kinds): --diagnose-only on a part of a suite."""
+    kind_kept = scenario.kind is None or scenario.kind in args.kinds
+    return kind_kept and scenario.fabric in args.fabrics and scenario.policy in args.policies
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.monotonic()
     if args.diagnose_only is not None:
-        again = rediagnose(args.diagnose_only)
+        again = [o for o in rediagnose(args.diagnose_only) if selected(o.scenario, args)]
         print(f"# re-diagnosed {len(again)} saved runs of {args.diagnose_only}")
         print("# suite")
         for line in suite_counts([o.scenario for o in again]):

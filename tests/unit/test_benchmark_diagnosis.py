@@ -287,3 +287,13 @@ def test_a_target_is_crossed_when_a_recorded_path_holds_it(bench: ModuleType) ->
     hole = scenario("blackhole", "p0r0a0", "agg", destination="p1s0g0")
     assert bench.crossed(hole, pinned) is False  # that path goes elsewhere
     assert bench.crossed(scenario("straggler", "p0s0g1", "gpu"), pinned) is None
+
+
+def test_kinds_fabrics_and_policies_select_saved_runs(bench: ModuleType) -> None:
+    args = bench.parse_args(["--kinds", "straggler", "--policies", "ecmp"])
+    assert bench.selected(bench.Scenario(1, "straggler", "astral-small", "ecmp", "ring"), args)
+    assert bench.selected(bench.Scenario(2, None, "fat-tree-2pod", "ecmp", "ring"), args)
+    assert not bench.selected(bench.Scenario(3, "blackhole", "astral-small", "ecmp", "ring"), args)
+    assert not bench.selected(
+        bench.Scenario(4, "straggler", "astral-small", "path-pinned", "ring"), args
+    )
