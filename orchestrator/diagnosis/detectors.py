@@ -45,6 +45,9 @@ RETRANS_FACTOR = 4.0  # x the median connection's
 RTT_FACTOR = 3.0  # x the connection's own healthy (10th percentile) RTT, sustained
 RTT_SUSTAIN_S = 0.5
 GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
+CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collision's half
+CAPPED_SECONDS = 3  # busy seconds at that pace
+PEAK_WINDOW_S = 0.03  # three of the workers' 10 ms samples
 LATE_S = 0.020  # entry lateness beyond the typical rank's: healthy ranks stay within 18 ms
 LATE_OPS = 2  # operations a straggler must be late in (two: consecutive ones)
 TELEMETRY_GAP_S = 2.0
@@ -267,6 +270,47 @@ def rtt_rise(c: ConnectionView) -> tuple[float, float | None]:
     return best, since
 
 
+def peak_rates(c: ConnectionView) -> dict[int, float]:
+    """Per whole second of the run: the connection's highest rate over
+    :data:`PEAK_WINDOW_S` (bytes/s), in the seconds it moved anything. A connection sends
+    at its path's pace whenever it sends, however long the collective then makes it wait;
+    the window is shorter than one chunk's transfer (a ring step's 64 KiB take 43 ms at
+    12 Mbit/s), so that waiting between chunks does not count as slowness."""
+    windows: dict[int, float] = defaultdict(float)
+    for t, nbytes in c.samples:
+        windows[int(t / PEAK_WINDOW_S)] += nbytes
+    out: dict[int, float] = {}
+    for index, moved in windows.items():
+        if moved > 0:
+            second = int(index * PEAK_WINDOW_S)
+            out[second] = max(out.get(second, 0.0), moved / PEAK_WINDOW_S)
+    return out
+
+
+def capped(conns: Sequence[ConnectionView]) -> dict[int, tuple[float, int, float]]:
+    """Connections that, in :data:`CAPPED_SECONDS` or more of the seconds they were busy,
+    peaked at no more than :data:`CAPPED_SHARE` of what the typical busy connection
+    peaked at that second: a slower link on their path. (Two connections sharing one
+    link peak at half: a collision, not a fault.) Each with its worst share, the number
+    of such seconds and the first of them."""
+    peaks = {c.id: peak_rates(c) for c in conns}
+    seconds = sorted({s for p in peaks.values() for s in p})
+    low: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for second in seconds:
+        busy = {cid: p[second] for cid, p in peaks.items() if second in p}
+        if len(busy) < 3:
+            continue
+        typical = statistics.median(busy.values())
+        for cid, rate in busy.items():
+            if rate <= CAPPED_SHARE * typical:
+                low[cid].append((second, rate / typical))
+    return {
+        cid: (max(share for _, share in xs), len(xs), float(xs[0][0]))
+        for cid, xs in low.items()
+        if len(xs) >= CAPPED_SECONDS
+    }
+
+
 def connection_faults(obs: Observations) -> list[Suspect]:
     span = obs.span
     conns = [c for c in obs.connections if c.samples]
@@ -287,8 +331,8 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     lossy = {
         cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
     } - set(stalled)
-    rises = {c.id: rtt_rise(c) for c in conns}
-    slow = {cid for cid, (x, _) in rises.items() if x >= RTT_FACTOR} - set(stalled) - lossy
+    rates = capped(conns)
+    slow = set(rates) - set(stalled) - lossy
     by_id = {c.id: c for c in conns}
     # most connections at once: the machine (a busy neighbour, the emulator's CPU) or the
     # whole fabric's load, not one component; no link is blamed for it
@@ -307,8 +351,12 @@ def connection_faults(obs: Observations) -> list[Suspect]:
             leaks=switch_leaks(obs),
         )  # fmt: skip
     if slow:
-        why = {i: f"RTT x{rises[i][0]:.1f} its healthy level" for i in slow}
-        onsets = {i: rises[i][1] for i in slow}
+        why = {
+            i: f"sent at most {rates[i][0]:.0%} of the typical connection's rate, in "
+            f"{rates[i][1]} of its busy seconds"
+            for i in slow
+        }
+        onsets = {i: rates[i][2] for i in slow}
         out += _explain(
             obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets,
             queues=switch_queues(obs),
@@ -487,7 +535,8 @@ def _explain_stalls(
     def pairs(c: ConnectionView) -> list[str]:
         return [f"{s}|{c.dst_gpu}" for s in c.switches()]
 
-    for name, recall, precision, through in _ranked_components(bad, everyone, pairs)[:3]:
+    holes = []
+    for name, recall, precision, through in _ranked_components(bad, everyone, pairs):
         switch, destination = name.split("|")
         others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
         if len(destinations) != 1 or not full:
@@ -511,7 +560,8 @@ def _explain_stalls(
                 f"counters: {switch} received {leak[0]:,} packets ({leak[1]:,} bytes) more "
                 "than it sent: it dropped them"
             )
-        out.append(Suspect("switch", switch, "blackhole", score, evidence, onset=onset))
+        holes.append(Suspect("switch", switch, "blackhole", score, evidence, onset=onset))
+    out += sorted(holes, key=lambda s: -s.score)[:3]
     for name, recall, precision, through in _ranked_components(
         bad, everyone, lambda c: c.directions()
     )[:3]:
@@ -597,7 +647,10 @@ def controller_outage(obs: Observations) -> list[Suspect]:
     loads = [
         e for e in obs.events if e.kind == "log" and "loading app controllers.app" in e.message
     ]
-    restarts = [e.t for e in loads[1:] if e.t >= span[0] - 1.0]
+    # a controller whose apps load during the run started again (the first start is the
+    # bring-up's, before the first timed operation; a fabric held by a test or by
+    # astral up may have started it long before, out of the bundle's events)
+    restarts = [e.t for e in loads if e.t >= span[0] - 1.0]
     disconnects = [e for e in obs.events if e.kind == "disconnect" and e.t >= span[0]]
     gaps = _telemetry_gaps(obs)
     if not restarts and not gaps and not disconnects:
