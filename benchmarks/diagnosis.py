@@ -470,6 +470,7 @@ class Outcome:
     onset: float | None = None
     saturated: bool | None = None
     crossed: bool | None = None
+    alerts: list[dict[str, Any]] | None = None  # the run's live alerts (run.json)
 
     @property
     def top(self) -> str:
@@ -486,6 +487,19 @@ class Outcome:
         if self.onset is None or self.applied is None:
             return None
         return self.onset - self.applied
+
+    @property
+    def alert_delay(self) -> float | None:
+        """The first live alert that names the injected fault, after it was applied."""
+        expected = self.scenario.expected()
+        if expected is None or self.applied is None or not self.alerts:
+            return None
+        hits = [
+            a["t"] - self.applied
+            for a in self.alerts
+            if matches(a["component"], a["target"], a["fault"], expected)
+        ]
+        return min(hits) if hits else None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -633,6 +647,17 @@ def timing_lines(outcomes: Sequence[Outcome]) -> list[str]:
     hits = [o for o in outcomes if o.hit_rank is not None]
     no_onset = len(hits) - len(delays)
     lines = [f"  detection delay (matching suspect's onset - applied): {_spread(delays)}"]
+    alerted = [d for o in outcomes if (d := o.alert_delay) is not None]
+    recorded = [o for o in outcomes if o.alerts is not None]
+    if recorded:
+        faulty = [o for o in recorded if o.scenario.kind is not None]
+        healthy_alerts = sum(bool(o.alerts) for o in recorded if o.scenario.kind is None)
+        lines.append(
+            f"  live alert delay (first matching ALERT - applied): {_spread(alerted)}; "
+            f"{len(alerted)} of {len(faulty)} fault runs alerted on the injected fault, "
+            f"{sum(d <= 5.0 for d in alerted)} within 5 s; healthy runs with an alert: "
+            f"{healthy_alerts} of {len(recorded) - len(faulty)}"
+        )
     if no_onset:
         lines.append(f"    {no_onset} matching suspect(s) without an onset")
     lines.append(f"  time to localize (Diagnosis.seconds): {_spread(seconds)}")
@@ -744,6 +769,10 @@ def bundle_facts(bundle: Path, outcome: Outcome) -> None:
         outcome.saturated = any(load.saturated for load in loads.values()) if loads else None
         paths = [[hop.node for hop in hops] for hops in opened.paths().values()]
         outcome.crossed = crossed(outcome.scenario, paths)
+    run_file = bundle / "run.json"
+    if run_file.is_file():
+        alerts = json.loads(run_file.read_text(encoding="utf-8")).get("alerts")
+        outcome.alerts = list(alerts) if isinstance(alerts, list) else None
 
 
 def diagnose(bundle: Path, outcome: Outcome) -> None:
