@@ -73,10 +73,12 @@ def merge(suspects: Sequence[Suspect]) -> list[Suspect]:
             )
             continue
         kept = by_key[key]
+        # the onset is the strongest evidence's (a weaker detector may have seen something
+        # earlier that was not this fault)
+        if s.onset is not None and (kept.onset is None or s.score > kept.score):
+            kept.onset = s.onset
         kept.score = 1 - (1 - kept.score) * (1 - s.score)
         kept.evidence += [e for e in s.evidence if e not in kept.evidence]
-        if s.onset is not None and (kept.onset is None or s.onset < kept.onset):
-            kept.onset = s.onset
     return list(by_key.values())
 
 
