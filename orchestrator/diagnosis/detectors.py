@@ -39,9 +39,13 @@ SWITCH_WINDOW_S = 1.0
 LEAK_MIN_PACKETS = 8  # a switch receiving this many more packets than it sent dropped them
 LEAK_MIN_BYTES = 16_000
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
-STALL_S = 0.6  # no byte acknowledged for this long with data outstanding
-RETRANS_MIN = 20  # segments: below this a connection retransmitted as healthy ones do
+STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RTO after a
+# shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
+RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
 RETRANS_FACTOR = 4.0  # x the median connection's
+# a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
+# ... 4 s): some 10 to 20 times in several seconds
+HOLE_RETRANS_MIN = 5
 RTT_FACTOR = 3.0  # x the connection's own healthy (10th percentile) RTT, sustained
 RTT_SUSTAIN_S = 0.5
 GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
@@ -325,7 +329,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     # wait for the dropped data first): those are its consequence, not more evidence.
     dropped = {
         cid: s for cid, s in stalled.items()
-        if retrans[cid] >= max(RETRANS_MIN / 2, RETRANS_FACTOR * typical)
+        if retrans[cid] >= max(HOLE_RETRANS_MIN, RETRANS_FACTOR * typical)
     }  # fmt: skip
     stalled = dropped or stalled
     lossy = {
