@@ -336,7 +336,11 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
     } - set(stalled)
     rates = capped(conns)
-    slow = set(rates) - set(stalled) - lossy
+    # a peak rate held down second after second is a shaper's: a slow link, even when
+    # the sender overflowed its queue and retransmitted (a lossy link at full rate
+    # loses in bursts between which its sender runs at the link's pace)
+    slow = set(rates) - set(stalled)
+    lossy -= slow
     by_id = {c.id: c for c in conns}
     # most connections at once: the machine (a busy neighbour, the emulator's CPU) or the
     # whole fabric's load, not one component; no link is blamed for it
@@ -418,7 +422,7 @@ def _explain(
                     "sent through the run: the queue of a port slower than its senders"
                 )
             elif d.src in obs.fabric.switches or bad_switches & set(queues):
-                factor = 0.35
+                factor = 0.65  # below a direction whose switch does hold the queue
             else:
                 evidence.append(
                     "counters: no switch on these paths held a queue: the bytes waited at "
