@@ -108,6 +108,13 @@ def loopback(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopback]:
         assert setup.returncode == 0, setup.stdout + setup.stderr
         yield Loopback(sshd, inventory, base / "project", here, setup)
         sessions = sshd.sessions()
+    # a session's process ends once its client has gone, which may be a moment after the
+    # last test (a busy machine: seconds); one that outlives that is a leak
+    deadline = time.monotonic() + 15.0
+    while [
+        pid for pid in sessions if Path(f"/proc/{pid}").exists()
+    ] and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not [pid for pid in sessions if Path(f"/proc/{pid}").exists()]
 
 
