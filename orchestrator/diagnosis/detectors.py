@@ -232,9 +232,16 @@ def stalls(c: ConnectionView) -> list[tuple[float, float]]:
 def _outstanding(c: ConnectionView, start: float, end: float) -> bool:
     """Whether the kernel held unacknowledged data for most of [start, end] (a connection
     merely waiting for the collective's next step has none). The workers stop sampling a
-    connection that moves nothing, so its last view before ``start`` counts too."""
+    connection that moves nothing, so its last view before ``start`` and its first after
+    ``end`` count too, and so does a retransmission count that rose across the gap."""
     before = [u for t, u in c.unacked if t <= start]
-    views = before[-1:] + [u for t, u in c.unacked if start < t <= end]
+    after = [u for t, u in c.unacked if t > end]
+    views = before[-1:] + [u for t, u in c.unacked if start < t <= end] + after[:1]
+    # retransmitting across the gap: data was outstanding, whatever the views sampled
+    prior = [r for t, r in c.retrans if t <= start]
+    later = [r for t, r in c.retrans if t > end]
+    if prior and later and later[0] > prior[-1]:
+        return True
     return bool(views) and sum(1 for u in views if u > 0) >= 0.5 * len(views)
 
 
