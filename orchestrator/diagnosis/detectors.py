@@ -46,8 +46,6 @@ RETRANS_FACTOR = 4.0  # x the median connection's
 # a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
 # ... 4 s): some 10 to 20 times in several seconds
 HOLE_RETRANS_MIN = 5
-RTT_FACTOR = 3.0  # x the connection's own healthy (10th percentile) RTT, sustained
-RTT_SUSTAIN_S = 0.5
 GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
 CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collision's half
 CAPPED_SECONDS = 3  # busy seconds at that pace
@@ -258,27 +256,6 @@ def _first_retransmission(c: ConnectionView, start: float) -> float | None:
     before = [r for t, r in c.retrans if t < start]
     level = before[-1] if before else (c.retrans[0][1] if c.retrans else 0)
     return next((t for t, r in c.retrans if t >= start and r > level), None)
-
-
-def rtt_rise(c: ConnectionView) -> tuple[float, float | None]:
-    """How many times its healthy RTT (10th percentile) the connection's RTT stayed for at
-    least :data:`RTT_SUSTAIN_S` (1.0: never higher), and since when."""
-    if len(c.rtt) < 5:
-        return 1.0, None
-    values = sorted(v for _, v in c.rtt)
-    base = max(values[len(values) // 10], 1)
-    best, since = 1.0, None
-    run_start: float | None = None
-    run_min = float("inf")
-    for t, v in c.rtt:
-        if v >= RTT_FACTOR * base:
-            run_start = t if run_start is None else run_start
-            run_min = min(run_min, v)
-            if t - run_start >= RTT_SUSTAIN_S and run_min / base > best:
-                best, since = run_min / base, run_start
-        else:
-            run_start, run_min = None, float("inf")
-    return best, since
 
 
 def peak_rates(c: ConnectionView) -> dict[int, float]:

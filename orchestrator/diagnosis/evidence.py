@@ -14,8 +14,6 @@ is counted at both ends, and the two counts differ by what was lost on the wire.
 from __future__ import annotations
 
 import bisect
-import itertools
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,20 +53,6 @@ class Direction:
     @property
     def link_name(self) -> str:
         return f"{self.link.a}-{self.link.b}"
-
-
-@dataclass(frozen=True)
-class Interval:
-    """What a direction carried between two counter samples."""
-
-    start: float
-    end: float
-    bytes: int
-    packets: int
-
-    @property
-    def bps(self) -> float:
-        return 8 * self.bytes / max(self.end - self.start, 1e-6)
 
 
 @dataclass(frozen=True)
@@ -147,20 +131,6 @@ class Observations:
         if not self.operations:
             return None
         return min(o.start for o in self.operations), max(o.end for o in self.operations)
-
-    def intervals(self, direction: Direction, at: str = "auto") -> list[Interval]:
-        """What ``direction`` carried between consecutive samples of its counter (``at``:
-        ``tx``, ``rx`` or ``auto``: tx where counted, else rx)."""
-        use_tx = direction.tx_at is not None if at == "auto" else at == "tx"
-        port = direction.tx_at if use_tx else direction.rx_at
-        if port is None or port not in self.counters:
-            return []
-        rows = self.counters[port]
-        b, p = (2, 4) if use_tx else (1, 3)
-        return [
-            Interval(r0[0], r1[0], int(r1[b] - r0[b]), int(r1[p] - r0[p]))
-            for r0, r1 in itertools.pairwise(rows)
-        ]
 
     def counter_at(self, port: Port, t: float) -> tuple[float, int, int, int, int] | None:
         """The last sample of ``port`` at or before ``t`` (the first one if none is)."""
@@ -289,10 +259,6 @@ def _size(n: int) -> str:
         if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift}{unit}"
     return str(n)
-
-
-def median(values: list[float], default: float = 0.0) -> float:
-    return statistics.median(values) if values else default
 
 
 def entry_lateness(
