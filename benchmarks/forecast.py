@@ -117,6 +117,7 @@ def reforecast(bundle: Path) -> list[dict[str, Any]]:
                 c.id - 1, c.policy, Collective(c.collective, c.algorithm), c.size, c.count,
                 c.dtype, c.ranks,
             )  # fmt: skip
+            forecaster.iterations = c.iterations  # the batch the run timed (ops pipeline)
             predicted = forecaster.forecast(step).prediction
             saturated = c.id in loads and loads[c.id].saturated
             record = forecast_record(predicted, bool(calibration))

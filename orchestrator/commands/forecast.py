@@ -447,9 +447,15 @@ def store(calibration: Any, args: argparse.Namespace) -> int:
 
 
 def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
-    """The calibration fitted on a bundle's deterministic-path configurations."""
-    from orchestrator.forecast.calibration import INCASTS, Cell, fit
+    """The calibration fitted on a bundle's deterministic-path configurations: the
+    play-out's figures, and the step model's overlap with them."""
+    from dataclasses import replace
+    from functools import partial
+
+    from orchestrator.collectives.plans import element_count
+    from orchestrator.forecast.calibration import INCASTS, Cell, fit_played
     from orchestrator.forecast.model import ConfigurationModel
+    from orchestrator.forecast.schedule import schedule
     from orchestrator.results.store import ResultsBundle
     from orchestrator.results.summary import summarize
     from orchestrator.worker.spec import workers_from_description
@@ -469,16 +475,19 @@ def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
             ConfigurationModel(description, workers, host_ports=c.host_ports, salts=salts or 1),
         )
         router = model.router(c.policy)
-        if router.hashed or c.host_ports == "hash":
+        if router.hashed or c.host_ports == "hash" or math.isnan(r.row.time_us):
             continue  # a hash decided its paths: no single model time to fit against
         parts = {
             incast: model.parts(c.policy, c.collective, c.algorithm, c.size, 0, incast)
             for incast in INCASTS
         }
-        cells.append(Cell(r.row.time_us / 1e6, parts))
-    calibration = fit(cells)
-    from dataclasses import replace
-
+        count = element_count(c.collective, c.size, model.layout.size)
+        steps = sum(s.repeat for s in schedule(model.layout, c.collective, c.algorithm, count))
+        play = partial(
+            model.play, c.policy, c.collective, c.algorithm, c.size, 0, iterations=c.iterations
+        )
+        cells.append(Cell(r.row.time_us / 1e6, parts, play, steps))
+    calibration = fit_played(cells)
     return replace(calibration, source=str(bundle), fabric=description.fabric.name)
 
 

@@ -39,11 +39,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.forecast.playout import Figures
 from topologies.errors import ConfigError
 
 VERSION = 1
@@ -51,6 +52,8 @@ KIND = "forecast"
 ENV_VAR = "ASTRAL_FORECAST"
 DEFAULT_PATH = Path("/var/lib/astral/forecast.json")
 RERUN_HINT = "run `sudo astral forecast --calibrate` again to replace it"
+#: the send buffer assumed by a calibration file written before the play-out fitted one
+DEFAULT_SEND_BUFFER = 256 * 1024
 
 #: The calibration experiment: deterministic paths, two algorithms of different step
 #: counts, sizes from latency-bound to bandwidth-bound, a few iterations.
@@ -103,6 +106,9 @@ class ForecastCalibration:
     #: the share of a GPU's NIC downlink TCP keeps when connections from several senders
     #: converge on it in one step (incast into the ToR's shallow port queue)
     incast: float = 1.0
+    #: undelivered bytes a connection's kernel takes before the worker's ``sendall``
+    #: returns (the play-out's send buffer, orchestrator/forecast/playout.py)
+    send_buffer_bytes: float = 0.0
     measured_at: str = ""
     cells: int = 0
     rms_relative_error: float = 0.0
@@ -122,6 +128,16 @@ class ForecastCalibration:
             first = False
         return total
 
+    def figures(self) -> Figures:
+        """The figures the play-out takes (orchestrator/forecast/playout.py)."""
+        return Figures(
+            step_overhead_s=self.step_overhead_s,
+            operation_overhead_s=self.operation_overhead_s,
+            efficiency=self.efficiency,
+            incast=self.incast,
+            send_buffer=self.send_buffer_bytes,
+        )
+
     @property
     def measured(self) -> bool:
         return self.cells > 0
@@ -136,7 +152,8 @@ class ForecastCalibration:
             f"forecast calibration {self.measured_at}: step overhead "
             f"{self.step_overhead_s * 1e3:.2f} ms, operation overhead "
             f"{self.operation_overhead_s * 1e3:.2f} ms, TCP efficiency {self.efficiency:.2f}, "
-            f"latency hidden behind transfers {self.overlap:.2f}, incast {self.incast:.2f} "
+            f"send buffer {self.send_buffer_bytes / 1024:.0f} KiB, incast {self.incast:.2f}, "
+            f"latency hidden behind transfers (step model) {self.overlap:.2f} "
             f"(fit on {self.cells} cells of {self.fabric}, rms error "
             f"{self.rms_relative_error:.1%})"
         )
@@ -172,12 +189,15 @@ def load_forecast_calibration(path: str | Path | None = None) -> ForecastCalibra
         )
     values: dict[str, Any] = {}
     data.setdefault("incast", 1.0)  # a file from before the incast share was fitted
+    # a file from before the play-out: the send buffer Linux's autotuning reaches here
+    data.setdefault("send_buffer_bytes", DEFAULT_SEND_BUFFER)
     for key, low, high in (
         ("step_overhead_s", 0.0, 60.0),
         ("operation_overhead_s", 0.0, 600.0),
         ("efficiency", 1e-3, 1.0),
         ("overlap", 0.0, 1.0),
         ("incast", 0.1, 1.0),
+        ("send_buffer_bytes", 0.0, 1e9),
     ):
         value = data.get(key)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -210,10 +230,14 @@ def save_forecast_calibration(
 @dataclass(frozen=True)
 class Cell:
     """One measured configuration (emulated seconds per operation) and its bare parts, per
-    incast share (the model's transfer times depend on it: :data:`INCASTS`)."""
+    incast share (the model's transfer times depend on it: :data:`INCASTS`); and, to fit
+    the play-out, the configuration played out under given figures (``play``) and its
+    steps per operation."""
 
     measured_s: float
     parts: Mapping[float, Parts]
+    play: Callable[[Figures], float] | None = None
+    steps: int = 0
 
     def at(self, incast: float) -> Parts:
         return self.parts[incast] if incast in self.parts else self.parts[1.0]
@@ -239,7 +263,9 @@ def fit(cells: Sequence[Cell]) -> ForecastCalibration:
             for efficiency in EFFICIENCIES:
                 bare = ForecastCalibration(efficiency=efficiency, overlap=overlap)
                 base = [bare.time(c.at(incast)) for c in usable]
-                step, operation = _overheads(usable, base, incast)
+                step, operation = _overheads(
+                    usable, base, [c.at(incast).step_count for c in usable]
+                )
                 candidate = ForecastCalibration(step, operation, efficiency, overlap, incast)
                 rms = _rms(candidate, usable)
                 if best is None or rms < best[0] - 1e-12:
@@ -249,20 +275,78 @@ def fit(cells: Sequence[Cell]) -> ForecastCalibration:
     return replace(chosen, cells=len(usable), rms_relative_error=rms)
 
 
-def _rms(calibration: ForecastCalibration, cells: Sequence[Cell]) -> float:
-    errors = [
-        (calibration.time(c.at(calibration.incast)) - c.measured_s) / c.measured_s for c in cells
+#: the play-out's grid: TCP's efficiency, the incast share, the send buffer (bytes)
+PLAYED_EFFICIENCIES = tuple(i / 100 for i in range(88, 101, 2))
+PLAYED_INCASTS = tuple(i / 10 for i in range(5, 11))
+SEND_BUFFERS = tuple(1024 * k for k in (16, 64, 128, 256, 512, 1024, 4096))
+
+
+def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
+    """The play-out's figures that minimise the cells' rms relative error, then the step
+    model's overlap with them (it forecasts what is too large to play out).
+
+    Efficiency, incast share and send buffer on a grid (:data:`PLAYED_EFFICIENCIES`,
+    :data:`PLAYED_INCASTS`, :data:`SEND_BUFFERS`), each cell played out without overheads;
+    the two overheads then by least squares as in :func:`fit`, taking a step's overhead
+    as adding to every step of the operation (a ring paced by its slowest sender adds it
+    to every step) and the operation's once. The rms reported is the play-outs' with the
+    overheads in, not the linear estimate's."""
+    usable = [
+        c for c in cells if c.play is not None and c.measured_s > 0 and math.isfinite(c.measured_s)
     ]
+    if len(usable) < 3:
+        raise ValueError(f"a fit needs at least 3 measured cells, got {len(usable)}")
+    best: tuple[float, Figures] | None = None
+    for efficiency in PLAYED_EFFICIENCIES:
+        for incast in PLAYED_INCASTS:
+            for buffer in SEND_BUFFERS:
+                bare = Figures(efficiency=efficiency, incast=incast, send_buffer=buffer)
+                base = [c.play(bare) for c in usable]  # type: ignore[misc]
+                step, operation = _overheads(usable, base, [c.steps for c in usable])
+                rms = _rms_of(
+                    [b + step * c.steps + operation for b, c in zip(base, usable, strict=True)],
+                    usable,
+                )
+                if best is None or rms < best[0] - 1e-12:
+                    best = (
+                        rms,
+                        replace(bare, step_overhead_s=step, operation_overhead_s=operation),
+                    )
+    assert best is not None
+    figures = best[1]
+    rms = _rms_of([c.play(figures) for c in usable], usable)  # type: ignore[misc]
+    chosen = ForecastCalibration(
+        step_overhead_s=figures.step_overhead_s,
+        operation_overhead_s=figures.operation_overhead_s,
+        efficiency=figures.efficiency,
+        incast=figures.incast,
+        send_buffer_bytes=figures.send_buffer,
+    )
+    overlap = min(
+        OVERLAPS, key=lambda o: _rms(replace(chosen, overlap=o), [c for c in usable if c.parts])
+    )
+    return replace(chosen, overlap=overlap, cells=len(usable), rms_relative_error=rms)
+
+
+def _rms_of(times: Sequence[float], cells: Sequence[Cell]) -> float:
+    errors = [(t - c.measured_s) / c.measured_s for t, c in zip(times, cells, strict=True)]
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
-def _overheads(cells: Sequence[Cell], base: Sequence[float], incast: float) -> tuple[float, float]:
-    """(step, operation) overheads by weighted least squares on what ``base`` leaves."""
+def _rms(calibration: ForecastCalibration, cells: Sequence[Cell]) -> float:
+    return _rms_of([calibration.time(c.at(calibration.incast)) for c in cells], cells)
+
+
+def _overheads(
+    cells: Sequence[Cell], base: Sequence[float], steps: Sequence[float]
+) -> tuple[float, float]:
+    """(step, operation) overheads by weighted least squares on what ``base`` leaves, a
+    cell's step overhead counted ``steps`` times."""
     terms = ["step", "operation"]
     while terms:
         rows = [
-            [(float(c.at(incast).step_count) if t == "step" else 1.0) / c.measured_s for t in terms]
-            for c in cells
+            [(float(n) if t == "step" else 1.0) / c.measured_s for t in terms]
+            for c, n in zip(cells, steps, strict=True)
         ]
         rhs = [(c.measured_s - b) / c.measured_s for c, b in zip(cells, base, strict=True)]
         k = len(terms)

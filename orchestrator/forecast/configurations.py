@@ -86,7 +86,9 @@ class Forecaster:
 
     def forecast(self, step: StepLike) -> Forecasted:
         op, algorithm = step.collective.op, step.collective.algorithm
-        prediction = self.model.forecast(step.policy, op, algorithm, step.size)
+        prediction = self.model.forecast(
+            step.policy, op, algorithm, step.size, max(1, self.iterations)
+        )
         configuration = Configuration(
             id=step.index + 1,
             policy=step.policy,

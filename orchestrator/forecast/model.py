@@ -39,6 +39,7 @@ from orchestrator.collectives.nccl import algbw_gbps, bus_factor
 from orchestrator.collectives.plans import element_count
 from orchestrator.forecast.calibration import ForecastCalibration, Parts
 from orchestrator.forecast.paths import PolicyRouter, Routed
+from orchestrator.forecast.playout import Fabric, Figures, play_out
 from orchestrator.forecast.schedule import Step, schedule, split_channels
 from orchestrator.forecast.sharing import FlowClass, completion_time
 from orchestrator.testbed.hostports import HASH
@@ -50,6 +51,10 @@ from topologies.model import Link, LinkKind
 from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_SALTS = 16
+#: the largest configuration played out rank by rank (ranks x steps per operation); beyond,
+#: the step model's formula (about a second of play-out per draw at this size)
+PLAY_LIMIT = 4096
+PLAY_CONNECTIONS = 512
 DirectedLink = Hashable  # (from node, to node)
 
 
@@ -245,13 +250,79 @@ class ConfigurationModel:
             out.append((step.repeat, self.wait(step), seconds))
         return Parts(self.operation_latency, tuple(out))
 
-    def forecast(self, policy: str, collective: str, algorithm: str, size: int) -> Prediction:
+    def playable(self, collective: str, algorithm: str) -> bool:
+        """Whether the play-out forecasts this collective here, rather than the step model:
+        its events grow with ranks x steps and each shares the links among the connections
+        that hold bytes, so up to :data:`PLAY_LIMIT` rank-steps and
+        :data:`PLAY_CONNECTIONS` connections."""
+        n = self.layout.size
+        count = element_count(collective, 1 << 20, n)
+        steps = schedule(self.layout, collective, algorithm, count)
+        pairs = {(src, dst) for step in steps for src, dst, _ in step.transfers}
+        connections = len(pairs) * self.channels_for(collective, algorithm)
+        rank_steps = n * sum(s.repeat for s in steps)
+        return rank_steps <= PLAY_LIMIT and connections <= PLAY_CONNECTIONS
+
+    def playout_fabric(self, policy: str, collective: str, algorithm: str, salt: int) -> Fabric:
+        """What the play-out needs of this placement under one routing."""
+        routed = self.routed(policy, collective, algorithm, salt)
+        return Fabric(
+            layout=self.layout,
+            capacity=self.fabric.capacity,
+            into_gpu=frozenset(self.fabric.into_gpu),
+            one_way=self.one_way,
+            operation_latency=self.operation_latency,
+            path_of=lambda flow: self._path(routed, flow),
+        )
+
+    def play(
+        self,
+        policy: str,
+        collective: str,
+        algorithm: str,
+        size: int,
+        salt: int,
+        figures: Figures,
+        iterations: int = 1,
+    ) -> float:
+        """Emulated seconds per operation, every rank's plan played out under one routing
+        (orchestrator/forecast/playout.py)."""
+        fabric = self.playout_fabric(policy, collective, algorithm, salt)
+        channels = self.channels_for(collective, algorithm)
+        played = play_out(fabric, collective, algorithm, size, channels, figures, iterations)
+        return played.time_s
+
+    def forecast(
+        self,
+        policy: str,
+        collective: str,
+        algorithm: str,
+        size: int,
+        iterations: int = 1,
+        *,
+        played: bool | None = None,
+    ) -> Prediction:
+        """The forecast of one configuration: every rank played out where the play-out
+        runs (:meth:`playable`), the step model's formula beyond; the mean over hash draws
+        and their 10th and 90th percentiles where paths hash. ``iterations``: how many
+        operations run back to back in a timed batch (they pipeline into each other).
+        ``played``: force the play-out (True) or the step model (False; what the
+        aggregated full-size model is checked against)."""
         cal = self.calibration
         draws = [
             self.parts(policy, collective, algorithm, size, salt)
             for salt in range(self.salts_for(policy))
         ]
-        times = [cal.time(d) for d in draws]
+        if played is None:
+            played = self.playable(collective, algorithm)
+        if played:
+            figures = cal.figures()
+            times = [
+                self.play(policy, collective, algorithm, size, salt, figures, iterations)
+                for salt in range(len(draws))
+            ]
+        else:
+            times = [cal.time(d) for d in draws]
         median = sorted(zip(times, range(len(draws)), strict=True))[len(draws) // 2][1]
         chosen = draws[median]
         return Prediction(

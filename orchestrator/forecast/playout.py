@@ -1,0 +1,293 @@
+"""Every rank's plan played out in time: the forecast's pipelined model.
+
+Why not global steps: the workers do not run in lockstep. Each rank runs its own plan
+(orchestrator/worker/executor.py): before a step's sends it sleeps the latency to *its*
+slowest send peer, posts its sends (``sendall``: back as soon as the kernel's send buffer
+holds what the wire has not taken yet), waits for the step's receives and for its sends
+to be accepted, and moves on; after its last step it waits until everything it sent has
+arrived. So a rank whose send peer sits behind NVLink runs ahead, the bytes of one step
+keep moving while their sender sleeps before the next, and a ring settles at the pace of
+its slowest sender's bytes rather than at the sum of the fabric's longest latency and the
+transfer. Measured on astral-small (ring all-reduce, 4 MiB, path-pinned): every step took
+183-186 ms, the transfer alone 181 ms, though every rank also slept 10-85 ms per step. A
+schedule of global synchronous steps can only approximate that with a fitted share of
+hidden latency; playing every rank out needs none.
+
+The play-out is a fluid discrete-event simulation:
+
+- a **connection** per (sender, receiver, channel), as the workers open them, on the path
+  the policy gives it; it holds the bytes its sender has posted and not yet delivered;
+- the connections that hold bytes share the links max-min fairly
+  (orchestrator/forecast/sharing.py), each link at its capacity x TCP's efficiency on
+  the emulated links, a NIC downlink that several connections converge on at the incast
+  share; rates change only when a connection starts or stops holding bytes;
+- each **rank** is a generator that yields what it waits for: a sleep (the step's
+  latency and overhead, as the worker's ``StepLatency`` computes it), or thresholds on
+  its connections' delivered bytes: a receive needs the step's bytes delivered, a send is
+  accepted once at most ``send_buffer`` bytes of the connection are still undelivered,
+  the end of an operation needs everything sent delivered;
+- ``iterations`` operations run back to back from a common start, and the time per
+  operation is each rank's end over ``iterations``, averaged over the ranks: how the
+  runner times a batch (docs/measurement.md).
+
+The figures it takes (:class:`Figures`) are the machine's, fitted by
+orchestrator/forecast/calibration.py. Cost: a few events per rank and step, each a
+max-min share over the connections that hold bytes; fine for the fabrics the emulator
+runs (milliseconds to a second), too slow for a pod of 65,536 GPUs, which the synchronous
+step model forecasts (orchestrator/forecast/model.py chooses).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from orchestrator.collectives.plans import Layout, Plan, default_registry, element_count
+from orchestrator.forecast.schedule import split_channels
+from orchestrator.forecast.sharing import FlowClass, max_min_rates
+
+#: (src rank, dst rank, channel)
+Connection = tuple[int, int, int]
+#: a directed link: (from node, to node)
+DirectedLink = Hashable
+#: bytes that count as "delivered" when this close to a threshold (fluid rounding)
+SLACK = 0.5
+
+
+@dataclass(frozen=True)
+class Figures:
+    """This machine's figures for the play-out (emulated seconds, bytes)."""
+
+    step_overhead_s: float = 0.0
+    operation_overhead_s: float = 0.0
+    efficiency: float = 1.0
+    incast: float = 1.0
+    #: undelivered bytes a connection's kernel accepts before ``sendall`` returns
+    send_buffer: float = 0.0
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """What the play-out needs of the fabric and the placement (model.py builds it)."""
+
+    layout: Layout
+    #: directed link -> bytes/s (emulated, TCP payload)
+    capacity: Mapping[DirectedLink, float]
+    #: the directed links from a ToR into a GPU's NIC port
+    into_gpu: frozenset[DirectedLink]
+    #: one-way latency, emulated seconds, rank to rank
+    one_way: Sequence[Sequence[float]]
+    operation_latency: float
+    #: the node path of a connection under the policy being forecast
+    path_of: Callable[[Connection], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class PlayedOut:
+    """One play-out: seconds per operation (mean over ranks), and each rank's."""
+
+    time_s: float
+    rank_times_s: tuple[float, ...]
+    events: int
+
+
+#: what a rank generator yields: seconds to sleep, or (connection index, delivered bytes
+#: needed) thresholds
+Wait = float | list[tuple[int, float]]
+
+
+class _Connections:
+    """The connections of a play-out, indexed, with their paths as flow classes."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self.index: dict[Connection, int] = {}
+        self.links: list[dict[DirectedLink, float]] = []
+        self.posted: list[float] = []
+        self.expected: list[float] = []
+        self.delivered: list[float] = []
+
+    def of(self, connection: Connection) -> int:
+        found = self.index.get(connection)
+        if found is not None:
+            return found
+        path = self.fabric.path_of(connection)
+        links: dict[DirectedLink, float] = dict.fromkeys(itertools.pairwise(path), 1.0)
+        missing = [link for link in links if link not in self.fabric.capacity]
+        if missing:
+            raise ValueError(f"a path crosses {missing[0]}, which is not a link of the fabric")
+        self.index[connection] = len(self.links)
+        self.links.append(links)
+        self.posted.append(0.0)
+        self.expected.append(0.0)
+        self.delivered.append(0.0)
+        return self.index[connection]
+
+
+def _per_peer(transfers: Sequence[object]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for t in transfers:
+        peer, nbytes = t.peer, t.region.nbytes  # type: ignore[attr-defined]
+        if nbytes:
+            out[peer] = out.get(peer, 0) + nbytes
+    return out
+
+
+def _rank(
+    rank: int,
+    plan: Plan,
+    iterations: int,
+    channels: int,
+    fabric: Fabric,
+    figures: Figures,
+    conns: _Connections,
+) -> Generator[Wait, None, None]:
+    """What rank ``rank`` does, as the executor does it, ``iterations`` times."""
+    one_way = fabric.one_way[rank]
+    steps = [(_per_peer(s.sends), _per_peer(s.recvs)) for s in plan.steps]
+    mine: set[int] = set()
+    for _ in range(iterations):
+        pause = figures.operation_overhead_s
+        for k, (sends, recvs) in enumerate(steps):
+            wait = max((one_way[peer] for peer in sends), default=0.0)
+            if k == 0:
+                wait += fabric.operation_latency
+            pause += wait + figures.step_overhead_s
+            if pause > 0:
+                yield pause
+            pause = 0.0
+            needs: list[tuple[int, float]] = []
+            for peer, nbytes in sends.items():
+                for channel, part in enumerate(split_channels(nbytes, channels)):
+                    c = conns.of((rank, peer, channel))
+                    mine.add(c)
+                    conns.posted[c] += part
+                    needs.append((c, conns.posted[c] - figures.send_buffer))
+            for peer, nbytes in recvs.items():
+                for channel, part in enumerate(split_channels(nbytes, channels)):
+                    c = conns.of((peer, rank, channel))
+                    conns.expected[c] += part
+                    needs.append((c, conns.expected[c]))
+            yield needs
+        yield [(c, conns.posted[c]) for c in sorted(mine)]  # delivery of the last sends
+
+
+def play_out(
+    fabric: Fabric,
+    collective: str,
+    algorithm: str,
+    size: int,
+    channels: int,
+    figures: Figures,
+    iterations: int = 1,
+) -> PlayedOut:
+    """Play ``iterations`` operations of ``collective``/``algorithm`` at ``size`` bytes out
+    on ``fabric`` (see the module docstring)."""
+    layout = fabric.layout
+    n = layout.size
+    algo = default_registry().get(collective, algorithm)
+    count = element_count(collective, size, n)
+    conns = _Connections(fabric)
+    ranks = [
+        _rank(r, algo.plan(layout, r, count), max(1, iterations), channels, fabric, figures, conns)
+        for r in range(n)
+    ]
+    wake = [0.0] * n  # a sleeping rank's wake-up time
+    needs: list[list[tuple[int, float]] | None] = [None] * n
+    done = [math.nan] * n
+    capacity = {link: rate * figures.efficiency for link, rate in fabric.capacity.items()}
+    now = 0.0
+    events = 0
+    rates: dict[int, float] = {}
+    active_before: tuple[int, ...] | None = None
+
+    def met(r: int) -> bool:
+        wanted = needs[r]
+        return wanted is None or all(conns.delivered[c] >= x - SLACK for c, x in wanted)
+
+    def advance(r: int) -> None:
+        """Run rank ``r`` until it sleeps, waits for bytes not yet delivered, or ends."""
+        while True:
+            try:
+                request = next(ranks[r])
+            except StopIteration:
+                done[r] = now
+                needs[r] = None
+                return
+            if isinstance(request, float):
+                wake[r] = now + request
+                needs[r] = None
+                return
+            needs[r] = request
+            if not met(r):
+                return
+
+    runnable = list(range(n))
+    while True:
+        for r in runnable:
+            advance(r)
+        if all(not math.isnan(d) for d in done):
+            break
+        events += 1
+        active = tuple(
+            c for c in range(len(conns.links)) if conns.posted[c] - conns.delivered[c] > SLACK
+        )
+        if active != active_before:
+            rates = _share(active, conns, capacity, fabric.into_gpu, figures.incast)
+            active_before = active
+        upcoming = math.inf
+        for r in range(n):
+            if not math.isnan(done[r]):
+                continue
+            if needs[r] is None:
+                upcoming = min(upcoming, wake[r])
+                continue
+            for c, x in needs[r] or ():
+                short = x - conns.delivered[c]
+                if short > SLACK and rates.get(c, 0.0) > 0:
+                    upcoming = min(upcoming, now + short / rates[c])
+        for c in active:
+            if rates.get(c, 0.0) > 0:
+                upcoming = min(upcoming, now + (conns.posted[c] - conns.delivered[c]) / rates[c])
+        if not math.isfinite(upcoming):
+            raise RuntimeError(f"{collective} ({algorithm}): the play-out stalled at {now:.3f} s")
+        step = max(0.0, upcoming - now)
+        for c in active:
+            conns.delivered[c] = min(conns.posted[c], conns.delivered[c] + rates[c] * step)
+        now = upcoming
+        runnable = [
+            r
+            for r in range(n)
+            if math.isnan(done[r])
+            and ((needs[r] is None and wake[r] <= now + 1e-12) or (needs[r] is not None and met(r)))
+        ]
+    per_rank = tuple(d / max(1, iterations) for d in done)
+    return PlayedOut(sum(per_rank) / n, per_rank, events)
+
+
+def _share(
+    active: Sequence[int],
+    conns: _Connections,
+    capacity: Mapping[DirectedLink, float],
+    into_gpu: frozenset[DirectedLink],
+    incast: float,
+) -> dict[int, float]:
+    """Max-min fair rates (bytes/s) of the connections that hold bytes."""
+    if not active:
+        return {}
+    links = capacity
+    if incast < 1.0:
+        converging: dict[DirectedLink, int] = {}
+        for c in active:
+            for link in conns.links[c]:
+                if link in into_gpu:
+                    converging[link] = converging.get(link, 0) + 1
+        crowded = [link for link, k in converging.items() if k > 1]
+        if crowded:
+            links = dict(capacity)
+            for link in crowded:
+                links[link] = capacity[link] * incast
+    flows = [FlowClass(1, 1.0, conns.links[c]) for c in active]
+    return dict(zip(active, max_min_rates(flows, links), strict=True))

@@ -1,0 +1,139 @@
+"""The play-out (orchestrator/forecast/playout.py): every rank's plan in time, on hand-made
+fabrics whose answers can be worked out by hand, and on presets against the step model.
+Pure: no root, no emulation."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import pytest
+
+from orchestrator.collectives.plans import Layout
+from orchestrator.forecast.model import ConfigurationModel
+from orchestrator.forecast.playout import Fabric, Figures, play_out
+from orchestrator.worker.spec import workers_from_description
+from topologies.catalog import resolve_fabric
+from topologies.description import FabricDescription
+from topologies.generators import build_fabric
+from topologies.spec import load_fabric_spec
+
+MB = 1_000_000.0
+
+
+def star(ranks: int, rate: float = MB, latency: float = 0.0) -> Fabric:
+    """GPUs g0..g{n-1} on one switch ``s``, one server each, every link ``rate`` B/s both
+    ways, every one-way latency ``latency``."""
+    capacity: dict[Hashable, float] = {}
+    for r in range(ranks):
+        capacity[(f"g{r}", "s")] = rate
+        capacity[("s", f"g{r}")] = rate
+    one_way = [[0.0 if a == b else latency for b in range(ranks)] for a in range(ranks)]
+    return Fabric(
+        layout=Layout(tuple(f"srv{r}" for r in range(ranks)), (0,) * ranks),
+        capacity=capacity,
+        into_gpu=frozenset(("s", f"g{r}") for r in range(ranks)),
+        one_way=one_way,
+        operation_latency=0.0,
+        path_of=lambda c: (f"g{c[0]}", "s", f"g{c[1]}"),
+    )
+
+
+def test_a_ring_without_latency_moves_its_bytes_at_the_link_rate() -> None:
+    """Ring all-reduce over 4 ranks of 4 MB: 6 steps of 1 MB per rank over its own 1 MB/s
+    links (every link carries one connection): 6 s."""
+    played = play_out(star(4), "all-reduce", "ring", 4_000_000, 1, Figures(send_buffer=1e9))
+    assert played.time_s == pytest.approx(6.0, rel=1e-6)
+    assert played.rank_times_s == pytest.approx((6.0,) * 4, rel=1e-6)
+
+
+def test_without_a_send_buffer_every_step_waits_its_latency_then_its_bytes() -> None:
+    """A sender whose ``sendall`` returns only once everything is delivered cannot hide its
+    latency: 6 x (0.5 s + 1 s)."""
+    played = play_out(star(4, latency=0.5), "all-reduce", "ring", 4_000_000, 1, Figures())
+    assert played.time_s == pytest.approx(9.0, rel=1e-6)
+
+
+def test_a_ring_runs_at_the_mean_of_its_edges_not_at_its_slowest_latency() -> None:
+    """Ranks 0 and 2 send to peers 0.5 s away, ranks 1 and 3 to peers next door (0 s). A
+    rank's step ends when its predecessor's bytes have arrived, so around the ring a step
+    costs the mean of (latency + transfer) over its edges, (2 x 1.5 + 2 x 1.0) / 4 = 1.25 s,
+    not the slowest edge's 1.5 s that global steps would charge, provided a sender need not
+    wait for its own bytes (a deep send buffer); without one, 1.5 s per step."""
+    fabric = star(4)
+    near = [[0.0 if a == b or a % 2 else 0.5 for b in range(4)] for a in range(4)]
+    fabric = Fabric(fabric.layout, fabric.capacity, fabric.into_gpu, near, 0.0, fabric.path_of)
+    deep = play_out(fabric, "all-reduce", "ring", 4_000_000, 1, Figures(send_buffer=1e9))
+    assert deep.time_s == pytest.approx(6 * 1.25, rel=0.05)
+    shallow = play_out(fabric, "all-reduce", "ring", 4_000_000, 1, Figures())
+    assert shallow.time_s == pytest.approx(6 * 1.5, rel=0.05)
+
+
+def test_overheads_add_per_step_and_per_operation() -> None:
+    bare = play_out(star(4), "all-reduce", "ring", 4_000_000, 1, Figures(send_buffer=1e9))
+    both = play_out(
+        star(4),
+        "all-reduce",
+        "ring",
+        4_000_000,
+        1,
+        Figures(step_overhead_s=0.01, operation_overhead_s=0.2, send_buffer=1e9),
+    )
+    assert both.time_s - bare.time_s == pytest.approx(6 * 0.01 + 0.2, rel=1e-3)
+
+
+def test_incast_lowers_only_a_downlink_that_several_connections_converge_on() -> None:
+    """Direct all-to-all over 3 ranks: every downlink takes 2 connections (an incast), so
+    at share 0.5 the 2 MB into each rank take 4 s instead of 2 s; a 2-rank one has no
+    incast and does not change."""
+    incast = Figures(send_buffer=1e9, incast=0.5)
+    three = play_out(star(3), "all-to-all", "direct", 3_000_000, 1, incast)
+    assert three.time_s == pytest.approx(4.0, rel=1e-6)
+    two = play_out(star(2), "all-to-all", "direct", 2_000_000, 1, incast)
+    assert two.time_s == pytest.approx(1.0, rel=1e-6)
+
+
+def test_operations_back_to_back_pipeline_into_each_other() -> None:
+    """Per operation, a batch of several is never slower than one alone (the next starts
+    while the last bytes of the one before are still moving)."""
+    fabric = star(4, latency=0.3)
+    one = play_out(fabric, "all-reduce", "ring", 1_000_000, 1, Figures(send_buffer=2e5))
+    three = play_out(
+        fabric, "all-reduce", "ring", 1_000_000, 1, Figures(send_buffer=2e5), iterations=3
+    )
+    assert three.time_s <= one.time_s + 1e-9
+
+
+def test_the_rank_behind_a_slow_downlink_ends_last() -> None:
+    """Each rank's end is its own: in a direct all-to-all where one GPU's downlink runs at
+    a quarter of the rate, that GPU's receives end last, and the others end once their
+    own bytes (some of them into the slow link) have been delivered."""
+    fabric = star(3)
+    slow: dict[Hashable, float] = dict(fabric.capacity)
+    slow[("s", "g2")] = MB / 4
+    uneven = Fabric(fabric.layout, slow, fabric.into_gpu, fabric.one_way, 0.0, fabric.path_of)
+    played = play_out(uneven, "all-to-all", "direct", 3_000_000, 1, Figures(send_buffer=0.0))
+    assert played.rank_times_s[2] >= max(played.rank_times_s[:2]) - 1e-9
+
+
+@pytest.mark.parametrize("name", ["astral-small", "rail-optimized-small"])
+@pytest.mark.parametrize(
+    "collective, algorithm",
+    [("all-reduce", "ring"), ("all-reduce", "hierarchical"), ("all-to-all", "direct")],
+)
+def test_without_latency_the_play_out_agrees_with_the_step_model(
+    name: str, collective: str, algorithm: str
+) -> None:
+    """With no latency, no overheads and no send buffer the ranks cannot run ahead of each
+    other's bytes, so playing them out gives the step model's time (its steps end when
+    their slowest transfer does)."""
+    spec = load_fabric_spec(resolve_fabric(name))
+    description = FabricDescription.of(build_fabric(spec))
+    model = ConfigurationModel(description, workers_from_description(description))
+    model.one_way = tuple((0.0,) * len(row) for row in model.one_way)
+    model.operation_latency = 0.0
+    for size in (1 << 20, 1 << 22):
+        stepwise = model.calibration.time(
+            model.parts("path-pinned", collective, algorithm, size, 0)
+        )
+        played = model.play("path-pinned", collective, algorithm, size, 0, Figures())
+        assert played == pytest.approx(stepwise, rel=0.02)
