@@ -6,6 +6,10 @@
     .venv/bin/python benchmarks/forecast.py --from DIR     re-forecast bundles measured
                                                            before, with today's model and
                                                            calibration (no emulation)
+    .venv/bin/python benchmarks/forecast.py --from DIR --paths
+                                                           ... and each bundle's ecmp cells
+                                                           again with the paths its own
+                                                           connections took
 
 Per fabric, one ``astral run`` (the runner, real emulation: Mininet, Open vSwitch, the
 controller, the workers) of ring and hierarchical all-reduce and direct all-to-all under
@@ -22,6 +26,13 @@ Fabrics that are no preset are written here inline: ``astral-oversubscribed`` (a
 with a 2:1 core: oversubscription.agg 2) and ``fat-tree-one-pod`` (a k = 4 fat-tree, one pod
 of 2 servers x 2 GPUs, no core tier). A calibration fitted on an astral-small run measures
 every other fabric with figures it was not fitted on.
+
+With ``--from DIR --paths``, each ecmp cell is forecast a second time with the paths the
+bundle recorded for that configuration's connections (``astral forecast --paths``,
+orchestrator/forecast/recorded.py): one forecast, no hash draws, so it is held to the
+deterministic policies' targets (median <= 3 %, max <= 8 %) on a summary line of its own,
+``ecmp with --paths``; each such cell says how many of its connections took a recorded
+path (the rest are routed by the policy).
 
 The machine's load changes the emulator's figures (docs/calibration.md): the conditions
 (load average before and after each fabric) are printed with them.
@@ -88,10 +99,11 @@ def fabric_document(name: str) -> dict[str, Any] | str:
     return loaded
 
 
-def reforecast(bundle: Path) -> list[dict[str, Any]]:
+def reforecast(bundle: Path, paths: bool = False) -> list[dict[str, Any]]:
     """A bundle's measurements against the forecast the model makes now (the bundle's own
     configurations and fabric, its experiment's placement where it kept the file, else
-    every GPU in rank order; this machine's calibration as it is now)."""
+    every GPU in rank order; this machine's calibration as it is now). With ``paths``,
+    every ecmp cell once more, forecast with the paths the bundle recorded for it."""
     from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.configurations import Forecaster
     from orchestrator.forecast.report import forecast_record
@@ -109,6 +121,13 @@ def reforecast(bundle: Path) -> list[dict[str, Any]]:
         loads = opened.emulator_loads()
         host_ports = results[0].configuration.host_ports if results else "balanced"
         forecaster = Forecaster(description, gpus, host_ports=host_ports, calibration=calibration)
+        recorded = (
+            Forecaster(
+                description, gpus, host_ports=host_ports, calibration=calibration, paths=bundle
+            )
+            if paths
+            else None
+        )
         for result in results:
             c = result.configuration
             if math.isnan(result.row.busbw):
@@ -122,6 +141,17 @@ def reforecast(bundle: Path) -> list[dict[str, Any]]:
             saturated = c.id in loads and loads[c.id].saturated
             record = forecast_record(predicted, bool(calibration))
             cells.append(cell(bundle.name, result, record, opened.scale, saturated))
+            if recorded is None or c.policy in DETERMINISTIC:
+                continue
+            recorded.iterations = c.iterations
+            predicted = recorded.forecast(step).prediction
+            record = forecast_record(predicted, bool(calibration))
+            coverage = recorded.coverage(c.policy, c.collective, c.algorithm, c.size)
+            assert coverage is not None
+            cells.append(
+                cell(bundle.name, result, record, opened.scale, saturated)
+                | {"paths": f"{coverage.recorded}/{coverage.connections}"}
+            )
     return cells
 
 
@@ -141,6 +171,7 @@ def cell(name: str, result: Any, forecast: Any, scale: float, saturated: bool) -
         "draws": forecast.hash_draws,
         "calibrated": forecast.calibrated,
         "saturated": saturated,
+        "paths": None,  # with --paths: recorded/all fabric connections of the cell
     }
 
 
@@ -185,7 +216,8 @@ def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str,
 
 def report(cells: list[dict[str, Any]], label: str) -> list[str]:
     fixed = [abs(c["error"]) for c in cells if c["policy"] in DETERMINISTIC]
-    hashed = [c for c in cells if c["policy"] not in DETERMINISTIC]
+    hashed = [c for c in cells if c["policy"] not in DETERMINISTIC and c["paths"] is None]
+    recorded = [c for c in cells if c["paths"] is not None]
     lines = []
     if fixed:
         lines.append(
@@ -199,6 +231,15 @@ def report(cells: list[dict[str, Any]], label: str) -> list[str]:
             f"# {label}: ecmp, {len(hashed)} cells: measured inside p10-p90 in {inside} "
             f"({inside / len(hashed):.0%}; target 80 %), median |error of the mean| "
             f"{statistics.median(errors):.1%}"
+        )
+    if recorded:
+        errors = [abs(c["error"]) for c in recorded]
+        taken = sum(int(c["paths"].split("/")[0]) for c in recorded)
+        opened = sum(int(c["paths"].split("/")[1]) for c in recorded)
+        lines.append(
+            f"# {label}: ecmp with --paths, {len(recorded)} cells ({taken} of {opened} "
+            f"connections on recorded paths): median |error| {statistics.median(errors):.1%}, "
+            f"max {max(errors):.1%} (targets 3 %, 8 %)"
         )
     return lines
 
@@ -216,7 +257,14 @@ def main() -> int:
     parser.add_argument(
         "--from", dest="source", type=Path, default=None, help="re-forecast the bundles in DIR"
     )
+    parser.add_argument(
+        "--paths",
+        action="store_true",
+        help="with --from: ecmp cells again, with each bundle's recorded paths",
+    )
     args = parser.parse_args()
+    if args.paths and args.source is None:
+        parser.error("--paths re-forecasts bundles measured before: give --from DIR")
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     args.sizes = {"min": min(sizes), "max": max(sizes), "factor": 4}
     args.policies = args.policies.split(",")
@@ -229,7 +277,7 @@ def main() -> int:
     for name in names:
         try:
             if args.source is not None:
-                found = reforecast(args.source / name)
+                found = reforecast(args.source / name, args.paths)
             else:
                 found = run_fabric(name, args, out)
         except AstralError as error:
@@ -242,9 +290,12 @@ def main() -> int:
         for c in found:
             band = f"{c['p10']:.2f}-{c['p90']:.2f}" if c["draws"] > 1 else "-"
             mark = "" if c["policy"] in DETERMINISTIC else (" in" if c["inside"] else " OUT")
+            if c["paths"] is not None:
+                mark = f" paths recorded {c['paths']}"
             flag = " SATURATED" if c["saturated"] else ""
+            policy = c["policy"] if c["paths"] is None else f"{c['policy']}+paths"
             print(
-                f" {c['fabric']:>22} {c['policy']:>12} {c['collective']:>26} {c['size']:>8}"
+                f" {c['fabric']:>22} {policy:>12} {c['collective']:>26} {c['size']:>8}"
                 f" {c['measured']:>9.2f} {c['forecast']:>9.2f} {c['error']:>+7.1%}  {band}"
                 f"{mark}{flag}"
             )

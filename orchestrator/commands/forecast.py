@@ -7,6 +7,8 @@
     astral forecast EXP --fail p0r0t0-p0r0a0 --fail c0
                                              what-if: a link (its two ends) or a switch down
     astral forecast EXP --salts 32           hash draws for ECMP's distribution (default 16)
+    astral forecast EXP --paths BUNDLE       with the paths a run's connections took (its
+                                             bundle's traced paths) instead of drawing them
     sudo astral forecast --calibrate         measure this machine's per-step figures (a
                                              short real run) and store them
     astral forecast --calibrate-from BUNDLE  the same, fitted on a bundle measured here
@@ -17,13 +19,24 @@ side-by-side summary. Where the paths depend on a hash (ECMP, ``host_ports: hash
 time is the mean over hash draws and each row names the p10-p90 busbw band. The model and
 its limits: docs/forecast.md.
 
+``--paths BUNDLE`` forecasts with the paths the connections of a run took, as its bundle
+recorded them (traced through the switches), where it ran the same policy and collective:
+a collective whose every connection has a recorded path is forecast once, with no hash
+draws. A connection whose path the bundle lacks or only knows part of (trace-dropped,
+trace-unknown, first-hop) is routed by the policy, and each table's header says how many
+of its connections took a recorded path and why the rest did not. The bundle must have
+been measured on the experiment's fabric (the same GPUs and links) with the same ranks on
+the same GPUs.
+
 ``--set KEY=VALUE`` takes any experiment key (``sizes.max=16M``, ``policies=[ecmp]``) or
 fabric key (``speeds.nic``, ``oversubscription.agg``, ``switch.radix``, ...; a fabric the
 experiment names by preset or file is read and changed inline), dotted; values are YAML.
 The changed experiment is validated as a file would be: a bad key or value is an error
 that names it, and nothing is forecast.
 
-Exit status: 0; 2 a bad experiment, ``--set`` or ``--fail``; 3 ``--calibrate`` without root.
+Exit status: 0; 2 a bad experiment, ``--set``, ``--fail`` or ``--paths`` (a bundle of
+another fabric or placement); 3 ``--calibrate`` without root; 6 a ``--paths`` bundle that
+cannot be read.
 """
 
 from __future__ import annotations
@@ -59,6 +72,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--salts", type=int, default=None, metavar="N", help="hash draws")
     parser.add_argument(
+        "--paths",
+        type=Path,
+        default=None,
+        metavar="BUNDLE",
+        help="forecast with the paths the connections of the run in BUNDLE took",
+    )
+    parser.add_argument(
         "--calibration", type=Path, default=None, metavar="FILE", help="forecast calibration file"
     )
     parser.add_argument(
@@ -90,6 +110,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from orchestrator.forecast.calibration import load_forecast_calibration
 
+    if args.paths is not None and (args.calibrate or args.full_size or args.calibrate_from):
+        raise ConfigError(
+            "command line",
+            "--paths",
+            "an experiment to forecast (not --calibrate, --calibrate-from or --full-size)",
+            str(args.paths),
+        )
     if args.calibrate:
         return calibrate(args)
     if args.full_size:
@@ -109,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.json:
         out: dict[str, Any] = {"configurations": baseline.records()}
+        if args.paths is not None:
+            out["paths"] = baseline.path_records()
         if variant is not None:
             out["variant"] = {
                 "set": args.set,
@@ -118,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
         return 0
     print(f"# {(calibration.describe() if calibration else 'forecast calibration: none')}")
+    if baseline.rates:
+        print(f"# paths: {args.paths} was measured with {baseline.rates}")
     for text in baseline.tables():
         print(text, end="")
     for line in baseline.summary():
@@ -125,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
     if variant is not None:
         what = ", ".join([*args.set, *(f"fail {f}" for f in args.fail)])
         print(f"# what-if: {what}")
+        if variant.rates:
+            print(f"# what-if paths: {args.paths} was measured with {variant.rates}")
         for line in comparison_lines(baseline, variant):
             print(line)
     return 0
@@ -245,12 +278,22 @@ def parse_failures(fabric: Any, failures: Sequence[str]) -> frozenset[Any]:
 
 
 class ForecastRun:
-    """An experiment's forecasts, grouped as ``astral run`` groups its tables."""
+    """An experiment's forecasts, grouped as ``astral run`` groups its tables; with
+    ``--paths``, per forecast how many of its connections took a recorded path."""
 
-    def __init__(self, spec: Any, forecasts: list[Any], latency: str | None) -> None:
+    def __init__(
+        self,
+        spec: Any,
+        forecasts: list[Any],
+        latency: str | None,
+        coverages: Sequence[Any | None] = (),
+        rates: str = "",
+    ) -> None:
         self.spec = spec
         self.forecasts = forecasts
         self.latency = latency
+        self.coverages = list(coverages) or [None] * len(forecasts)
+        self.rates = rates  # how a --paths bundle's link rates differ ('' if they do not)
 
     @property
     def scale(self) -> float:
@@ -260,6 +303,29 @@ class ForecastRun:
         from orchestrator.forecast.report import record
 
         return [record(f, self.scale) for f in self.forecasts]
+
+    def path_records(self) -> list[dict[str, Any]]:
+        """Per configuration forecast with ``--paths``, its connections' coverage."""
+        return [
+            {"policy": c.policy, "collective": c.collective, "algorithm": c.algorithm,
+             "size": c.size, **coverage.record()}
+            for f, coverage in zip(self.forecasts, self.coverages, strict=True)
+            if coverage is not None
+            for c in (f.configuration,)
+        ]  # fmt: skip
+
+    def path_lines(self, group: tuple[str, str, str]) -> list[str]:
+        """A table's header lines on its paths: one when every size took the same share
+        of recorded paths, else one per size."""
+        found = [
+            (f.configuration.size, coverage)
+            for f, coverage in zip(self.forecasts, self.coverages, strict=True)
+            if coverage is not None and f.configuration.group == group
+        ]
+        lines = list(dict.fromkeys(coverage.header() for _, coverage in found))
+        if len(lines) <= 1:
+            return lines
+        return [f"size {size}: {coverage.header()}" for size, coverage in found]
 
     def groups(self) -> dict[tuple[str, str, str], list[Any]]:
         groups: dict[tuple[str, str, str], list[Any]] = {}
@@ -278,6 +344,7 @@ class ForecastRun:
                 f"{spec.ranks} ranks, fabric {spec.fabric.name} (no emulation: the model, "
                 "docs/forecast.md)",
                 "time: predicted per operation (mean over hash draws where paths hash)",
+                *self.path_lines((policy, op, algorithm)),
             ]
             out.append(forecast_table(members, head, self.scale, self.latency))
         return out
@@ -332,9 +399,16 @@ def forecast_document(
         salts=args.salts or DEFAULT_SALTS,
         iterations=spec.iterations,
         warmup=spec.warmup,
+        paths=args.paths,
     )
-    forecasts = forecaster.forecast_all(spec.steps())
-    return ForecastRun(spec, forecasts, latency_title(latency_record(fabric)))
+    steps = list(spec.steps())
+    forecasts = forecaster.forecast_all(steps)
+    coverages = [
+        forecaster.coverage(s.policy, s.collective.op, s.collective.algorithm, s.size)
+        for s in steps
+    ]
+    rates = forecaster.recorded.rates if forecaster.recorded is not None else ""
+    return ForecastRun(spec, forecasts, latency_title(latency_record(fabric)), coverages, rates)
 
 
 def comparison_lines(baseline: ForecastRun, variant: ForecastRun) -> list[str]:

@@ -3,18 +3,26 @@
 The experiment itself lives above this package (orchestrator/run/experiment.py); what a
 forecast needs of a configuration step is :class:`StepLike`, so that ``astral forecast``
 and ``astral run`` (which prints the forecast beside each measurement) hand in their steps.
+
+Given a run's bundle (``paths``), the forecast takes the paths its connections took
+(orchestrator/forecast/recorded.py) instead of the policy's; a size the bundle ran takes
+that configuration's paths, so sizes whose paths differ get a model each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from orchestrator.collectives.ceilings import configuration_ceiling
 from orchestrator.forecast.calibration import ForecastCalibration
 from orchestrator.forecast.model import DEFAULT_SALTS, ConfigurationModel
+from orchestrator.forecast.paths import Routed
+from orchestrator.forecast.recorded import Coverage, Key, RecordedPaths
 from orchestrator.forecast.report import Forecasted
 from orchestrator.results.store import Configuration
+from orchestrator.testbed.pinning import fabric_flows
 from orchestrator.worker.spec import workers_from_description
 from topologies.description import FabricDescription
 from topologies.model import Link
@@ -67,26 +75,64 @@ class Forecaster:
         salts: int = DEFAULT_SALTS,
         iterations: int = 0,
         warmup: int = 0,
+        paths: Path | None = None,
     ) -> None:
         self.description = description
         self.workers = workers_from_description(description, gpus)
+        self.failed = frozenset(failed)
+        self.salts = salts
         self.model = ConfigurationModel(
             description,
             self.workers,
             calibration,
             host_ports=host_ports,
-            failed=frozenset(failed),
+            failed=self.failed,
             salts=salts,
         )
+        self.recorded = (
+            RecordedPaths.read(paths, description, self.workers, self.failed)
+            if paths is not None
+            else None
+        )
+        self._recorded_models: list[tuple[dict[Key, Routed], ConfigurationModel]] = []
         self.host_ports = host_ports
         self.iterations = iterations
         self.warmup = warmup
         spec = description.fabric.spec
         self.rail_bandwidth = spec.nic_ports * spec.emulation.emulated(spec.speeds.nic) / 8
 
+    def model_for(self, size: int) -> ConfigurationModel:
+        """The model that forecasts ``size``: with the paths recorded for it, if any."""
+        if self.recorded is None:
+            return self.model
+        routes = self.recorded.routes(size)
+        for known, model in self._recorded_models:
+            if known == routes:
+                return model
+        model = ConfigurationModel(
+            self.description,
+            self.workers,
+            self.model.calibration,
+            host_ports=self.model.host_ports,
+            failed=self.failed,
+            salts=self.salts,
+            recorded=routes,
+        )
+        self._recorded_models.append((routes, model))
+        return model
+
+    def coverage(self, policy: str, collective: str, algorithm: str, size: int) -> Coverage | None:
+        """How many of the collective's fabric connections take a recorded path at
+        ``size`` (None without a bundle)."""
+        if self.recorded is None:
+            return None
+        channels = self.model.channels_for(collective, algorithm)
+        flows = fabric_flows(self.workers, [(collective, algorithm)], channels)[0]
+        return self.recorded.coverage((policy, collective, algorithm), size, flows)
+
     def forecast(self, step: StepLike) -> Forecasted:
         op, algorithm = step.collective.op, step.collective.algorithm
-        prediction = self.model.forecast(
+        prediction = self.model_for(step.size).forecast(
             step.policy, op, algorithm, step.size, max(1, self.iterations)
         )
         configuration = Configuration(

@@ -142,6 +142,7 @@ class ConfigurationModel:
         failed: frozenset[Link] = frozenset(),
         salts: int = DEFAULT_SALTS,
         channels: int | None = None,
+        recorded: Mapping[tuple[str, str, str], Routed] | None = None,
     ) -> None:
         self.description = description
         self.fabric = FabricModel.of(description)
@@ -152,6 +153,9 @@ class ConfigurationModel:
         self.failed = failed
         self.salts = salts
         self.channels = channels
+        #: per (policy, collective, algorithm), paths a run recorded (orchestrator/forecast/
+        #: recorded.py): they replace the policy's for the connections they cover
+        self.recorded = dict(recorded or {})
         self._routers: dict[str, PolicyRouter] = {}
         self._routes: dict[tuple[str, str, str, int], Routed] = {}
         applied = applied_latency(description.fabric, [w.host for w in self.workers])
@@ -174,10 +178,25 @@ class ConfigurationModel:
         if key not in self._routes:
             channels = self.channels_for(collective, algorithm)
             groups = fabric_flows(self.workers, [(collective, algorithm)], channels)
-            self._routes[key] = self.router(policy).route(
-                self.workers, groups, self.host_ports, salt
-            )
+            routed = self.router(policy).route(self.workers, groups, self.host_ports, salt)
+            recorded = self.recorded.get((policy, collective, algorithm))
+            if recorded is not None:
+                routed = Routed(
+                    {**routed.paths, **recorded.paths},
+                    {**routed.source_ports, **recorded.source_ports},
+                )
+            self._routes[key] = routed
         return self._routes[key]
+
+    def is_recorded(self, policy: str, collective: str, algorithm: str) -> bool:
+        """Whether recorded paths cover every fabric connection of the collective: then
+        no hash is left to draw. Where some are missing, their paths are still drawn."""
+        recorded = self.recorded.get((policy, collective, algorithm))
+        if recorded is None:
+            return False
+        channels = self.channels_for(collective, algorithm)
+        flows = fabric_flows(self.workers, [(collective, algorithm)], channels)[0]
+        return all(f in recorded.paths for f in flows)
 
     def salts_for(self, policy: str) -> int:
         """How many hash outcomes to draw: 1 where nothing is left to a hash."""
@@ -311,7 +330,9 @@ class ConfigurationModel:
         cal = self.calibration
         draws = [
             self.parts(policy, collective, algorithm, size, salt)
-            for salt in range(self.salts_for(policy))
+            for salt in range(
+                1 if self.is_recorded(policy, collective, algorithm) else self.salts_for(policy)
+            )
         ]
         if played is None:
             played = self.playable(collective, algorithm)
