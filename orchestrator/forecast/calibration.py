@@ -322,8 +322,9 @@ def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
         incast=figures.incast,
         send_buffer_bytes=figures.send_buffer,
     )
-    overlap = min(
-        OVERLAPS, key=lambda o: _rms(replace(chosen, overlap=o), [c for c in usable if c.parts])
+    stepwise = [c for c in usable if c.parts]
+    overlap = (
+        min(OVERLAPS, key=lambda o: _rms(replace(chosen, overlap=o), stepwise)) if stepwise else 0.0
     )
     return replace(chosen, overlap=overlap, cells=len(usable), rms_relative_error=rms)
 

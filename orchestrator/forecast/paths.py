@@ -48,13 +48,10 @@ from orchestrator.testbed.pinning import (
     balance_nics,
     candidates,
 )
-from orchestrator.worker.spec import WorkerSpec
+from orchestrator.worker.spec import WORKER_PORT, WorkerSpec
 from topologies.description import FabricDescription
 from topologies.errors import AstralError
 from topologies.model import Link
-
-#: the workers' listening port (every connection's destination port)
-WORKER_PORT = 45000
 
 
 @dataclass

@@ -72,6 +72,7 @@ from orchestrator.testbed.tracing import PathTraces, trace_connections
 from orchestrator.worker.launcher import Launcher, WorkerProcess
 from orchestrator.worker.outcome import ConnectionInfo, RunResult
 from orchestrator.worker.spec import (
+    WORKER_PORT,
     CollectiveTest,
     LaunchOptions,
     WorkerSpec,
@@ -82,7 +83,6 @@ from topologies.errors import EmulationError
 from topologies.fabricspec import FabricSpec
 from topologies.latency import applied_latency
 
-WORKER_PORT = 47000  # every worker listens here, in its own namespace
 TELEMETRY_INTERVAL = FULL.telemetry_interval  # seconds between counter polls (None: off)
 LIVE_FILE = "live.json"  # the ranks' progress while a launch runs (orchestrator.monitor.live)
 

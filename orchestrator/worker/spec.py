@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING
 
 from orchestrator.collectives.latency import LatencyTable
 
+#: The port every worker listens on, in its own namespace (the destination port of every
+#: connection: part of the five-tuple the switches hash and the forecast follows).
+WORKER_PORT = 47000
+
 if TYPE_CHECKING:
     from topologies.description import FabricDescription
 

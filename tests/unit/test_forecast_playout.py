@@ -137,3 +137,37 @@ def test_without_latency_the_play_out_agrees_with_the_step_model(
         )
         played = model.play("path-pinned", collective, algorithm, size, 0, Figures())
         assert played == pytest.approx(stepwise, rel=0.02)
+
+
+def test_the_fit_recovers_the_figures_that_played_the_cells() -> None:
+    """Cells played out under known figures (on the star, half the ranks 0.5 s from their
+    peers, so that a send buffer matters), then fitted: the grid point and the overheads
+    that made them come back, and the play-outs with them match the cells."""
+    from functools import partial
+
+    from orchestrator.forecast.calibration import Cell, fit_played
+
+    truth = Figures(
+        step_overhead_s=0.004,
+        operation_overhead_s=0.03,
+        efficiency=0.94,
+        incast=0.8,
+        send_buffer=64 * 1024,
+    )
+    plain = star(4)
+    near = [[0.0 if a == b or a % 2 else 0.5 for b in range(4)] for a in range(4)]
+    fabric = Fabric(plain.layout, plain.capacity, plain.into_gpu, near, 0.0, plain.path_of)
+    cells = []
+    for collective, algorithm, steps in (("all-reduce", "ring", 6), ("all-to-all", "direct", 1)):
+        for size in (256_000, 1_000_000, 4_000_000):
+            play = partial(_played, fabric, collective, algorithm, size)
+            cells.append(Cell(play(truth), {}, play, steps))
+    found = fit_played(cells)
+    assert (found.efficiency, found.incast, found.send_buffer_bytes) == (0.94, 0.8, 64 * 1024)
+    assert found.step_overhead_s == pytest.approx(0.004, rel=0.05)
+    assert found.operation_overhead_s == pytest.approx(0.03, rel=0.05)
+    assert found.rms_relative_error < 0.002
+
+
+def _played(fabric: Fabric, collective: str, algorithm: str, size: int, figures: Figures) -> float:
+    return play_out(fabric, collective, algorithm, size, 1, figures, iterations=2).time_s
