@@ -54,6 +54,11 @@ Connection = tuple[int, int, int]
 DirectedLink = Hashable
 #: bytes that count as "delivered" when this close to a threshold (fluid rounding)
 SLACK = 0.5
+#: the most operations of a batch played out: the time per operation has settled by then
+#: (only the first operation's start and the last one's drain differ from the rest, and
+#: their share falls as 1/iterations), and a batch of a million operations, which a run
+#: may ask for, must not cost a million play-outs
+MAX_ITERATIONS = 8
 
 
 @dataclass(frozen=True)
@@ -184,14 +189,15 @@ def play_out(
     iterations: int = 1,
 ) -> PlayedOut:
     """Play ``iterations`` operations of ``collective``/``algorithm`` at ``size`` bytes out
-    on ``fabric`` (see the module docstring)."""
+    on ``fabric`` (see the module docstring), at most :data:`MAX_ITERATIONS` of them."""
+    iterations = min(max(1, iterations), MAX_ITERATIONS)
     layout = fabric.layout
     n = layout.size
     algo = default_registry().get(collective, algorithm)
     count = element_count(collective, size, n)
     conns = _Connections(fabric)
     ranks = [
-        _rank(r, algo.plan(layout, r, count), max(1, iterations), channels, fabric, figures, conns)
+        _rank(r, algo.plan(layout, r, count), iterations, channels, fabric, figures, conns)
         for r in range(n)
     ]
     wake = [0.0] * n  # a sleeping rank's wake-up time
@@ -263,7 +269,7 @@ def play_out(
             if math.isnan(done[r])
             and ((needs[r] is None and wake[r] <= now + 1e-12) or (needs[r] is not None and met(r)))
         ]
-    per_rank = tuple(d / max(1, iterations) for d in done)
+    per_rank = tuple(d / iterations for d in done)
     return PlayedOut(sum(per_rank) / n, per_rank, events)
 
 

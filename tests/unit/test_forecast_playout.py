@@ -171,3 +171,14 @@ def test_the_fit_recovers_the_figures_that_played_the_cells() -> None:
 
 def _played(fabric: Fabric, collective: str, algorithm: str, size: int, figures: Figures) -> float:
     return play_out(fabric, collective, algorithm, size, 1, figures, iterations=2).time_s
+
+
+def test_a_batch_of_a_million_operations_costs_a_few_play_outs() -> None:
+    """A run may time a million operations in one batch; the play-out plays at most
+    MAX_ITERATIONS of them (the time per operation has settled) and returns at once."""
+    from orchestrator.forecast.playout import MAX_ITERATIONS
+
+    fabric = star(4, latency=0.1)
+    many = play_out(fabric, "all-reduce", "ring", 1_000_000, 1, Figures(), iterations=10**6)
+    capped = play_out(fabric, "all-reduce", "ring", 1_000_000, 1, Figures(), MAX_ITERATIONS)
+    assert many == capped
