@@ -18,7 +18,8 @@ what several detectors say of the same component and ranks the result.
 - :func:`stragglers`: a rank that enters the collective operations late, operation after
   operation, while the others wait for it: that GPU is a ``straggler``.
 - :func:`controller_outage`: the controller's process started again during the run (its
-  apps loaded again, every switch connected again), or its counter polling paused.
+  apps loaded again, every switch connected again), or its counter polling paused; but
+  not when the run restarted it itself, to switch policy (:mod:`.restarts`).
 """
 
 from __future__ import annotations
@@ -633,18 +634,33 @@ def _ranges(values: Sequence[int]) -> str:
 
 
 def controller_outage(obs: Observations) -> list[Suspect]:
+    """The controller's process started again, its switches disconnected, or its counter
+    polling paused, during the run. What falls within a restart the run made itself (a
+    policy switch between configurations: ``obs.own_restarts``) is the run's, not a fault:
+    the same signs, planned, with no traffic measured meanwhile."""
     span = obs.span
     if span is None:
         return []
+    own = obs.own_restarts
+
+    def planned(t: float) -> bool:
+        return any(r.holds(t) for r in own)
+
     loads = [
         e for e in obs.events if e.kind == "log" and "loading app controllers.app" in e.message
     ]
     # a controller whose apps load during the run started again (the first start is the
     # bring-up's, before the first timed operation; a fabric held by a test or by
     # astral up may have started it long before, out of the bundle's events)
-    restarts = [e.t for e in loads if e.t >= span[0] - 1.0]
-    disconnects = [e for e in obs.events if e.kind == "disconnect" and e.t >= span[0]]
-    gaps = _telemetry_gaps(obs)
+    restarts = [e.t for e in loads if e.t >= span[0] - 1.0 and not planned(e.t)]
+    disconnects = [
+        e for e in obs.events if e.kind == "disconnect" and e.t >= span[0] and not planned(e.t)
+    ]
+    gaps = [
+        (a, b)
+        for a, b in _telemetry_gaps(obs)
+        if not any(r.explains_pause(a, b, TELEMETRY_GAP_S) for r in own)
+    ]
     if not restarts and not gaps and not disconnects:
         return []
     evidence = []

@@ -7,7 +7,9 @@ competing with it — a switch that went down explains its links' downs, losses 
 a link that went down explains the stalls and losses on it; a network fault makes the
 ranks behind it enter later, so a straggler is only believed when the network is quiet.
 A run the emulator itself could not carry (its CPU, not a link) says so, and a slowness
-seen only in the transport layer is not blamed on a link then.
+seen only in the transport layer is not blamed on a link then. The controller restarts the
+run made itself (its policy switches, :mod:`.restarts`) are said in a note: the
+controller's events show them, and the controller detector does not blame them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from orchestrator.diagnosis import detectors
 from orchestrator.diagnosis.evidence import Observations, observe
 from orchestrator.diagnosis.model import Diagnosis, Suspect
+from orchestrator.diagnosis.restarts import OwnRestart
 
 Detector = Callable[[Observations], list[Suspect]]
 DETECTORS: Sequence[Detector] = (
@@ -50,6 +53,9 @@ def diagnose(obs: Observations) -> Diagnosis:
             "paths known to the first hop only: a fault deeper in the fabric is placed by "
             "the counters and the controller, not by the connections' paths"
         )
+    own = own_restarts_note(obs)
+    if own:
+        notes.append(own)
     if obs.saturated:
         notes.append(
             "emulator-bound: the emulator's CPU, not the fabric, limited "
@@ -61,6 +67,41 @@ def diagnose(obs: Observations) -> Diagnosis:
                 s.score *= 0.5
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
     return Diagnosis(suspects, notes=notes)
+
+
+def own_restarts_note(obs: Observations) -> str | None:
+    """The controller restarts the run made itself while it measured (its policy
+    switches), as it recorded them or as inferred; None without any."""
+    span = obs.span
+    if span is None:
+        return None
+    own = [r for r in obs.own_restarts if span[0] - 1.0 <= r.began <= span[1] + 1.0]
+    if not own:
+        return None
+    if all(r.recorded for r in own):
+        listed = ", ".join(_restart_text(obs, r) for r in own)
+        return (
+            f"the run restarted the controller itself {_times(len(own))} ({listed}): "
+            "planned, not blamed on the controller"
+        )
+    listed = ", ".join(
+        f"to {r.policy} between {detectors.rel(obs, r.began)} and {detectors.rel(obs, r.until)}"
+        for r in own
+    )
+    return (
+        f"the run switched policy {_times(len(own))} ({listed}): this bundle does not record "
+        "when it restarted the controller, so a restart between two configurations of "
+        "different policies is taken for the run's own"
+    )
+
+
+def _restart_text(obs: Observations, r: OwnRestart) -> str:
+    what = f"policy switch to {r.policy}" if r.reason == "policy" else f"{r.reason} change"
+    return f"{what} at {detectors.rel(obs, r.began)}"
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
 
 
 def merge(suspects: Sequence[Suspect]) -> list[Suspect]:

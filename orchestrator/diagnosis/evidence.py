@@ -2,8 +2,9 @@
 
 Everything here is what a monitor records: the operations and steps of every rank, every
 connection's samples, kernel view and path, every switch port's counters, the
-controller's events. The bundle's ``faults`` table (what was injected) is never read:
-the diagnosis has to find the fault, not be told.
+controller's events; and what the run did to the fabric itself, its own controller
+restarts (policy switches: :mod:`.restarts`). The bundle's ``faults`` table (what was
+injected) is never read: the diagnosis has to find the fault, not be told.
 
 Link directions are named ``A>B``. A direction's traffic is counted where a switch can
 count it: at A's transmit counter on its port of the link when A is a switch, else (A is
@@ -18,6 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.diagnosis import restarts
+from orchestrator.diagnosis.restarts import OwnRestart
 from orchestrator.results import ResultsBundle
 from orchestrator.results.store import (
     Configuration,
@@ -120,6 +123,8 @@ class Observations:
     # (config, iteration, rank) -> how late its first step's first byte left, in seconds,
     # beyond the latency the emulation applies before it (see :func:`entry_lateness`)
     lateness: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    # the controller restarts the run made itself (its policy switches), recorded or inferred
+    own_restarts: list[OwnRestart] = field(default_factory=list)
 
     @property
     def fabric(self) -> Fabric:
@@ -167,10 +172,15 @@ def observe(path: Path) -> Observations:
         gpus = [g.name for g in fabric.gpus_by_rank()]
         labels, gpus_by_rank = {}, {}
         operations: list[Operation] = []
+        windows: list[tuple[float, float, str]] = []
         for c in configs:
             labels[c.id] = f"{c.collective} ({c.algorithm}) {_size(c.size)}, {c.policy}"
             gpus_by_rank[c.id] = dict(enumerate(gpus[: c.ranks]))
-            operations += _operations(bundle.iterations(c.id), c.id, labels[c.id])
+            records = bundle.iterations(c.id)
+            operations += _operations(records, c.id, labels[c.id])
+            window = _window(records)
+            if window is not None:
+                windows.append((*window, c.policy))
         counters: dict[Port, list[tuple[float, int, int, int, int]]] = defaultdict(list)
         for pc in bundle.port_counters():
             counters[(pc.switch, pc.port)].append(
@@ -183,8 +193,11 @@ def observe(path: Path) -> Observations:
         loads = bundle.emulator_loads() if bundle.has_table("emulator_load") else {}
         saturated = [labels[cid] for cid, load in loads.items() if load.saturated and cid in labels]
         lateness = entry_lateness(bundle, fabric, configs, gpus)
+        record = bundle.controller_restarts()
+        own = restarts.recorded(record) if record is not None else restarts.inferred(windows)
         return Observations(
             lateness=lateness,
+            own_restarts=own,
             path=path,
             description=description,
             status=run.status,
@@ -211,6 +224,15 @@ def _operations(records: list[IterationRecord], config_id: int, label: str) -> l
         entries = {rank: s for rank, (s, _) in ranks.items()}
         out.append(Operation(config_id, label, iteration, start, end, entries))
     return out
+
+
+def _window(records: list[IterationRecord]) -> tuple[float, float] | None:
+    """When a configuration's traffic ran: its first operation's start to its last one's
+    end, the warm-up included (None: no start recorded)."""
+    spans = [(r.start, r.start + r.time_us / 1e6) for r in records if r.start is not None]
+    if not spans:
+        return None
+    return min(a for a, _ in spans), max(b for _, b in spans)
 
 
 def _connections(

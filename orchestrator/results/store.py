@@ -64,6 +64,15 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          params its keys as JSON; scheduled, applied, undone epoch seconds
                          (NULL: never reached); error what failed. Absent before version 3:
                          read as no faults
+    controller_restarts (run_id, began, ended, policy, reason)
+                         every controller restart the run made itself
+                         (orchestrator/testbed/testbed.py): reason 'policy' (a policy switch
+                         between configurations) or 'monitor' (a monitor level that changes
+                         the counter polling); policy the one in force after it; began when
+                         the old process was stopped, ended when every switch was
+                         programmed again (NULL: never), epoch seconds. Version 4 on; absent
+                         before: not recorded (the diagnosis infers the policy switches from
+                         the configurations, orchestrator/diagnosis/restarts.py)
 
 Version 3 adds the monitor's layers (docs/monitoring.md); absent in older bundles, read as
 empty::
@@ -117,12 +126,13 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 3  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers,
-#: faults, forecasts
+SCHEMA_VERSION = 4  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers,
+#: faults, forecasts; 4: controller_restarts
 #: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
 #: configurations.host_ports (read as 'unknown'); 1 and 2 lack the monitor's tables (read
-#: as empty), its columns (NULL or 0), the faults and the forecasts (read as none).
-READABLE_VERSIONS = (1, 2, 3)
+#: as empty), its columns (NULL or 0), the faults and the forecasts (read as none); 1 to 3
+#: lack the controller restarts (read as not recorded: ResultsBundle.controller_restarts).
+READABLE_VERSIONS = (1, 2, 3, 4)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -333,6 +343,13 @@ CREATE TABLE faults (
     undone REAL,
     error TEXT
 );
+CREATE TABLE controller_restarts (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    began REAL NOT NULL,
+    ended REAL,
+    policy TEXT NOT NULL,
+    reason TEXT NOT NULL
+);
 """
 
 
@@ -527,6 +544,20 @@ class InjectedFault:
 
 
 @dataclass(frozen=True)
+class ControllerRestart:
+    """A controller restart the run made itself: ``reason`` ``policy`` (a policy switch)
+    or ``monitor`` (the counter polling changed); ``policy`` the one in force after it;
+    ``began`` when the old process was stopped, ``ended`` when every switch was programmed
+    again (epoch seconds; None: not, or not yet). Kept because a restart looks the same
+    from the controller's side whoever made it: the diagnosis must know the run's own."""
+
+    began: float
+    ended: float | None
+    policy: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Run:
     id: int
     experiment: str
@@ -598,6 +629,7 @@ _TCP = tuple(f.name for f in fields(TcpInfoSample))[2:]  # after rank and five_t
 _PATH_HOP = tuple(f.name for f in fields(PathHop))
 _CONTROLLER_EVENT = tuple(f.name for f in fields(ControllerEvent))
 _HOST_CPU = tuple(f.name for f in fields(HostCpu))
+_CONTROLLER_RESTART = tuple(f.name for f in fields(ControllerRestart))
 
 
 def _iso(timestamp: float | None) -> str:
@@ -1018,6 +1050,11 @@ class ResultsWriter:
             )
         return len(rows)
 
+    def add_controller_restarts(self, restarts: Iterable[ControllerRestart]) -> int:
+        """The controller restarts the run made itself (its policy switches), in order."""
+        rows = [(self.run_id, *astuple(r)) for r in restarts]
+        return self._insert("controller_restarts", ("run_id", *_CONTROLLER_RESTART), rows)
+
     def finish(self, *, status: str = "ok", finished: float | None = None) -> Path:
         """Mark the run finished and close the database. Returns the bundle's path; its
         summary, tables and plots are rendered from it by
@@ -1270,6 +1307,16 @@ class ResultsBundle:
             "SELECT t, kind, switch, port, level, message FROM controller_events ORDER BY t",
         )
         return [ControllerEvent(*row) for row in rows]
+
+    def controller_restarts(self) -> list[ControllerRestart] | None:
+        """The controller restarts the run made itself, in order; None in a bundle from
+        before they were recorded (version 3 or older), where they are not known."""
+        if not self.has_table("controller_restarts"):
+            return None
+        rows = self._db.execute(
+            "SELECT began, ended, policy, reason FROM controller_restarts ORDER BY began"
+        ).fetchall()
+        return [ControllerRestart(*row) for row in rows]
 
     def host_cpu(self) -> list[HostCpu]:
         rows = self._monitor_rows(

@@ -4,7 +4,9 @@
 asks every second: it puts together, in the shapes ``astral diagnose`` reads from a bundle,
 the running launch's connections (their samples, kernel view and planned paths) and
 completed operations, the controller's port counters (its telemetry file) and its events
-(its events file). Only what a monitor sees: the faults the run injects are not read.
+(its events file), with the controller restarts the run made itself (its policy switches,
+as the testbed keeps them: orchestrator.diagnosis.restarts), which are not faults. Only
+what a monitor sees and what the run did: the faults the run injects are not read.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from orchestrator.diagnosis.evidence import (
     Operation,
     direction_map,
 )
+from orchestrator.diagnosis.restarts import recorded
 from orchestrator.monitor.live import EVENTS_NAME
 from orchestrator.monitor.record import connection_paths, controller_events
 from orchestrator.testbed.telemetry import Telemetry, parse_line
@@ -71,6 +74,7 @@ def live_builder(
             gpus_by_rank={0: ranks},
             labels={0: LABEL},
             lateness=_lateness(view, latency, len(ranks)),
+            own_restarts=recorded(list(testbed.restarts)),
         )
 
     return build

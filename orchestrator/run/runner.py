@@ -15,9 +15,10 @@ What :meth:`Runner.run` does, in order:
 2. brings the fabric up once (:class:`~orchestrator.testbed.testbed.Testbed`: Mininet, controller,
    readiness; it takes the run lock) under the first policy;
 3. per policy (policies vary slowest, :meth:`ExperimentSpec.steps`): reprograms the fabric
-   (a controller restart on the same port, hitless); then per collective starts one worker
-   per GPU of the placement, with the connections that collective needs (as many per peer
-   as spread its fabric traffic over the NIC ports,
+   (a controller restart on the same port, hitless, its instants kept in the bundle's
+   ``controller_restarts`` so that the diagnosis knows it for the run's own); then per
+   collective starts one worker per GPU of the placement, with the connections that
+   collective needs (as many per peer as spread its fabric traffic over the NIC ports,
    orchestrator.collectives.ceilings.default_channels; their NIC ports as the experiment's
    ``host_ports`` says, orchestrator.testbed.hostports, and their source ports pinned to
    disjoint paths under ``path-pinned``), runs ``warmup +
@@ -937,7 +938,11 @@ class Runner:
         """The controller's port counters into the database, its telemetry file (routes of
         the policies that place flows included) into the bundle as it is; then the rest of
         the monitor's layers: the counters' confirmation of the paths, the controller's
-        events, the CPU per interval, and the logs."""
+        events, the CPU per interval, and the logs. First the controller restarts this run
+        made itself (its policy switches): the diagnosis reads the controller's events and
+        counters, on which a planned restart looks like a crash and its recovery."""
+        since = self._since or 0.0
+        writer.add_controller_restarts(r for r in testbed.restarts if r.began >= since)
         try:
             counters = testbed.port_counters()
             if counters:
@@ -950,7 +955,7 @@ class Runner:
         except (OSError, ValueError) as error:
             self.say(f"cannot read the controller's telemetry: {error}")
         try:
-            events = record.controller_events(testbed.run_dir / EVENTS_NAME, self._since or 0.0)
+            events = record.controller_events(testbed.run_dir / EVENTS_NAME, since)
             writer.add_controller_events(events)
             if sampler is not None:
                 writer.add_host_cpu(host_intervals(sampler.snapshot()))

@@ -9,7 +9,10 @@ hold while they work. It ties three owners together and owns nothing else itself
   controller process with another policy on the same OpenFlow port. The switches keep
   forwarding while it is away (fail-secure), reconnect within a second, and the new process
   reads each switch's table and sends only the difference (controllers/app.py), so the
-  switch is hitless; the call returns once every switch is programmed again;
+  switch is hitless; the call returns once every switch is programmed again. Every restart
+  the testbed makes is kept with its instants (:attr:`Testbed.restarts`): seen from the
+  controller's events and counters it looks like a crash and recovery, and a run's bundle
+  records it so that the diagnosis does not take it for one;
 - :class:`~orchestrator.worker.launcher.Launcher`: one worker per GPU, spawned inside the
   GPU's namespace (``host.popen``, recorded in the run record so that teardown stops it),
   talking to each other on fabric addresses across servers and NVLink addresses inside a
@@ -58,6 +61,7 @@ from orchestrator.collectives.latency import LatencyTable
 from orchestrator.emulation.network import Emulation, Log
 from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.results import PortCounter
+from orchestrator.results.store import ControllerRestart
 from orchestrator.testbed.hostports import BALANCED, DEFAULT_HOST_PORTS, check_host_ports
 from orchestrator.testbed.monitoring import FULL, MonitorLevel
 from orchestrator.testbed.pinning import (
@@ -129,6 +133,7 @@ class Testbed:
         self.policy_switches: dict[str, float] = {}  # policy -> seconds to reprogram
         self.pinning: Pinning | None = None  # the last launch's source ports (None: none)
         self._policy_since = 0.0  # epoch seconds of the last controller (re)start
+        self.restarts: list[ControllerRestart] = []  # every controller restart made here
         self._launches = 0
         self.monitor: MonitorLevel = FULL  # what launches record (use_monitor)
         self.launcher: Launcher | None = None  # the last launch's
@@ -211,9 +216,7 @@ class Testbed:
         self.policy = name
         controller.policy = name
         self.description.extra["policy"] = name
-        self._policy_since = time.time()
-        controller.restart()
-        controller.wait_programmed(timeout=timeout or self.ready_timeout)
+        self._restart_controller("policy", timeout)
         seconds = time.monotonic() - began
         self.policy_switches[name] = seconds
         return seconds
@@ -231,10 +234,21 @@ class Testbed:
             return 0.0
         began = time.monotonic()
         controller.telemetry_interval = level.telemetry_interval
+        self._restart_controller("monitor", timeout)
+        return time.monotonic() - began
+
+    def _restart_controller(self, reason: str, timeout: float | None) -> None:
+        """Restart the controller and wait until every switch is programmed again, keeping
+        the restart in :attr:`restarts` from the moment it begins (``ended`` None until
+        the switches are programmed: a live diagnosis may look meanwhile)."""
+        controller = self.emulation.controller
+        if controller is None:
+            raise EmulationError("the testbed has no controller: start it first")
         self._policy_since = time.time()
+        self.restarts.append(ControllerRestart(self._policy_since, None, self.policy, reason))
         controller.restart()
         controller.wait_programmed(timeout=timeout or self.ready_timeout)
-        return time.monotonic() - began
+        self.restarts[-1] = replace(self.restarts[-1], ended=time.time())
 
     def process_groups(self) -> dict[str, list[int]]:
         """The emulator's own processes by role, for the host layer's CPU figures: the

@@ -8,18 +8,21 @@ conclude; the end-to-end runs with real faults are in tests/integration/test_dia
 
 from __future__ import annotations
 
+import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from orchestrator.diagnosis import diagnose
+from orchestrator.diagnosis import diagnose, diagnose_bundle, restarts
 from orchestrator.diagnosis.evidence import (
     ConnectionView,
     Observations,
     Operation,
     direction_map,
 )
-from orchestrator.results.store import ControllerEvent, PathHop
+from orchestrator.results import IterationRecord, PortCounter, ResultsWriter, Versions
+from orchestrator.results.store import DATABASE, ControllerEvent, ControllerRestart, PathHop
 from tests.helpers import preset_description
 from topologies.description import FabricDescription
 
@@ -248,3 +251,194 @@ def test_what_follows_a_switch_going_down_is_its_consequence(astral: FabricDescr
     )
     diagnosis = diagnose(obs)
     assert [s.key() for s in diagnosis.ranked] == [("switch", "p1r1t0", "down")]
+
+
+# --- the controller: the run's own policy switches against a crash ----------------------------
+#
+# Shaped as the bundles of a run comparing three policies with no fault (docs/diagnosis.md,
+# "The run's own policy switches"): each configuration's operations, then the runner's
+# policy switch 0.6 s after the last one ends: SIGTERM to the controller, its apps loading
+# again 0.5 s later, every switch connected and programmed 1.8 s after the stop, the next
+# configuration 0.6 s after that; the counters, polled every 0.5 s, pause for about 2.5 s
+# around it.
+
+POLICIES = ("path-pinned", "shortest", "ecmp")
+CONFIG_S = 13.0  # from one configuration's first operation to the next one's
+SWITCH_AT = 10.6  # a policy switch, after its configuration's first operation began
+PROGRAMMED_S = 1.8  # from the old controller's stop to every switch programmed again
+
+
+def policy_switches() -> list[ControllerRestart]:
+    """The runner's record of its two switches (the bundle's ``controller_restarts``)."""
+    out = []
+    for k, policy in enumerate(POLICIES[1:]):
+        began = T0 + k * CONFIG_S + SWITCH_AT
+        out.append(ControllerRestart(began, began + PROGRAMMED_S, policy, "policy"))
+    return out
+
+
+def controller_start(t: float, switches: list[str], *, stopped: bool) -> list[ControllerEvent]:
+    """What the controller logs when it is started at ``t`` (after a stop of its own by
+    SIGTERM when ``stopped``; a killed process logs nothing of its end)."""
+
+    def log(dt: float, message: str) -> ControllerEvent:
+        return ControllerEvent(t + dt, "log", None, None, "INFO", message)
+
+    events = [log(0.0, "signal 15: stopping"), log(0.16, "controller stopped")] if stopped else []
+    events.append(log(0.5, "loading app controllers.app"))
+    for switch in switches:
+        events.append(ControllerEvent(t + 1.2, "connect", switch, None, "INFO", "connected"))
+        events.append(ControllerEvent(t + 1.75, "programmed", switch, None, "INFO", "done"))
+    events.append(log(1.8, f"all {len(switches)} switches programmed"))
+    return events
+
+
+@dataclass
+class PolicyRun:
+    """The layers of a run that compared :data:`POLICIES`, as :func:`policy_run` builds them."""
+
+    operations: list[Operation]
+    events: list[ControllerEvent]
+    counters: dict[tuple[str, int], list[tuple[float, int, int, int, int]]]
+    labels: dict[int, str]
+
+    def observations(self, description: FabricDescription, **layers: object) -> Observations:
+        return observations(
+            description,
+            operations=self.operations,
+            events=self.events,
+            counters=self.counters,
+            gpus_by_rank={k: dict(enumerate(GPUS)) for k in self.labels},
+            labels=self.labels,
+            **layers,
+        )
+
+
+def policy_run(
+    description: FabricDescription, crash: tuple[float, float] | None = None
+) -> PolicyRun:
+    """Three configurations, one per policy, with the two policy switches between them;
+    with ``crash`` (killed, started again: seconds after T0) the controller is killed
+    during the run as the ``controller-crash`` fault does, and the fault's undo starts it
+    again."""
+    switches = sorted(description.fabric.switches)
+    operations, labels = [], {}
+    for k, policy in enumerate(POLICIES):
+        labels[k + 1] = f"all-reduce (ring) 1M, {policy}"
+        start = T0 + k * CONFIG_S
+        operations += [
+            Operation(k + 1, labels[k + 1], i, start + i, start + i + 1.0, {}) for i in range(10)
+        ]
+    events = controller_start(T0 - 5.0, switches, stopped=False)  # the bring-up
+    silent = []  # when no controller polls the counters
+    for r in policy_switches():
+        events += controller_start(r.began, switches, stopped=True)
+        silent.append((r.began - 0.25, (r.ended or r.began) + 0.25))
+    if crash is not None:
+        killed, started = T0 + crash[0], T0 + crash[1]
+        events += controller_start(started, switches, stopped=False)
+        silent.append((killed, started + PROGRAMMED_S + 0.25))
+    counters = {}
+    for s in switches:
+        rows = []
+        for k in range(int(3 * CONFIG_S / 0.5) + 4):
+            t = T0 - 1 + k * 0.5
+            if not any(a < t < b for a, b in silent):
+                rows.append((t, k * 15_000, k * 15_000, k * 10, k * 10))
+        counters[(s, 1)] = rows
+    return PolicyRun(operations, sorted(events, key=lambda e: e.t), counters, labels)
+
+
+def test_a_policy_switch_between_configurations_is_the_runs_own_not_an_outage(
+    astral: FabricDescription,
+) -> None:
+    run = policy_run(astral)
+    # what the diagnosis said before it knew the run's own restarts
+    assert top(run.observations(astral)) == ("controller", "controller", "controller outage")
+    own = restarts.recorded(policy_switches())
+    diagnosis = diagnose(run.observations(astral, own_restarts=own))
+    assert diagnosis.healthy, diagnosis.render()
+    assert any("restarted the controller itself 2 times" in n for n in diagnosis.notes)
+    assert "policy switch to shortest at +10.60 s" in diagnosis.render()
+
+
+def test_a_controller_crash_during_a_run_that_switches_policy_is_still_found(
+    astral: FabricDescription,
+) -> None:
+    run = policy_run(astral, crash=(17.3, 20.3))  # killed while shortest was measured
+    own = restarts.recorded(policy_switches())
+    diagnosis = diagnose(run.observations(astral, own_restarts=own))
+    suspect = diagnosis.ranked[0]
+    assert suspect.key() == ("controller", "controller", "controller outage")
+    assert suspect.score >= 0.9
+    assert suspect.onset == pytest.approx(T0 + 17.3, abs=0.5)  # the pause, not a switch
+    assert "+20.80 s" in " ".join(suspect.evidence)  # its start again, by the fault's undo
+    # the same crash in a bundle from before the record (switches inferred) is found too
+    windows = [(T0 + k * CONFIG_S, T0 + k * CONFIG_S + 10.0, p) for k, p in enumerate(POLICIES)]
+    inferred = restarts.inferred(windows)
+    assert [(r.policy, r.recorded) for r in inferred] == [("shortest", False), ("ecmp", False)]
+    assert top(run.observations(astral, own_restarts=inferred)) == (
+        "controller",
+        "controller",
+        "controller outage",
+    )
+
+
+def policy_bundle(path: Path, description: FabricDescription, run: PolicyRun) -> Path:
+    """``run`` written as the runner writes a bundle, eight ranks each with one warm-up
+    and ten timed operations per configuration, and its policy switches recorded."""
+    with ResultsWriter(path, description) as w:
+        w.add_run(experiment="policies", host="h", versions=Versions("a", "b", "c", "d"))
+        for k, policy in enumerate(POLICIES):
+            config = w.add_configuration(
+                policy=policy, collective="all-reduce", algorithm="ring", size=1 << 20,
+                count=1 << 18, dtype="uint32", ranks=8, iterations=10, warmup=1,
+                host_ports="balanced",
+            )  # fmt: skip
+            mine = [o for o in run.operations if o.config_id == k + 1]
+            records = [
+                IterationRecord(0, rank, 0.5e6, 1 << 20, warmup=True, start=mine[0].start - 0.6)
+                for rank in range(8)
+            ]
+            records += [
+                IterationRecord(o.iteration, rank, 1e6, 1 << 20, start=o.start)
+                for o in mine
+                for rank in range(8)
+            ]
+            w.add_iterations(config, records)
+        w.add_controller_events(run.events)
+        w.add_port_counters(
+            PortCounter(row[0], switch, port, *row[1:])
+            for (switch, port), rows in run.counters.items()
+            for row in rows
+        )
+        w.add_controller_restarts(policy_switches())
+        w.finish()
+    return path
+
+
+def as_before_the_record(bundle: Path) -> None:
+    """The bundle as astral wrote it before the run recorded its controller restarts."""
+    with sqlite3.connect(bundle / DATABASE) as db:
+        db.execute("DROP TABLE controller_restarts")
+        db.execute("PRAGMA user_version = 3")
+
+
+def test_a_bundle_knows_its_policy_switches_and_an_older_one_infers_them(
+    astral: FabricDescription, tmp_path: Path
+) -> None:
+    bundle = policy_bundle(tmp_path / "healthy", astral, policy_run(astral))
+    diagnosis = diagnose_bundle(bundle)
+    assert diagnosis.healthy, diagnosis.render()
+    assert any("restarted the controller itself 2 times" in n for n in diagnosis.notes)
+    as_before_the_record(bundle)
+    diagnosis = diagnose_bundle(bundle)
+    assert diagnosis.healthy, diagnosis.render()
+    (note,) = diagnosis.notes
+    assert note.startswith("the run switched policy 2 times (to shortest between +10.00 s and")
+    # a crash while shortest was measured: found with the record and without it
+    bundle = policy_bundle(tmp_path / "crash", astral, policy_run(astral, crash=(17.3, 20.3)))
+    outage = ("controller", "controller", "controller outage")
+    assert diagnose_bundle(bundle).ranked[0].key() == outage
+    as_before_the_record(bundle)
+    assert diagnose_bundle(bundle).ranked[0].key() == outage

@@ -44,6 +44,7 @@ from orchestrator.results.plots import fault_rows, link_directions
 from orchestrator.results.report import render_bundle
 from orchestrator.results.store import (
     DATABASE,
+    SCHEMA_VERSION,
     ConnectionRecord,
     ConnectionSample,
     HostCpu,
@@ -172,7 +173,7 @@ def test_path_hops_name_the_ports_the_fabric_model_gives() -> None:
 
 def test_version_3_layers_read_back(bundle_path: Path) -> None:
     with ResultsBundle.open(bundle_path) as b:
-        assert b.version == 3
+        assert b.version == SCHEMA_VERSION
         (config,) = b.configurations()
         assert len(b.steps(config.id)) == 12
         assert b.iterations(config.id)[0].start == pytest.approx(T0 + 0.1)
@@ -193,13 +194,14 @@ def test_version_3_layers_read_back(bundle_path: Path) -> None:
 def test_an_older_bundle_reads_the_monitor_tables_as_empty(bundle_path: Path) -> None:
     with sqlite3.connect(bundle_path / DATABASE) as db:
         for table in ("steps", "tcp_info", "connection_paths", "controller_events",
-                      "host_cpu", "faults"):  # fmt: skip
+                      "host_cpu", "faults", "controller_restarts"):  # fmt: skip
             db.execute(f"DROP TABLE {table}")
         db.execute("PRAGMA user_version = 2")
     with ResultsBundle.open(bundle_path) as b:
         (config,) = b.configurations()
         assert b.steps(config.id) == [] and b.paths() == {} and b.faults() == []
         assert b.controller_events() == [] and b.host_cpu() == []
+        assert b.controller_restarts() is None  # not recorded, rather than none made
         assert b.tcp_info(1) == []
         assert {c.src_rank for c in b.connections()} == {None}
         assert b.iterations(config.id)[0].start is None

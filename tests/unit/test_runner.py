@@ -39,6 +39,7 @@ from orchestrator.collectives.nccl import TIME_DEFINITION
 from orchestrator.emulation.pathtrace import DROPPED, TRACED, Hop, TracedPath
 from orchestrator.monitor import record
 from orchestrator.results import ResultsBundle
+from orchestrator.results.store import ControllerRestart
 from orchestrator.run.experiment import ExperimentSpec, parse_experiment
 from orchestrator.run.loadguard import load_guard
 from orchestrator.run.runner import (
@@ -91,6 +92,7 @@ class LoopbackTestbed:
     run_dir: Path
     policy: str = "ecmp"
     switches: list[str] = field(default_factory=list)
+    restarts: list[ControllerRestart] = field(default_factory=list)  # as Testbed keeps them
     launches: int = 0
     pinning: Pinning | None = None  # the last launch's source ports, as Testbed has it
     pinnings: dict[str, Pinning] = field(default_factory=dict)  # policy -> what to report
@@ -135,6 +137,8 @@ class LoopbackTestbed:
             return 0.0
         self.policy = name
         self.switches.append(name)
+        began = time.time()
+        self.restarts.append(ControllerRestart(began, began + 0.01, name, "policy"))
         return 0.01
 
     def launch(
@@ -255,9 +259,15 @@ def test_the_runner_runs_every_step_and_writes_the_bundle(
         assert db.execute("SELECT COUNT(*) FROM iterations").fetchone()[0] == 8 * 8 * 3
         assert db.execute("SELECT COUNT(*) FROM timelines").fetchone()[0] > 0
         assert db.execute("SELECT COUNT(*) FROM connections").fetchone()[0] > 0
+    with ResultsBundle.open(bundle) as results:  # the policy switch, for the diagnosis
+        assert results.controller_restarts() == bed.restarts
+        (switch,) = bed.restarts
+        assert switch.policy == "path-pinned" and switch.reason == "policy"
     run_file = json.loads((bundle / "run.json").read_text())
     assert run_file["status"] == "ok"
     assert [s["step"] for s in run_file["timings"]["steps"]] == list(range(8))
+    # the live diagnosis looked (with the testbed's restarts) and nothing failed it
+    assert run_file["live_diagnosis"]["checks"] > 0 and "alert_errors" not in run_file
     assert run_file["load_guard"]["offered_bps"] == pytest.approx(8 * 2 * 20e6)
     # the minimum RTO: the kernel's answer at start and end, and the workers' reports
     granted = rto.probe()[1]
