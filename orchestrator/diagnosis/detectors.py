@@ -25,6 +25,7 @@ what several detectors say of the same component and ranks the result.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -49,6 +50,7 @@ RETRANS_FACTOR = 4.0  # x the median connection's
 HOLE_RETRANS_MIN = 5
 GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
 CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collision's half
+CAPPED_SHARE_FAIR = 0.6  # the same, each peak over its fair share (collisions accounted for)
 CAPPED_SECONDS = 3  # busy seconds at that pace
 PEAK_WINDOW_S = 0.03  # three of the workers' 10 ms samples
 LATE_S = 0.020  # entry lateness beyond the typical rank's: healthy ranks stay within 18 ms
@@ -276,28 +278,59 @@ def peak_rates(c: ConnectionView) -> dict[int, float]:
     return out
 
 
-def capped(conns: Sequence[ConnectionView]) -> dict[int, tuple[float, int, float]]:
+def capped(
+    conns: Sequence[ConnectionView], capacity: dict[str, float] | None = None
+) -> dict[int, tuple[float, int, float]]:
     """Connections that, in :data:`CAPPED_SECONDS` or more of the seconds they were busy,
-    peaked at no more than :data:`CAPPED_SHARE` of what the typical busy connection
-    peaked at that second: a slower link on their path. (Two connections sharing one
-    link peak at half: a collision, not a fault.) Each with its worst share, the number
-    of such seconds and the first of them."""
+    peaked at no more than a share of what the typical busy connection peaked at that
+    second: a slower link on their path. Each with its worst share, the number of such
+    seconds and the first of them.
+
+    Connections that share a link peak lower without any fault (two at half each: a
+    collision). Without more to go on, the share is :data:`CAPPED_SHARE`, under a
+    collision's half. Where every connection's whole path is known and ``capacity`` gives
+    each link direction's rate, a connection's share is :data:`CAPPED_SHARE_FAIR` of what
+    its fair share (the least, over its path's directions, of the rate over the busy
+    connections crossing it) says it should get against the typical busy connection's: a
+    collision no longer hides below the line, and a link slowed to a quarter shows even
+    though its shaper's bucket (about R x 10 ms, however slow the link) inflates its 30 ms
+    peaks to 0.36-0.49 of the typical connection's."""
     peaks = {c.id: peak_rates(c) for c in conns}
     seconds = sorted({s for p in peaks.values() for s in p})
+    fair = capacity is not None and all(c.full_path for c in conns)
     low: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for second in seconds:
         busy = {cid: p[second] for cid, p in peaks.items() if second in p}
         if len(busy) < 3:
             continue
         typical = statistics.median(busy.values())
+        line = dict.fromkeys(busy, CAPPED_SHARE)
+        if fair:
+            assert capacity is not None
+            shares = _fair_shares([c for c in conns if c.id in busy], capacity)
+            usual = statistics.median(shares.values())
+            line = {cid: CAPPED_SHARE_FAIR * min(1.0, shares[cid] / usual) for cid in busy}
         for cid, rate in busy.items():
-            if rate <= CAPPED_SHARE * typical:
+            if rate <= line[cid] * typical:
                 low[cid].append((second, rate / typical))
     return {
-        cid: (max(share for _, share in xs), len(xs), float(xs[0][0]))
+        cid: (max(s for _, s in xs), len(xs), float(xs[0][0]))
         for cid, xs in low.items()
         if len(xs) >= CAPPED_SECONDS
     }
+
+
+def _fair_shares(busy: Sequence[ConnectionView], capacity: dict[str, float]) -> dict[int, float]:
+    """Each busy connection's fair share of its path (bytes/s; see :func:`capped`)."""
+    crossing: dict[str, int] = defaultdict(int)
+    for c in busy:
+        for d in c.directions():
+            crossing[d] += 1
+    out = {}
+    for c in busy:
+        shares = [capacity[d] / crossing[d] for d in c.directions() if d in capacity]
+        out[c.id] = min(shares) if shares else math.inf
+    return out
 
 
 def connection_faults(obs: Observations) -> list[Suspect]:
@@ -320,7 +353,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     lossy = {
         cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
     } - set(stalled)
-    rates = capped(conns)
+    rates = capped(conns, {name: d.capacity_bps for name, d in obs.directions.items()})
     # a peak rate held down second after second is a shaper's: a slow link, even when
     # the sender overflowed its queue and retransmitted (a lossy link at full rate
     # loses in bursts between which its sender runs at the link's pace)
