@@ -158,6 +158,7 @@ class ConfigurationModel:
         self.recorded = dict(recorded or {})
         self._routers: dict[str, PolicyRouter] = {}
         self._routes: dict[tuple[str, str, str, int], Routed] = {}
+        self._playable: dict[tuple[str, str], bool] = {}
         applied = applied_latency(description.fabric, [w.host for w in self.workers])
         self.one_way = applied.one_way
         self.operation_latency = applied.operation
@@ -197,6 +198,13 @@ class ConfigurationModel:
         channels = self.channels_for(collective, algorithm)
         flows = fabric_flows(self.workers, [(collective, algorithm)], channels)[0]
         return all(f in recorded.paths for f in flows)
+
+    def draws_for(self, policy: str, collective: str, algorithm: str) -> int:
+        """How many routings to forecast a collective under: one where recorded paths
+        cover it, else :meth:`salts_for`."""
+        if self.is_recorded(policy, collective, algorithm):
+            return 1
+        return self.salts_for(policy)
 
     def salts_for(self, policy: str) -> int:
         """How many hash outcomes to draw: 1 where nothing is left to a hash."""
@@ -274,13 +282,16 @@ class ConfigurationModel:
         its events grow with ranks x steps and each shares the links among the connections
         that hold bytes, so up to :data:`PLAY_LIMIT` rank-steps and
         :data:`PLAY_CONNECTIONS` connections."""
-        n = self.layout.size
-        count = element_count(collective, 1 << 20, n)
-        steps = schedule(self.layout, collective, algorithm, count)
-        pairs = {(src, dst) for step in steps for src, dst, _ in step.transfers}
-        connections = len(pairs) * self.channels_for(collective, algorithm)
-        rank_steps = n * sum(s.repeat for s in steps)
-        return rank_steps <= PLAY_LIMIT and connections <= PLAY_CONNECTIONS
+        key = (collective, algorithm)
+        if key not in self._playable:
+            n = self.layout.size
+            count = element_count(collective, 1 << 20, n)
+            steps = schedule(self.layout, collective, algorithm, count)
+            pairs = {(src, dst) for step in steps for src, dst, _ in step.transfers}
+            connections = len(pairs) * self.channels_for(collective, algorithm)
+            rank_steps = n * sum(s.repeat for s in steps)
+            self._playable[key] = rank_steps <= PLAY_LIMIT and connections <= PLAY_CONNECTIONS
+        return self._playable[key]
 
     def playout_fabric(self, policy: str, collective: str, algorithm: str, salt: int) -> Fabric:
         """What the play-out needs of this placement under one routing."""
@@ -328,24 +339,23 @@ class ConfigurationModel:
         ``played``: force the play-out (True) or the step model (False; what the
         aggregated full-size model is checked against)."""
         cal = self.calibration
-        draws = [
-            self.parts(policy, collective, algorithm, size, salt)
-            for salt in range(
-                1 if self.is_recorded(policy, collective, algorithm) else self.salts_for(policy)
-            )
-        ]
+        salts = range(self.draws_for(policy, collective, algorithm))
         if played is None:
             played = self.playable(collective, algorithm)
         if played:
             figures = cal.figures()
             times = [
                 self.play(policy, collective, algorithm, size, salt, figures, iterations)
-                for salt in range(len(draws))
+                for salt in salts
             ]
+            median = _median_index(times)
+            # the step model's parts only to say what the median draw is made of
+            chosen = self.parts(policy, collective, algorithm, size, median)
         else:
+            draws = [self.parts(policy, collective, algorithm, size, salt) for salt in salts]
             times = [cal.time(d) for d in draws]
-        median = sorted(zip(times, range(len(draws)), strict=True))[len(draws) // 2][1]
-        chosen = draws[median]
+            median = _median_index(times)
+            chosen = draws[median]
         return Prediction(
             time_us=fmean(times) * 1e6,
             p10_us=percentile(times, 0.1) * 1e6,
@@ -353,11 +363,16 @@ class ConfigurationModel:
             size=size,
             ranks=self.layout.size,
             collective=collective,
-            salts=len(draws),
+            salts=len(salts),
             latency_us=chosen.latency * 1e6,
             transfer_us=chosen.transfer * 1e6,
             steps=chosen.step_count,
         )
+
+
+def _median_index(times: Sequence[float]) -> int:
+    """The draw whose time is the median (the upper one of an even count)."""
+    return sorted(zip(times, range(len(times)), strict=True))[len(times) // 2][1]
 
 
 def _capacity(

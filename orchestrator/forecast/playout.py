@@ -44,7 +44,13 @@ import math
 from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.collectives.plans import Layout, Plan, default_registry, element_count
+from orchestrator.collectives.plans import (
+    Layout,
+    Plan,
+    Transfer,
+    default_registry,
+    element_count,
+)
 from orchestrator.forecast.schedule import split_channels
 from orchestrator.forecast.sharing import FlowClass, max_min_rates
 
@@ -131,12 +137,12 @@ class _Connections:
         return self.index[connection]
 
 
-def _per_peer(transfers: Sequence[object]) -> dict[int, int]:
+def _per_peer(transfers: Sequence[Transfer]) -> dict[int, int]:
+    """A step's bytes per peer (the executor sends one peer's transfers together)."""
     out: dict[int, int] = {}
     for t in transfers:
-        peer, nbytes = t.peer, t.region.nbytes  # type: ignore[attr-defined]
-        if nbytes:
-            out[peer] = out.get(peer, 0) + nbytes
+        if t.region.nbytes:
+            out[t.peer] = out.get(t.peer, 0) + t.region.nbytes
     return out
 
 
