@@ -234,6 +234,8 @@ class PinnedPaths:
             if node == dst:
                 found.append((value, path))
                 continue
+            if node not in dist:  # no way on to dst from here (another rail, rail-only)
+                continue
             hops = self.hops(node, dst)
             f = self.layout.field(dist[node])
             if f is None or len(hops) <= 1:

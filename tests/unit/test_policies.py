@@ -415,6 +415,19 @@ def test_paths_document() -> None:
         assert len(values) == len({tuple(p["hops"][1:]) for p in pair["paths"]}) or values
 
 
+def test_paths_document_of_a_rail_only_fabric_has_no_path_between_rails() -> None:
+    """Rail-only: a ToR of one rail cannot reach another rail's GPUs over the fabric (that
+    traffic crosses NVLink first); the document says so with an empty list of paths
+    instead of failing (it once raised KeyError, and the controller published nothing)."""
+    desc = description("rail-only-small")
+    doc = paths_document(PinnedPaths(desc))
+    rails = {g.name: g.local_rank for g in desc.fabric.gpus.values()}
+    assert len(doc["pairs"]) == 8 * 7
+    for pair in doc["pairs"]:
+        same_rail = rails[pair["src"]] == rails[pair["dst"]]
+        assert bool(pair["paths"]) == same_rail, pair
+
+
 def test_group_ids_survive_an_unrelated_failure() -> None:
     desc = description()
     before = {(g.switch, g.group_id): g for g in plan("ecmp").groups()}
