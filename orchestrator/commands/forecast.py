@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     baseline = forecast_document(base, args)
     variant = None
     if args.set or args.fail:
-        changed = with_settings(base.document, args.set)
+        changed = with_settings(base.document, args.set, base.base_dir)
         variant = forecast_document(
             Experiment(changed, base.source, base.base_dir), args, failures=args.fail
         )
@@ -185,70 +185,24 @@ def experiment_document(path: Path | None) -> Experiment:
     return Experiment(document, str(where), where.parent)
 
 
-def with_settings(document: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
-    """``document`` with every ``KEY=VALUE`` applied (a copy). An experiment key changes
-    the experiment; any other key is the fabric's (``fabric.KEY`` says so explicitly)."""
-    from orchestrator.run.experiment import _TOP_KEYS as EXPERIMENT_KEYS
-    from topologies.catalog import resolve_fabric
-    from topologies.errors import FabricSpecError
-    from topologies.spec import _TOP_KEYS as FABRIC_KEYS
-    from topologies.yamlfile import read_yaml
+def with_settings(
+    document: dict[str, Any], settings: Sequence[str], base_dir: Path = Path(".")
+) -> dict[str, Any]:
+    """``document`` with every ``KEY=VALUE`` applied (a copy; orchestrator.run.overrides
+    says which document a key changes)."""
+    from orchestrator.run.overrides import changed
 
-    out = copy.deepcopy(document)
+    pairs: list[tuple[str, object]] = []
     for setting in settings:
         key, sep, text = setting.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ConfigError("--set", setting, "KEY=VALUE, e.g. speeds.nic=400G", setting)
         try:
-            value = yaml.safe_load(text)
+            pairs.append((key, yaml.safe_load(text)))
         except yaml.YAMLError as err:
             raise ConfigError("--set", key, "a YAML value", text, detail=str(err)) from None
-        parts = key.split(".")
-        # an experiment key (scale, latency and name included: the experiment's own) is
-        # the experiment's; any other is the fabric's, and fabric.KEY says so explicitly
-        target_fabric = (parts[0] == "fabric" and len(parts) > 1) or parts[0] not in EXPERIMENT_KEYS
-        if target_fabric and parts[0] == "fabric":
-            parts = parts[1:]
-        if not parts:
-            raise ConfigError("--set", key, "a key below fabric", key)
-        if target_fabric:
-            if parts[0] not in FABRIC_KEYS:
-                raise ConfigError(
-                    "--set",
-                    key,
-                    "an experiment key ("
-                    + ", ".join(sorted(EXPERIMENT_KEYS - {"fabric"}))
-                    + ") or a fabric key ("
-                    + ", ".join(sorted(FABRIC_KEYS))
-                    + ")",
-                    key,
-                )
-            fabric = out.get("fabric")
-            if isinstance(fabric, str):
-                try:
-                    fabric = read_yaml(resolve_fabric(fabric), FabricSpecError, "fabric")
-                except FabricSpecError:
-                    raise
-                out["fabric"] = fabric
-            if not isinstance(fabric, dict):
-                raise ConfigError("--set", key, "an experiment whose fabric is a mapping", fabric)
-            _assign(fabric, parts, value, key)
-        else:
-            _assign(out, parts, value, key)
-    return out
-
-
-def _assign(document: dict[str, Any], parts: Sequence[str], value: object, key: str) -> None:
-    node = document
-    for part in parts[:-1]:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError("--set", key, f"{part} to be a mapping", child)
-        node = child
-    node[parts[-1]] = value
+    return changed(document, pairs, source="--set", base_dir=base_dir)
 
 
 def parse_failures(fabric: Any, failures: Sequence[str]) -> frozenset[Any]:

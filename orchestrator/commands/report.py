@@ -1,7 +1,9 @@
 """``astral report BUNDLE``: render a results bundle's summary, tables and plots again.
 
 Reads only the bundle's database and fabric.json, so it works on a crashed run's bundle and
-after the plotting code changed. Prints the nccl-tests tables, then, when the run injected
+after the plotting code changed. On a study's bundle it renders every variant's bundle, then
+the study's summary, report (the variants side by side and the verdicts) and plots.
+Prints the nccl-tests tables, then, when the run injected
 faults, what was injected, when, and what each layer of the monitor saw (docs/monitoring.md),
 then the files it wrote.
 """
@@ -31,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: `astral --help` and the other commands need not load the results code.
     from orchestrator.monitor.report import fault_lines, render_monitor
     from orchestrator.results.report import render_bundle
+    from orchestrator.study.bundle import is_study_bundle
 
+    if is_study_bundle(args.bundle):
+        return _study(args)
     report = render_bundle(args.bundle, plots=not args.no_plots)
     if not args.no_plots:
         report.files += render_monitor(args.bundle)
@@ -43,4 +48,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"# wrote {len(report.files)} files under {report.bundle}:")
         for path in report.files:
             print(f"#   {path.relative_to(report.bundle)}")
+    return 0
+
+
+def _study(args: argparse.Namespace) -> int:
+    from orchestrator.monitor.report import render_monitor
+    from orchestrator.results.report import render_bundle
+    from orchestrator.study.bundle import StudyBundle, render_study
+
+    for variant in StudyBundle.open(args.bundle).variants:
+        where = args.bundle / variant.directory
+        if (where / "results.sqlite").is_file():
+            render_bundle(where, plots=not args.no_plots)
+            if not args.no_plots:
+                render_monitor(where)
+    _, lines = render_study(args.bundle, plots=not args.no_plots)
+    if not args.quiet:
+        print("\n".join(lines))
     return 0

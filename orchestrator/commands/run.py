@@ -24,6 +24,11 @@ once per machine; ``--no-calibrate`` skips it and the load guard's verdict is "u
 While configurations run it samples the CPU and marks, in their tables and the bundle,
 every configuration measured while the emulator was saturated (docs/calibration.md).
 
+A study (an experiment file that names several ``fabrics:`` or a ``sweep:``, docs/studies.md)
+runs every variant, each fabric brought up once, into one study bundle with the variants'
+run bundles under variants/, a report of the variants side by side and the study's
+verdicts (orchestrator/study/runner.py).
+
 Exit status: 0; 2 a bad experiment file or a load the emulator cannot carry (nothing is
 created); 3 environment; 4 the emulation or a worker failed (the failing rank and host are
 named, the bundle is kept and marked failed); 5 another run holds the lock; 7 the run
@@ -107,9 +112,11 @@ def run(args: argparse.Namespace) -> int:
     if args.on:
         return run_experiment_on(args)
     from orchestrator.run.experiment import load_experiment
-    from orchestrator.run.runner import DEFAULT_EXPERIMENT, Runner, RunOptions
+    from orchestrator.run.runner import DEFAULT_EXPERIMENT, Runner
 
     path = args.experiment or DEFAULT_EXPERIMENT
+    if _is_study_file(path):
+        return _run_study(args, path)
     spec = load_experiment(path)  # ConfigError (exit 2) before anything is created
     text = Path(path).read_text(encoding="utf-8")
     quiet = args.quiet
@@ -118,17 +125,7 @@ def run(args: argparse.Namespace) -> int:
         if not quiet:
             print(f"astral: {message}", file=sys.stderr, flush=True)
 
-    options = RunOptions(
-        out=args.out,
-        force=args.force,
-        calibrate=not args.no_calibrate,
-        progress=not quiet and not args.live and sys.stderr.isatty(),
-        plots=not args.no_plots,
-        ready_timeout=args.timeout,
-        worker_args=tuple(args.worker_arg),
-        monitor=args.monitor,
-        lock_wait=args.lock_wait,
-    )
+    options = run_options(args)
     if args.live:
         from rich.live import Live
 
@@ -144,4 +141,59 @@ def run(args: argparse.Namespace) -> int:
         outcome = runner.run()
     if outcome.status != "ok" and outcome.error:
         print(f"astral: run {outcome.status}: {outcome.error}", file=sys.stderr, flush=True)
+    return outcome.exit_status
+
+
+def run_options(args: argparse.Namespace) -> Any:
+    """The RunOptions the command line asks for."""
+    from orchestrator.run.runner import RunOptions
+
+    quiet = args.quiet
+    return RunOptions(
+        out=args.out,
+        force=args.force,
+        calibrate=not args.no_calibrate,
+        progress=not quiet and not args.live and sys.stderr.isatty(),
+        plots=not args.no_plots,
+        ready_timeout=args.timeout,
+        worker_args=tuple(args.worker_arg),
+        monitor=args.monitor,
+        lock_wait=args.lock_wait,
+    )
+
+
+def _is_study_file(path: Path) -> bool:
+    from orchestrator.study.spec import is_study
+    from topologies.errors import ExperimentError
+    from topologies.yamlfile import read_yaml
+
+    return is_study(read_yaml(path, ExperimentError, "experiment"))
+
+
+def _run_study(args: argparse.Namespace, path: Path) -> int:
+    from orchestrator.study.runner import StudyRunner
+    from orchestrator.study.spec import load_study
+    from topologies.errors import ConfigError
+
+    if args.live:
+        raise ConfigError(
+            "command line", "--live", "a single experiment (a study runs several fabrics)", path
+        )
+    study = load_study(path)  # every variant validated: ConfigError (exit 2), nothing made
+    quiet = args.quiet
+
+    def say(message: str) -> None:
+        if not quiet:
+            print(f"astral: {message}", file=sys.stderr, flush=True)
+
+    runner = StudyRunner(
+        study,
+        run_options(args),
+        text=Path(path).read_text(encoding="utf-8"),
+        say=say,
+        command=sys.argv,
+    )
+    outcome = runner.run()
+    if outcome.status != "ok":
+        print(f"astral: study {outcome.status}", file=sys.stderr, flush=True)
     return outcome.exit_status

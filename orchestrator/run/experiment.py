@@ -103,6 +103,10 @@ _TOP_KEYS = {
     "faults",
     "monitor",
 }
+# A study's own keys (orchestrator.study.spec): an experiment file with any of them is a
+# study, expanded into variants, each of which is validated as an experiment without them.
+STUDY_KEYS = {"fabrics", "sweep", "sweep_mode", "study"}
+_TOP_KEYS |= STUDY_KEYS
 
 
 @dataclass(frozen=True)
@@ -354,6 +358,14 @@ def parse_experiment(
     """
     read = _ExperimentReader(source)
     doc = read.mapping(document, "", _TOP_KEYS)
+    for key in sorted(STUDY_KEYS & set(doc)):
+        read.fail(
+            key,
+            "an experiment without a study's keys (" + ", ".join(sorted(STUDY_KEYS)) + ")",
+            "a study",
+            detail="astral run runs a study (every variant); astral forecast takes its "
+            "variants one at a time, e.g. with --set",
+        )
     for required in ("name", "fabric", "collectives", "sizes"):
         if required not in doc:
             read.fail(required, "this key to be present", "it missing")

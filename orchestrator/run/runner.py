@@ -364,7 +364,21 @@ def record_test(
 # --- progress ----------------------------------------------------------------------------------
 
 
-class Progress:
+class BarOwner:
+    """Owns a tqdm bar (or None): writes above it, closes it once."""
+
+    bar: Any = None
+
+    def write(self, text: str, file: TextIO) -> None:
+        write_above(self.bar, text, file)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.bar = None
+
+
+class Progress(BarOwner):
     """A tqdm bar over the experiment's steps, weighted by their expected seconds (so the
     ETA is meaningful when sizes grow by 4x a step); silent when disabled."""
 
@@ -377,17 +391,7 @@ class Progress:
     ) -> None:
         latencies = latencies or {}
         self.weights = {s.index: step_seconds(s, rate) + latencies.get(s.index, 0.0) for s in steps}
-        self.bar: Any = None
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=round(sum(self.weights.values()), 1),
-                file=sys.stderr,
-                dynamic_ncols=True,
-                bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining}",
-                leave=False,
-            )
+        self.bar: Any = progress_bar(sum(self.weights.values())) if enabled else None
 
     def step(self, step: ConfigurationStep) -> None:
         if self.bar is not None:
@@ -401,16 +405,57 @@ class Progress:
         if self.bar is not None:
             self.bar.update(round(self.weights[step.index], 1))
 
-    def write(self, text: str, file: TextIO) -> None:
-        if self.bar is not None:
-            self.bar.write(text.rstrip("\n"), file=file)
-        else:
-            print(text.rstrip("\n"), file=file, flush=True)
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+def write_above(bar: Any, text: str, file: TextIO) -> None:
+    """``text`` on ``file``, above the bar where one shows (tqdm keeps it drawn below)."""
+    if bar is not None:
+        bar.write(text.rstrip("\n"), file=file)
+    else:
+        print(text.rstrip("\n"), file=file, flush=True)
+
+
+def progress_bar(total: float) -> Any:
+    """A tqdm bar on stderr over ``total`` expected seconds, with the ETA."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=round(total, 1),
+        file=sys.stderr,
+        dynamic_ncols=True,
+        bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining}",
+        leave=False,
+    )
+
+
+def bundle_directory(options: RunOptions, name: str) -> Path:
+    """Where a run's (or a study's) bundle goes: ``--out``, else results/<time>-<name>."""
+    if options.out is not None:
+        return options.out
+    stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
+    return options.results_root / f"{stamp}-{name}"
+
+
+class Messages:
+    """Status lines (``say``, to stderr through the caller's function) and output
+    (``emit``, tables to ``out``), written above the progress bar while one shows."""
+
+    progress: Any
+    out: TextIO
+    _say: Say | None
+
+    def say(self, message: str) -> None:
+        if self._say is None:
+            return
+        if self.progress is not None and self.progress.bar is not None:
+            self.progress.write(f"astral: {message}", sys.stderr)
+        else:
+            self._say(message)
+
+    def emit(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.write(text, self.out)
+        else:
+            print(text.rstrip("\n"), file=self.out, flush=True)
 
 
 def step_seconds(
@@ -425,7 +470,7 @@ def step_seconds(
 # --- the runner ------------------------------------------------------------------------------
 
 
-class Runner:
+class Runner(Messages):
     """Runs one experiment (see the module docstring). ``out``: where tables go (stdout);
     ``say``: status messages (stderr)."""
 
@@ -438,8 +483,11 @@ class Runner:
         out: TextIO | None = None,
         say: Say | None = None,
         command: Sequence[str] = (),
+        progress: Progress | None = None,
     ) -> None:
         self.spec = spec
+        # a bar the caller owns (a study's, over all its variants); None: the run's own
+        self.given_progress = progress
         self.options = options or RunOptions()
         self.text = text
         self.out = out or sys.stdout
@@ -466,29 +514,10 @@ class Runner:
         self._trace_failed = False
         self.monitor = monitor_level(self.options.monitor or spec.monitor, "--monitor")
 
-    # -- messages ----------------------------------------------------------------------
-
-    def say(self, message: str) -> None:
-        if self._say is None:
-            return
-        if self.progress is not None and self.progress.bar is not None:
-            self.progress.write(f"astral: {message}", sys.stderr)
-        else:
-            self._say(message)
-
-    def emit(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress.write(text, self.out)
-        else:
-            print(text.rstrip("\n"), file=self.out, flush=True)
-
     # -- the run -----------------------------------------------------------------------
 
     def bundle_path(self) -> Path:
-        if self.options.out is not None:
-            return self.options.out
-        stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
-        return self.options.results_root / f"{stamp}-{self.spec.name}"
+        return bundle_directory(self.options, self.spec.name)
 
     def run(self, testbed: Testbed | None = None) -> RunOutcome:
         """Run the experiment; on a testbed given (already up, e.g. the pytest plugin's) or
@@ -616,7 +645,7 @@ class Runner:
             seed=spec.seed,
         )
         self.say(f"results bundle: {writer.path}")
-        self.progress = Progress(
+        self.progress = self.given_progress or Progress(
             steps, testbed.rail_bandwidth(), options.progress, spec.step_latencies()
         )
         offered = outcome.verdict.offered_hop_bps if outcome.verdict else 0.0

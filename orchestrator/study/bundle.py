@@ -1,0 +1,221 @@
+"""A study's results bundle: every variant's run bundle, with the variant as a dimension.
+
+Layout (``results/<timestamp>-<study>/``)::
+
+    study.json          what the study is (question, axes, variants and their settings),
+                        how each variant's run ended, the verdicts, timings
+    experiment.yaml     the study file as written
+    variants/NN-<label>/  one complete run bundle per variant (astral report, diagnose,
+                        compare and monitor work on each as on any run)
+    summary.json        every variant's configurations, each with its variant and settings
+    report.txt          the study table (average real-speed busbw per variant, policy and
+                        collective), the question, what was expected and the verdicts
+    plots/              per collective, busbw vs size with a line per variant x policy;
+                        study-<metric>.png: average busbw against the swept key
+
+:func:`render_study` rewrites summary.json, report.txt and plots/ from the variants'
+bundles and study.json alone (``astral report STUDY``), as a run bundle's are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.collectives.nccl import average_busbw
+from orchestrator.collectives.sizes import format_size
+from orchestrator.results.store import SUMMARY, ResultsBundle, _write_json
+from orchestrator.results.summary import ConfigurationResult, grouped, summarize, summary_document
+from topologies.errors import ResultsError
+
+STUDY_FILE = "study.json"
+STUDY_TEXT = "experiment.yaml"
+REPORT = "report.txt"
+VARIANTS = "variants"
+STUDY_SCHEMA = 1
+
+
+@dataclass
+class VariantRun:
+    """One variant's run as the study bundle knows it (study.json), and its figures."""
+
+    index: int
+    label: str
+    settings: dict[str, Any]
+    directory: str  # relative to the study bundle
+    status: str = "not run"
+    exit_status: int | None = None
+    error: str | None = None
+    results: list[ConfigurationResult] = field(default_factory=list)
+    scale: float = math.nan
+    summary: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "label": self.label,
+            "settings": self.settings,
+            "bundle": self.directory,
+            "status": self.status,
+            "exit_status": self.exit_status,
+            "error": self.error,
+        }
+
+
+@dataclass
+class StudyBundle:
+    """An opened study bundle: study.json and each variant's figures."""
+
+    path: Path
+    document: dict[str, Any]
+    variants: list[VariantRun]
+
+    @property
+    def name(self) -> str:
+        return str(self.document.get("name", self.path.name))
+
+    @classmethod
+    def open(cls, path: str | Path) -> StudyBundle:
+        path = Path(path)
+        file = path / STUDY_FILE
+        try:
+            document = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ResultsError(path, f"a study bundle ({STUDY_FILE})", "none") from None
+        except (OSError, ValueError) as err:
+            raise ResultsError(path, f"a readable {STUDY_FILE}", err) from None
+        variants = []
+        for entry in document.get("variants", []):
+            run = VariantRun(
+                index=entry["index"],
+                label=entry["label"],
+                settings=entry.get("settings", {}),
+                directory=entry["bundle"],
+                status=entry.get("status", "not run"),
+                exit_status=entry.get("exit_status"),
+                error=entry.get("error"),
+            )
+            where = path / run.directory
+            if (where / "results.sqlite").is_file():
+                with ResultsBundle.open(where) as bundle:
+                    run.results = summarize(bundle)
+                    run.scale = bundle.scale
+                    run.summary = summary_document(bundle, run.results)
+            variants.append(run)
+        return cls(path, document, variants)
+
+
+def is_study_bundle(path: str | Path) -> bool:
+    return (Path(path) / STUDY_FILE).is_file()
+
+
+# --- what the study bundle derives ------------------------------------------------------------
+
+
+def study_summary(study: StudyBundle) -> dict[str, Any]:
+    """summary.json: every variant's configurations and averages, each with the variant."""
+    configurations: list[dict[str, Any]] = []
+    averages: list[dict[str, Any]] = []
+    variants = []
+    for run in study.variants:
+        variants.append(run.to_dict())
+        if run.summary is None:
+            continue
+        tag = {"variant": run.label, "variant_index": run.index, "settings": run.settings}
+        configurations += [{**tag, **record} for record in run.summary["configurations"]]
+        averages += [{**tag, **record} for record in run.summary["averages"]]
+    return {
+        "schema_version": STUDY_SCHEMA,
+        "units": "GB/s = 1e9 bytes/s; emulated unless under 'real' (emulated / emulation_scale)",
+        "study": study.name,
+        "axes": study.document.get("axes", []),
+        "variants": variants,
+        "configurations": configurations,
+        "averages": averages,
+        "verdicts": study.document.get("verdicts", []),
+    }
+
+
+def average_real(run: VariantRun) -> dict[tuple[str, str, str], float]:
+    """(policy, collective, algorithm) -> nccl-tests' average busbw at real speed (GB/s)."""
+    return {
+        group: average_busbw([m.row for m in members]) / run.scale
+        for group, members in grouped(run.results).items()
+    }
+
+
+def study_table(study: StudyBundle) -> list[str]:
+    """The variants side by side: average real-speed busbw per policy and collective, and
+    each variant's ratio to the first (the reference) where both were measured."""
+    groups: list[tuple[str, str, str]] = []
+    for run in study.variants:
+        for group in average_real(run):
+            if group not in groups:
+                groups.append(group)
+    width = max([len(run.label) for run in study.variants] + [7])
+    lines = [
+        '# average bus bandwidth at real link speed (GB/s; nccl-tests\' "Avg bus bandwidth" '
+        "over the sizes), x = ratio to the first variant",
+    ]
+    reference = average_real(study.variants[0]) if study.variants else {}
+    for policy, collective, algorithm in groups:
+        lines += ["#", f"# {collective} ({algorithm}), policy {policy}"]
+        lines.append(f"#  {'variant':<{width}}  {'busbw':>8}  {'x first':>8}  status")
+        for run in study.variants:
+            value = average_real(run).get((policy, collective, algorithm), math.nan)
+            first = reference.get((policy, collective, algorithm), math.nan)
+            ratio = value / first if first and not math.isnan(first) else math.nan
+            lines.append(
+                f"   {run.label:<{width}}  {_fmt(value, '8.2f')}  {_fmt(ratio, '8.3f')}  "
+                f"{run.status}"
+            )
+    return lines
+
+
+def report_lines(study: StudyBundle) -> list[str]:
+    """report.txt: the question, the variants' table, what was expected and the verdicts."""
+    doc = study.document
+    lines = [f"# study {study.name} ({study.path})"]
+    if doc.get("question"):
+        lines.append(f"# question: {doc['question']}")
+    axes = ", ".join(doc.get("axes", [])) or "nothing"
+    lines.append(f"# {len(study.variants)} variants ({doc.get('mode', 'product')} over {axes})")
+    for run in study.variants:
+        ended = run.status if not run.error else f"{run.status}: {run.error}"
+        lines.append(f"#   {run.index + 1:>2}. {run.label}  [{ended}]  {run.directory}")
+    lines += study_table(study)
+    if doc.get("expected"):
+        lines += ["#", f"# expected: {doc['expected']}"]
+    verdicts = doc.get("verdicts", [])
+    if verdicts:
+        lines.append("#")
+        for verdict in verdicts:
+            lines.append(f"# verdict: {verdict['verdict']}: {verdict['check']}: {verdict['text']}")
+        lines.append(f"# study verdict: {doc.get('verdict', 'unmeasured')}")
+    return lines
+
+
+def render_study(path: str | Path, *, plots: bool = True) -> tuple[StudyBundle, list[str]]:
+    """Rewrite summary.json, report.txt and (``plots``) plots/ of the study at ``path``."""
+    study = StudyBundle.open(path)
+    _write_json(study.path / SUMMARY, study_summary(study))
+    lines = report_lines(study)
+    (study.path / REPORT).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if plots:
+        from orchestrator.study.plots import render_study_plots
+
+        render_study_plots(study)
+    return study, lines
+
+
+def _fmt(value: float, spec: str) -> str:
+    return f"{'-':>{spec.split('.')[0]}}" if math.isnan(value) else format(value, spec)
+
+
+def sizes_text(results: Sequence[ConfigurationResult]) -> str:
+    sizes = sorted({r.configuration.size for r in results})
+    return ", ".join(format_size(s) for s in sizes)

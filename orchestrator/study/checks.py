@@ -1,0 +1,289 @@
+"""A study's checks: whether the measured direction and rough size agree with what the
+paper or first principles expect, judged on the figures and printed as a verdict.
+
+Two kinds, written under ``study.checks``::
+
+    - name: a 15:1 core cuts cross-pod all-to-all to a fraction
+      of: {oversubscription.agg: 15}      # a variant: swept keys (``fabric`` for fabrics:)
+      to: {oversubscription.agg: 1}       # or ``variant: N`` (from 1, as report.txt numbers
+                                          # them), optionally ``policy``; one variant each
+      collective: all-to-all              # an op, or {op, algorithm}; default: the only one
+      policy: path-pinned                 # default: the only one (a side may name its own)
+      size: max                           # a size, max or min; default: the average over
+                                          # sizes (nccl-tests' "Avg bus bandwidth")
+      ratio: [0.03, 0.5]                  # busbw(of) / busbw(to) at real speed, inclusive
+
+    - name: single-ToR GPUs are cut off when their ToR fails
+      of: {nic_ports: 1}
+      completes: false                    # the variant's run ended ok (true) or failed
+
+The ratio is taken at real link speed (each variant's busbw over its own emulation scale,
+as ``astral compare`` does), so variants emulated at different scales compare. A check
+whose figures are missing (a side that failed, a configuration not run) is "unmeasured",
+never "agrees".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orchestrator.collectives.nccl import average_busbw, buffer_bytes
+from orchestrator.collectives.plans import COLLECTIVES
+from orchestrator.collectives.sizes import format_size, parse_size
+from orchestrator.results.summary import ConfigurationResult
+from topologies.errors import ExperimentError
+
+if TYPE_CHECKING:
+    from orchestrator.study.spec import Variant
+
+CHECK_KEYS = {"name", "of", "to", "collective", "policy", "size", "ratio", "completes"}
+SIZE_WORDS = ("max", "min")
+
+
+class VariantFigures(Protocol):
+    """What a check reads of a variant's run: how it ended and its configurations."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def results(self) -> Sequence[ConfigurationResult]: ...
+
+    @property
+    def scale(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a check: the variant it names and the policy it reads."""
+
+    variant: int  # the variant's index
+    policy: str | None  # None: the variant's only policy
+
+    def describe(self, variants: Sequence[Variant]) -> str:
+        label = variants[self.variant].label
+        return f"{label} / {self.policy}" if self.policy else label
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A check's outcome: agrees, disagrees or unmeasured, and the figures behind it."""
+
+    check: str
+    outcome: str
+    text: str
+    measured: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "verdict": self.outcome,
+            "text": self.text,
+            "measured": self.measured,
+        }
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    of: Side
+    to: Side | None = None
+    op: str = ""
+    algorithm: str | None = None
+    size: int | str | None = None  # bytes, "max", "min", or None: the average over sizes
+    ratio: tuple[float, float] | None = None
+    completes: bool | None = None
+
+    def judge(self, variants: Sequence[Variant], figures: Sequence[VariantFigures]) -> Verdict:
+        """The verdict on the study's measured figures (indexed like ``variants``)."""
+        if self.completes is not None:
+            ended = figures[self.of.variant].status
+            done = ended == "ok"
+            what = "completed" if done else f"ended {ended}"
+            outcome = "agrees" if done == self.completes else "disagrees"
+            expected = "to complete" if self.completes else "not to complete"
+            return Verdict(
+                self.name,
+                outcome,
+                f"{variants[self.of.variant].label} {what} (expected {expected})",
+            )
+        assert self.to is not None and self.ratio is not None
+        a = self._busbw(self.of, variants, figures)
+        b = self._busbw(self.to, variants, figures)
+        where = f"{self._metric()}: {self.of.describe(variants)} vs {self.to.describe(variants)}"
+        low, high = self.ratio
+        if a is None or b is None or b <= 0:
+            missing = self.of if a is None else self.to
+            return Verdict(
+                self.name,
+                "unmeasured",
+                f"{where}: no figure for {missing.describe(variants)} "
+                f"({figures[missing.variant].status})",
+            )
+        ratio = a / b
+        outcome = "agrees" if low <= ratio <= high else "disagrees"
+        return Verdict(
+            self.name,
+            outcome,
+            f"{where}: {a:.2f} / {b:.2f} GB/s = {ratio:.3f} (expected {low:g}-{high:g})",
+            ratio,
+        )
+
+    def _metric(self) -> str:
+        collective = self.op + (f" ({self.algorithm})" if self.algorithm else "")
+        if self.size is None:
+            size = "average busbw over sizes"
+        elif isinstance(self.size, str):
+            size = f"busbw at the {self.size} size"
+        else:
+            size = f"busbw at {format_size(self.size)}"
+        return f"{collective} {size}, real speed"
+
+    def _busbw(
+        self, side: Side, variants: Sequence[Variant], figures: Sequence[VariantFigures]
+    ) -> float | None:
+        """The side's real-speed busbw (GB/s), or None where it was not measured."""
+        spec = variants[side.variant].spec
+        run = figures[side.variant]
+        policy = side.policy or spec.policies[0]
+        chosen = [
+            r
+            for r in run.results
+            if r.configuration.policy == policy
+            and r.configuration.collective == self.op
+            and (self.algorithm is None or r.configuration.algorithm == self.algorithm)
+            and not math.isnan(r.row.busbw)
+        ]
+        if not chosen:
+            return None
+        if self.size is None:
+            return average_busbw([r.row for r in chosen]) / run.scale
+        sizes = sorted(r.configuration.size for r in chosen)
+        if self.size == "max":
+            wanted = sizes[-1]
+        elif self.size == "min":
+            wanted = sizes[0]
+        else:
+            assert isinstance(self.size, int)
+            wanted = buffer_bytes(self.op, self.size, spec.dtype, spec.ranks)
+        for result in chosen:
+            if result.configuration.size == wanted:
+                return result.row.busbw / run.scale
+        return None
+
+
+def parse_checks(value: object, variants: Sequence[Variant], source: str) -> tuple[Check, ...]:
+    """Validate ``study.checks`` against the study's variants (see the module docstring)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ExperimentError(source, "study.checks", "a list of checks", value)
+    return tuple(
+        _check(entry, f"study.checks[{i}]", variants, source) for i, entry in enumerate(value)
+    )
+
+
+def _check(entry: object, key: str, variants: Sequence[Variant], source: str) -> Check:
+    def fail(where: str, expected: str, found: object) -> ExperimentError:
+        return ExperimentError(source, f"{key}.{where}" if where else key, expected, found)
+
+    if not isinstance(entry, Mapping):
+        raise fail("", "a mapping (name, of, to, collective, ratio or completes)", entry)
+    for name in entry:
+        if name not in CHECK_KEYS:
+            known = "one of the known keys " + ", ".join(sorted(CHECK_KEYS))
+            raise fail(str(name), known, "unknown key")
+    title = entry.get("name")
+    if not isinstance(title, str) or not title:
+        raise fail("name", "a text saying what the check asks", title)
+    if ("ratio" in entry) == ("completes" in entry):
+        found = "both" if "ratio" in entry else "neither"
+        raise fail("", "either ratio (with to) or completes", found)
+    policy = entry.get("policy")
+    of = _side(entry.get("of"), policy, f"{key}.of", variants, source)
+    if "completes" in entry:
+        if not isinstance(entry["completes"], bool):
+            raise fail("completes", "true or false", entry["completes"])
+        return Check(title, of, completes=entry["completes"])
+    if "to" not in entry:
+        raise fail("to", "the variant the ratio divides by", None)
+    to = _side(entry["to"], policy, f"{key}.to", variants, source)
+    low_high = entry["ratio"]
+    if (
+        not isinstance(low_high, list)
+        or len(low_high) != 2
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in low_high)
+        or not 0 <= low_high[0] <= low_high[1]
+    ):
+        raise fail("ratio", "[low, high]: two numbers, 0 <= low <= high", low_high)
+    op, algorithm = _collective(entry.get("collective"), variants[of.variant], fail)
+    size = _size(entry.get("size"), fail)
+    return Check(title, of, to, op, algorithm, size, (float(low_high[0]), float(low_high[1])))
+
+
+def _side(
+    value: object, policy: object, key: str, variants: Sequence[Variant], source: str
+) -> Side:
+    """A selector: the one variant whose settings hold every key given (and its policy)."""
+    if not isinstance(value, Mapping) or not value:
+        raise ExperimentError(
+            source, key, "a mapping of swept keys (or fabric) to values, optionally policy", value
+        )
+    wanted = {k: v for k, v in value.items() if k not in ("policy", "variant")}
+    policy = value.get("policy", policy)
+    axes = {k for k, _ in variants[0].settings}
+    for name in wanted:
+        if name not in axes:
+            raise ExperimentError(
+                source, f"{key}.{name}", "a swept key: " + ", ".join(sorted(axes)), name
+            )
+    matches = [v for v in variants if all(v.setting(k) == x for k, x in wanted.items())]
+    if "variant" in value:  # by its number, where its settings are long (a list of faults)
+        number = value["variant"]
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise ExperimentError(source, f"{key}.variant", "a variant's number from 1", number)
+        matches = [v for v in matches if v.index + 1 == number]
+    if len(matches) != 1:
+        found = ", ".join(v.label for v in matches) or "none"
+        raise ExperimentError(source, key, "a selector that names exactly one variant", found)
+    variant = matches[0]
+    if policy is not None and policy not in variant.spec.policies:
+        raise ExperimentError(
+            source, f"{key}.policy", "a policy of the variant: " + ", ".join(variant.spec.policies),
+            policy,
+        )  # fmt: skip
+    if policy is None and len(variant.spec.policies) > 1:
+        raise ExperimentError(source, f"{key}.policy", "a policy (the variant runs several)", None)
+    assert policy is None or isinstance(policy, str)
+    return Side(variant.index, policy)
+
+
+def _collective(value: object, variant: Variant, fail: Any) -> tuple[str, str | None]:
+    ran = variant.spec.collectives
+    if value is None:
+        if len(ran) != 1:
+            raise fail("collective", "a collective (the study runs several)", None)
+        return ran[0].op, ran[0].algorithm
+    if isinstance(value, Mapping):
+        op, algorithm = value.get("op"), value.get("algorithm")
+    else:
+        op, algorithm = value, None
+    if op not in COLLECTIVES or not any(
+        c.op == op and (algorithm is None or c.algorithm == algorithm) for c in ran
+    ):
+        labels = ", ".join(c.label for c in ran)
+        raise fail("collective", f"a collective the study runs ({labels})", value)
+    assert isinstance(op, str)
+    return op, algorithm if isinstance(algorithm, str) else None
+
+
+def _size(value: object, fail: Any) -> int | str | None:
+    if value is None or value in SIZE_WORDS:
+        return value
+    try:
+        return parse_size(value)
+    except ValueError as err:
+        raise fail("size", f"max, min or a size ({err})", value) from None

@@ -1,0 +1,128 @@
+"""A study's plots: busbw vs size with a line per variant x policy for each collective, and
+the study plot, average busbw against the swept key (orchestrator.study.bundle)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from orchestrator.collectives.sizes import format_size
+from orchestrator.results.plots import pyplot, save_figure
+from orchestrator.results.store import PLOTS
+from orchestrator.results.summary import grouped
+from orchestrator.study.bundle import StudyBundle, VariantRun, average_real
+
+
+def render_study_plots(study: StudyBundle) -> list[Path]:
+    directory = study.path / PLOTS
+    directory.mkdir(exist_ok=True)
+    measured = [run for run in study.variants if run.results]
+    if not measured:
+        return []
+    return [*busbw_by_variant(study, measured, directory), study_plot(study, measured, directory)]
+
+
+def busbw_by_variant(study: StudyBundle, runs: list[VariantRun], directory: Path) -> list[Path]:
+    """One figure per (collective, algorithm): busbw at real speed vs size, a line per
+    variant x policy (the same colour for a variant, a dash per policy)."""
+    plt = pyplot()
+    collectives: list[tuple[str, str]] = []
+    for run in runs:
+        for _, op, algorithm in grouped(run.results):
+            if (op, algorithm) not in collectives:
+                collectives.append((op, algorithm))
+    styles = ["-", "--", ":", "-."]
+    written = []
+    for op, algorithm in collectives:
+        figure, axes = plt.subplots(figsize=(9, 5.5))
+        sizes: set[int] = set()
+        policies: list[str] = []
+        for number, run in enumerate(runs):
+            colour = f"C{number % 10}"
+            for (policy, g_op, g_alg), members in grouped(run.results).items():
+                if (g_op, g_alg) != (op, algorithm):
+                    continue
+                if policy not in policies:
+                    policies.append(policy)
+                x = [m.configuration.size for m in members]
+                sizes.update(x)
+                axes.plot(
+                    x,
+                    [m.busbw_real for m in members],
+                    marker="o",
+                    linewidth=2,
+                    color=colour,
+                    linestyle=styles[policies.index(policy) % len(styles)],
+                    label=f"{run.label} / {policy}",
+                )
+        axes.set_xscale("log", base=2)
+        ticks = sorted(sizes)
+        axes.set_xticks(ticks, [format_size(size) for size in ticks])
+        axes.minorticks_off()
+        axes.set_ylim(bottom=0)
+        axes.set_xlabel("message size (bytes; 1K = 1024)")
+        axes.set_ylabel("bus bandwidth at real link speed (GB/s)")
+        axes.set_title(f"study {study.name}: {op} ({algorithm}), busbw vs size", fontsize=11)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8, loc="best")
+        written.append(save_figure(figure, directory / f"busbw-{op}-{algorithm}.png"))
+    return written
+
+
+def study_plot(study: StudyBundle, runs: list[VariantRun], directory: Path) -> Path:
+    """Average real-speed busbw per (policy, collective) against the variants: on the swept
+    key's values where exactly one numeric key varies, else one tick per variant."""
+    plt = pyplot()
+    axis_key, positions = _positions(study, runs)
+    figure, axes = plt.subplots(figsize=(9, 5.5))
+    lines: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for run, x in zip(runs, positions, strict=True):
+        for group, value in average_real(run).items():
+            lines.setdefault(group, []).append((x, value))
+    for (policy, op, algorithm), points in lines.items():
+        points.sort()
+        axes.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker="o",
+            linewidth=2,
+            label=f"{op} ({algorithm}) / {policy}",
+        )
+    if axis_key is None:
+        axes.set_xticks(positions, [run.label for run in runs], rotation=20, ha="right", fontsize=8)
+        axes.set_xlabel("variant")
+    else:
+        axes.set_xticks(sorted(set(positions)))
+        axes.set_xlabel(axis_key)
+    axes.set_ylim(bottom=0)
+    axes.set_ylabel("average bus bandwidth at real link speed (GB/s)")
+    axes.set_title(f"study {study.name}: average busbw over sizes per variant", fontsize=11)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8, loc="best")
+    figure.tight_layout()
+    return save_figure(figure, directory / "study-busbw.png")
+
+
+def _positions(study: StudyBundle, runs: list[VariantRun]) -> tuple[str | None, list[float]]:
+    """The x of each run: the one numeric swept key's value, else the variant's position."""
+    varying = [
+        key
+        for key in study.document.get("axes", [])
+        if len({_hashable(run.settings.get(key)) for run in study.variants}) > 1
+    ]
+    if len(varying) == 1:
+        key = varying[0]
+        values = [run.settings.get(key) for run in runs]
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and _is_number(v)]
+        if len(numbers) == len(values):
+            return key, numbers
+    return None, [float(i) for i in range(len(runs))]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _hashable(value: Any) -> Any:
+    return repr(value)
