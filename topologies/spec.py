@@ -70,6 +70,7 @@ _TOP_KEYS = {
 }
 REQUIRED_KEYS = ("name", "kind", "gpus_per_server", "switch")
 SWITCH_KEYS = {"radix", "down_ports"}
+SWITCH_REQUIRED = ("radix",)
 OVERSUBSCRIPTION_KEYS = {"tor", "agg"}
 EMULATION_KEYS = {"scale"}
 #: The smallest value of each integer key (a key path), as ``read.integer`` is given it.
@@ -219,8 +220,9 @@ def parse_fabric_spec(
         read.fail("nic_ports", "1 (single-ToR) or 2 (dual-ToR)", nic_ports)
 
     sw = read.mapping(doc["switch"], "switch", SWITCH_KEYS)
-    if "radix" not in sw:
-        read.fail("switch.radix", "this key to be present", "it missing")
+    for required in SWITCH_REQUIRED:
+        if required not in sw:
+            read.fail(f"switch.{required}", "this key to be present", "it missing")
     radix = read.integer(sw["radix"], "switch.radix", MINIMUM["switch.radix"])
     down = read.integer(
         sw.get("down_ports", radix // 2), "switch.down_ports", MINIMUM["switch.down_ports"]

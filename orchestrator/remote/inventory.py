@@ -52,6 +52,8 @@ REMOTE_PATH = re.compile(r"^[A-Za-z0-9._/+-]+$")
 # ... and none of these: a '..' part, a leading '-' (an option), '/' or the home itself
 REMOTE_PATH_REFUSED = re.compile(r"(?:^|/)\.\.(?:/|$)|^-|^/*\.?/*$")
 PORT_RANGE = (1, 65535)
+LOCAL_PATH = re.compile(r"^[^\x00]+$")  # a path on this machine: anything but NUL
+VAGRANT_GIVES = ("host", "port", "user", "key")  # not beside `vagrant:`
 NAME_TEXT = "letters, digits, '.', '_' and '-', at most 64, not starting with punctuation"
 HOST_TEXT = "a host name or address (letters, digits, '.', ':', '-')"
 USER_TEXT = "a user name (letters, digits, '_', '.', '-', at most 32)"
@@ -186,7 +188,7 @@ def _machine(read: _Reader, name: str, value: object) -> Machine:
     base = read.source.parent
     vagrant = doc.get("vagrant")
     if vagrant is not None:
-        for other in ("host", "port", "user", "key"):
+        for other in VAGRANT_GIVES:
             if other in doc:
                 read.fail(
                     f"{key}.{other}",
@@ -273,7 +275,7 @@ class _Reader:
         return value
 
     def local_path(self, value: object, key: str, base: Path) -> Path:
-        if not isinstance(value, str) or not value or "\0" in value:
+        if not isinstance(value, str) or not LOCAL_PATH.match(value):
             self.fail(key, "a path on this machine", value)
         assert isinstance(value, str)
         path = Path(value).expanduser()

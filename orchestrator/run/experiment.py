@@ -109,6 +109,7 @@ _TOP_KEYS = {
 # (orchestrator/run/schema.py) is generated from the same facts.
 REQUIRED_KEYS = ("name", "fabric", "collectives", "sizes")
 COLLECTIVE_KEYS = {"op", "algorithm"}
+COLLECTIVE_REQUIRED = ("op",)
 SIZES_KEYS = {"min", "max", "factor"}
 SIZES_REQUIRED = ("min", "max")
 PLACEMENT_KEYS = {"gpus", "order"}
@@ -557,8 +558,9 @@ def _collectives(read: _ExperimentReader, value: object) -> tuple[Collective, ..
             algorithm = COLLECTIVES[op][0]
         else:
             item = read.mapping(entry, key, COLLECTIVE_KEYS)
-            if "op" not in item:
-                read.fail(f"{key}.op", "this key to be present", "it missing")
+            for required in COLLECTIVE_REQUIRED:
+                if required not in item:
+                    read.fail(f"{key}.{required}", "this key to be present", "it missing")
             op = read.choice(item["op"], f"{key}.op", COLLECTIVES, "a collective")
             algorithm = read.choice(
                 item.get("algorithm", COLLECTIVES[op][0]),

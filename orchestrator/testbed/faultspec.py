@@ -30,6 +30,7 @@ nearest names (difflib).
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,8 +80,12 @@ COMMON_KEYS = ("kind", "target", "at", "duration")
 PARAM_KEYS = ("rate", "probability", "period", "delay", "destination")
 # What the reader checks beyond the keys, named so that the experiment's JSON Schema
 # (orchestrator/run/schema.py) is generated from the same facts.
-FRACTION_KEYS = ("rate", "probability")  # above 0, at most 1
-DURATION_KEYS = ("at", "duration", "period", "delay")  # with a unit; all but `at` above 0
+FRACTION_KEYS = ("rate", "probability")
+FRACTION_RANGE = (0.0, 1.0)  # above the first, at most the second
+DURATION_KEYS = ("at", "duration", "period", "delay")
+POSITIVE_DURATION_KEYS = ("duration", "period", "delay")  # above 0
+#: A fault's durations end with their unit ("2" could be seconds or microseconds).
+WITH_UNIT = re.compile(r"[^\s\d]\s*$")
 MIN_FLAP_PERIOD = 0.2  # seconds, exclusive: a flap is down half of its period
 ONE_WAY = ">"  # 'A>B': a link in one direction, for a directional kind
 
@@ -266,7 +271,7 @@ def parse_fault(read: _Reader, value: object, fabric: Fabric, key: str, fault_id
 
 
 def _duration(read: _Reader, value: object, key: str) -> float:
-    if not isinstance(value, str) or not value.strip() or value.strip()[-1].isdigit():
+    if not isinstance(value, str) or not WITH_UNIT.search(value):
         found = value if isinstance(value, str) else _describe(value)
         read.fail(key, "a duration with its unit, such as 2s, 500ms or 40ms", found)
     try:
@@ -277,7 +282,8 @@ def _duration(read: _Reader, value: object, key: str) -> float:
 
 
 def _fraction(read: _Reader, value: object, key: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+    low, high = FRACTION_RANGE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
         read.fail(key, f"a fraction of {what} above 0, at most 1 (0.25 = a quarter)", value)
     assert isinstance(value, (int, float))
     return float(value)
