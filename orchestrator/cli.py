@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.top",
     "orchestrator.commands.forecast",
     "orchestrator.commands.remote",
+    "orchestrator.commands.schema",
 )
 
 

@@ -18,6 +18,7 @@ from topologies.errors import FabricSpecError
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 DEFAULT_PRESET = "astral-small"
+PATH_SUFFIXES = (".yaml", ".yml")  # a reference ending so is a path, as one with a '/'
 
 
 def preset_names() -> list[str]:
@@ -40,7 +41,7 @@ def preset_path(name: str) -> Path:
 
 def is_preset_name(value: str) -> bool:
     """Whether ``value`` is written as a preset name rather than as a path."""
-    return "/" not in value and not value.endswith((".yaml", ".yml"))
+    return "/" not in value and not value.endswith(PATH_SUFFIXES)
 
 
 def resolve_fabric(value: str | Path, base_dir: Path | None = None) -> Path:

@@ -47,10 +47,13 @@ from topologies.fabricspec import (
     SwitchSpec,
 )
 from topologies.generators import GeneratorRegistry, default_registry
-from topologies.units import parse_duration, parse_rate
+from topologies.units import NUMBER_TEXT, parse_duration, parse_rate
 from topologies.yamlfile import read_yaml
 
+# What the reader checks, named so that the JSON Schema (topologies/schema.py) is generated
+# from the same facts: the keys of each mapping, which are required, and the ranges.
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+NAME_TEXT = "a lower-case name of letters, digits and '-' (at most 32)"
 
 _TOP_KEYS = {
     "name",
@@ -65,6 +68,24 @@ _TOP_KEYS = {
     "emulation",
     "latency",
 }
+REQUIRED_KEYS = ("name", "kind", "gpus_per_server", "switch")
+SWITCH_KEYS = {"radix", "down_ports"}
+SWITCH_REQUIRED = ("radix",)
+OVERSUBSCRIPTION_KEYS = {"tor", "agg"}
+EMULATION_KEYS = {"scale"}
+#: The smallest value of each integer key (a key path), as ``read.integer`` is given it.
+MINIMUM = {
+    "pods": 1,
+    "servers_per_pod": 1,
+    "gpus_per_server": 1,
+    "nic_ports": 1,
+    "switch.radix": 2,
+    "switch.down_ports": 1,
+}
+NIC_PORTS = (1, 2)  # single-ToR, dual-ToR
+OVERSUBSCRIPTION_RANGE = (1.0, 1000.0)
+SCALE_RANGE = (1e-9, 1.0)  # emulated = real x scale
+LATENCY_OFF, LATENCY_ON = "off", "on"  # or false, true
 
 # Above this a "real-world latency" is a unit mistake (they are micro-, not milliseconds).
 MAX_LATENCY = 1e-3
@@ -91,7 +112,7 @@ class _Reader:
                 )
         return value
 
-    def integer(self, value: object, key: str, minimum: int = 1) -> int:
+    def integer(self, value: object, key: str, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(key, f"an integer >= {minimum}", value)
         assert isinstance(value, int)
@@ -101,10 +122,9 @@ class _Reader:
 
     def number(self, value: object, key: str, low: float, high: float | None = None) -> float:
         if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
+            if not NUMBER_TEXT.match(value):
                 self.fail(key, "a number", value)
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(key, "a number", value)
         assert isinstance(value, (int, float))
@@ -130,14 +150,16 @@ class _Reader:
     def latency(self, value: object, key: str, base: LatencySpec) -> LatencySpec:
         """``off``/``false``, ``on``/``true``, or a mapping of components over ``base``'s
         figures (a key left out keeps its value); a mapping or ``on`` turns latency on."""
-        if value is False or value == "off":
+        if value is False or value == LATENCY_OFF:
             return replace(base, enabled=False)
-        if value is True or value == "on":
+        if value is True or value == LATENCY_ON:
             return replace(base, enabled=True)
         if not isinstance(value, Mapping):
             self.fail(
                 key,
-                "off, on, or a mapping of " + ", ".join(DEFAULT_LATENCY) + " to durations",
+                f"{LATENCY_OFF}, {LATENCY_ON}, or a mapping of "
+                + ", ".join(DEFAULT_LATENCY)
+                + " to durations",
                 _describe(value),
             )
         raw = self.mapping(value, key, set(DEFAULT_LATENCY))
@@ -173,29 +195,38 @@ def parse_fabric_spec(
         kinds = default_registry()
     read = _Reader(source)
     doc = read.mapping(document, "", _TOP_KEYS)
-    for required in ("name", "kind", "gpus_per_server", "switch"):
+    for required in REQUIRED_KEYS:
         if required not in doc:
             read.fail(required, "this key to be present", "it missing")
 
     name = doc["name"]
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        read.fail("name", "a lower-case name of letters, digits and '-' (at most 32)", name)
+        read.fail("name", NAME_TEXT, name)
     kind = doc["kind"]
     generator = kinds.get(kind, source)
 
-    pods = read.integer(doc.get("pods", 1), "pods")
+    pods = read.integer(doc.get("pods", 1), "pods", MINIMUM["pods"])
     servers = doc.get("servers_per_pod")
-    servers_per_pod = None if servers is None else read.integer(servers, "servers_per_pod")
-    gpus = read.integer(doc["gpus_per_server"], "gpus_per_server")
-    nic_ports = read.integer(doc.get("nic_ports", generator.default_nic_ports), "nic_ports")
-    if nic_ports not in (1, 2):
+    servers_per_pod = (
+        None
+        if servers is None
+        else read.integer(servers, "servers_per_pod", MINIMUM["servers_per_pod"])
+    )
+    gpus = read.integer(doc["gpus_per_server"], "gpus_per_server", MINIMUM["gpus_per_server"])
+    nic_ports = read.integer(
+        doc.get("nic_ports", generator.default_nic_ports), "nic_ports", MINIMUM["nic_ports"]
+    )
+    if nic_ports not in NIC_PORTS:
         read.fail("nic_ports", "1 (single-ToR) or 2 (dual-ToR)", nic_ports)
 
-    sw = read.mapping(doc["switch"], "switch", {"radix", "down_ports"})
-    if "radix" not in sw:
-        read.fail("switch.radix", "this key to be present", "it missing")
-    radix = read.integer(sw["radix"], "switch.radix", minimum=2)
-    down = read.integer(sw.get("down_ports", radix // 2), "switch.down_ports")
+    sw = read.mapping(doc["switch"], "switch", SWITCH_KEYS)
+    for required in SWITCH_REQUIRED:
+        if required not in sw:
+            read.fail(f"switch.{required}", "this key to be present", "it missing")
+    radix = read.integer(sw["radix"], "switch.radix", MINIMUM["switch.radix"])
+    down = read.integer(
+        sw.get("down_ports", radix // 2), "switch.down_ports", MINIMUM["switch.down_ports"]
+    )
     if down >= radix:
         read.fail(
             "switch.down_ports",
@@ -207,14 +238,19 @@ def parse_fabric_spec(
     raw_speeds = read.mapping(doc.get("speeds", {}), "speeds", set(DEFAULT_SPEEDS))
     speeds = Speeds(**{k: read.rate(v, f"speeds.{k}") for k, v in raw_speeds.items()})
 
-    raw_over = read.mapping(doc.get("oversubscription", {}), "oversubscription", {"tor", "agg"})
+    raw_over = read.mapping(
+        doc.get("oversubscription", {}), "oversubscription", OVERSUBSCRIPTION_KEYS
+    )
     over = Oversubscription(
-        **{k: read.number(v, f"oversubscription.{k}", 1.0, 1000.0) for k, v in raw_over.items()}
+        **{
+            k: read.number(v, f"oversubscription.{k}", *OVERSUBSCRIPTION_RANGE)
+            for k, v in raw_over.items()
+        }
     )
 
-    raw_emu = read.mapping(doc.get("emulation", {}), "emulation", {"scale"})
+    raw_emu = read.mapping(doc.get("emulation", {}), "emulation", EMULATION_KEYS)
     emulation = EmulationSpec(
-        scale=read.number(raw_emu.get("scale", DEFAULT_SCALE), "emulation.scale", 1e-9, 1.0)
+        scale=read.number(raw_emu.get("scale", DEFAULT_SCALE), "emulation.scale", *SCALE_RANGE)
     )
     if emulation.scale <= 0:
         read.fail("emulation.scale", "a number above 0", emulation.scale)

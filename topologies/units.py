@@ -17,7 +17,13 @@ from decimal import Decimal
 TCP_PAYLOAD_SHARE = 1460 / 1514
 
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([KMGT]?)(?:bit/s|bps|b/s)?\s*$", re.I)
+#: What :func:`parse_rate` reads in a text (the JSON Schemas say the same, topologies/schema.py).
+RATE = re.compile(
+    r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([KMGT]?)(?:bit/s|bps|b/s)?\s*$", re.IGNORECASE
+)
+#: A plain number written as text, which a number key also takes: PyYAML reads YAML 1.1,
+#: where ``1e-4`` (no dot) is a string, not a float.
+NUMBER_TEXT = re.compile(r"^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*$")
 
 
 def parse_rate(text: object) -> float:
@@ -34,7 +40,7 @@ def parse_rate(text: object) -> float:
         return float(text)
     if not isinstance(text, str):
         raise ValueError("a rate such as 200G, 25M or 3.6T")
-    match = _RATE.match(text)
+    match = RATE.match(text)
     if not match:
         raise ValueError("a rate such as 200G, 25M or 3.6T")
     value = float(match.group(1)) * _PREFIX[match.group(2).upper()]
@@ -56,7 +62,10 @@ def format_rate(bps: float) -> str:
 
 # decimal exponents, so that "6.6us" is the float nearest 6.6e-06 (it reads back equal)
 _DURATION_EXPONENT = {"ns": -9, "us": -6, "\u00b5s": -6, "ms": -3, "s": 0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ns|us|\u00b5s|ms|s)?\s*$")
+#: The unit of a duration written as a bare number: latencies are quoted in microseconds.
+BARE_DURATION_UNIT = "us"
+#: What :func:`parse_duration` reads in a text (without a unit: BARE_DURATION_UNIT).
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(ns|us|\u00b5s|ms|s)?\s*$")
 _DURATION_FORMS = "a duration such as 600ns, 0.6us or 2ms (a bare number is microseconds)"
 
 
@@ -71,17 +80,22 @@ def parse_duration(text: object) -> float:
     if isinstance(text, (int, float)):
         if text < 0 or text != text:
             raise ValueError("a duration >= 0")
-        return _seconds(repr(float(text)), -6)
+        return _seconds(repr(float(text)), _DURATION_EXPONENT[BARE_DURATION_UNIT])
     if not isinstance(text, str):
         raise ValueError(_DURATION_FORMS)
-    match = _DURATION.match(text)
+    match = DURATION.match(text)
     if not match:
         raise ValueError(_DURATION_FORMS)
-    return _seconds(match.group(1), _DURATION_EXPONENT[match.group(2) or "us"])
+    return _seconds(match.group(1), _DURATION_EXPONENT[match.group(2) or BARE_DURATION_UNIT])
 
 
 def _seconds(number: str, exponent: int) -> float:
     return float(Decimal(number).scaleb(exponent))
+
+
+def bare_duration(seconds: float) -> float:
+    """``seconds`` written as a bare number (of BARE_DURATION_UNIT): ``1e-3`` -> ``1000.0``."""
+    return _seconds(repr(seconds), -_DURATION_EXPONENT[BARE_DURATION_UNIT])
 
 
 def format_duration(seconds: float) -> str:

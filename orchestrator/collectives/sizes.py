@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+#: What :func:`parse_size` reads in a text (the experiment schema says the same).
+SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+MIN_SIZE = 1  # byte
 _BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -18,11 +20,11 @@ def parse_size(text: object) -> int:
         raise ValueError("a size in bytes such as 512, 64K or 1M")
     if isinstance(text, int):
         value = text
-    elif isinstance(text, str) and (match := _SIZE.match(text)):
+    elif isinstance(text, str) and (match := SIZE.match(text)):
         value = int(match.group(1)) * _BINARY[match.group(2).upper()]
     else:
         raise ValueError("a size in bytes such as 512, 64K or 1M")
-    if value < 1:
+    if value < MIN_SIZE:
         raise ValueError("a size of at least 1 byte")
     return value
 

@@ -49,10 +49,17 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")  # DNS names, IPv4, IPv6
 USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 REMOTE_PATH = re.compile(r"^[A-Za-z0-9._/+-]+$")
+# ... and none of these: a '..' part, a leading '-' (an option), '/' or the home itself
+REMOTE_PATH_REFUSED = re.compile(r"(?:^|/)\.\.(?:/|$)|^-|^/*\.?/*$")
+PORT_RANGE = (1, 65535)
+LOCAL_PATH = re.compile(r"^[^\x00]+$")  # a path on this machine: anything but NUL
+VAGRANT_GIVES = ("host", "port", "user", "key")  # not beside `vagrant:`
 NAME_TEXT = "letters, digits, '.', '_' and '-', at most 64, not starting with punctuation"
 HOST_TEXT = "a host name or address (letters, digits, '.', ':', '-')"
 USER_TEXT = "a user name (letters, digits, '_', '.', '-', at most 32)"
+_PORT_TEXT = f"a port between {PORT_RANGE[0]} and {PORT_RANGE[1]}"
 
+TOP_KEYS = {"machines"}
 MACHINE_KEYS = {
     "host", "port", "user", "key", "project", "known_hosts", "sudo", "timeouts",
     "vagrant", "vagrant_machine",
@@ -122,8 +129,8 @@ def endpoint_from_vagrant(config: SshConfig, machine: Machine) -> Endpoint:
         raise InventoryError(where, "HostName", HOST_TEXT, config.host)
     if not USER.match(config.user):
         raise InventoryError(where, "User", USER_TEXT, config.user)
-    if not 0 < config.port < 65536:
-        raise InventoryError(where, "Port", "a port between 1 and 65535", config.port)
+    if not PORT_RANGE[0] <= config.port <= PORT_RANGE[1]:
+        raise InventoryError(where, "Port", _PORT_TEXT, config.port)
     return Endpoint(config.host, config.port, config.user, config.key_file)
 
 
@@ -156,7 +163,7 @@ def load_inventory(path: Path) -> Inventory:
 
 def parse_inventory(document: object, source: Path) -> Inventory:
     read = _Reader(source)
-    top = read.mapping(document, "", {"machines"})
+    top = read.mapping(document, "", TOP_KEYS)
     if "machines" not in top:
         read.fail("machines", "a mapping of machine names to machines", "nothing")
     machines = read.mapping(top["machines"], "machines", None)
@@ -181,7 +188,7 @@ def _machine(read: _Reader, name: str, value: object) -> Machine:
     base = read.source.parent
     vagrant = doc.get("vagrant")
     if vagrant is not None:
-        for other in ("host", "port", "user", "key"):
+        for other in VAGRANT_GIVES:
             if other in doc:
                 read.fail(
                     f"{key}.{other}",
@@ -258,13 +265,17 @@ class _Reader:
         return value
 
     def port(self, value: object, key: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-            self.fail(key, "a port between 1 and 65535", value)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not PORT_RANGE[0] <= value <= PORT_RANGE[1]
+        ):
+            self.fail(key, _PORT_TEXT, value)
         assert isinstance(value, int)
         return value
 
     def local_path(self, value: object, key: str, base: Path) -> Path:
-        if not isinstance(value, str) or not value or "\0" in value:
+        if not isinstance(value, str) or not LOCAL_PATH.match(value):
             self.fail(key, "a path on this machine", value)
         assert isinstance(value, str)
         path = Path(value).expanduser()
@@ -276,8 +287,7 @@ class _Reader:
         what = "a path there, absolute or relative to the login's home"
         self.pattern(value, key, REMOTE_PATH, f"{what}, of letters, digits and . _ / + -")
         assert isinstance(value, str)
-        parts = PurePosixPath(value).parts
-        if ".." in parts or value.startswith("-") or value.strip("/") in ("", "."):
+        if REMOTE_PATH_REFUSED.search(value):
             self.fail(key, f"{what}, without '..', not '/' or the home itself", value)
         return str(PurePosixPath(value))
 

@@ -67,6 +67,8 @@ from topologies.latency import applied_latency
 from topologies.model import Fabric, Gpu
 from topologies.spec import (
     NAME_PATTERN,
+    NAME_TEXT,
+    SCALE_RANGE,
     _describe,
     _Reader,
     load_fabric_spec,
@@ -107,6 +109,19 @@ _TOP_KEYS = {
 # study, expanded into variants, each of which is validated as an experiment without them.
 STUDY_KEYS = {"fabrics", "sweep", "sweep_mode", "study"}
 _TOP_KEYS |= STUDY_KEYS
+# What the reader checks beyond the top-level keys, named so that the JSON Schema
+# (orchestrator/run/schema.py) is generated from the same facts.
+REQUIRED_KEYS = ("name", "fabric", "collectives", "sizes")
+COLLECTIVE_KEYS = {"op", "algorithm"}
+COLLECTIVE_REQUIRED = ("op",)
+SIZES_KEYS = {"min", "max", "factor"}
+SIZES_REQUIRED = ("min", "max")
+PLACEMENT_KEYS = {"gpus", "order"}
+LOAD_LIMIT_KEYS = {"force"}
+ALL_GPUS = "all"  # placement.gpus: every GPU of the fabric
+MIN_RANKS = 2  # a collective needs two ranks
+#: The smallest value of each integer key (a key path), as ``read.integer`` is given it.
+MINIMUM = {"iterations": 1, "warmup": 0, "seed": 0, "sizes.factor": 2}
 
 
 @dataclass(frozen=True)
@@ -366,13 +381,13 @@ def parse_experiment(
             detail="astral run runs a study (every variant); astral forecast takes its "
             "variants one at a time, e.g. with --set",
         )
-    for required in ("name", "fabric", "collectives", "sizes"):
+    for required in REQUIRED_KEYS:
         if required not in doc:
             read.fail(required, "this key to be present", "it missing")
 
     name = doc["name"]
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        read.fail("name", "a lower-case name of letters, digits and '-' (at most 32)", name)
+        read.fail("name", NAME_TEXT, name)
     description = doc.get("description", "")
     if not isinstance(description, str):
         read.fail("description", "a text", _describe(description))
@@ -381,7 +396,7 @@ def parse_experiment(
     if "scale" in doc:
         # the same fabric, its links emulated at another rate (the load guard and the
         # nccl-tests tables' real-speed columns follow the spec's scale)
-        scale = read.number(doc["scale"], "scale", 1e-9, 1.0)
+        scale = read.number(doc["scale"], "scale", *SCALE_RANGE)
         fabric_spec = replace(fabric_spec, emulation=EmulationSpec(scale=scale))
     if "latency" in doc:
         # the same fabric with other real-world latencies, or none (`latency: off`)
@@ -396,11 +411,13 @@ def parse_experiment(
     )
     collectives = _collectives(read, doc["collectives"])
     sizes = _sizes(read, doc["sizes"])
-    iterations = read.integer(doc.get("iterations", DEFAULT_ITERATIONS), "iterations")
-    warmup = read.integer(doc.get("warmup", DEFAULT_WARMUP), "warmup", minimum=0)
-    seed = read.integer(doc.get("seed", 0), "seed", minimum=0)
+    iterations = read.integer(
+        doc.get("iterations", DEFAULT_ITERATIONS), "iterations", MINIMUM["iterations"]
+    )
+    warmup = read.integer(doc.get("warmup", DEFAULT_WARMUP), "warmup", MINIMUM["warmup"])
+    seed = read.integer(doc.get("seed", 0), "seed", MINIMUM["seed"])
     placement = _placement(read, doc.get("placement", {}), fabric)
-    raw_limit = read.mapping(doc.get("load_limit", {}), "load_limit", {"force"})
+    raw_limit = read.mapping(doc.get("load_limit", {}), "load_limit", LOAD_LIMIT_KEYS)
     load_limit = LoadLimit(force=read.boolean(raw_limit.get("force", False), "load_limit.force"))
 
     gpus = placement.select(fabric, seed)
@@ -552,9 +569,10 @@ def _collectives(read: _ExperimentReader, value: object) -> tuple[Collective, ..
             op = read.choice(entry, key, COLLECTIVES, "a collective")
             algorithm = COLLECTIVES[op][0]
         else:
-            item = read.mapping(entry, key, {"op", "algorithm"})
-            if "op" not in item:
-                read.fail(f"{key}.op", "this key to be present", "it missing")
+            item = read.mapping(entry, key, COLLECTIVE_KEYS)
+            for required in COLLECTIVE_REQUIRED:
+                if required not in item:
+                    read.fail(f"{key}.{required}", "this key to be present", "it missing")
             op = read.choice(item["op"], f"{key}.op", COLLECTIVES, "a collective")
             algorithm = read.choice(
                 item.get("algorithm", COLLECTIVES[op][0]),
@@ -570,31 +588,33 @@ def _collectives(read: _ExperimentReader, value: object) -> tuple[Collective, ..
 
 
 def _sizes(read: _ExperimentReader, value: object) -> SizeSweep:
-    raw = read.mapping(value, "sizes", {"min", "max", "factor"})
-    for required in ("min", "max"):
+    raw = read.mapping(value, "sizes", SIZES_KEYS)
+    for required in SIZES_REQUIRED:
         if required not in raw:
             read.fail(f"sizes.{required}", "this key to be present", "it missing")
     low = read.size(raw["min"], "sizes.min")
     high = read.size(raw["max"], "sizes.max")
-    factor = read.integer(raw.get("factor", DEFAULT_FACTOR), "sizes.factor", minimum=2)
+    factor = read.integer(
+        raw.get("factor", DEFAULT_FACTOR), "sizes.factor", MINIMUM["sizes.factor"]
+    )
     if high < low:
         read.fail("sizes.max", f"a size >= sizes.min ({low} bytes)", raw["max"])
     return SizeSweep(low, high, factor)
 
 
 def _placement(read: _ExperimentReader, value: object, fabric: Fabric) -> Placement:
-    raw = read.mapping(value, "placement", {"gpus", "order"})
+    raw = read.mapping(value, "placement", PLACEMENT_KEYS)
     order = read.choice(raw.get("order", "rank"), "placement.order", ORDERS, "a rank order")
     available = len(fabric.gpus)
-    gpus = raw.get("gpus", "all")
+    gpus = raw.get("gpus", ALL_GPUS)
     chosen: tuple[str, ...] | int | None = None
-    if gpus == "all":
+    if gpus == ALL_GPUS:
         chosen = None
     elif isinstance(gpus, int) and not isinstance(gpus, bool):
-        if not 2 <= gpus <= available:
+        if not MIN_RANKS <= gpus <= available:
             read.fail(
                 "placement.gpus",
-                f"a GPU count between 2 and {available} (the fabric's GPUs)",
+                f"a GPU count between {MIN_RANKS} and {available} (the fabric's GPUs)",
                 gpus,
             )
         chosen = gpus
@@ -611,11 +631,11 @@ def _placement(read: _ExperimentReader, value: object, fabric: Fabric) -> Placem
             if name in names:
                 read.fail(f"placement.gpus[{i}]", "each GPU once", name, detail="listed twice")
             names.append(name)
-        if len(names) < 2:
-            read.fail("placement.gpus", "at least 2 GPUs", len(names))
+        if len(names) < MIN_RANKS:
+            read.fail("placement.gpus", f"at least {MIN_RANKS} GPUs", len(names))
         chosen = tuple(names)
     else:
-        read.fail("placement.gpus", "'all', a GPU count or a list of GPU names", gpus)
+        read.fail("placement.gpus", f"'{ALL_GPUS}', a GPU count or a list of GPU names", gpus)
     return Placement(gpus=chosen, order=order)
 
 

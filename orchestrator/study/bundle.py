@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.collectives.nccl import average_busbw
-from orchestrator.collectives.sizes import format_size
 from orchestrator.results.store import SUMMARY, ResultsBundle, _write_json
 from orchestrator.results.summary import ConfigurationResult, grouped, summarize, summary_document
 from topologies.errors import ResultsError
@@ -149,30 +147,43 @@ def average_real(run: VariantRun) -> dict[tuple[str, str, str], float]:
 
 
 def study_table(study: StudyBundle) -> list[str]:
-    """The variants side by side: average real-speed busbw per policy and collective, and
-    each variant's ratio to the first (the reference) where both were measured."""
-    groups: list[tuple[str, str, str]] = []
+    """The variants side by side, per collective: each policy's average real-speed busbw,
+    and (with several variants) its ratio to the first variant's under the same policy."""
+    collectives: list[tuple[str, str]] = []
+    policies: list[str] = []
     for run in study.variants:
-        for group in average_real(run):
-            if group not in groups:
-                groups.append(group)
+        for policy, op, algorithm in average_real(run):
+            if (op, algorithm) not in collectives:
+                collectives.append((op, algorithm))
+            if policy not in policies:
+                policies.append(policy)
+    several = len(study.variants) > 1
     width = max([len(run.label) for run in study.variants] + [7])
     lines = [
         '# average bus bandwidth at real link speed (GB/s; nccl-tests\' "Avg bus bandwidth" '
-        "over the sizes), x = ratio to the first variant",
+        "over the sizes)" + (", (x) = ratio to the first variant's" if several else ""),
     ]
     reference = average_real(study.variants[0]) if study.variants else {}
-    for policy, collective, algorithm in groups:
-        lines += ["#", f"# {collective} ({algorithm}), policy {policy}"]
-        lines.append(f"#  {'variant':<{width}}  {'busbw':>8}  {'x first':>8}  status")
+    column = 20 if several else 12
+    for op, algorithm in collectives:
+        lines += ["#", f"# {op} ({algorithm})"]
+        lines.append(
+            f"#  {'variant':<{width}}"
+            + "".join(f"  {policy:>{column}}" for policy in policies)
+            + "  status"
+        )
         for run in study.variants:
-            value = average_real(run).get((policy, collective, algorithm), math.nan)
-            first = reference.get((policy, collective, algorithm), math.nan)
-            ratio = value / first if first and not math.isnan(first) else math.nan
-            lines.append(
-                f"   {run.label:<{width}}  {_fmt(value, '8.2f')}  {_fmt(ratio, '8.3f')}  "
-                f"{run.status}"
-            )
+            averages = average_real(run)
+            cells = []
+            for policy in policies:
+                value = averages.get((policy, op, algorithm), math.nan)
+                first = reference.get((policy, op, algorithm), math.nan)
+                cell = _fmt(value, "8.2f")
+                if several:
+                    ratio = value / first if first and not math.isnan(first) else math.nan
+                    cell += f" ({_fmt(ratio, '.3f')})"
+                cells.append(f"  {cell:>{column}}")
+            lines.append(f"   {run.label:<{width}}" + "".join(cells) + f"  {run.status}")
     return lines
 
 
@@ -213,9 +224,5 @@ def render_study(path: str | Path, *, plots: bool = True) -> tuple[StudyBundle, 
 
 
 def _fmt(value: float, spec: str) -> str:
-    return f"{'-':>{spec.split('.')[0]}}" if math.isnan(value) else format(value, spec)
-
-
-def sizes_text(results: Sequence[ConfigurationResult]) -> str:
-    sizes = sorted({r.configuration.size for r in results})
-    return ", ".join(format_size(s) for s in sizes)
+    width = spec.split(".")[0]
+    return f"{'-':>{width}}" if math.isnan(value) else format(value, spec)

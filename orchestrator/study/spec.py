@@ -45,6 +45,7 @@ from topologies.yamlfile import read_yaml
 
 SWEEP_MODES = ("product", "zip")
 STUDY_SECTION_KEYS = {"question", "expected", "checks"}
+UNSWEPT = ("fabric", "name")  # a sweep names fabrics with fabrics:, and a study has one name
 FABRIC_AXIS = "fabric"  # the key a variant's fabric goes by in labels and check selectors
 
 
@@ -202,7 +203,7 @@ def _sweep(value: object, source: str) -> list[tuple[str, list[Any]]]:
     sweep = []
     for key, values in value.items():
         where = f"sweep.{key}"
-        if not isinstance(key, str) or key.split(".", 1)[0] in STUDY_KEYS | {"fabric", "name"}:
+        if not isinstance(key, str) or key.split(".", 1)[0] in STUDY_KEYS or key in UNSWEPT:
             raise ExperimentError(
                 source, where, "an experiment or fabric key (fabrics: names several fabrics)", key
             )

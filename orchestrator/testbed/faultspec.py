@@ -30,6 +30,7 @@ nearest names (difflib).
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,16 @@ KINDS: dict[str, FaultKind] = {
 
 COMMON_KEYS = ("kind", "target", "at", "duration")
 PARAM_KEYS = ("rate", "probability", "period", "delay", "destination")
+# What the reader checks beyond the keys, named so that the experiment's JSON Schema
+# (orchestrator/run/schema.py) is generated from the same facts.
+FRACTION_KEYS = ("rate", "probability")
+FRACTION_RANGE = (0.0, 1.0)  # above the first, at most the second
+DURATION_KEYS = ("at", "duration", "period", "delay")
+POSITIVE_DURATION_KEYS = ("duration", "period", "delay")  # above 0
+#: A fault's durations end with their unit ("2" could be seconds or microseconds).
+WITH_UNIT = re.compile(r"[^\s\d]\s*$")
+MIN_FLAP_PERIOD = 0.2  # seconds, exclusive: a flap is down half of its period
+ONE_WAY = ">"  # 'A>B': a link in one direction, for a directional kind
 
 
 @dataclass(frozen=True)
@@ -244,7 +255,7 @@ def parse_fault(read: _Reader, value: object, fabric: Fabric, key: str, fault_id
         params["probability"] = _fraction(read, raw["probability"], f"{key}.probability", "a drop")
     if "period" in raw:
         params["period"] = _duration(read, raw["period"], f"{key}.period")
-        if params["period"] <= 0.2:
+        if params["period"] <= MIN_FLAP_PERIOD:
             read.fail(
                 f"{key}.period", "a period above 200ms (a flap is down half of it)", raw["period"]
             )
@@ -260,7 +271,7 @@ def parse_fault(read: _Reader, value: object, fabric: Fabric, key: str, fault_id
 
 
 def _duration(read: _Reader, value: object, key: str) -> float:
-    if not isinstance(value, str) or not value.strip() or value.strip()[-1].isdigit():
+    if not isinstance(value, str) or not WITH_UNIT.search(value):
         found = value if isinstance(value, str) else _describe(value)
         read.fail(key, "a duration with its unit, such as 2s, 500ms or 40ms", found)
     try:
@@ -271,7 +282,8 @@ def _duration(read: _Reader, value: object, key: str) -> float:
 
 
 def _fraction(read: _Reader, value: object, key: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+    low, high = FRACTION_RANGE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
         read.fail(key, f"a fraction of {what} above 0, at most 1 (0.25 = a quarter)", value)
     assert isinstance(value, (int, float))
     return float(value)
@@ -319,12 +331,12 @@ def _target(
 def resolve_link(read: _Reader, text: str, kind: FaultKind, fabric: Fabric, key: str) -> Target:
     """``A-B`` (either order: every link between A and B, both directions) or ``A>B``
     (A's ends of those links: what A sends to B)."""
-    one_way = ">" in text
+    one_way = ONE_WAY in text
     if one_way and not kind.directional:
         read.fail(key, f"a link as A-B ({kind.name} acts on both directions)", text)
     nodes = set(fabric.nodes())
     pairs: list[tuple[str, str]] = []
-    separator = ">" if one_way else "-"
+    separator = ONE_WAY if one_way else "-"
     for i, char in enumerate(text):
         if char == separator and text[:i] in nodes and text[i + 1 :] in nodes:
             pairs.append((text[:i], text[i + 1 :]))
@@ -333,6 +345,6 @@ def resolve_link(read: _Reader, text: str, kind: FaultKind, fabric: Fabric, key:
         if links:
             ends = tuple((a, link.port_of(a)) for link in links) if one_way else ()
             return Target(text, links=tuple(links), ends=ends)
-    hint = _nearest(text.replace(">", "-"), link_names(fabric))
+    hint = _nearest(text.replace(ONE_WAY, "-"), link_names(fabric))
     read.fail(key, f"a link of the fabric: two linked node names joined by '-' or '>'{hint}", text)
     raise AssertionError("unreachable")

@@ -119,37 +119,39 @@ def test_a_link_is_named_in_either_order_and_a_direction_by_its_sender() -> None
     assert directed.target.ends == (("c2", link.port_of("c2")),)
 
 
-@pytest.mark.parametrize(
-    ("entry", "key", "message"),
-    [
-        ({"kind": "link-down", "target": "p1s0g0-p1r0t9"}, "faults[0].target",
-         "nearest: p1s0g0-p1r0t1"),
-        ({"kind": "switch-down", "target": "p1r1t9"}, "faults[0].target", "nearest: p1r1t1"),
-        ({"kind": "straggler", "target": "p1s0g9", "delay": "1ms"}, "faults[0].target",
-         "nearest: p1s0g1, p1s0g0"),
-        ({"kind": "blackhole", "target": "c3", "destination": "p1s1g7"},
-         "faults[0].destination", "nearest: p1s1g1, p1s1g0"),
-        ({"kind": "link-down", "target": "p1s0g0>p1r0t1"}, "faults[0].target",
-         "both directions"),
-        ({"kind": "link-slow", "target": "p0r0a1-c2", "rate": 1.5}, "faults[0].rate", "at most 1"),
-        ({"kind": "link-slow", "target": "p0r0a1-c2"}, "faults[0].rate", "present"),
-        ({"kind": "link-down", "target": "p0r0a1-c2", "rate": 0.5}, "faults[0].rate",
-         "only the keys link-down takes"),
-        ({"kind": "link-down", "target": "p0r0a1-c2", "at": 2}, "faults[0].at", "with its unit"),
-        ({"kind": "link-down", "target": "p0r0a1-c2", "at": "2"}, "faults[0].at", "with its unit"),
-        ({"kind": "link-down", "target": "p0r0a1-c2", "duration": "0s"}, "faults[0].duration",
-         "> 0"),
-        ({"kind": "link-flap", "target": "p0r0a1-c2", "period": "100ms"}, "faults[0].period",
-         "above 200ms"),
-        ({"kind": "controller-crash", "target": "c0"}, "faults[0].target", "no target"),
-        ({"kind": "blackhole", "target": "p0s0nv", "destination": "p1s1g0"}, "faults[0].target",
-         "OpenFlow switch"),
-        ({"kind": "wobble"}, "faults[0].kind", "link-slow, link-down"),
-        ({"target": "c0"}, "faults[0].kind", "present"),
-        ({"kind": "link-down", "target": "p0r0a1-c2", "when": "1s"}, "faults[0].when",
-         "known keys"),
-    ],
-)  # fmt: skip
+# (a fault entry, the key path its error names, words it says); test_schema.py checks that
+# the experiment's JSON Schema refuses them too
+MISTAKES = [
+    ({"kind": "link-down", "target": "p1s0g0-p1r0t9"}, "faults[0].target",
+     "nearest: p1s0g0-p1r0t1"),
+    ({"kind": "switch-down", "target": "p1r1t9"}, "faults[0].target", "nearest: p1r1t1"),
+    ({"kind": "straggler", "target": "p1s0g9", "delay": "1ms"}, "faults[0].target",
+     "nearest: p1s0g1, p1s0g0"),
+    ({"kind": "blackhole", "target": "c3", "destination": "p1s1g7"},
+     "faults[0].destination", "nearest: p1s1g1, p1s1g0"),
+    ({"kind": "link-down", "target": "p1s0g0>p1r0t1"}, "faults[0].target",
+     "both directions"),
+    ({"kind": "link-slow", "target": "p0r0a1-c2", "rate": 1.5}, "faults[0].rate", "at most 1"),
+    ({"kind": "link-slow", "target": "p0r0a1-c2"}, "faults[0].rate", "present"),
+    ({"kind": "link-down", "target": "p0r0a1-c2", "rate": 0.5}, "faults[0].rate",
+     "only the keys link-down takes"),
+    ({"kind": "link-down", "target": "p0r0a1-c2", "at": 2}, "faults[0].at", "with its unit"),
+    ({"kind": "link-down", "target": "p0r0a1-c2", "at": "2"}, "faults[0].at", "with its unit"),
+    ({"kind": "link-down", "target": "p0r0a1-c2", "duration": "0s"}, "faults[0].duration",
+     "> 0"),
+    ({"kind": "link-flap", "target": "p0r0a1-c2", "period": "100ms"}, "faults[0].period",
+     "above 200ms"),
+    ({"kind": "controller-crash", "target": "c0"}, "faults[0].target", "no target"),
+    ({"kind": "blackhole", "target": "p0s0nv", "destination": "p1s1g0"}, "faults[0].target",
+     "OpenFlow switch"),
+    ({"kind": "wobble"}, "faults[0].kind", "link-slow, link-down"),
+    ({"target": "c0"}, "faults[0].kind", "present"),
+    ({"kind": "link-down", "target": "p0r0a1-c2", "when": "1s"}, "faults[0].when",
+     "known keys"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("entry", "key", "message"), MISTAKES)
 def test_every_mistake_is_an_error_naming_its_key(
     entry: dict[str, Any], key: str, message: str
 ) -> None:

@@ -75,28 +75,30 @@ def test_local_paths_are_relative_to_the_inventory_and_sudo_follows_the_user() -
     )  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("machine", "key", "expected"),
-    [
-        ({}, "machines.lab.host", "a host name or address"),
-        ({"host": "h", "colour": 1}, "machines.lab.colour", "one of the keys"),
-        ({"host": "h", "port": 0}, "machines.lab.port", "a port between 1 and 65535"),
-        ({"host": "h", "port": "22"}, "machines.lab.port", "a port between 1 and 65535"),
-        ({"host": "h; reboot"}, "machines.lab.host", "a host name or address"),
-        ({"host": "h", "user": "root -oProxyCommand=x"}, "machines.lab.user", "a user name"),
-        ({"host": "h", "project": "a; rm -rf ~"}, "machines.lab.project", "a path there"),
-        ({"host": "h", "project": "$(reboot)"}, "machines.lab.project", "a path there"),
-        ({"host": "h", "project": "../elsewhere"}, "machines.lab.project", "without '..'"),
-        ({"host": "h", "project": "/"}, "machines.lab.project", "not '/'"),
-        ({"host": "h", "project": "-rf"}, "machines.lab.project", "without '..'"),
-        ({"host": "h", "password": "hunter2"}, "machines.lab.password", "no password"),
-        ({"host": "h", "sudo": "yes"}, "machines.lab.sudo", "true or false"),
-        ({"host": "h", "timeouts": {"idle": 0}}, "machines.lab.timeouts.idle", "seconds > 0"),
-        ({"host": "h", "timeouts": {"slow": 1}}, "machines.lab.timeouts.slow", "one of the keys"),
-        ({"vagrant": ".", "host": "h"}, "machines.lab.host", "beside 'vagrant'"),
-        ({"host": "h", "vagrant_machine": "m"}, "machines.lab.vagrant_machine", "'vagrant: DIR'"),
-    ],
-)
+# (a machine, the key path its error names, what it says was expected); test_schema.py
+# checks that the inventory's JSON Schema refuses them too
+BAD_MACHINES: list[tuple[dict[str, object], str, str]] = [
+    ({}, "machines.lab.host", "a host name or address"),
+    ({"host": "h", "colour": 1}, "machines.lab.colour", "one of the keys"),
+    ({"host": "h", "port": 0}, "machines.lab.port", "a port between 1 and 65535"),
+    ({"host": "h", "port": "22"}, "machines.lab.port", "a port between 1 and 65535"),
+    ({"host": "h; reboot"}, "machines.lab.host", "a host name or address"),
+    ({"host": "h", "user": "root -oProxyCommand=x"}, "machines.lab.user", "a user name"),
+    ({"host": "h", "project": "a; rm -rf ~"}, "machines.lab.project", "a path there"),
+    ({"host": "h", "project": "$(reboot)"}, "machines.lab.project", "a path there"),
+    ({"host": "h", "project": "../elsewhere"}, "machines.lab.project", "without '..'"),
+    ({"host": "h", "project": "/"}, "machines.lab.project", "not '/'"),
+    ({"host": "h", "project": "-rf"}, "machines.lab.project", "without '..'"),
+    ({"host": "h", "password": "hunter2"}, "machines.lab.password", "no password"),
+    ({"host": "h", "sudo": "yes"}, "machines.lab.sudo", "true or false"),
+    ({"host": "h", "timeouts": {"idle": 0}}, "machines.lab.timeouts.idle", "seconds > 0"),
+    ({"host": "h", "timeouts": {"slow": 1}}, "machines.lab.timeouts.slow", "one of the keys"),
+    ({"vagrant": ".", "host": "h"}, "machines.lab.host", "beside 'vagrant'"),
+    ({"host": "h", "vagrant_machine": "m"}, "machines.lab.vagrant_machine", "'vagrant: DIR'"),
+]
+
+
+@pytest.mark.parametrize(("machine", "key", "expected"), BAD_MACHINES)
 def test_a_bad_machine_names_the_file_the_key_and_what_was_expected(
     machine: dict[str, object], key: str, expected: str
 ) -> None:

@@ -101,23 +101,24 @@ def test_a_named_preset_is_changed_inline_and_its_file_untouched() -> None:
     assert preset.read_text() == before
 
 
-@pytest.mark.parametrize(
-    ("change", "key", "text"),
-    [
-        ({"sweep": {"oversubscription.agg": [1, 0]}}, "fabric.oversubscription.agg", "variant 2"),
-        ({"sweep": {"iterations": [3, "many"]}}, "iterations", "variant 2 (iterations=many)"),
-        ({"sweep": {"warp.factor": [1]}}, "warp.factor", "an experiment key"),
-        ({"sweep": {"name": ["a", "b"]}}, "sweep.name", "fabrics: names several"),
-        ({"sweep": {"iterations": []}}, "sweep.iterations", "a non-empty list"),
-        ({"sweep": {"iterations": [2, 2]}}, "sweep.iterations[1]", "each value once"),
-        ({"sweep": []}, "sweep", "a mapping of dotted keys"),
-        ({"sweep_mode": "shuffle", "sweep": {"iterations": [2]}}, "sweep_mode", "product, zip"),
-        ({"fabrics": ["astral-small", "hpn-like"]}, "fabrics", "not both"),
-        ({"fabrics": []}, "fabrics", "a non-empty list"),
-        ({"study": {"questoin": "?"}}, "study.questoin", "known keys"),
-        ({"sweep": {"placement.gpus": [4, 99]}}, "placement.gpus", "variant 2"),
-    ],
-)
+# (change to a valid study, the key the error names, a phrase of its sentence)
+BAD_STUDIES: list[tuple[dict[str, Any], str, str]] = [
+    ({"sweep": {"oversubscription.agg": [1, 0]}}, "fabric.oversubscription.agg", "variant 2"),
+    ({"sweep": {"iterations": [3, "many"]}}, "iterations", "variant 2 (iterations=many)"),
+    ({"sweep": {"warp.factor": [1]}}, "warp.factor", "an experiment key"),
+    ({"sweep": {"name": ["a", "b"]}}, "sweep.name", "fabrics: names several"),
+    ({"sweep": {"iterations": []}}, "sweep.iterations", "a non-empty list"),
+    ({"sweep": {"iterations": [2, 2]}}, "sweep.iterations[1]", "each value once"),
+    ({"sweep": []}, "sweep", "a mapping of dotted keys"),
+    ({"sweep_mode": "shuffle", "sweep": {"iterations": [2]}}, "sweep_mode", "product, zip"),
+    ({"fabrics": ["astral-small", "hpn-like"]}, "fabrics", "not both"),
+    ({"fabrics": []}, "fabrics", "a non-empty list"),
+    ({"study": {"questoin": "?"}}, "study.questoin", "known keys"),
+    ({"sweep": {"placement.gpus": [4, 99]}}, "placement.gpus", "variant 2"),
+]
+
+
+@pytest.mark.parametrize(("change", "key", "text"), BAD_STUDIES)
 def test_a_bad_study_names_its_key_and_variant(change: dict[str, Any], key: str, text: str) -> None:
     err = error_of(base(**change))
     assert err.key == key, str(err)
@@ -148,33 +149,43 @@ CHECK = {
 }
 
 
-def checked(*checks: dict[str, Any], **extra: Any) -> Any:
+def bad_check(change: dict[str, Any]) -> dict[str, Any]:
+    """CHECK with ``change`` applied (a None value removes the key)."""
+    return {k: v for k, v in (CHECK | change).items() if v is not None}
+
+
+def study_with(*checks: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A study document: astral-small at 1:1 and 15:1, with ``checks``."""
     document = base(sweep={"oversubscription.agg": [1, 15]}, **extra)
     document["study"] = {"question": "q", "checks": list(checks)}
-    return parse_study(document, "s.yaml")
+    return document
 
 
-@pytest.mark.parametrize(
-    ("change", "key", "text"),
-    [
-        ({"of": {"oversubscription.agg": 4}}, "study.checks[0].of", "exactly one variant"),
-        ({"of": {"oversubscription.tor": 1}}, "study.checks[0].of.oversubscription.tor", "swept"),
-        ({"collective": "all-gather"}, "study.checks[0].collective", "the study runs"),
-        ({"collective": None}, "study.checks[0].collective", "the study runs several"),
-        ({"ratio": [2, 1]}, "study.checks[0].ratio", "0 <= low <= high"),
-        ({"ratio": "about half"}, "study.checks[0].ratio", "[low, high]"),
-        ({"to": None}, "study.checks[0].to", "the variant the ratio divides by"),
-        ({"to": {}}, "study.checks[0].to", "a mapping"),
-        ({"size": "huge"}, "study.checks[0].size", "max, min or a size"),
-        ({"completes": True}, "study.checks[0]", "either ratio"),
-        ({"policy": "ecmp"}, "study.checks[0].of.policy", "a policy of the variant"),
-        ({"colour": "red"}, "study.checks[0].colour", "known keys"),
-    ],
-)
+def checked(*checks: dict[str, Any], **extra: Any) -> Any:
+    return parse_study(study_with(*checks, **extra), "s.yaml")
+
+
+# (change to a valid check, the key the error names, a phrase of its sentence)
+BAD_CHECKS: list[tuple[dict[str, Any], str, str]] = [
+    ({"of": {"oversubscription.agg": 4}}, "study.checks[0].of", "exactly one variant"),
+    ({"of": {"oversubscription.tor": 1}}, "study.checks[0].of.oversubscription.tor", "swept"),
+    ({"collective": "all-gather"}, "study.checks[0].collective", "the study runs"),
+    ({"collective": None}, "study.checks[0].collective", "the study runs several"),
+    ({"ratio": [2, 1]}, "study.checks[0].ratio", "0 <= low <= high"),
+    ({"ratio": "about half"}, "study.checks[0].ratio", "[low, high]"),
+    ({"to": None}, "study.checks[0].to", "the variant the ratio divides by"),
+    ({"to": {}}, "study.checks[0].to", "a mapping"),
+    ({"size": "huge"}, "study.checks[0].size", "max, min or a size"),
+    ({"completes": True}, "study.checks[0]", "either ratio"),
+    ({"policy": "ecmp"}, "study.checks[0].of.policy", "a policy of the variant"),
+    ({"colour": "red"}, "study.checks[0].colour", "known keys"),
+]
+
+
+@pytest.mark.parametrize(("change", "key", "text"), BAD_CHECKS)
 def test_a_bad_check_names_its_key(change: dict[str, Any], key: str, text: str) -> None:
-    check = {k: v for k, v in (CHECK | change).items() if v is not None}
     with pytest.raises(ExperimentError) as caught:
-        checked(check)
+        checked(bad_check(change))
     assert caught.value.key == key, str(caught.value)
     assert text in str(caught.value)
 
@@ -287,11 +298,13 @@ def test_the_study_bundle_renders_the_variants_side_by_side(tmp_path: Path) -> N
     assert all("settings" in record for record in summary["configurations"])
     report = (root / "report.txt").read_text()
     assert "question: does b match a?" in report and "verdict: agrees: b matches a" in report
-    pinned = lines[lines.index("# all-reduce (ring), policy path-pinned") :]
-    row_b = next(line for line in pinned if line.strip().startswith("b "))
-    assert float(row_b.split()[2]) == pytest.approx(1.0)  # b's path-pinned = a's
-    ecmp = lines[lines.index("# all-reduce (ring), policy ecmp") :]
-    assert next(line for line in ecmp if line.strip().startswith("b ")).split()[1:3] == ["-", "-"]
+    table = lines[lines.index("# all-reduce (ring)") :]
+    assert table[1].split()[1:] == ["variant", "ecmp", "path-pinned", "status"]
+    row_a = next(line for line in table if line.strip().startswith("a "))
+    assert row_a.split()[2::2] == ["(1.000)", "(1.000)"]
+    row_b = next(line for line in table if line.strip().startswith("b "))
+    # b ran path-pinned alone, with a's numbers: no ecmp figure, path-pinned 1.000 of a's
+    assert row_b.split()[1:5] == ["-", "(-)", row_a.split()[3], "(1.000)"]
     row_c = next(line for line in lines if line.strip().startswith("c "))
     assert "failed" in row_c
     plots = sorted(p.name for p in (root / "plots").iterdir())
