@@ -4,6 +4,9 @@ Configurations match on policy, collective, algorithm and size. ``--a-policy`` a
 ``--b-policy`` pick one policy per side to compare across policies (A and B may be the same
 bundle); giving only one picks that policy on both sides. ``astral compare A --forecast``
 sets A's measurements beside the forecasts its run made (the model, docs/forecast.md).
+On studies (docs/studies.md): ``astral compare STUDY`` sets every variant beside the first,
+``astral compare STUDY_A STUDY_B`` each variant of A beside B's variant of the same label;
+a variant's own bundle (STUDY/variants/NN-...) compares as any run's.
 Exits 1 when nothing matches.
 """
 
@@ -36,8 +39,11 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from orchestrator.results.compare import compare_bundles, compare_forecasts
     from orchestrator.results.store import ResultsBundle
+    from orchestrator.study.bundle import is_study_bundle
     from topologies.errors import ConfigError
 
+    if is_study_bundle(args.a) and not args.forecast:
+        return _studies(args)
     if args.forecast:
         if args.b is not None:
             raise ConfigError("command line", "B", "no second bundle with --forecast", args.b)
@@ -60,5 +66,46 @@ def run(args: argparse.Namespace) -> int:
             "(--a-policy/--b-policy compare different policies)",
             file=sys.stderr,
         )
+        return 1
+    return 0
+
+
+def _studies(args: argparse.Namespace) -> int:
+    """A study's variants against its first, or two studies variant by variant."""
+    from orchestrator.results.compare import compare_bundles
+    from orchestrator.results.store import ResultsBundle
+    from orchestrator.study.bundle import StudyBundle, is_study_bundle
+    from topologies.errors import ConfigError
+
+    a = StudyBundle.open(args.a)
+    measured = [v for v in a.variants if (args.a / v.directory / "results.sqlite").is_file()]
+    if args.b is None:
+        if len(measured) < 2:
+            raise ConfigError("command line", "A", "a study with two measured variants", args.a)
+        pairs = [(args.a, measured[0], args.a, v) for v in measured[1:]]
+    else:
+        if not is_study_bundle(args.b):
+            raise ConfigError("command line", "B", "a study bundle, as A is", args.b)
+        b = StudyBundle.open(args.b)
+        by_label = {v.label: v for v in b.variants}
+        pairs = [(args.a, v, args.b, by_label[v.label]) for v in measured if v.label in by_label]
+    matched = 0
+    for path_a, variant_a, path_b, variant_b in pairs:
+        where_b = path_b / variant_b.directory
+        if not (where_b / "results.sqlite").is_file():
+            print(f"# === {variant_b.label}: not measured in B ({variant_b.status})")
+            continue
+        print(f"# === A {variant_a.label}  vs  B {variant_b.label}")
+        with (
+            ResultsBundle.open(path_a / variant_a.directory) as bundle_a,
+            ResultsBundle.open(where_b) as bundle_b,
+        ):
+            comparison = compare_bundles(
+                bundle_a, bundle_b, a_policy=args.a_policy, b_policy=args.b_policy
+            )
+        print(comparison.text, end="")
+        matched += comparison.matched
+    if matched == 0:
+        print("astral compare: no configuration in common", file=sys.stderr)
         return 1
     return 0

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
 def _study(args: argparse.Namespace) -> int:
     from orchestrator.monitor.report import render_monitor
     from orchestrator.results.report import render_bundle
-    from orchestrator.study.bundle import StudyBundle, render_study
+    from orchestrator.study.bundle import StudyBundle
+    from orchestrator.study.report import render_study
 
     for variant in StudyBundle.open(args.bundle).variants:
         where = args.bundle / variant.directory

@@ -109,6 +109,12 @@ _TOP_KEYS = {
 # study, expanded into variants, each of which is validated as an experiment without them.
 STUDY_KEYS = {"fabrics", "sweep", "sweep_mode", "study"}
 _TOP_KEYS |= STUDY_KEYS
+# ... and their vocabulary (orchestrator.study.spec and .checks read them; the schema too)
+SWEEP_MODES = ("product", "zip")
+UNSWEPT = ("fabric", "name")  # a sweep names fabrics with fabrics:, and a study has one name
+STUDY_SECTION_KEYS = {"question", "expected", "checks"}
+CHECK_KEYS = {"name", "of", "to", "collective", "policy", "size", "ratio", "completes"}
+SIZE_WORDS = ("max", "min")  # a check's size: the largest or smallest the study ran
 # What the reader checks beyond the top-level keys, named so that the JSON Schema
 # (orchestrator/run/schema.py) is generated from the same facts.
 REQUIRED_KEYS = ("name", "fabric", "collectives", "sizes")

@@ -20,6 +20,7 @@ from orchestrator.collectives.sizes import MIN_SIZE, SIZE
 from orchestrator.run.experiment import (
     _TOP_KEYS,
     ALL_GPUS,
+    CHECK_KEYS,
     COLLECTIVE_KEYS,
     COLLECTIVE_REQUIRED,
     LOAD_LIMIT_KEYS,
@@ -28,12 +29,14 @@ from orchestrator.run.experiment import (
     ORDERS,
     PLACEMENT_KEYS,
     REQUIRED_KEYS,
+    SIZE_WORDS,
     SIZES_KEYS,
     SIZES_REQUIRED,
     STUDY_KEYS,
+    STUDY_SECTION_KEYS,
+    SWEEP_MODES,
+    UNSWEPT,
 )
-from orchestrator.study.checks import CHECK_KEYS, SIZE_WORDS
-from orchestrator.study.spec import STUDY_SECTION_KEYS, SWEEP_MODES, UNSWEPT
 from orchestrator.testbed.faultspec import (
     COMMON_KEYS,
     DURATION_KEYS,

@@ -13,8 +13,9 @@ Layout (``results/<timestamp>-<study>/``)::
     plots/              per collective, busbw vs size with a line per variant x policy;
                         study-<metric>.png: average busbw against the swept key
 
-:func:`render_study` rewrites summary.json, report.txt and plots/ from the variants'
-bundles and study.json alone (``astral report STUDY``), as a run bundle's are.
+:func:`orchestrator.study.report.render_study` rewrites summary.json, report.txt and plots/
+from the variants' bundles and study.json alone (``astral report STUDY``), as a run
+bundle's are.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.collectives.nccl import average_busbw
-from orchestrator.results.store import SUMMARY, ResultsBundle, _write_json
+from orchestrator.results.store import ResultsBundle
 from orchestrator.results.summary import ConfigurationResult, grouped, summarize, summary_document
 from topologies.errors import ResultsError
 
@@ -208,19 +209,6 @@ def report_lines(study: StudyBundle) -> list[str]:
             lines.append(f"# verdict: {verdict['verdict']}: {verdict['check']}: {verdict['text']}")
         lines.append(f"# study verdict: {doc.get('verdict', 'unmeasured')}")
     return lines
-
-
-def render_study(path: str | Path, *, plots: bool = True) -> tuple[StudyBundle, list[str]]:
-    """Rewrite summary.json, report.txt and (``plots``) plots/ of the study at ``path``."""
-    study = StudyBundle.open(path)
-    _write_json(study.path / SUMMARY, study_summary(study))
-    lines = report_lines(study)
-    (study.path / REPORT).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    if plots:
-        from orchestrator.study.plots import render_study_plots
-
-        render_study_plots(study)
-    return study, lines
 
 
 def _fmt(value: float, spec: str) -> str:

@@ -28,19 +28,32 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from orchestrator.collectives.nccl import average_busbw, buffer_bytes
 from orchestrator.collectives.plans import COLLECTIVES
 from orchestrator.collectives.sizes import format_size, parse_size
 from orchestrator.results.summary import ConfigurationResult
+from orchestrator.run.experiment import CHECK_KEYS, SIZE_WORDS, ExperimentSpec
 from topologies.errors import ExperimentError
 
-if TYPE_CHECKING:
-    from orchestrator.study.spec import Variant
 
-CHECK_KEYS = {"name", "of", "to", "collective", "policy", "size", "ratio", "completes"}
-SIZE_WORDS = ("max", "min")
+class Variant(Protocol):
+    """What a check knows of a variant (orchestrator.study.spec.Variant)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def settings(self) -> tuple[tuple[str, Any], ...]: ...
+
+    @property
+    def spec(self) -> ExperimentSpec: ...
+
+    def setting(self, key: str) -> Any: ...
 
 
 class VariantFigures(Protocol):

@@ -71,37 +71,55 @@ def busbw_by_variant(study: StudyBundle, runs: list[VariantRun], directory: Path
 
 
 def study_plot(study: StudyBundle, runs: list[VariantRun], directory: Path) -> Path:
-    """Average real-speed busbw per (policy, collective) against the variants: on the swept
-    key's values where exactly one numeric key varies, else one tick per variant."""
+    """Average real-speed busbw per (policy, collective) against the variants: lines over
+    the swept key's values where exactly one numeric key varies, else grouped bars, one
+    group per variant (a variant that did not complete is marked, not drawn as zero)."""
     plt = pyplot()
     axis_key, positions = _positions(study, runs)
     figure, axes = plt.subplots(figsize=(9, 5.5))
-    lines: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-    for run, x in zip(runs, positions, strict=True):
-        for group, value in average_real(run).items():
-            lines.setdefault(group, []).append((x, value))
-    for (policy, op, algorithm), points in lines.items():
-        points.sort()
-        axes.plot(
-            [p[0] for p in points],
-            [p[1] for p in points],
-            marker="o",
-            linewidth=2,
-            label=f"{op} ({algorithm}) / {policy}",
-        )
-    if axis_key is None:
-        axes.set_xticks(positions, [run.label for run in runs], rotation=20, ha="right", fontsize=8)
-        axes.set_xlabel("variant")
-    else:
+    groups: list[tuple[str, str, str]] = []
+    for run in runs:
+        groups += [g for g in average_real(run) if g not in groups]
+    if axis_key is not None:
+        for group in groups:
+            points = sorted(
+                (x, average_real(run)[group])
+                for run, x in zip(runs, positions, strict=True)
+                if group in average_real(run)
+            )
+            axes.plot(*zip(*points, strict=True), marker="o", linewidth=2, label=_label(group))
         axes.set_xticks(sorted(set(positions)))
         axes.set_xlabel(axis_key)
+    else:
+        everyone = study.variants
+        width = 0.8 / max(len(groups), 1)
+        for number, group in enumerate(groups):
+            x = [i + (number - (len(groups) - 1) / 2) * width for i in range(len(everyone))]
+            y = [average_real(run).get(group, math.nan) for run in everyone]
+            axes.bar(x, y, width=width * 0.95, label=_label(group))
+        for i, run in enumerate(everyone):
+            if run.status != "ok":
+                axes.annotate(
+                    run.status, xy=(i, 0), xytext=(0, 6), textcoords="offset points",
+                    ha="center", fontsize=9, color="C3",
+                )  # fmt: skip
+        axes.set_xticks(range(len(everyone)), [run.label for run in everyone], fontsize=8)
+        for tick in axes.get_xticklabels():
+            tick.set_rotation(15)
+            tick.set_horizontalalignment("right")
+        axes.set_xlabel("variant")
     axes.set_ylim(bottom=0)
     axes.set_ylabel("average bus bandwidth at real link speed (GB/s)")
     axes.set_title(f"study {study.name}: average busbw over sizes per variant", fontsize=11)
-    axes.grid(True, alpha=0.3)
+    axes.grid(True, axis="y", alpha=0.3)
     axes.legend(fontsize=8, loc="best")
     figure.tight_layout()
     return save_figure(figure, directory / "study-busbw.png")
+
+
+def _label(group: tuple[str, str, str]) -> str:
+    policy, op, algorithm = group
+    return f"{op} ({algorithm}) / {policy}"
 
 
 def _positions(study: StudyBundle, runs: list[VariantRun]) -> tuple[str | None, list[float]]:

@@ -60,10 +60,10 @@ from orchestrator.study.bundle import (
     STUDY_TEXT,
     VARIANTS,
     VariantRun,
-    render_study,
 )
 from orchestrator.study.checks import Verdict
 from orchestrator.study.progress import StudyProgress
+from orchestrator.study.report import render_study
 from orchestrator.study.spec import StudySpec, Variant
 from orchestrator.testbed.testbed import Testbed
 from topologies.errors import AstralError, ExperimentError

@@ -37,15 +37,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.run.experiment import STUDY_KEYS, ExperimentSpec, parse_experiment
+from orchestrator.run.experiment import (
+    STUDY_KEYS,
+    STUDY_SECTION_KEYS,
+    SWEEP_MODES,
+    UNSWEPT,
+    ExperimentSpec,
+    parse_experiment,
+)
 from orchestrator.run.overrides import changed
 from orchestrator.study.checks import Check, parse_checks
 from topologies.errors import ConfigError, ExperimentError
 from topologies.yamlfile import read_yaml
 
-SWEEP_MODES = ("product", "zip")
-STUDY_SECTION_KEYS = {"question", "expected", "checks"}
-UNSWEPT = ("fabric", "name")  # a sweep names fabrics with fabrics:, and a study has one name
 FABRIC_AXIS = "fabric"  # the key a variant's fabric goes by in labels and check selectors
 
 

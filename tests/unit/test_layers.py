@@ -1,7 +1,8 @@
 """The house's import directions: which package may import which, checked on the source.
 
 The layers, top to bottom (docs/architecture.md draws them): the entry points (``astral``'s
-CLI and the pytest plugin) -> ``run`` -> ``monitor``, ``calibration`` and ``forecast`` ->
+CLI, the pytest plugin and the Python API) -> ``study`` (several variants of an experiment)
+-> ``run`` -> ``monitor``, ``calibration`` and ``forecast`` ->
 ``testbed`` -> ``emulation``, ``worker`` and ``results`` -> ``collectives`` -> ``topologies``.
 ``controllers`` is its own process: it may import ``topologies`` only, and of
 ``orchestrator`` only ``emulation`` starts it (and ``testbed`` reads what it publishes).
@@ -35,6 +36,7 @@ BELOW_TESTBED = {
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "entry": {
+        "study",
         "run",
         "monitor",
         "diagnosis",
@@ -44,6 +46,7 @@ ALLOWED: dict[str, set[str]] = {
         "remote",
         *BELOW_TESTBED,
     },
+    "study": {"run", "monitor", "diagnosis", "calibration", "forecast", "testbed", *BELOW_TESTBED},
     "run": {"monitor", "diagnosis", "calibration", "forecast", "testbed", *BELOW_TESTBED},
     "diagnosis": {"results", "collectives", "topologies", "package"},
     "monitor": {"testbed", *BELOW_TESTBED},
@@ -60,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     "package": set(),
 }
 
-ENTRY_MODULES = {"orchestrator.cli", "orchestrator.pytest_plugin"}
+ENTRY_MODULES = {"orchestrator.cli", "orchestrator.pytest_plugin", "orchestrator.api"}
 
 
 def layer(module: str) -> str | None:

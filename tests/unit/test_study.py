@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from orchestrator.cli import main
 from orchestrator.results.summary import ConfigurationResult
 from orchestrator.run.experiment import parse_experiment
-from orchestrator.study.bundle import STUDY_FILE, render_study
+from orchestrator.study.bundle import STUDY_FILE
 from orchestrator.study.checks import Verdict
+from orchestrator.study.report import render_study
 from orchestrator.study.spec import load_study, parse_study
 from tests.unit.test_results import write_synthetic_bundle
 from topologies.errors import ConfigError, ExperimentError
@@ -268,8 +270,8 @@ def test_the_shipped_studies_are_valid_and_ask_something() -> None:
 # --- the study bundle -------------------------------------------------------------------------
 
 
-def test_the_study_bundle_renders_the_variants_side_by_side(tmp_path: Path) -> None:
-    root = tmp_path / "study"
+def synthetic_study(root: Path) -> Path:
+    """Three variants: a (ecmp and path-pinned), b (path-pinned, a's numbers), c failed."""
     write_synthetic_bundle(root / "variants" / "01-a", policies=("ecmp", "path-pinned"))
     write_synthetic_bundle(root / "variants" / "02-b", policies=("path-pinned",))
     document = {
@@ -290,6 +292,11 @@ def test_the_study_bundle_renders_the_variants_side_by_side(tmp_path: Path) -> N
         "verdict": "agrees",
     }  # fmt: skip
     (root / STUDY_FILE).write_text(json.dumps(document))
+    return root
+
+
+def test_the_study_bundle_renders_the_variants_side_by_side(tmp_path: Path) -> None:
+    root = synthetic_study(tmp_path / "study")
     study, lines = render_study(root, plots=True)
     summary = json.loads((root / "summary.json").read_text())
     variants = {record["variant"] for record in summary["configurations"]}
@@ -310,3 +317,20 @@ def test_the_study_bundle_renders_the_variants_side_by_side(tmp_path: Path) -> N
     plots = sorted(p.name for p in (root / "plots").iterdir())
     assert plots == ["busbw-all-reduce-ring.png", "busbw-all-to-all-direct.png", "study-busbw.png"]
     assert not math.isnan(study.variants[1].scale)
+
+
+def test_compare_sets_every_variant_beside_the_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = synthetic_study(tmp_path / "study")
+    assert main(["compare", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("# === A a  vs  B b") == 1 and "=== A a  vs  B c" not in out  # c: failed
+    averages = [line for line in out.splitlines() if line.startswith("# Avg bus bandwidth")]
+    assert averages and all(line.endswith("B/A 1.000") for line in averages)
+    # two studies: variant by variant, by label
+    assert main(["compare", str(root), str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "# === A a  vs  B a" in out and "# === A b  vs  B b" in out
+    assert main(["compare", str(root), str(root / "variants" / "01-a")]) == 2
+    assert "a study bundle, as A is" in capsys.readouterr().err
