@@ -139,15 +139,22 @@ def run_experiment_on(args: argparse.Namespace) -> int:
     from orchestrator.remote.operations import files_dir, place, run_astral
     from orchestrator.run.experiment import load_experiment
     from orchestrator.run.runner import DEFAULT_EXPERIMENT
+    from orchestrator.study.spec import is_study, load_study
+    from topologies.errors import ExperimentError
+    from topologies.yamlfile import read_yaml
 
     target = machine(args, args.on)  # a bad inventory fails before anything else
     path = Path(args.experiment or DEFAULT_EXPERIMENT)
-    spec = load_experiment(path)  # ExperimentError (exit 2) before anything starts there
-    run = new_job_id(spec.name)
+    # ExperimentError (exit 2) before anything starts there; a study: every variant's
+    if is_study(read_yaml(path, ExperimentError, "experiment")):
+        specs = [variant.spec for variant in load_study(path).variants]
+    else:
+        specs = [load_experiment(path)]
+    run = new_job_id(specs[0].name)
     experiment = place(path, files_dir(run))
     uploads = [experiment]
-    if spec.fabric_source != "inline":
-        uploads.append(place(Path(spec.fabric_source), files_dir(run), base=path.parent))
+    for source in dict.fromkeys(s.fabric_source for s in specs if s.fabric_source != "inline"):
+        uploads.append(place(Path(source), files_dir(run), base=path.parent))
     bundle = f"results/{run}"
     argv = ["run", experiment.there, "--out", bundle, "--timeout", f"{args.timeout:g}"]
     for flag, given in (

@@ -216,6 +216,24 @@ def test_a_small_run_there_streams_its_table_and_brings_the_bundle_home(
     assert "# astral run 'remote-tiny': ok" in again.stdout  # its output, replayed
 
 
+def test_a_study_there_brings_its_whole_bundle_home(loopback: Loopback, tmp_path: Path) -> None:
+    """A study (orchestrator/study) runs there as here; its bundle comes home whole: the
+    study's files and every variant's bundle."""
+    study = TINY.replace("name: remote-tiny", "name: remote-study") + (
+        "sweep: {host_ports: [balanced, hash]}\n"
+    )
+    result = run_there(loopback, study, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# study verdict" not in result.stdout  # it has no checks
+    local = loopback.here / "results" / job_of(result.stderr)
+    document = json.loads((local / "study.json").read_text())
+    assert [v["status"] for v in document["variants"]] == ["ok", "ok"]
+    for variant in document["variants"]:
+        with ResultsBundle.open(local / variant["bundle"]) as bundle:
+            assert bundle.run.status == "ok"
+    assert (local / "report.txt").is_file() and (local / "summary.json").is_file()
+
+
 def test_up_there_holds_and_tears_down(loopback: Loopback) -> None:
     deadline = time.monotonic() + LOCK_WAIT
     while True:
