@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from orchestrator.calibration.capacity import Calibration
 from orchestrator.emulation.network import Terminated
 from orchestrator.results.store import _write_json
 from orchestrator.run.interrupts import noted_interrupts
@@ -115,6 +116,7 @@ class StudyRunner(Messages):
         say: Say | None = None,
         command: Sequence[str] = (),
         calibrate: Callable[[], Any] | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         self.study = study
         self.options = options or RunOptions()
@@ -123,6 +125,8 @@ class StudyRunner(Messages):
         self._say = say
         self.command = list(command)
         self._calibrate = calibrate
+        # the capacity each variant's load is judged against (None: this machine's file)
+        self.calibration = calibration
         self.progress: StudyProgress | None = None
 
     def bundle_path(self) -> Path:
@@ -132,8 +136,8 @@ class StudyRunner(Messages):
 
     def judge_loads(self) -> list[LoadVerdict]:
         """Every variant's load verdict, before anything starts; a refused one raises."""
-        calibration = None
-        if self.options.calibrate:
+        calibration = self.calibration
+        if calibration is None and self.options.calibrate:
             calibration = ensure_calibration(self._quick_calibration, say=self.say)
         verdicts = []
         for variant in self.study.variants:

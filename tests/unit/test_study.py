@@ -334,3 +334,50 @@ def test_compare_sets_every_variant_beside_the_first(
     assert "# === A a  vs  B a" in out and "# === A b  vs  B b" in out
     assert main(["compare", str(root), str(root / "variants" / "01-a")]) == 2
     assert "a study bundle, as A is" in capsys.readouterr().err
+
+
+def test_a_variant_above_the_emulators_capacity_refuses_the_study_by_name(tmp_path: Path) -> None:
+    """The load guard judges every variant before anything is made: the one above the safe
+    share is named, and no bundle is created."""
+    from orchestrator.calibration.capacity import Calibration
+    from orchestrator.run.runner import RunOptions
+    from orchestrator.study.runner import StudyRunner
+
+    study = parse_study(base(sweep={"scale": [0.1e-4, 1e-3]}), "s.yaml")
+    # 8 GPUs x 2 ports x 200G x 1e-3 x ~4 hops is over 10 Gbit/s of hops: above 5 Gbit/s
+    capacity = Calibration(capacity_bps=5e9, bound="bracketed")
+    out = tmp_path / "study"
+    runner = StudyRunner(study, RunOptions(out=out), calibration=capacity)
+    with pytest.raises(ExperimentError) as caught:
+        runner.run()
+    assert "variant 2 (scale=0.001)" in str(caught.value)
+    assert caught.value.key == "load_limit.force"
+    assert not out.exists()
+    forced = StudyRunner(study, RunOptions(out=out, force=True), calibration=capacity)
+    verdicts = forced.judge_loads()  # forced: judged, not refused (emulator-bound)
+    assert [v.refused for v in verdicts] == [False, False]
+    assert [v.emulator_bound for v in verdicts] == [False, True]
+
+
+def test_the_study_progress_weighs_every_variants_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """One bar over the whole study: every variant's steps weighed up front, each variant's
+    view advancing it by its own steps' weights."""
+    from orchestrator.study.progress import StudyProgress
+
+    study = parse_study(base(sweep={"scale": [0.3e-4, 0.6e-4]}), "s.yaml")
+    progress = StudyProgress(study.variants, enabled=True)
+    steps = [variant.spec.steps() for variant in study.variants]
+    assert len(progress.weights) == sum(len(s) for s in steps) == 2 * 2 * 2
+    # half the rate: the bytes of a step take about twice as long at the smaller scale
+    first, second = (progress.weights[(i, 3)] for i in (0, 1))
+    assert first > 1.5 * second
+    for variant, variant_steps in zip(study.variants, steps, strict=True):
+        view = progress.view(variant)
+        for step in variant_steps:
+            view.step(step)
+            view.done(step)
+        view.close()  # a variant's close leaves the study's bar open
+        assert progress.bar is not None
+    assert progress.bar.n == pytest.approx(progress.bar.total, abs=0.5)
+    progress.close()
+    assert "variant 2/2 scale=6e-05" in capsys.readouterr().err
