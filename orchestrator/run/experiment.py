@@ -112,7 +112,9 @@ _TOP_KEYS |= STUDY_KEYS
 # ... and their vocabulary (orchestrator.study.spec and .checks read them; the schema too)
 SWEEP_MODES = ("product", "zip")
 UNSWEPT = ("fabric", "name")  # a sweep names fabrics with fabrics:, and a study has one name
-STUDY_SECTION_KEYS = {"question", "expected", "checks"}
+STUDY_SECTION_KEYS = {"question", "expected", "checks", "plot"}
+PLOT_KEYS = {"metric", "x"}  # study.plot: what the study plot draws against which key
+PLOT_METRICS = ("busbw", "algbw")  # nccl-tests' averages over the sizes, at real speed
 CHECK_KEYS = {"name", "of", "to", "collective", "policy", "size", "ratio", "completes"}
 SIZE_WORDS = ("max", "min")  # a check's size: the largest or smallest the study ran
 # What the reader checks beyond the top-level keys, named so that the JSON Schema

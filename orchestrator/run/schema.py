@@ -28,6 +28,8 @@ from orchestrator.run.experiment import (
     MINIMUM,
     ORDERS,
     PLACEMENT_KEYS,
+    PLOT_KEYS,
+    PLOT_METRICS,
     REQUIRED_KEYS,
     SIZE_WORDS,
     SIZES_KEYS,
@@ -121,6 +123,9 @@ def top_level(policies: Collection[str] | None = None) -> dict[str, Schema]:
                 "question": {"type": "string"},
                 "expected": {"type": "string"},
                 "checks": {"type": "array", "items": check()},
+                "plot": mapping(
+                    PLOT_KEYS, {"metric": choice(PLOT_METRICS), "x": {"type": "string"}}
+                ),
             },
         ),
     }

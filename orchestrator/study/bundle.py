@@ -139,12 +139,18 @@ def study_summary(study: StudyBundle) -> dict[str, Any]:
     }
 
 
-def average_real(run: VariantRun) -> dict[tuple[str, str, str], float]:
-    """(policy, collective, algorithm) -> nccl-tests' average busbw at real speed (GB/s)."""
-    return {
-        group: average_busbw([m.row for m in members]) / run.scale
-        for group, members in grouped(run.results).items()
-    }
+def average_real(run: VariantRun, metric: str = "busbw") -> dict[tuple[str, str, str], float]:
+    """(policy, collective, algorithm) -> nccl-tests' average of ``metric`` (busbw or
+    algbw) over the sizes, at real speed (GB/s)."""
+    averages = {}
+    for group, members in grouped(run.results).items():
+        if metric == "busbw":
+            value = average_busbw([m.row for m in members])
+        else:
+            finite = [m.row.algbw for m in members if not math.isnan(m.row.algbw)]
+            value = sum(finite) / len(finite) if finite else math.nan
+        averages[group] = value / run.scale
+    return averages
 
 
 def study_table(study: StudyBundle) -> list[str]:

@@ -75,17 +75,20 @@ def study_plot(study: StudyBundle, runs: list[VariantRun], directory: Path) -> P
     the swept key's values where exactly one numeric key varies, else grouped bars, one
     group per variant (a variant that did not complete is marked, not drawn as zero)."""
     plt = pyplot()
-    axis_key, positions = _positions(study, runs)
+    chosen = study.document.get("plot") or {}
+    metric = chosen.get("metric", "busbw")
+    axis_key, positions = _positions(study, runs, chosen.get("x"))
     figure, axes = plt.subplots(figsize=(9, 5.5))
+    values = {run.index: average_real(run, metric) for run in study.variants}
     groups: list[tuple[str, str, str]] = []
     for run in runs:
-        groups += [g for g in average_real(run) if g not in groups]
+        groups += [g for g in values[run.index] if g not in groups]
     if axis_key is not None:
         for group in groups:
             points = sorted(
-                (x, average_real(run)[group])
+                (x, values[run.index][group])
                 for run, x in zip(runs, positions, strict=True)
-                if group in average_real(run)
+                if group in values[run.index]
             )
             axes.plot(*zip(*points, strict=True), marker="o", linewidth=2, label=_label(group))
         axes.set_xticks(sorted(set(positions)))
@@ -95,7 +98,7 @@ def study_plot(study: StudyBundle, runs: list[VariantRun], directory: Path) -> P
         width = 0.8 / max(len(groups), 1)
         for number, group in enumerate(groups):
             x = [i + (number - (len(groups) - 1) / 2) * width for i in range(len(everyone))]
-            y = [average_real(run).get(group, math.nan) for run in everyone]
+            y = [values[run.index].get(group, math.nan) for run in everyone]
             axes.bar(x, y, width=width * 0.95, label=_label(group))
         for i, run in enumerate(everyone):
             if run.status != "ok":
@@ -109,12 +112,13 @@ def study_plot(study: StudyBundle, runs: list[VariantRun], directory: Path) -> P
             tick.set_horizontalalignment("right")
         axes.set_xlabel("variant")
     axes.set_ylim(bottom=0)
-    axes.set_ylabel("average bus bandwidth at real link speed (GB/s)")
-    axes.set_title(f"study {study.name}: average busbw over sizes per variant", fontsize=11)
+    what = "bus bandwidth" if metric == "busbw" else "algorithm bandwidth"
+    axes.set_ylabel(f"average {what} at real link speed (GB/s)")
+    axes.set_title(f"study {study.name}: average {metric} over sizes per variant", fontsize=11)
     axes.grid(True, axis="y", alpha=0.3)
     axes.legend(fontsize=8, loc="best")
     figure.tight_layout()
-    return save_figure(figure, directory / "study-busbw.png")
+    return save_figure(figure, directory / f"study-{metric}.png")
 
 
 def _label(group: tuple[str, str, str]) -> str:
@@ -122,13 +126,20 @@ def _label(group: tuple[str, str, str]) -> str:
     return f"{op} ({algorithm}) / {policy}"
 
 
-def _positions(study: StudyBundle, runs: list[VariantRun]) -> tuple[str | None, list[float]]:
-    """The x of each run: the one numeric swept key's value, else the variant's position."""
-    varying = [
-        key
-        for key in study.document.get("axes", [])
-        if len({_hashable(run.settings.get(key)) for run in study.variants}) > 1
-    ]
+def _positions(
+    study: StudyBundle, runs: list[VariantRun], chosen: str | None = None
+) -> tuple[str | None, list[float]]:
+    """The x of each run: the chosen swept key's value, or the one numeric key that varies;
+    else the variant's position."""
+    varying = (
+        [chosen]
+        if chosen
+        else [
+            key
+            for key in study.document.get("axes", [])
+            if len({_hashable(run.settings.get(key)) for run in study.variants}) > 1
+        ]
+    )
     if len(varying) == 1:
         key = varying[0]
         values = [run.settings.get(key) for run in runs]

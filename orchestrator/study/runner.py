@@ -286,6 +286,7 @@ class StudyRunner(Messages):
             "expected": study.expected,
             "mode": study.mode,
             "axes": list(study.axes),
+            "plot": dict(study.plot) if study.plot else None,
             "command": self.command,
             "started": started,
             "status": "running",

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.run.experiment import (
+    PLOT_KEYS,
+    PLOT_METRICS,
     STUDY_KEYS,
     STUDY_SECTION_KEYS,
     SWEEP_MODES,
@@ -95,6 +97,7 @@ class StudySpec:
     question: str = ""
     expected: str = ""
     checks: tuple[Check, ...] = ()
+    plot: Mapping[str, str] | None = None  # study.plot: {metric, x}; None: busbw, automatic
 
     def by_fabric(self) -> list[list[Variant]]:
         """The variants grouped by the fabric they emulate, in order of first appearance:
@@ -166,6 +169,7 @@ def parse_study(
         if label in labels[:i]:
             raise ExperimentError(source, "fabrics", "fabrics of distinct names", label)
     checks = parse_checks(section.get("checks"), variants, source)
+    plot = _plot(section.get("plot"), [key for key, _ in axes] + [key for key, _ in sweep], source)
     description = base.get("description", "")
     return StudySpec(
         name=study_name,
@@ -177,6 +181,7 @@ def parse_study(
         question=section.get("question", ""),
         expected=section.get("expected", ""),
         checks=checks,
+        plot=plot,
     )
 
 
@@ -235,6 +240,31 @@ def _section(value: object, source: str) -> dict[str, Any]:
         if key in value and not isinstance(value[key], str):
             raise ExperimentError(source, f"study.{key}", "a text", value[key])
     return dict(value)
+
+
+def _plot(value: object, axes: Sequence[str], source: str) -> dict[str, str] | None:
+    """``study.plot``: ``metric`` (busbw or algbw) and ``x`` (a swept key)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ExperimentError(source, "study.plot", "a mapping of metric and x", value)
+    for key in value:
+        if key not in PLOT_KEYS:
+            known = "one of the known keys " + ", ".join(sorted(PLOT_KEYS))
+            raise ExperimentError(source, f"study.plot.{key}", known, "unknown key")
+    metric = value.get("metric", PLOT_METRICS[0])
+    if metric not in PLOT_METRICS:
+        raise ExperimentError(
+            source, "study.plot.metric", "one of " + ", ".join(PLOT_METRICS), metric
+        )
+    plot = {"metric": metric}
+    if "x" in value:
+        if value["x"] not in axes:
+            raise ExperimentError(
+                source, "study.plot.x", "a key the study varies: " + ", ".join(axes), value["x"]
+            )
+        plot["x"] = value["x"]
+    return plot
 
 
 def _variant(

@@ -200,6 +200,7 @@ VALIDATOR_ONLY = {
     "check: study.checks[0].collective: the study runs several": "the study's collectives",
     "check: study.checks[0].ratio: 0 <= low <= high": "compares low with high",
     "check: study.checks[0].of.policy: a policy of the variant": "the variant's policies",
+    "study: study.plot.x: a key the study varies: iterations": "which keys the study varies",
     "too many GPUs": "the generated fabric's GPU count",
     "collective listed twice": "two spellings of one collective",
     "experiment: latency as text above 1ms": "a duration written as text against MAX_LATENCY",

@@ -105,6 +105,13 @@ def test_a_named_preset_is_changed_inline_and_its_file_untouched() -> None:
 
 # (change to a valid study, the key the error names, a phrase of its sentence)
 BAD_STUDIES: list[tuple[dict[str, Any], str, str]] = [
+    ({"study": {"plot": {"metric": "latency"}}}, "study.plot.metric", "busbw, algbw"),
+    ({"study": {"plot": {"colour": "red"}}}, "study.plot.colour", "known keys"),
+    (
+        {"study": {"plot": {"x": "pods"}}, "sweep": {"iterations": [2, 3]}},
+        "study.plot.x",
+        "a key the study varies: iterations",
+    ),
     ({"sweep": {"oversubscription.agg": [1, 0]}}, "fabric.oversubscription.agg", "variant 2"),
     ({"sweep": {"iterations": [3, "many"]}}, "iterations", "variant 2 (iterations=many)"),
     ({"sweep": {"warp.factor": [1]}}, "warp.factor", "an experiment key"),
@@ -381,3 +388,18 @@ def test_the_study_progress_weighs_every_variants_steps(capsys: pytest.CaptureFi
     assert progress.bar.n == pytest.approx(progress.bar.total, abs=0.5)
     progress.close()
     assert "variant 2/2 scale=6e-05" in capsys.readouterr().err
+
+
+def test_the_study_plot_draws_the_chosen_metric(tmp_path: Path) -> None:
+    root = synthetic_study(tmp_path / "study")
+    document = json.loads((root / STUDY_FILE).read_text())
+    document["plot"] = {"metric": "algbw", "x": "x"}
+    (root / STUDY_FILE).write_text(json.dumps(document))
+    render_study(root, plots=True)
+    assert (root / "plots" / "study-algbw.png").is_file()
+    assert not (root / "plots" / "study-busbw.png").exists()
+    study = parse_study(
+        base(sweep={"iterations": [2, 3]}, study={"plot": {"metric": "algbw", "x": "iterations"}}),
+        "s.yaml",
+    )
+    assert study.plot == {"metric": "algbw", "x": "iterations"}
