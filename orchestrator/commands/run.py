@@ -195,5 +195,6 @@ def _run_study(args: argparse.Namespace, path: Path) -> int:
     )
     outcome = runner.run()
     if outcome.status != "ok":
-        print(f"astral: study {outcome.status}", file=sys.stderr, flush=True)
+        why = f": {outcome.error}" if outcome.error else ""
+        print(f"astral: study {outcome.status}{why}", file=sys.stderr, flush=True)
     return outcome.exit_status

@@ -32,7 +32,7 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import fmean
+from statistics import NormalDist, fmean
 
 from orchestrator.collectives.ceilings import default_channels, layout_of
 from orchestrator.collectives.nccl import algbw_gbps, bus_factor
@@ -73,6 +73,17 @@ class Prediction:
     latency_us: float = 0.0
     transfer_us: float = 0.0
     steps: int = 0
+    # the prediction interval of a measurement: the hash draws' spread widened by the
+    # model's own error (the calibration's rms), :func:`prediction_band`; None: the draws'
+    band_p10_us: float | None = None
+    band_p90_us: float | None = None
+
+    @property
+    def band_us(self) -> tuple[float, float]:
+        """The (10th, 90th) percentile of the time a run will measure."""
+        low = self.p10_us if self.band_p10_us is None else self.band_p10_us
+        high = self.p90_us if self.band_p90_us is None else self.band_p90_us
+        return low, high
 
     @property
     def algbw(self) -> float:
@@ -116,6 +127,33 @@ class FabricModel:
                 gpu = link.a if link.a in description.fabric.gpus else link.b
                 model.into_gpu.add((link.other(gpu), gpu))
         return model
+
+
+def prediction_band(times: Sequence[float], error: float) -> tuple[float, float]:
+    """The 10th and 90th percentiles of the time a run will measure, in the units of
+    ``times``: one of the equally likely hash draws' times, off by the model's relative
+    error, taken as normal with standard deviation ``error`` (the calibration's rms over
+    its cells). A run measures t x (1 + e): below x with probability
+    mean over draws of P(e <= x / t - 1). ``error`` 0: the draws' own percentiles.
+
+    Why: the draws alone say how the paths may fall; a path-independent configuration has
+    one draw and a band of zero width, which any measurement misses by the model's error.
+    """
+    if error <= 0 or not times:
+        return percentile(times, 0.1), percentile(times, 0.9)
+    noise = NormalDist(0.0, error)
+
+    def below(x: float) -> float:
+        return fmean(noise.cdf(x / t - 1.0) for t in times)
+
+    def quantile(q: float) -> float:
+        low, high = min(times) * (1 - 6 * error), max(times) * (1 + 6 * error)
+        for _ in range(60):  # bisection: 2^-60 of the bracket
+            middle = (low + high) / 2
+            low, high = (middle, high) if below(middle) < q else (low, middle)
+        return (low + high) / 2
+
+    return quantile(0.1), quantile(0.9)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -356,10 +394,13 @@ class ConfigurationModel:
             times = [cal.time(d) for d in draws]
             median = _median_index(times)
             chosen = draws[median]
+        band = prediction_band(times, cal.rms_relative_error)
         return Prediction(
             time_us=fmean(times) * 1e6,
             p10_us=percentile(times, 0.1) * 1e6,
             p90_us=percentile(times, 0.9) * 1e6,
+            band_p10_us=band[0] * 1e6,
+            band_p90_us=band[1] * 1e6,
             size=size,
             ranks=self.layout.size,
             collective=collective,

@@ -60,9 +60,12 @@ def band_text(prediction: Prediction, scale: float) -> str:
     """``p10-p90 busbw 12.1-14.0 real`` where hashing spreads the forecast, else ''."""
     if prediction.salts <= 1 or prediction.p10_us == prediction.p90_us:
         return ""
+    low, high = prediction.band_us
     return (
         f"p10-p90 busbw {prediction.busbw_p10 / scale:.2f}-{prediction.busbw_p90 / scale:.2f} "
-        f"real over {prediction.salts} hash draws"
+        f"real over {prediction.salts} hash draws, "
+        f"{prediction.busbw_at(high) / scale:.2f}-{prediction.busbw_at(low) / scale:.2f} "
+        "with the model's error"
     )
 
 
@@ -105,6 +108,9 @@ def prediction_dict(p: Prediction) -> dict[str, Any]:
         "busbw_GBps": _number(p.busbw),
         "busbw_p10_GBps": _number(p.busbw_p10),
         "busbw_p90_GBps": _number(p.busbw_p90),
+        # the prediction interval: the draws widened by the model's calibrated error
+        "band_busbw_p10_GBps": _number(p.busbw_at(p.band_us[1])),
+        "band_busbw_p90_GBps": _number(p.busbw_at(p.band_us[0])),
         "hash_draws": p.salts,
         "latency_us": _number(p.latency_us),
         "transfer_us": _number(p.transfer_us),
@@ -115,13 +121,14 @@ def prediction_dict(p: Prediction) -> dict[str, Any]:
 def forecast_record(prediction: Prediction, calibrated: bool) -> ForecastRecord:
     """What the bundle keeps of a prediction (orchestrator.results.store.ForecastRecord)."""
     p = prediction
+    low, high = p.band_us  # the prediction interval: the draws and the model's error
     return ForecastRecord(
         time_us=p.time_us,
-        p10_time_us=p.p10_us,
-        p90_time_us=p.p90_us,
+        p10_time_us=low,
+        p90_time_us=high,
         busbw=p.busbw,
-        busbw_p10=p.busbw_p10,
-        busbw_p90=p.busbw_p90,
+        busbw_p10=p.busbw_at(high),
+        busbw_p90=p.busbw_at(low),
         hash_draws=p.salts,
         calibrated=calibrated,
     )

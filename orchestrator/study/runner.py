@@ -82,6 +82,7 @@ class StudyOutcome:
     runs: list[RunOutcome | None] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # what stopped the study before its variants ran
 
     @property
     def verdict(self) -> str:
@@ -192,6 +193,11 @@ class StudyRunner(Messages):
                 outcome.exit_status = (
                     interruption.exit_status if isinstance(interruption, Terminated) else 130
                 )
+            except AstralError as error:  # a fabric that did not come up, another run's lock
+                outcome.status = "failed"
+                outcome.exit_status = error.exit_status
+                outcome.error = str(error)
+                self.say(f"study stopped: {error}")
             finally:
                 self.progress.close()
                 self.progress = None
@@ -309,11 +315,12 @@ class StudyRunner(Messages):
             for run in outcome.runs
         ]
         outcome.verdicts = [check.judge(study.variants, figures) for check in study.checks]
-        if outcome.status != "interrupted":
+        if outcome.status == "running":
             outcome.status, outcome.exit_status = self._ending(outcome)
         document.update(
             {
                 "status": outcome.status,
+                "error": outcome.error,
                 "finished": time.time(),
                 "timings": outcome.timings,
                 "variants": [record.to_dict() for record in records],

@@ -182,3 +182,20 @@ def test_a_batch_of_a_million_operations_costs_a_few_play_outs() -> None:
     many = play_out(fabric, "all-reduce", "ring", 1_000_000, 1, Figures(), iterations=10**6)
     capped = play_out(fabric, "all-reduce", "ring", 1_000_000, 1, Figures(), MAX_ITERATIONS)
     assert many == capped
+
+
+def test_the_prediction_band_widens_the_draws_by_the_models_error() -> None:
+    """A single draw's band is the model's error alone (a normal's 10th-90th percentiles:
+    -+1.2816 sigma); no error leaves the draws' own percentiles; draws far apart keep
+    their spread."""
+    from orchestrator.forecast.model import percentile, prediction_band
+
+    low, high = prediction_band([1.0], 0.04)
+    assert low == pytest.approx(1 - 1.2816 * 0.04, rel=1e-3)
+    assert high == pytest.approx(1 + 1.2816 * 0.04, rel=1e-3)
+    draws = [1.0, 1.1, 1.2, 1.5, 2.0]
+    assert prediction_band(draws, 0.0) == (percentile(draws, 0.1), percentile(draws, 0.9))
+    low, high = prediction_band(draws, 0.01)
+    assert 0.98 < low < 1.1 and 1.5 < high < 2.02
+    wider = prediction_band(draws, 0.1)
+    assert wider[0] < low and wider[1] > high
