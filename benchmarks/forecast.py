@@ -21,8 +21,8 @@ per fabric and over all: the median and the largest absolute error of the determ
 policies (path-pinned, shortest), and for ecmp the share of cells whose measurement fell
 inside the forecast's p10-p90 band (the prediction interval: the hash draws' spread widened
 by the model's calibrated error, orchestrator/forecast/model.py prediction_band; a
-re-forecast also prints how many fell inside the draws' band alone). Targets (issue 13): median <= 3 %, max <= 8 %; ecmp
-inside the band in >= 80 % of cells.
+re-forecast also prints how many fell inside the draws' band alone). Targets (issue 13):
+median <= 3 %, max <= 8 %; ecmp inside the band in >= 80 % of cells.
 
 Fabrics that are no preset are written here inline: ``astral-oversubscribed`` (astral-small
 with a 2:1 core: oversubscription.agg 2) and ``fat-tree-one-pod`` (a k = 4 fat-tree, one pod
