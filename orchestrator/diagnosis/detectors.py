@@ -55,6 +55,10 @@ CAPPED_SECONDS = 3  # busy seconds at that pace
 PEAK_WINDOW_S = 0.03  # three of the workers' 10 ms samples
 LATE_S = 0.020  # entry lateness beyond the typical rank's: healthy ranks stay within 18 ms
 LATE_OPS = 2  # operations a straggler must be late in (two: consecutive ones)
+# ... and the share of the operations between its first and last late one that it is late
+# in: a straggler pays its delay in every operation while it lasts; a busy 2-core machine
+# delays one rank now and then (a healthy run: iterations 2, 5 and 6, 3 of those 5)
+LATE_SHARE = 0.75
 TELEMETRY_GAP_S = 2.0
 
 
@@ -636,6 +640,9 @@ def stragglers(obs: Observations) -> list[Suspect]:
         iterations = sorted(i for i, _ in ops)
         if len(ops) < 3 and iterations[-1] - iterations[0] != len(ops) - 1:
             continue  # two late operations count only back to back
+        span = sum(1 for c, i in by_op if c == config_id and iterations[0] <= i <= iterations[-1])
+        if len(ops) < LATE_SHARE * span:
+            continue  # late now and then, not in every operation while it lasted
         gpu = obs.gpus_by_rank.get(config_id, {}).get(rank, f"rank {rank}")
         measured = sum(1 for c, _ in by_op if c == config_id)
         iterations = sorted(i for i, _ in ops)

@@ -219,6 +219,11 @@ def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
     suspect = diagnose(observations(astral, lateness=lateness)).ranked[0]
     assert suspect.key() == ("gpu", "p1s0g1", "straggler")
     assert suspect.onset == T0 + 6 and "iterations 6-9" in suspect.evidence[0]
+    # late now and then by as much (a busy machine; seen on a healthy run): iterations 2,
+    # 5 and 6 of the 5 from 2 to 6 is not a straggler's every operation
+    noisy = {k: v for k, v in lateness.items() if k[2] != 5}
+    noisy |= {(1, i, 7): 0.049 for i in (2, 5, 6)}
+    assert diagnose(observations(astral, lateness=noisy)).healthy
 
 
 def test_a_controller_that_started_again_is_an_outage(astral: FabricDescription) -> None:
