@@ -23,43 +23,10 @@ from orchestrator.collectives.program import (
     compose_all,
     expected,
 )
+from tests.programs import iteration
 from tests.unit.simulation import simulate
 
 LAYOUT = Layout.regular(8, 2)  # 4 servers of 2 GPUs: rail 0 = even ranks, rail 1 = odd
-SERVERS = [(0, 1), (2, 3), (4, 5), (6, 7)]
-RAILS = [(0, 2, 4, 6), (1, 3, 5, 7)]
-
-
-def iteration(count: int = 1000) -> Program:
-    """The shape of a training iteration on 8 ranks: tensor-parallel all-reduces inside the
-    servers while computing, data-parallel all-reduces on each rail while computing, then
-    an all-to-all among four ranks beside a pipeline send."""
-    return Program(
-        "iteration",
-        (
-            Slot(
-                (
-                    *(GroupCollective("all-reduce", "ring", s, count, "tp") for s in SERVERS),
-                    Compute.on(range(8), 0.2, "forward"),
-                ),
-                "tp",
-            ),
-            Slot(
-                (
-                    *(GroupCollective("all-reduce", "ring", r, count, "dp") for r in RAILS),
-                    Compute.on(range(8), 0.3, "backward"),
-                ),
-                "dp",
-            ),
-            Slot(
-                (
-                    GroupCollective("all-to-all", "direct", (0, 2, 4, 6), 4 * count, "ep"),
-                    PointToPoint(1, 7, count, "pp"),
-                ),
-                "ep",
-            ),
-        ),
-    )
 
 
 def run(program: Program, layout: Layout = LAYOUT, corrupt: int = -1) -> list[int]:
