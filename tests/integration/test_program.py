@@ -100,7 +100,7 @@ def test_a_step_lasts_the_longer_of_its_compute_and_its_transfers(
     alone, computing = run(fabric, [one("alone", big, 0.0), one("computing", 64, 0.5)]).tests
     transfer = receiver_seconds(alone)
     assert transfer > 0.2, "too fast a transfer to tell a sum from a maximum"
-    assert 0.5 <= receiver_seconds(computing) < 0.7
+    assert 0.5 <= receiver_seconds(computing) < 0.8
     compute = 0.6 * transfer
     (both,) = run(fabric, [one("both", big, compute)]).tests
     overlapped = receiver_seconds(both)
