@@ -390,9 +390,7 @@ def _merge(slot: Slot, planned: Sequence[_PlannedOp], rank: int) -> list[PlanSte
     return merged
 
 
-def _compose(
-    program: Program, layout: Layout, rank: int, slots: Sequence[Sequence[_PlannedOp]]
-) -> Plan:
+def _compose(program: Program, rank: int, slots: Sequence[Sequence[_PlannedOp]]) -> Plan:
     buffers = [
         buffer
         for planned in slots
@@ -414,7 +412,7 @@ def compose(
     """Rank ``rank``'s plan of ``program`` (ProgramError if the program cannot run)."""
     if not 0 <= rank < layout.size:
         raise ProgramError(f"rank {rank} is not in a layout of {layout.size} ranks")
-    return _compose(program, layout, rank, _planned(program, layout, registry))
+    return _compose(program, rank, _planned(program, layout, registry))
 
 
 def compose_all(
@@ -422,7 +420,7 @@ def compose_all(
 ) -> list[Plan]:
     """Every rank's plan (each op planned once for all)."""
     slots = _planned(program, layout, registry)
-    return [_compose(program, layout, rank, slots) for rank in range(layout.size)]
+    return [_compose(program, rank, slots) for rank in range(layout.size)]
 
 
 def expected(program: Program, layout: Layout, rank: int) -> Result:
