@@ -1,4 +1,5 @@
-"""What the tests share: where the repository is, and fabrics built from the shipped presets.
+"""What the tests share: where the repository is, fabrics built from the shipped presets, and
+quick launch options for workers on loopback.
 
 Presets are found through :mod:`topologies.catalog`, as every entry point finds them, so a
 test exercises the same lookup as ``astral up astral-small`` and no test knows the folder.
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from orchestrator.worker.spec import LaunchOptions
 from topologies.catalog import DEFAULT_PRESET, preset_path
 from topologies.description import FabricDescription
 from topologies.generators import build_fabric
@@ -47,3 +49,17 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def fast_options(**overrides: object) -> LaunchOptions:
+    """Launch options for workers on loopback: few iterations, failures detected fast."""
+    defaults: dict[str, object] = {
+        "warmup": 1,
+        "iterations": 2,
+        "heartbeat_interval": 0.1,
+        "heartbeat_timeout": 1.5,
+        "step_deadline": 1.5,
+        "settle_time": 0.3,
+    }
+    defaults.update(overrides)
+    return LaunchOptions(**defaults)  # type: ignore[arg-type]

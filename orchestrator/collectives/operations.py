@@ -70,11 +70,18 @@ class Result:
     values (an output written in place starts with them, which are wrong there, so a chunk
     that never arrives is counted) and ``outputs`` a value no rank sends; after it,
     ``expected`` holds. Other buffers (an algorithm's scratch) are neither filled nor
-    checked."""
+    checked. ``starts``: where an input's values begin in the fill pattern (the element
+    index of its first element, 0 for an input not listed): a program's operations start
+    apart, so that one operation's data found in another's buffer is counted wrong."""
 
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     expected: tuple[Expected, ...] = ()
+    starts: tuple[tuple[str, int], ...] = ()
+
+    def start(self, buffer: str) -> int:
+        """Where input ``buffer``'s values begin in the fill pattern."""
+        return dict(self.starts).get(buffer, 0)
 
 
 def _everyone_sums(rank: int, n: int, count: int) -> Result:

@@ -159,15 +159,25 @@ class Copy:
 
 @dataclass(frozen=True)
 class PlanStep:
-    """One step of a plan: its sends, receives and local copies run concurrently."""
+    """One step of a plan: its sends, receives and local copies run concurrently.
+
+    ``compute``: emulated seconds this rank computes during the step, alongside its
+    transfers (a workload's backward pass overlapping an all-reduce, program.py), so the
+    step lasts as long as the longer of the two. The algorithms here never compute.
+    """
 
     phase: str
     sends: tuple[Transfer, ...] = ()
     recvs: tuple[Transfer, ...] = ()
     copies: tuple[Copy, ...] = ()
+    compute: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.compute >= 0:  # also refuses NaN
+            raise PlanError(f"step {self.phase!r}: compute must be >= 0 s, got {self.compute}")
 
     def is_empty(self) -> bool:
-        return not (self.sends or self.recvs or self.copies)
+        return not (self.sends or self.recvs or self.copies or self.compute)
 
 
 @dataclass(frozen=True)

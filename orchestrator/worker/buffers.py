@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from orchestrator.collectives.operations import operation
+from orchestrator.collectives.operations import Result, operation
 from orchestrator.collectives.plans import Plan
 
 DTYPE = np.uint32  # plans.ELEMENT_TYPE
@@ -100,11 +100,17 @@ class Buffers:
     (orchestrator/collectives/operations.py); this class only applies it.
     """
 
-    def __init__(self, plan: Plan, ranks: int, pattern: Pattern) -> None:
+    def __init__(
+        self, plan: Plan, ranks: int, pattern: Pattern, result: Result | None = None
+    ) -> None:
+        """``result``: what to fill and expect; default the plan's operation's (a program
+        brings its own, orchestrator/collectives/program.py)."""
         self.plan = plan
         self.ranks = ranks
         self.pattern = pattern
-        self.result = operation(plan.collective).result(plan.rank, ranks, plan.count)
+        if result is None:
+            result = operation(plan.collective).result(plan.rank, ranks, plan.count)
+        self.result = result
         self.arrays: dict[str, Array] = {
             name: np.empty(count, dtype=DTYPE) for name, count in plan.buffers
         }
@@ -116,7 +122,7 @@ class Buffers:
     def fill(self, h: int) -> None:
         """Contents before the operation (outside the timed region)."""
         for name in self.result.inputs:
-            self.pattern.fill(self.arrays[name], self.plan.rank, h)
+            self.pattern.fill(self.arrays[name], self.plan.rank, h, self.result.start(name))
         for name in self.result.outputs:
             self.arrays[name].fill(DTYPE((h ^ 0xA5A5A5A5) & _MASK))
 

@@ -1,7 +1,9 @@
 """Runs a plan over the rank's connections: one step at a time, each step's transfers at once.
 
-A step's sends and receives go to the connections' own threads; local copies run meanwhile
-in the calling thread; the step ends when every transfer has completed. The operation ends
+A step's sends and receives go to the connections' own threads; local copies, then the
+step's compute time (a sleep: emulated computation, PlanStep.compute), run meanwhile in the
+calling thread; the step ends when every transfer has completed and the compute is over,
+so it lasts the longer of the two, not their sum. The operation ends
 when, after its last step, every connection it sent on has drained (the peer acknowledged
 every byte): completion means the data arrived, not that the kernel took it. With C channels,
 the bytes one step exchanges with one peer (its regions, concatenated in plan order) are
@@ -176,6 +178,8 @@ class Executor:
                     arrays[dst.buffer][dst.offset : dst.offset + dst.count],
                     arrays[src.buffer][src.offset : src.offset + src.count],
                 )
+            if step.compute > 0:  # after posting the transfers: it overlaps them
+                time.sleep(step.compute)
             _wait(done, poll, f"step {k} ({step.phase})")
             s1 = time.perf_counter()
             outcome.phases.append([step.phase, k, wall0 + (s0 - t0), wall0 + (s1 - t0)])

@@ -62,6 +62,7 @@ from orchestrator.collectives.plans import (
     default_registry,
     element_count,
 )
+from orchestrator.collectives.program import Program, compose_all
 from orchestrator.worker import protocol
 from orchestrator.worker.outcome import (
     BLAME_ORDER,
@@ -419,6 +420,9 @@ class Launcher:
         results = []
         n = self.layout.size
         for i, test in enumerate(tests):
+            if test.program is not None:
+                results.append(self._prepare_program(i, test, test.program))
+                continue
             try:
                 algorithm = self.registry.get(test.collective, test.algorithm)
             except PlanError as error:
@@ -447,6 +451,17 @@ class Launcher:
             expected = {p.rank: sum(p.bytes_sent().values()) for p in plans}
             results.append(CollectiveResult(test, n, count, expected))
         return results
+
+    def _prepare_program(self, i: int, test: CollectiveTest, program: Program) -> CollectiveResult:
+        """A program's test, checked by composing every rank's plan as its worker will."""
+        try:
+            plans = compose_all(program, self.layout, self.registry)
+        except PlanError as error:
+            raise ExperimentError(
+                None, f"tests[{i}]", "a program this layout runs", test.label, detail=str(error)
+            ) from None
+        expected = {p.rank: sum(p.bytes_sent().values()) for p in plans}
+        return CollectiveResult(test, self.layout.size, program.elements(), expected)
 
     def run(self, tests: Sequence[CollectiveTest]) -> RunResult:
         """Run ``tests`` in order: each ``warmup`` times, then ``iterations`` times, each
@@ -478,6 +493,7 @@ class Launcher:
                             "count": r.count,
                             "warmup": o.warmup,
                             "iterations": o.iterations,
+                            **_program_message(r.test),
                         }
                         for test_id, r in zip(ids, results, strict=True)
                     ]
@@ -841,6 +857,11 @@ class Launcher:
             if tail:
                 detail += f" (log: ...{tail.splitlines()[-1]})"
         return detail
+
+
+def _program_message(test: CollectiveTest) -> dict[str, Any]:
+    """The schedule entry's ``program`` field, for a program's test (protocol.schedule)."""
+    return {} if test.program is None else {"program": test.program.to_message()}
 
 
 def _first_step(done: Message) -> float | None:

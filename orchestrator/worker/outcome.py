@@ -157,6 +157,10 @@ class CollectiveResult:
         return max((count for count in counts if count is not None), default=0)
 
     def row(self) -> NcclRow:
+        """The nccl-tests row (not for a program, which is no nccl-tests operation: read
+        its ``time_us``, ``wrong`` and iterations)."""
+        if self.test.program is not None:
+            raise ValueError(f"{self.test.label} has no nccl-tests row")
         collective, n = self.test.collective, self.ranks
         return NcclRow.of(
             collective,
@@ -215,7 +219,8 @@ class RunResult:
     failure: Failure | None = None
 
     def rows(self) -> list[NcclRow]:
-        return [t.row() for t in self.tests if t.timed()]
+        """The nccl-tests rows of the collectives (programs have none)."""
+        return [t.row() for t in self.tests if t.timed() and t.test.program is None]
 
     def table(self, title: Sequence[str] = ()) -> str:
         return format_table(self.rows(), title=title)

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-VERSION = 1
+VERSION = 2  # 2: a schedule's test may be a program
 
 # worker -> launcher
 HELLO = "hello"
@@ -162,7 +162,9 @@ def setup(peers: list[dict[str, Any]], options: dict[str, Any]) -> Message:
 
 def schedule(tests: list[dict[str, Any]]) -> Message:
     """``tests``: [{id, collective, algorithm, count, warmup, iterations}, ...]; ids are
-    unique over the run (they salt the fill pattern)."""
+    unique over the run (they salt the fill pattern). A program's test (collective
+    ``program``) also has ``program``: the program itself, as
+    ``orchestrator.collectives.program.Program.to_message`` writes it."""
     return {"type": SCHEDULE, "tests": tests}
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator.collectives.latency import LatencyTable
+from orchestrator.collectives.plans import ELEMENT_BYTES
+from orchestrator.collectives.program import PROGRAM, Program
 
 #: The port every worker listens on, in its own namespace (the destination port of every
 #: connection: part of the five-tuple the switches hash and the forecast follows).
@@ -36,14 +38,31 @@ class WorkerSpec:
 
 @dataclass(frozen=True)
 class CollectiveTest:
-    """One row of an nccl-tests table: a collective, its algorithm and a size in bytes."""
+    """One row of an nccl-tests table: a collective, its algorithm and a size in bytes.
+
+    Or a program (orchestrator/collectives/program.py: collectives on groups of ranks,
+    transfers and compute, as one operation): collective ``program``, the program's name
+    as algorithm, its buffers' bytes as size (:meth:`of_program`); the workers compose
+    their plans and expected results from it.
+    """
 
     collective: str
     algorithm: str
     size: int
+    program: Program | None = None
+
+    def __post_init__(self) -> None:
+        if (self.collective == PROGRAM) != (self.program is not None):
+            raise ValueError(f"a test of collective {PROGRAM!r} needs a program, and only it")
+
+    @classmethod
+    def of_program(cls, program: Program) -> CollectiveTest:
+        return cls(PROGRAM, program.name, program.elements() * ELEMENT_BYTES, program)
 
     @property
     def label(self) -> str:
+        if self.program is not None:
+            return f"program {self.program.name!r}"
         return f"{self.collective}/{self.algorithm} {self.size} B"
 
 

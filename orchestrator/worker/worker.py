@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.collectives.latency import LatencyTable
+from orchestrator.collectives.operations import Result
 from orchestrator.collectives.plans import AlgorithmRegistry, Layout, Plan, default_registry
+from orchestrator.collectives.program import Program, compose, expected
 from orchestrator.worker import protocol, rto
 from orchestrator.worker.buffers import Buffers, Pattern, salt
 from orchestrator.worker.executor import Executor, Progress, StepFailed
@@ -71,6 +73,7 @@ class Test:
     plan: Plan
     warmup: int
     iterations: int
+    result: Result | None = None  # what a program's buffers hold; None: the plan's operation's
 
     @property
     def total(self) -> int:
@@ -236,23 +239,29 @@ class Worker:
 
     def prepare_schedule(self, tests: list[dict[str, Any]]) -> None:
         assert self.peers is not None and self.pool is not None
-        layout = self.peers.layout
-        self.tests = [
-            Test(
-                id=int(t["id"]),
-                plan=self.registry.get(t["collective"], t["algorithm"]).plan(
-                    layout, self.rank, int(t["count"])
-                ),
-                warmup=int(t["warmup"]),
-                iterations=int(t["iterations"]),
-            )
-            for t in tests
-        ]
+        self.tests = [self._test(t) for t in tests]
         self.connect([t.plan for t in self.tests])
         self.position = (0, 0)
         self.buffers = None
         self._prepare_next()
         self.channel.send(protocol.ready(self.rank, self.describe_connections()))
+
+    def _test(self, message: dict[str, Any]) -> Test:
+        """One test of the schedule: this rank's plan of its collective, or of its program
+        (composed here, each rank its own, as the launcher checked they compose)."""
+        assert self.peers is not None
+        layout = self.peers.layout
+        result = None
+        if "program" in message:
+            program = Program.from_message(message["program"])
+            plan = compose(program, layout, self.rank, self.registry)
+            result = expected(program, layout, self.rank)
+        else:
+            algorithm = self.registry.get(message["collective"], message["algorithm"])
+            plan = algorithm.plan(layout, self.rank, int(message["count"]))
+        return Test(
+            int(message["id"]), plan, int(message["warmup"]), int(message["iterations"]), result
+        )
 
     def connect(self, plans: list[Plan]) -> None:
         """Open every connection the plans need (those already open are kept)."""
@@ -310,7 +319,7 @@ class Worker:
         if self.buffers is None or self.buffers.plan is not test.plan:
             self.buffers = None  # free the previous test's arrays first
             ranks = self.peers.layout.size if self.peers else 1
-            self.buffers = Buffers(test.plan, ranks, self.pattern)
+            self.buffers = Buffers(test.plan, ranks, self.pattern, test.result)
         elif not self.options.get("verify", True):
             return  # unchecked runs fill once per test (touching the pages before timing)
         self.buffers.fill(salt(test.id, iteration))

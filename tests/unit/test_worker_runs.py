@@ -34,29 +34,15 @@ from orchestrator.worker.outcome import (
 )
 from orchestrator.worker.spec import (
     CollectiveTest,
-    LaunchOptions,
     loopback_workers,
     workers_from_description,
 )
-from tests.helpers import preset_description
+from tests.helpers import fast_options, preset_description
 from topologies.errors import EmulationError, ExperimentError
 
 ALGORITHMS = [tuple(name.split("/")) for name in default_registry().names()]
 SIZES = (3 << 14, 40_004)  # a multiple of 2, 3, 4 and 8 ranks x 4 bytes, and not
 LAYOUTS = {2: 1, 3: 1, 4: 2}  # ranks -> GPUs per server (3 x 1 is fabric only, 2 x 2 both)
-
-
-def fast(**overrides: object) -> LaunchOptions:
-    defaults: dict[str, object] = {
-        "warmup": 1,
-        "iterations": 2,
-        "heartbeat_interval": 0.1,
-        "heartbeat_timeout": 1.5,
-        "step_deadline": 1.5,
-        "settle_time": 0.3,
-    }
-    defaults.update(overrides)
-    return LaunchOptions(**defaults)  # type: ignore[arg-type]
 
 
 @cache
@@ -67,7 +53,7 @@ def run_everything(ranks: int, gpus_per_server: int) -> RunResult:
         if c != "p2p" or ranks == 2
         for size in SIZES
     ]
-    with Launcher(loopback_workers(ranks, gpus_per_server), options=fast()) as launcher:
+    with Launcher(loopback_workers(ranks, gpus_per_server), options=fast_options()) as launcher:
         result = launcher.run(tests)
     return result  # closed: the final samples are in
 
@@ -79,7 +65,7 @@ def run_eight() -> RunResult:
         CollectiveTest("all-reduce", "hierarchical", 1 << 18),
         CollectiveTest("all-to-all", "pxn", 1 << 18),
     ]
-    with Launcher(loopback_workers(8, 4), options=fast()) as launcher:
+    with Launcher(loopback_workers(8, 4), options=fast_options()) as launcher:
         return launcher.run(tests)
 
 
@@ -212,7 +198,7 @@ def test_throughput_samples_add_up_to_the_bytes_moved() -> None:
 
 
 def test_corrupted_chunk_is_counted_in_that_iteration_only() -> None:
-    options = fast(
+    options = fast_options(
         warmup=0, iterations=3, worker_args=("--corrupt-rank", "1", "--corrupt-iteration", "1")
     )
     with Launcher(loopback_workers(3), options=options) as launcher:
@@ -225,7 +211,9 @@ def test_corrupted_chunk_is_counted_in_that_iteration_only() -> None:
 
 
 def test_a_run_without_verification_says_not_verified() -> None:
-    options = fast(warmup=1, iterations=2, verify=False, worker_args=("--corrupt-rank", "1"))
+    options = fast_options(
+        warmup=1, iterations=2, verify=False, worker_args=("--corrupt-rank", "1")
+    )
     with Launcher(loopback_workers(3), options=options) as launcher:
         result = launcher.run([CollectiveTest("all-reduce", "ring", 1 << 16)])
     assert result.failure is None
@@ -243,7 +231,7 @@ def _long_run() -> list[CollectiveTest]:
 
 
 def test_killed_worker_is_detected_within_seconds_and_named() -> None:
-    options = fast(warmup=0, iterations=100_000)
+    options = fast_options(warmup=0, iterations=100_000)
     with Launcher(loopback_workers(3), options=options) as launcher:
         pid = launcher.process(1).pid
         killed_at: list[float] = []
@@ -265,7 +253,7 @@ def test_killed_worker_is_detected_within_seconds_and_named() -> None:
 
 
 def test_hung_worker_is_detected_by_the_step_deadline() -> None:
-    options = fast(
+    options = fast_options(
         warmup=0, iterations=10, worker_args=("--hang-rank", "2", "--hang-at-iteration", "3")
     )
     start = time.monotonic()
@@ -279,7 +267,7 @@ def test_hung_worker_is_detected_by_the_step_deadline() -> None:
 
 
 def test_frozen_worker_is_detected_by_missing_heartbeats() -> None:
-    options = fast(warmup=0, iterations=100_000, heartbeat_timeout=1.0, step_deadline=30.0)
+    options = fast_options(warmup=0, iterations=100_000, heartbeat_timeout=1.0, step_deadline=30.0)
     with Launcher(loopback_workers(3), options=options) as launcher:
         pid = launcher.process(2).pid
         threading.Timer(0.5, os.kill, (pid, signal.SIGSTOP)).start()
@@ -291,7 +279,7 @@ def test_frozen_worker_is_detected_by_missing_heartbeats() -> None:
 
 
 def test_worker_that_cannot_start_fails_the_launch_with_its_log() -> None:
-    options = fast(worker_args=("--no-such-flag",))
+    options = fast_options(worker_args=("--no-such-flag",))
     with (
         pytest.raises(EmulationError, match=r"exited with status 2 .*unrecognized arguments"),
         Launcher(loopback_workers(2), options=options),
@@ -300,13 +288,13 @@ def test_worker_that_cannot_start_fails_the_launch_with_its_log() -> None:
 
 
 def test_unknown_algorithm_or_unsupported_layout_is_an_experiment_error() -> None:
-    launcher = Launcher(loopback_workers(3), options=fast())  # prepare needs no process
+    launcher = Launcher(loopback_workers(3), options=fast_options())  # prepare needs no process
     with pytest.raises(ExperimentError, match="all-reduce/tree"):
         launcher.prepare([CollectiveTest("all-reduce", "tree", 1 << 10)])
     with pytest.raises(ExperimentError, match="at least 12 bytes"):
         launcher.prepare([CollectiveTest("all-gather", "ring", 8)])
     uneven = Launcher(
-        [*loopback_workers(2, 2), *loopback_workers(3, 1)[2:]], options=fast()
+        [*loopback_workers(2, 2), *loopback_workers(3, 1)[2:]], options=fast_options()
     )  # servers s0 = {0, 1}, s2 = {2}
     with pytest.raises(ExperimentError, match="same rails"):
         uneven.prepare([CollectiveTest("all-reduce", "hierarchical", 1 << 10)])
@@ -326,7 +314,7 @@ def test_channels_and_pinned_source_ports() -> None:
         (0, 1, 1): _free_port(workers[0].fabric_ip),
         (1, 0, 1): _free_port(workers[1].fabric_ip),
     }
-    options = fast(channels=2, source_ports=pins)
+    options = fast_options(channels=2, source_ports=pins)
     with Launcher(workers, options=options) as launcher:
         result = launcher.run([CollectiveTest("all-reduce", "ring", 1 << 16 | 4)])
     assert result.failure is None
@@ -454,7 +442,7 @@ def test_a_late_rank_delays_every_operation_of_the_ring_by_its_lateness() -> Non
     late = 0.15
     batches: list[tuple[float, bool]] = []
     test = CollectiveTest("all-reduce", "ring", 1 << 12)
-    with Launcher(loopback_workers(3), options=fast(iterations=3)) as launcher:
+    with Launcher(loopback_workers(3), options=fast_options(iterations=3)) as launcher:
         launcher.on_batch = lambda at, warmup: batches.append((at, warmup))
         on_time = launcher.run([test]).tests[0].timed()
         launcher.set_late(1, late)
