@@ -29,12 +29,12 @@ Example (``topologies/presets/astral-small.yaml``)::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from topologies.errors import FabricSpecError
+from topologies.errors import ConfigError, FabricSpecError
 from topologies.fabricspec import (
     DEFAULT_LATENCY,
     DEFAULT_SCALE,
@@ -91,14 +91,20 @@ LATENCY_OFF, LATENCY_ON = "off", "on"  # or false, true
 MAX_LATENCY = 1e-3
 
 
+_T = TypeVar("_T")
+
+
 class _Reader:
-    """Walks a parsed document, raising FabricSpecError with file and key path."""
+    """Walks a parsed document, raising :attr:`error` (FabricSpecError here; a subclass
+    names its own file kind's) with file and key path."""
+
+    error: type[ConfigError] = FabricSpecError
 
     def __init__(self, source: str) -> None:
         self.source = source
 
     def fail(self, key: str, expected: str, found: object = None, detail: str = "") -> None:
-        raise FabricSpecError(self.source, key, expected, found, detail=detail)
+        raise self.error(self.source, key, expected, found, detail=detail)
 
     def mapping(self, value: object, key: str, allowed: set[str]) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
@@ -166,12 +172,28 @@ class _Reader:
         figures = {name: self.duration(v, f"{key}.{name}") for name, v in raw.items()}
         return replace(base, enabled=True, **figures)
 
-    def rate(self, value: object, key: str) -> float:
+    def boolean(self, value: object, key: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(key, "true or false", value)
+        assert isinstance(value, bool)
+        return value
+
+    def choice(self, value: object, key: str, choices: Collection[str], what: str) -> str:
+        if not isinstance(value, str) or value not in choices:
+            self.fail(key, f"{what}: one of " + ", ".join(choices), value)
+        assert isinstance(value, str)
+        return value
+
+    def parsed(self, value: object, key: str, parse: Callable[[object], _T]) -> _T:
+        """``parse(value)``; its ValueError (which names the accepted forms) as a failure."""
         try:
-            return parse_rate(value)
+            return parse(value)
         except ValueError as err:
             self.fail(key, str(err), value)
         raise AssertionError("unreachable")
+
+    def rate(self, value: object, key: str) -> float:
+        return self.parsed(value, key, parse_rate)
 
 
 def _describe(value: object) -> str:

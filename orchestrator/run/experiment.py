@@ -337,27 +337,10 @@ class ExperimentSpec:
 class _ExperimentReader(_Reader):
     """The fabric spec's document walker, raising ExperimentError instead."""
 
-    def fail(self, key: str, expected: str, found: object = None, detail: str = "") -> None:
-        raise ExperimentError(self.source, key, expected, found, detail=detail)
-
-    def boolean(self, value: object, key: str) -> bool:
-        if not isinstance(value, bool):
-            self.fail(key, "true or false", value)
-        assert isinstance(value, bool)
-        return value
-
-    def choice(self, value: object, key: str, choices: Collection[str], what: str) -> str:
-        if not isinstance(value, str) or value not in choices:
-            self.fail(key, f"{what}: one of " + ", ".join(choices), value)
-        assert isinstance(value, str)
-        return value
+    error = ExperimentError
 
     def size(self, value: object, key: str) -> int:
-        try:
-            return parse_size(value)
-        except ValueError as err:
-            self.fail(key, str(err), value)
-        raise AssertionError("unreachable")
+        return self.parsed(value, key, parse_size)
 
     def sequence(self, value: object, key: str) -> list[Any]:
         if not isinstance(value, list) or not value:
