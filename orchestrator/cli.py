@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "orchestrator.commands.forecast",
     "orchestrator.commands.remote",
     "orchestrator.commands.schema",
+    "orchestrator.commands.workload",
 )
 
 

@@ -12,6 +12,7 @@ It lives in ``topologies/`` because that package imports nothing else of ours, s
     |   +-- FabricSpecError      ... a fabric description
     |   +-- ExperimentError      ... an experiment description
     |   +-- InventoryError       ... the inventory of remote machines
+    |   +-- WorkloadError        ... a training workload (model, parallelism, batch, GPU)
     +-- EnvironmentProblem       the machine cannot do what was asked (exit 3)
     +-- EmulationError           bringing a fabric up or down failed (exit 4)
     +-- ConcurrentRunError       another run holds the lock (exit 5)
@@ -73,6 +74,11 @@ class ExperimentError(ConfigError):
 
 class InventoryError(ConfigError):
     """The inventory of remote machines (``astral ... --on MACHINE``) is malformed."""
+
+
+class WorkloadError(ConfigError):
+    """A training workload description is malformed, or its parallel layout does not divide
+    the model, the batch or the GPUs it is given."""
 
 
 class EnvironmentProblem(AstralError):

@@ -9,7 +9,10 @@ CLI, the pytest plugin and the Python API) -> ``study`` (several variants of an 
 The package's own ``__init__`` (``REPO``, the checkout) is below every layer of
 ``orchestrator`` and imports nothing of ours. ``remote`` (SSH to another machine, whose own
 ``astral`` does the work) sits beside the others under the entry points and imports only
-``topologies`` and the package. An import that is not drawn here is a new
+``topologies`` and the package. ``workload`` (a training iteration described: model,
+parallel layout, batch, what it costs) is pure: it imports ``collectives``, ``topologies``
+and the package, and ``run``, ``forecast``, ``study`` and the entry points may import it.
+An import that is not drawn here is a new
 arrow: either it is wrong, or the drawing (and docs/architecture.md) changes with it.
 """
 
@@ -33,29 +36,31 @@ BELOW_TESTBED = {
     "package",
 }
 
+#: What ``run`` may import, and everything above it too.
+BELOW_RUN = {
+    "monitor",
+    "diagnosis",
+    "calibration",
+    "forecast",
+    "testbed",
+    "workload",
+    *BELOW_TESTBED,
+}
+
 # package -> the packages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "entry": {
-        "study",
-        "run",
-        "monitor",
-        "diagnosis",
-        "calibration",
-        "forecast",
-        "testbed",
-        "remote",
-        *BELOW_TESTBED,
-    },
-    "study": {"run", "monitor", "diagnosis", "calibration", "forecast", "testbed", *BELOW_TESTBED},
-    "run": {"monitor", "diagnosis", "calibration", "forecast", "testbed", *BELOW_TESTBED},
+    "entry": {"study", "run", "remote", *BELOW_RUN},
+    "study": {"run", *BELOW_RUN},
+    "run": BELOW_RUN,
     "diagnosis": {"results", "collectives", "topologies", "package"},
     "monitor": {"testbed", *BELOW_TESTBED},
-    "forecast": {"testbed", *BELOW_TESTBED},
+    "forecast": {"testbed", "workload", *BELOW_TESTBED},
     "calibration": {"testbed", *BELOW_TESTBED},
     "testbed": BELOW_TESTBED,
     "emulation": {"controllers", "topologies", "package"},
     "worker": {"collectives", "topologies", "package"},
     "results": {"collectives", "topologies", "package"},
+    "workload": {"collectives", "topologies", "package"},
     "collectives": {"topologies", "package"},
     "controllers": {"topologies"},
     "remote": {"topologies", "package"},
