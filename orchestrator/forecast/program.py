@@ -10,7 +10,8 @@ Per slot and rank:
   slot (a collective waits for its peers) and takes the collectives forecast's time for
   that group, size and algorithm on the fabric (orchestrator/forecast/model.py: the same
   routes, sharing, latency and calibration as ``astral forecast``), the group forecast on
-  its own;
+  its own, less the per-operation latency and overhead: the workers run the whole program
+  as one operation and pay those once, before the first slot (as the forecast does);
 - the rank leaves the slot when the last of its ops ends (compute and transfers of a slot
   overlap: a step lasts the longer of the two, orchestrator/worker/executor.py).
 
@@ -35,6 +36,7 @@ from orchestrator.forecast.calibration import ForecastCalibration
 from orchestrator.forecast.model import ConfigurationModel
 from orchestrator.worker.spec import workers_from_description
 from topologies.description import FabricDescription
+from topologies.latency import applied_latency
 
 KINDS = ("tp", "ep", "pp", "dp")
 
@@ -106,12 +108,24 @@ class ProgramForecaster:
                 )
                 self._models[names] = model
             prediction = model.forecast(self.policy, op.op, op.algorithm, size)
-            self._times[key] = prediction.time_us / 1e6
+            # the program is one operation: its ops pay no operation latency or overhead
+            # of their own (the workers wait them once, before the first slot)
+            once = model.operation_latency + self._overhead()
+            self._times[key] = max(0.0, prediction.time_us / 1e6 - once)
         return self._times[key]
+
+    def _overhead(self) -> float:
+        return self.calibration.operation_overhead_s if self.calibration else 0.0
+
+    def entry(self) -> float:
+        """When every rank enters the first slot: the operation's latency (every rank's
+        is the fabric's per-operation figure) and the calibration's overhead, once."""
+        latency = applied_latency(self.description.fabric, self.gpus).operation
+        return latency + self._overhead()
 
     def forecast(self, program: Program) -> ProgramForecast:
         n = len(self.gpus)
-        ready = [0.0] * n
+        ready = [self.entry()] * n
         compute = [0.0] * n
         exposed: list[dict[str, float]] = [dict.fromkeys(KINDS, 0.0) for _ in range(n)]
         spans: list[list[tuple[str, float, float]]] = [[] for _ in range(n)]

@@ -104,3 +104,27 @@ def test_the_forecast_plays_the_same_slots(path: Path) -> None:
     assert set(last) >= {"tp", "ep", "pp", "dp"}
     # what is not compute on the rank that ends last is waiting or exposed communication
     assert sum(last.values()) <= predicted.seconds - predicted.compute[predicted.last_rank] + 1e-9
+
+
+def test_a_program_of_one_collective_takes_the_collectives_forecast() -> None:
+    """The program is one operation: its ops pay the operation latency and overhead once,
+    before the first slot, so a program of one collective is forecast as that collective."""
+    from orchestrator.collectives.program import Program, Slot
+    from orchestrator.forecast.calibration import ForecastCalibration
+    from orchestrator.forecast.model import ConfigurationModel
+    from orchestrator.worker.spec import workers_from_description
+
+    description = preset_description("astral-small")
+    gpus = [g.name for g in description.fabric.gpus_by_rank()]
+    calibration = ForecastCalibration(operation_overhead_s=0.003)
+    ring = GroupCollective("all-reduce", "ring", tuple(range(8)), 1 << 18, "dp all")
+    program = Program("one", (Slot((ring,)),))
+    forecaster = ProgramForecaster(description, gpus, policy="path-pinned", calibration=calibration)
+    alone = ConfigurationModel(
+        description,
+        workers_from_description(description, gpus),
+        calibration,
+        channels=description.fabric.spec.nic_ports,
+    ).forecast("path-pinned", "all-reduce", "ring", 4 << 18)
+    assert forecaster.forecast(program).seconds == pytest.approx(alone.time_us / 1e6, rel=1e-9)
+    assert forecaster.entry() > 0.003  # the operation latency and the overhead, once
