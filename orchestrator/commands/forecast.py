@@ -28,6 +28,10 @@ of its connections took a recorded path and why the rest did not. The bundle mus
 been measured on the experiment's fabric (the same GPUs and links) with the same ranks on
 the same GPUs.
 
+A workload file (docs/workloads.md; it has a ``model``) is forecast as one training
+iteration on ``--fabric`` (default astral-small) under ``--policy`` (default path-pinned):
+orchestrator/commands/workload_forecast.py.
+
 ``--set KEY=VALUE`` takes any experiment key (``sizes.max=16M``, ``policies=[ecmp]``) or
 fabric key (``speeds.nic``, ``oversubscription.agg``, ``switch.radix``, ...; a fabric the
 experiment names by preset or file is read and changed inline), dotted; values are YAML.
@@ -104,11 +108,22 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--size", default="1G", help="--full-size: message size (default 1G = 2**30 bytes)"
     )
+    parser.add_argument(
+        "--fabric",
+        default="astral-small",
+        metavar="FABRIC",
+        help="a workload's fabric: a preset name or a fabric file (default astral-small)",
+    )
+    parser.add_argument("--policy", default=None, help="a workload's policy (default path-pinned)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchestrator.commands import workload_forecast
     from orchestrator.forecast.calibration import load_forecast_calibration
+
+    if workload_forecast.is_workload_file(args.experiment):
+        return workload_forecast.run(args)
 
     if args.paths is not None and (args.calibrate or args.full_size or args.calibrate_from):
         raise ConfigError(

@@ -37,6 +37,7 @@ from orchestrator.forecast.model import ConfigurationModel
 from orchestrator.worker.spec import workers_from_description
 from topologies.description import FabricDescription
 from topologies.latency import applied_latency
+from topologies.model import Link
 
 KINDS = ("tp", "ep", "pp", "dp")
 
@@ -80,6 +81,7 @@ class ProgramForecaster:
         calibration: ForecastCalibration | None = None,
         host_ports: str = "balanced",
         channels: int | None = None,
+        failed: frozenset[Link] = frozenset(),
     ) -> None:
         self.description = description
         self.gpus = list(gpus)
@@ -87,6 +89,7 @@ class ProgramForecaster:
         self.calibration = calibration
         self.host_ports = host_ports
         self.channels = channels or description.fabric.spec.nic_ports
+        self.failed = failed  # links down (what-if: astral forecast WORKLOAD --fail)
         self._models: dict[tuple[str, ...], ConfigurationModel] = {}
         self._times: dict[tuple[tuple[str, ...], str, str, int], float] = {}
 
@@ -105,6 +108,7 @@ class ProgramForecaster:
                     self.calibration,
                     host_ports=self.host_ports,
                     channels=self.channels,
+                    failed=self.failed,
                 )
                 self._models[names] = model
             prediction = model.forecast(self.policy, op.op, op.algorithm, size)

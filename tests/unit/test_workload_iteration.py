@@ -128,3 +128,26 @@ def test_a_program_of_one_collective_takes_the_collectives_forecast() -> None:
     ).forecast("path-pinned", "all-reduce", "ring", 4 << 18)
     assert forecaster.forecast(program).seconds == pytest.approx(alone.time_us / 1e6, rel=1e-9)
     assert forecaster.entry() > 0.003  # the operation latency and the overhead, once
+
+
+def test_astral_forecast_of_a_workload_prints_the_iteration_and_a_what_if(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from orchestrator.cli import main
+
+    path = str(REPO / "workloads" / "gpt3-like.yaml")
+    assert main(["forecast", path, "--json", "--set", "speeds.nic=800G"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    base, faster = out["iteration"], out["variant"]["iteration"]
+    assert base["fabric"] == "astral-small" and base["policy"] == "path-pinned"
+    assert base["iteration_s"] >= base["compute_floor_s"] > 0
+    assert 0 < base["mfu"] < 1
+    assert faster["iteration_s"] < base["iteration_s"]  # a faster NIC: a shorter iteration
+    assert faster["compute_floor_s"] == base["compute_floor_s"]
+    assert main(["forecast", path, "--set", "iterations=3"]) == 2
+    assert "a fabric key" in capsys.readouterr().err
+    assert main(["forecast", path, "--fail", "p0r0a0-c0", "--policy", "ecmp"]) == 0
+    text = capsys.readouterr().out
+    assert "policy ecmp" in text and "fail p0r0a0-c0" in text and "variant / baseline" in text
