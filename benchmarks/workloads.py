@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/workloads.py [--fabric astral-small]
         [--workloads workloads/gpt3-like.yaml,workloads/deepseek-like.yaml]
-        [--policies path-pinned,ecmp] [--iterations 2]
+        [--policies path-pinned,ecmp] [--iterations 2] [--fail LINK]
 
 Brings the fabric up once, and for every policy and shipped workload: forecasts one
 iteration of the workload's program (orchestrator/forecast/program.py: the same slots the
@@ -12,7 +12,11 @@ timed iterations on the real emulated fabric, every byte verified) and prints pe
 the replayed and forecast iteration time (emulated seconds, and milliseconds at real
 speed), the relative error of the forecast, the compute floor (the busiest rank's compute
 alone), tokens per second and MFU at real speed, and the forecast's exposed communication
-per kind on the rank that ends last. Then the median and largest absolute error.
+per kind on the rank that ends last. Then the median and largest absolute error. With
+``--fail LINK`` (a link of the fabric, ``a-b``), every cell is measured a second time with
+that link down (the same fault ``astral fault apply link-down`` applies, undone after the
+cell) and forecast with the link failed: the effect of one failed link, replayed and
+forecast, side by side.
 
 Targets (the issue's): median <= 5 %, max <= 10 %. A forecast is made before its replay,
 so it cannot have seen it.
@@ -26,6 +30,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from orchestrator import REPO
 from orchestrator.emulation.network import Terminated
@@ -47,6 +52,7 @@ def main() -> int:
     parser.add_argument("--workloads", default=default)
     parser.add_argument("--policies", default="path-pinned,ecmp")
     parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--fail", default=None, metavar="LINK", help="also with LINK down")
     args = parser.parse_args()
     spec = load_fabric_spec(resolve_fabric(args.fabric))
     policies = args.policies.split(",")
@@ -83,34 +89,69 @@ def measure(args: argparse.Namespace, bed: Testbed, policies: list[str]) -> int:
     errors = []
     wrong = 0
     began = time.monotonic()
+    failure = fault(bed, gpus, args.fail) if args.fail else None
     for policy in policies:
         bed.use_policy(policy)
         for path in args.workloads.split(","):
             spec = load_workload(Path(path), gpus=len(gpus), gpus_per_server=per_server)
             program = iteration_program(spec, bed.scale)
-            forecaster = ProgramForecaster(
-                bed.description, gpus, policy=policy, calibration=calibration
-            )
-            predicted = forecaster.forecast(program)
-            result = replay(bed, spec, warmup=1, iterations=args.iterations)
-            wrong += result.wrong
-            error = (predicted.seconds - result.iteration_s) / result.iteration_s
-            errors.append(abs(error))
-            floor = max(result.compute_s(r) for r in range(spec.gpus))
-            exposed = predicted.exposed[predicted.last_rank]
-            shown = " ".join(f"{k} {exposed.get(k, 0.0):.2f}" for k in KINDS)
-            print(
-                f"  {spec.name:<16} {policy:<12} {result.iteration_s:>9.2f}"
-                f" {predicted.seconds:>10.2f} {error:>+7.1%} {result.real_s * 1e3:>8.3f}"
-                f" {floor:>8.2f} {result.tokens_per_s:>10.3g} {result.mfu:>6.1%}  {shown}",
-                flush=True,
-            )
+            healthy = None
+            for down in (False, True) if failure else (False,):
+                failed = frozenset(failure[1].target.links) if down and failure else frozenset()
+                forecaster = ProgramForecaster(
+                    bed.description, gpus, policy=policy, calibration=calibration, failed=failed
+                )
+                predicted = forecaster.forecast(program)
+                if down and failure:
+                    failure[0].apply(failure[1])
+                    time.sleep(3.0)  # the controller reroutes around it
+                try:
+                    result = replay(bed, spec, warmup=1, iterations=args.iterations)
+                finally:
+                    if down and failure:
+                        failure[0].undo(failure[1])
+                        time.sleep(3.0)
+                wrong += result.wrong
+                error = (predicted.seconds - result.iteration_s) / result.iteration_s
+                errors.append(abs(error))
+                floor = max(result.compute_s(r) for r in range(spec.gpus))
+                exposed = predicted.exposed[predicted.last_rank]
+                shown = " ".join(f"{k} {exposed.get(k, 0.0):.2f}" for k in KINDS)
+                label = f"{policy}{' ' + args.fail + ' down' if down else ''}"
+                effect = ""
+                if healthy is not None:
+                    effect = (
+                        f"  link down / healthy: replay {result.iteration_s / healthy[0]:.3f},"
+                        f" forecast {predicted.seconds / healthy[1]:.3f}"
+                    )
+                healthy = healthy or (result.iteration_s, predicted.seconds)
+                print(
+                    f"  {spec.name:<16} {label:<12} {result.iteration_s:>9.2f}"
+                    f" {predicted.seconds:>10.2f} {error:>+7.1%} {result.real_s * 1e3:>8.3f}"
+                    f" {floor:>8.2f} {result.tokens_per_s:>10.3g} {result.mfu:>6.1%}  {shown}"
+                    f"{effect}",
+                    flush=True,
+                )
     print(
         f"# {len(errors)} cells: median |error| {statistics.median(errors):.1%}, max "
         f"{max(errors):.1%} (targets 5 %, 10 %); #wrong {wrong}; "
         f"{time.monotonic() - began:.0f} s; load average {os.getloadavg()[0]:.2f}"
     )
     return 0 if wrong == 0 else 7
+
+
+def fault(bed: Testbed, gpus: list[str], link: str) -> tuple[Any, Any]:
+    """The injector and the link-down fault of ``link`` (validated on the fabric)."""
+    from orchestrator.testbed.faults import injector_on
+    from orchestrator.testbed.faultspec import parse_faults
+    from topologies.errors import ConfigError
+    from topologies.spec import _Reader
+
+    read = _Reader("--fail")
+    read.error = ConfigError
+    (spec,) = parse_faults(read, [{"kind": "link-down", "target": link}], bed.description.fabric)
+    injector, _ = injector_on(bed, gpus)
+    return injector, spec
 
 
 if __name__ == "__main__":
