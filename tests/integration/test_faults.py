@@ -64,9 +64,16 @@ def emulation(fabric: Any) -> Emulation:
     return fabric.testbed.emulation
 
 
+#: (src, client port, dst, server port) of every flow the module has run: a flow measured
+#: again within a minute must not reuse one, whose connection is still in TIME_WAIT on the
+#: client (its connect would fail, and the flow receive nothing: a flaky test once)
+_USED: set[tuple[str, int, str, int]] = set()
+
+
 def via(fabric: Any, src: str, dst: str, port: int, index: int) -> Flow:
     """Flow number ``index`` (its server port BASE_PORT + index) from ``src`` to ``dst``
-    with a client port that the sender's kernel sends out of its NIC port ``port``."""
+    with a client port that the sender's kernel sends out of its NIC port ``port``, never
+    one an earlier flow of this module used towards the same server port."""
     description: FabricDescription = fabric.testbed.description
     plan, peer = description.addresses[src], description.addresses[dst]
     device = next(n.intf for n in plan.nics if n.port == port)
@@ -74,7 +81,9 @@ def via(fabric: Any, src: str, dst: str, port: int, index: int) -> Flow:
     tuples = [FiveTuple(plan.fabric_ip, c, peer.fabric_ip, BASE_PORT + index) for c in candidates]
     devices = connection_devices(emulation(fabric), src, tuples)
     for cport, found in zip(candidates, devices, strict=True):
-        if found == device:
+        key = (src, cport, dst, BASE_PORT + index)
+        if found == device and key not in _USED:
+            _USED.add(key)
             return Flow(src, dst, cport)
     raise AssertionError(f"no client port of {src} routes via {device} to {dst}")
 
