@@ -120,6 +120,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator.commands import workload_forecast
+    from orchestrator.commands.whatif import with_settings
     from orchestrator.forecast.calibration import load_forecast_calibration
 
     if workload_forecast.is_workload_file(args.experiment):
@@ -198,49 +199,6 @@ def experiment_document(path: Path | None) -> Experiment:
     if not isinstance(document, dict):
         raise ExperimentError(str(where), "(document)", "a mapping of experiment keys", document)
     return Experiment(document, str(where), where.parent)
-
-
-def with_settings(
-    document: dict[str, Any], settings: Sequence[str], base_dir: Path = Path(".")
-) -> dict[str, Any]:
-    """``document`` with every ``KEY=VALUE`` applied (a copy; orchestrator.run.overrides
-    says which document a key changes)."""
-    from orchestrator.run.overrides import changed
-
-    pairs: list[tuple[str, object]] = []
-    for setting in settings:
-        key, sep, text = setting.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError("--set", setting, "KEY=VALUE, e.g. speeds.nic=400G", setting)
-        try:
-            pairs.append((key, yaml.safe_load(text)))
-        except yaml.YAMLError as err:
-            raise ConfigError("--set", key, "a YAML value", text, detail=str(err)) from None
-    return changed(document, pairs, source="--set", base_dir=base_dir)
-
-
-def parse_failures(fabric: Any, failures: Sequence[str]) -> frozenset[Any]:
-    """``a-b`` (a link between two nodes) or a switch name (all its fabric links)."""
-    from controllers.routing import FABRIC_LINK_KINDS
-
-    found = set()
-    for text in failures:
-        if text in fabric.switches:
-            links = [x for x in fabric.links if text in (x.a, x.b) and x.kind in FABRIC_LINK_KINDS]
-            found.update(links)
-            continue
-        a, sep, b = text.partition("-")
-        matches = [x for x in fabric.links if {x.a, x.b} == {a, b}] if sep else []
-        if not matches:
-            raise ConfigError(
-                "--fail",
-                text,
-                "a switch name or a link as NODE-NODE (e.g. p0r0t0-p0r0a0) of the fabric",
-                text,
-            )
-        found.update(matches)
-    return frozenset(found)
 
 
 # --- forecasting -----------------------------------------------------------------------------
@@ -348,6 +306,7 @@ class ForecastRun:
 def forecast_document(
     experiment: Experiment, args: argparse.Namespace, failures: Sequence[str] = ()
 ) -> ForecastRun:
+    from orchestrator.commands.whatif import parse_failures
     from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.configurations import Forecaster
     from orchestrator.forecast.model import DEFAULT_SALTS

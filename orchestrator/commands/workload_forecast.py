@@ -78,7 +78,7 @@ def forecast_iteration(
     failures: Sequence[str] = (),
 ) -> IterationForecast:
     """The forecast of one iteration of the workload at ``path`` on fabric ``fabric_ref``."""
-    from orchestrator.commands.forecast import parse_failures, with_settings
+    from orchestrator.commands.whatif import parse_failures, with_settings
     from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.program import ProgramForecaster
     from orchestrator.run.overrides import is_fabric_key

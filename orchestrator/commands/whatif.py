@@ -1,0 +1,56 @@
+"""What-ifs on the command line, shared by ``astral forecast`` of an experiment and of a
+workload: ``--set KEY=VALUE`` (a key of the experiment or its fabric, dotted; values are
+YAML) and ``--fail LINK|SWITCH`` (links taken down)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topologies.errors import ConfigError
+
+
+def with_settings(
+    document: dict[str, Any], settings: Sequence[str], base_dir: Path = Path(".")
+) -> dict[str, Any]:
+    """``document`` with every ``KEY=VALUE`` applied (a copy; orchestrator.run.overrides
+    says which document a key changes)."""
+    from orchestrator.run.overrides import changed
+
+    pairs: list[tuple[str, object]] = []
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("--set", setting, "KEY=VALUE, e.g. speeds.nic=400G", setting)
+        try:
+            pairs.append((key, yaml.safe_load(text)))
+        except yaml.YAMLError as err:
+            raise ConfigError("--set", key, "a YAML value", text, detail=str(err)) from None
+    return changed(document, pairs, source="--set", base_dir=base_dir)
+
+
+def parse_failures(fabric: Any, failures: Sequence[str]) -> frozenset[Any]:
+    """``a-b`` (a link between two nodes) or a switch name (all its fabric links)."""
+    from controllers.routing import FABRIC_LINK_KINDS
+
+    found = set()
+    for text in failures:
+        if text in fabric.switches:
+            links = [x for x in fabric.links if text in (x.a, x.b) and x.kind in FABRIC_LINK_KINDS]
+            found.update(links)
+            continue
+        a, sep, b = text.partition("-")
+        matches = [x for x in fabric.links if {x.a, x.b} == {a, b}] if sep else []
+        if not matches:
+            raise ConfigError(
+                "--fail",
+                text,
+                "a switch name or a link as NODE-NODE (e.g. p0r0t0-p0r0a0) of the fabric",
+                text,
+            )
+        found.update(matches)
+    return frozenset(found)
