@@ -414,6 +414,17 @@ def write_above(bar: Any, text: str, file: TextIO) -> None:
         print(text.rstrip("\n"), file=file, flush=True)
 
 
+def quick_calibration(say: Say) -> Calibration:
+    """``astral calibrate --quick`` on its default fabric (orchestrator.calibration): what
+    ``astral run`` measures once on a machine without a calibration (a study too)."""
+    from orchestrator.calibration.measure import QUICK_PLAN, calibrate
+    from topologies.catalog import DEFAULT_PRESET, resolve_fabric
+    from topologies.spec import load_fabric_spec
+
+    fabric = load_fabric_spec(resolve_fabric(DEFAULT_PRESET))
+    return calibrate(fabric, QUICK_PLAN, lock_wait=0.0, log=say)
+
+
 def progress_bar(total: float) -> Any:
     """A tqdm bar on stderr over ``total`` expected seconds, with the ETA."""
     from tqdm import tqdm
@@ -593,14 +604,8 @@ class Runner(Messages):
         return outcome
 
     def _quick_calibration(self) -> Calibration:
-        """``astral calibrate --quick`` on its default fabric (orchestrator.calibration)."""
-        from orchestrator.calibration.measure import QUICK_PLAN, calibrate
-        from topologies.catalog import DEFAULT_PRESET, resolve_fabric
-        from topologies.spec import load_fabric_spec
-
         began = time.monotonic()
-        fabric = load_fabric_spec(resolve_fabric(DEFAULT_PRESET))
-        calibration = calibrate(fabric, QUICK_PLAN, lock_wait=0.0, log=self.say)
+        calibration = quick_calibration(self.say)
         self.calibrated_in = time.monotonic() - began
         return calibration
 

@@ -53,6 +53,7 @@ from orchestrator.run.runner import (
     RunOutcome,
     Say,
     bundle_directory,
+    quick_calibration,
     software_versions,
 )
 from orchestrator.study.bundle import (
@@ -354,4 +355,4 @@ class StudyRunner(Messages):
     def _quick_calibration(self) -> Any:
         if self._calibrate is not None:
             return self._calibrate()
-        return Runner(self.study.variants[0].spec, self.options, say=self._say)._quick_calibration()
+        return quick_calibration(self.say)
