@@ -287,9 +287,13 @@ def test_a_blackhole_stalls_exactly_the_flows_through_that_switch_to_that_gpu(
     rates = goodputs(result)
     print(f"goodput during the blackhole: {[round(g / 1e6, 3) for g in rates]} Mbit/s")
     print(entries)
-    # stalled; the others go on (two of them share the target's ports, unevenly)
+    # stalled; the others go on. Flows 1 and 3 share the target's rail-1 port, and TCP may
+    # split it very unevenly (17.3 / 1.8 Mbit/s was seen in CI), so each of them is judged
+    # as moving bytes (a stalled flow moves none) and the two together as filling the port
+    rate = link_rate(fabric, GPU, "p0r0t0")
     assert rates[0] < 0.05 * min(rates[1:])
-    assert min(rates[1:]) > 0.1 * link_rate(fabric, GPU, "p0r0t0")
+    assert min(rates[1:]) > 0.02 * rate
+    assert rates[2] > 0.3 * rate and rates[1] + rates[3] > 0.5 * rate
     assert "actions=drop" in entries and "n_packets=0," not in entries
     assert "actions=drop" not in dump_fault_entries("p0r0t0", 1)
 
