@@ -35,11 +35,12 @@ from typing import Any
 from orchestrator import REPO
 from orchestrator.emulation.network import Terminated
 from orchestrator.forecast.calibration import load_forecast_calibration
-from orchestrator.forecast.program import KINDS, ProgramForecaster
+from orchestrator.forecast.program import ProgramForecaster
 from orchestrator.run.replay import replay
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.workload.iteration import iteration_program
 from orchestrator.workload.spec import load_workload
+from orchestrator.workload.timeline import KINDS
 from topologies.catalog import resolve_fabric
 from topologies.errors import ConcurrentRunError
 from topologies.spec import load_fabric_spec

@@ -160,6 +160,11 @@ class Program:
         """Elements of every op's buffers together (what the program's test is sized by)."""
         return sum(op.count for _, _, op in self.collectives())
 
+    def compute_of(self, rank: int) -> float:
+        """Emulated seconds rank ``rank`` computes in one run: the floor no run of the
+        program can beat on that rank."""
+        return sum(op.of(rank) for slot in self.slots for op in slot.ops if isinstance(op, Compute))
+
     def to_message(self) -> dict[str, Any]:
         """The schedule message's form (JSON; orchestrator/worker/protocol.py)."""
         return {
@@ -421,6 +426,22 @@ def compose_all(
     """Every rank's plan (each op planned once for all)."""
     slots = _planned(program, layout, registry)
     return [_compose(program, rank, slots) for rank in range(layout.size)]
+
+
+def step_slots(
+    program: Program, layout: Layout, registry: AlgorithmRegistry | None = None
+) -> list[list[int]]:
+    """Per rank, the slot each step of its plan belongs to (what a run's per-step phase
+    records are grouped by to time the program's slots)."""
+    slots = _planned(program, layout, registry)
+    return [
+        [
+            index
+            for index, (slot, planned) in enumerate(zip(program.slots, slots, strict=True))
+            for _ in _merge(slot, planned, rank)
+        ]
+        for rank in range(layout.size)
+    ]
 
 
 def expected(program: Program, layout: Layout, rank: int) -> Result:

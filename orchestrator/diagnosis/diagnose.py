@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestrator.diagnosis import detectors
+from orchestrator.diagnosis import detectors, expectation
 from orchestrator.diagnosis.evidence import Observations, observe
 from orchestrator.diagnosis.model import Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
@@ -29,6 +29,7 @@ DETECTORS: Sequence[Detector] = (
     detectors.connection_faults,
     detectors.stragglers,
     detectors.controller_outage,
+    expectation.behind_forecast,  # a workload replay against its forecast timeline
 )
 NETWORK_FAULTS = ("down", "flapping", "slow", "lossy", "blackhole")
 

@@ -15,14 +15,17 @@ is counted at both ends, and the two counts differ by what was lost on the wire.
 from __future__ import annotations
 
 import bisect
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.diagnosis import restarts
 from orchestrator.diagnosis.restarts import OwnRestart
 from orchestrator.results import ResultsBundle
 from orchestrator.results.store import (
+    WORKLOAD_FILE,
     Configuration,
     ControllerEvent,
     IterationRecord,
@@ -125,6 +128,10 @@ class Observations:
     lateness: dict[tuple[int, int, int], float] = field(default_factory=dict)
     # the controller restarts the run made itself (its policy switches), recorded or inferred
     own_restarts: list[OwnRestart] = field(default_factory=list)
+    config_policies: dict[int, str] = field(default_factory=dict)  # config -> its policy
+    # a workload replay's workload.json (orchestrator/run/replay.py): per policy the
+    # replayed timeline beside the forecast's, and each slot's ops; None: no replay
+    workload: dict[str, Any] | None = None
 
     @property
     def fabric(self) -> Fabric:
@@ -195,7 +202,11 @@ def observe(path: Path) -> Observations:
         lateness = entry_lateness(bundle, fabric, configs, gpus)
         record = bundle.controller_restarts()
         own = restarts.recorded(record) if record is not None else restarts.inferred(windows)
+        workload_path = path / WORKLOAD_FILE
+        workload = json.loads(workload_path.read_text()) if workload_path.is_file() else None
         return Observations(
+            config_policies={c.id: c.policy for c in configs},
+            workload=workload if isinstance(workload, dict) else None,
             lateness=lateness,
             own_restarts=own,
             path=path,

@@ -35,11 +35,10 @@ from orchestrator.collectives.program import Compute, GroupCollective, PointToPo
 from orchestrator.forecast.calibration import ForecastCalibration
 from orchestrator.forecast.model import ConfigurationModel
 from orchestrator.worker.spec import workers_from_description
+from orchestrator.workload.timeline import KINDS, SlotSpan, Timeline, kind_of
 from topologies.description import FabricDescription
 from topologies.latency import applied_latency
 from topologies.model import Link
-
-KINDS = ("tp", "ep", "pp", "dp")
 
 
 @dataclass
@@ -50,6 +49,7 @@ class ProgramForecast:
     compute: list[float]  # per rank, seconds of compute
     exposed: list[dict[str, float]]  # per rank: kind -> seconds not hidden by compute
     spans: list[list[tuple[str, float, float]]] = field(default_factory=list)  # per rank
+    timeline: Timeline = field(default_factory=dict)  # per rank, its slots
 
     @property
     def seconds(self) -> float:
@@ -58,15 +58,6 @@ class ProgramForecast:
     @property
     def last_rank(self) -> int:
         return max(range(len(self.ends)), key=lambda r: self.ends[r])
-
-
-def kind_of(label: str) -> str:
-    """An op's kind from its label's first word (``tp``, ``dp``, ...; ``expert dp`` -> dp)."""
-    words = label.split()
-    for word in words[:2]:
-        if word in KINDS:
-            return word
-    return words[0] if words else "other"
 
 
 class ProgramForecaster:
@@ -133,7 +124,8 @@ class ProgramForecaster:
         compute = [0.0] * n
         exposed: list[dict[str, float]] = [dict.fromkeys(KINDS, 0.0) for _ in range(n)]
         spans: list[list[tuple[str, float, float]]] = [[] for _ in range(n)]
-        for slot in program.slots:
+        timeline: Timeline = {rank: [] for rank in range(n)}
+        for index, slot in enumerate(program.slots):
             enter = list(ready)
             busy: dict[int, float] = {}  # rank -> end of its compute in the slot
             last: dict[int, tuple[float, str]] = {}  # rank -> (end of its last op, kind)
@@ -152,10 +144,12 @@ class ProgramForecaster:
                     spans[rank].append((group_op.name, start, end))
                     if end > last.get(rank, (0.0, ""))[0]:
                         last[rank] = (end, kind_of(group_op.name))
-            for rank in set(busy) | set(last):
+            for rank in sorted(set(busy) | set(last)):
                 done = busy.get(rank, enter[rank])
                 comm_end, kind = last.get(rank, (0.0, ""))
                 if comm_end > done:
                     exposed[rank][kind] = exposed[rank].get(kind, 0.0) + comm_end - done
                 ready[rank] = max(done, comm_end)
-        return ProgramForecast(ready, compute, exposed, spans)
+                span = SlotSpan(index, enter[rank], ready[rank], done - enter[rank], kind)
+                timeline[rank].append(span)
+        return ProgramForecast(ready, compute, exposed, spans, timeline)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from controllers.events import read_events
 from orchestrator.collectives.plans import Layout, Plan, default_registry
+from orchestrator.collectives.program import compose_all
 from orchestrator.emulation import pathtrace
 from orchestrator.emulation.pathtrace import TracedPath
 from orchestrator.results.store import (
@@ -51,8 +52,13 @@ def step_records(test: CollectiveResult, layout: Layout) -> list[StepRecord]:
     """Every rank's every step of every operation of ``test``, with the peers it sent to
     and received from and the bytes, as the plan it ran says (the step after the last,
     ``delivery``, waits for the last sends to be acknowledged: no peers of its own)."""
-    algorithm = default_registry().get(test.test.collective, test.test.algorithm)
-    plans: dict[int, Plan] = {r: algorithm.plan(layout, r, test.count) for r in range(test.ranks)}
+    program = test.test.program
+    plans: dict[int, Plan]
+    if program is not None:  # a workload's iteration: every rank's composed plan
+        plans = dict(enumerate(compose_all(program, layout)))
+    else:
+        algorithm = default_registry().get(test.test.collective, test.test.algorithm)
+        plans = {r: algorithm.plan(layout, r, test.count) for r in range(test.ranks)}
     out = []
     for iteration in test.iterations:
         for rank in iteration.ranks.values():

@@ -141,6 +141,8 @@ EXPERIMENT = "experiment.yaml"
 SUMMARY = "summary.json"
 TABLES = "tables"
 PLOTS = "plots"
+# a workload replay's figures and timelines, replayed and forecast (orchestrator/run/replay.py)
+WORKLOAD_FILE = "workload.json"
 LOGS = "logs"
 
 _SCHEMA = """

@@ -38,6 +38,7 @@ from orchestrator.collectives.nccl import (
     csv_record,
     format_table,
 )
+from orchestrator.collectives.program import PROGRAM
 from orchestrator.results.emulator import EmulatorLoad, saturation_lines
 from orchestrator.results.store import (
     SCHEMA_VERSION,
@@ -160,7 +161,9 @@ def result_of(
 
 
 def summarize(bundle: ResultsBundle) -> list[ConfigurationResult]:
-    """Every configuration of the bundle, in the order the run recorded them."""
+    """Every collective configuration of the bundle, in the order the run recorded them
+    (a workload's replays have no nccl-tests row: their figures are workload.json's,
+    orchestrator/run/replay.py)."""
     ceilings = bundle.ceilings()
     return [
         result_of(
@@ -170,6 +173,7 @@ def summarize(bundle: ResultsBundle) -> list[ConfigurationResult]:
             ceilings.get(configuration.id),
         )
         for configuration in bundle.configurations()
+        if configuration.collective != PROGRAM
     ]
 
 

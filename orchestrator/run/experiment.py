@@ -36,6 +36,15 @@ Example (``experiments/default.yaml`` is the annotated one)::
     monitor: full                 # the monitor's detail: full (default) | light
                                   # (orchestrator/testbed/monitoring.py, docs/monitoring.md)
 
+Or, instead of ``collectives`` and ``sizes``, a training workload to replay (docs/workloads.md)::
+
+    workload: deepseek-like       # a shipped workload (workloads/), a workload file
+                                  # (relative to this file) or an inline workload mapping
+    iterations: 1                 # timed training iterations per policy
+
+Its layout must fill the placement's GPUs (``parallel``: tp x pp x dp), rank i on the
+placement's GPU i; one step per policy replays ``warmup`` + ``iterations`` iterations.
+
 :meth:`ExperimentSpec.steps` expands it into the concrete runs, policy x collective x size,
 in the order a runner should execute them (a policy change reprograms the fabric, so
 policies vary slowest).
@@ -52,15 +61,23 @@ from typing import Any
 from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.latency import LatencyTable, operation_latency
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
-from orchestrator.collectives.plans import COLLECTIVES, Layout, element_count
+from orchestrator.collectives.plans import COLLECTIVES, ELEMENT_BYTES, Layout, element_count
 from orchestrator.collectives.plans import default_registry as algorithm_registry
+from orchestrator.collectives.program import PROGRAM, Program, ProgramError, compose_all
 from orchestrator.collectives.sizes import parse_size
 from orchestrator.testbed.faultspec import FaultSpec, parse_faults
 from orchestrator.testbed.hostports import DEFAULT_HOST_PORTS, HOST_PORTS
 from orchestrator.testbed.monitoring import DEFAULT_MONITOR, LEVELS
 from orchestrator.worker.spec import LaunchOptions
+from orchestrator.workload.iteration import iteration_program
+from orchestrator.workload.spec import (
+    WorkloadSpec,
+    load_workload,
+    parse_workload,
+    resolve_workload,
+)
 from topologies.catalog import resolve_fabric
-from topologies.errors import ExperimentError, FabricSpecError
+from topologies.errors import ExperimentError, FabricSpecError, WorkloadError
 from topologies.fabricspec import EmulationSpec, FabricSpec
 from topologies.generators import build_fabric
 from topologies.latency import applied_latency
@@ -104,6 +121,7 @@ _TOP_KEYS = {
     "latency",
     "faults",
     "monitor",
+    "workload",
 }
 # A study's own keys (orchestrator.study.spec): an experiment file with any of them is a
 # study, expanded into variants, each of which is validated as an experiment without them.
@@ -120,6 +138,9 @@ SIZE_WORDS = ("max", "min")  # a check's size: the largest or smallest the study
 # What the reader checks beyond the top-level keys, named so that the JSON Schema
 # (orchestrator/run/schema.py) is generated from the same facts.
 REQUIRED_KEYS = ("name", "fabric", "collectives", "sizes")
+# ... unless the experiment replays a workload, which replaces collectives and sizes
+WORKLOAD_KEY = "workload"
+WORKLOAD_REPLACES = ("collectives", "sizes")
 COLLECTIVE_KEYS = {"op", "algorithm"}
 COLLECTIVE_REQUIRED = ("op",)
 SIZES_KEYS = {"min", "max", "factor"}
@@ -226,6 +247,8 @@ class ConfigurationStep:
     count: int  # nccl-tests' count column: elements, per rank for the per-rank operations
     dtype: str
     ranks: int
+    # a workload's replay: its busiest rank's compute per iteration, emulated s (0: none)
+    floor_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -250,6 +273,9 @@ class ExperimentSpec:
     dtype: str = DTYPE
     source: str = "<inline>"
     faults: tuple[FaultSpec, ...] = ()  # orchestrator.testbed.faultspec
+    # a training workload replayed instead of collectives (orchestrator/run/replay.py)
+    workload: WorkloadSpec | None = None
+    workload_source: str = ""  # its file, or "inline"
 
     @property
     def ranks(self) -> int:
@@ -271,9 +297,35 @@ class ExperimentSpec:
                 sizes.append(rounded)
         return sizes
 
+    def program(self) -> Program:
+        """The workload's iteration as the workers' program, its compute stretched by the
+        fabric's emulation scale (an experiment without a workload has none)."""
+        if self.workload is None:
+            raise ValueError(f"experiment {self.name!r} replays no workload")
+        return iteration_program(self.workload, self.fabric.emulation.scale)
+
     def steps(self) -> list[ConfigurationStep]:
-        """Every configuration to run, policy x collective x size, policies varying slowest."""
+        """Every configuration to run, policy x collective x size, policies varying slowest;
+        with a workload, one replay per policy."""
         steps: list[ConfigurationStep] = []
+        if self.workload is not None:
+            program = self.program()
+            floor = program_floor(program, self.ranks)
+            collective = Collective(PROGRAM, program.name)
+            for policy in self.policies:
+                steps.append(
+                    ConfigurationStep(
+                        index=len(steps),
+                        policy=policy,
+                        collective=collective,
+                        size=program.elements() * ELEMENT_BYTES,
+                        count=program.elements(),
+                        dtype=self.dtype,
+                        ranks=self.ranks,
+                        floor_s=floor,
+                    )
+                )
+            return steps
         for policy in self.policies:
             for collective in self.collectives:
                 for size in self.step_sizes(collective.op):
@@ -297,6 +349,7 @@ class ExperimentSpec:
         return sum(
             runs * step.size * bus_factor(step.collective.op, step.ranks) / busbw
             for step in self.steps()
+            if step.collective.op != PROGRAM  # a workload's bytes are not one operation's
         )
 
     def fabric_model(self) -> Fabric:
@@ -310,13 +363,13 @@ class ExperimentSpec:
         fabric = self.fabric_model()
         applied = applied_latency(fabric, self.gpus)
         table = LatencyTable(applied.one_way, applied.operation)
-        layout = Layout(
-            tuple(fabric.gpus[g].server for g in self.gpus),
-            tuple(fabric.gpus[g].local_rank for g in self.gpus),
-        )
+        layout = layout_of(fabric, self.gpus)
         registry = algorithm_registry()
         per_test: dict[tuple[str, str, int], float] = {}
         latencies = {}
+        if self.workload is not None:  # one program per policy: its plans' latency
+            seconds = operation_latency(compose_all(self.program(), layout), table)
+            return {step.index: seconds for step in self.steps()}
         for step in self.steps():
             key = (step.collective.op, step.collective.algorithm, step.size)
             if key not in per_test:
@@ -372,8 +425,18 @@ def parse_experiment(
             detail="astral run runs a study (every variant); astral forecast takes its "
             "variants one at a time, e.g. with --set",
         )
+    replays = WORKLOAD_KEY in doc
     for required in REQUIRED_KEYS:
-        if required not in doc:
+        if replays and required in WORKLOAD_REPLACES:
+            if required in doc:
+                read.fail(
+                    required,
+                    f"no {required} in an experiment that replays a workload",
+                    f"{required} beside workload",
+                    detail="a workload's iteration is what runs; collectives and sizes "
+                    "belong to another experiment",
+                )
+        elif required not in doc:
             read.fail(required, "this key to be present", "it missing")
 
     name = doc["name"]
@@ -400,8 +463,8 @@ def parse_experiment(
     monitor = read.choice(
         doc.get("monitor", DEFAULT_MONITOR), "monitor", LEVELS, "the monitor's detail level"
     )
-    collectives = _collectives(read, doc["collectives"])
-    sizes = _sizes(read, doc["sizes"])
+    collectives = () if replays else _collectives(read, doc["collectives"])
+    sizes = SizeSweep(1, 1) if replays else _sizes(read, doc["sizes"])
     iterations = read.integer(
         doc.get("iterations", DEFAULT_ITERATIONS), "iterations", MINIMUM["iterations"]
     )
@@ -421,6 +484,9 @@ def parse_experiment(
                 "a GPU the experiment runs on (placement.gpus): a straggler is a rank",
                 fault.target.gpu,
             )
+    workload, workload_source = None, ""
+    if replays:
+        workload, workload_source = _workload(read, doc[WORKLOAD_KEY], Path(base_dir), fabric, gpus)
     for collective in collectives:
         if buffer_bytes(collective.op, sizes.max, DTYPE, len(gpus)) == 0:
             unit = ELEMENT_SIZES[DTYPE] * len(gpus)
@@ -448,6 +514,8 @@ def parse_experiment(
         description=description,
         source=source,
         faults=faults,
+        workload=workload,
+        workload_source=workload_source,
     )
 
 
@@ -497,6 +565,78 @@ def _fabric(read: _ExperimentReader, value: object, base_dir: Path) -> tuple[Fab
         return load_fabric_spec(path), str(path)
     except FabricSpecError as err:
         raise _referenced_error(err, read.source) from None
+
+
+def _workload(
+    read: _ExperimentReader,
+    value: object,
+    base_dir: Path,
+    fabric: Fabric,
+    gpus: Sequence[str],
+) -> tuple[WorkloadSpec, str]:
+    """The workload to replay, validated against the placement: its layout must fill the
+    placement's GPUs, its tensor-parallel groups fit one server, and its program compose
+    (a program the workers could not run is refused here, before anything starts)."""
+    per_server = fabric.spec.gpus_per_server
+    if isinstance(value, Mapping):
+        try:
+            workload = parse_workload(
+                value, read.source, gpus=len(gpus), gpus_per_server=per_server
+            )
+        except WorkloadError as err:
+            key = f"{WORKLOAD_KEY}.{err.key}" if err.key else WORKLOAD_KEY
+            raise ExperimentError(
+                err.file, key, err.expected, err.found, detail=err.detail
+            ) from None
+        source = "inline"
+    else:
+        if not isinstance(value, str) or not value.strip():
+            read.fail(
+                WORKLOAD_KEY,
+                "a path to a workload file or an inline workload mapping",
+                _describe(value),
+            )
+        assert isinstance(value, str)
+        try:
+            path = resolve_workload(value, base_dir)
+        except WorkloadError as err:
+            raise ExperimentError(read.source, WORKLOAD_KEY, err.expected, value) from None
+        if not path.is_file():
+            read.fail(
+                WORKLOAD_KEY,
+                "an existing workload file (a relative path starts at the experiment's directory)",
+                value,
+                detail=f"no file {path}",
+            )
+        try:
+            workload = load_workload(path, gpus=len(gpus), gpus_per_server=per_server)
+        except WorkloadError as err:
+            detail = "; ".join(
+                filter(None, [err.detail, f"the workload of experiment {read.source}"])
+            )
+            raise WorkloadError(err.file, err.key, err.expected, err.found, detail=detail) from None
+        source = str(path)
+    try:
+        compose_all(
+            iteration_program(workload, fabric.spec.emulation.scale), layout_of(fabric, gpus)
+        )
+    except ProgramError as error:
+        read.fail(WORKLOAD_KEY, "a workload whose iteration the workers can run", str(error))
+    return workload, source
+
+
+def layout_of(fabric: Fabric, gpus: Sequence[str]) -> Layout:
+    """The ranks' servers and local ranks on ``fabric``: rank i plays ``gpus[i]``."""
+    return Layout(
+        tuple(fabric.gpus[g].server for g in gpus),
+        tuple(fabric.gpus[g].local_rank for g in gpus),
+    )
+
+
+def program_floor(program: Program, ranks: int) -> float:
+    """The busiest rank's compute in one run of ``program`` (emulated s): the time no
+    replay of it can beat."""
+    return max((program.compute_of(rank) for rank in range(ranks)), default=0.0)
 
 
 def _build(read: _ExperimentReader, spec: FabricSpec, fabric_source: str) -> Fabric:

@@ -7,22 +7,39 @@ What it reports, per timed iteration: the iteration time, emulated and at real s
 the emulation scale: compute is stretched by 1/scale exactly as the links are slowed, so
 the ratio of compute to communication is the real one); tokens per second and model
 FLOPs utilization at real speed (orchestrator/workload/costs.py defines the model FLOPs);
-#wrong over every sub-collective; and each rank's time in compute alone (the floor no
-iteration can beat: a check on the replay itself).
+#wrong over every sub-collective; each rank's time in compute alone (the floor no
+iteration can beat: a check on the replay itself); and the iteration's timeline, per rank
+and slot (orchestrator/workload/timeline.py), with the exposed communication per kind on
+the rank that ends last, the forecast's definition (orchestrator/forecast/program.py).
+
+``astral run`` replays an experiment's ``workload:`` once per policy (Runner); the
+:func:`replay` function does it on a testbed directly (tests, benchmarks/workloads.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from statistics import fmean
+from typing import Any
 
-from orchestrator.collectives.program import Compute, Program
+from orchestrator.collectives.plans import Layout
+from orchestrator.collectives.program import Compute, GroupCollective, PointToPoint, Program
+from orchestrator.forecast.program import ProgramForecast
 from orchestrator.testbed.testbed import Testbed
-from orchestrator.worker.outcome import IterationResult, RunResult
+from orchestrator.worker.outcome import CollectiveResult, IterationResult, RunResult
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from orchestrator.workload import costs
 from orchestrator.workload.iteration import iteration_program
 from orchestrator.workload.spec import WorkloadSpec
+from orchestrator.workload.timeline import (
+    KINDS,
+    Timeline,
+    exposure,
+    kind_of,
+    last_rank,
+    measured_timeline,
+)
 from topologies.errors import ExperimentError
 
 
@@ -34,6 +51,18 @@ class ReplayResult:
     program: Program
     scale: float
     iterations: tuple[IterationResult, ...]
+    layout: Layout | None = None  # the ranks' servers (needed for the timeline)
+
+    @classmethod
+    def of(
+        cls,
+        spec: WorkloadSpec,
+        program: Program,
+        scale: float,
+        layout: Layout,
+        test: CollectiveResult,
+    ) -> ReplayResult:
+        return cls(spec, program, scale, tuple(test.timed()), layout)
 
     @property
     def iteration_s(self) -> float:
@@ -52,10 +81,7 @@ class ReplayResult:
 
     @property
     def mfu(self) -> float:
-        """Model FLOPs per iteration / (GPUs x peak FLOP/s x real iteration time)."""
-        spec = self.spec
-        peak = spec.gpus * spec.gpu.peak_flops
-        return costs.model_flops_per_iteration(spec) / (peak * self.real_s)
+        return model_flops_utilization(self.spec, self.real_s)
 
     @property
     def wrong(self) -> int:
@@ -63,9 +89,36 @@ class ReplayResult:
 
     def compute_s(self, rank: int) -> float:
         """Emulated seconds rank ``rank`` computes in one iteration (its floor)."""
-        return sum(
-            op.of(rank) for slot in self.program.slots for op in slot.ops if isinstance(op, Compute)
-        )
+        return self.program.compute_of(rank)
+
+    @property
+    def floor_s(self) -> float:
+        return max(self.compute_s(rank) for rank in range(self.spec.gpus))
+
+    def timeline(self, iteration: IterationResult) -> Timeline:
+        """One timed iteration's slots per rank, seconds from its first step."""
+        if self.layout is None:
+            raise ValueError("a replay without its layout has no timeline")
+        phases = {
+            rank: [(p.phase, p.step, p.start, p.end) for p in r.phases]
+            for rank, r in iteration.ranks.items()
+        }
+        return measured_timeline(self.program, self.layout, phases)
+
+    def exposed(self) -> dict[str, float]:
+        """Emulated seconds of exposed communication per kind on the rank that ends last,
+        the mean over the timed iterations."""
+        per_iteration = []
+        for iteration in self.iterations:
+            timeline = self.timeline(iteration)
+            per_iteration.append(exposure(timeline[last_rank(timeline)]))
+        return {k: fmean(e.get(k, 0.0) for e in per_iteration) for k in KINDS}
+
+
+def model_flops_utilization(spec: WorkloadSpec, real_s: float) -> float:
+    """Model FLOPs per iteration / (GPUs x peak FLOP/s x real iteration time)."""
+    peak = spec.gpus * spec.gpu.peak_flops
+    return costs.model_flops_per_iteration(spec) / (peak * real_s)
 
 
 def replay(
@@ -82,14 +135,136 @@ def replay(
             f"{spec.gpus} GPUs",
         )
     program = iteration_program(spec, testbed.scale)
-    options = LaunchOptions(
+    options = replay_options(LaunchOptions(), program, warmup, iterations, testbed.nic_ports)
+    with testbed.launch(None, options, [BALANCED_OVER]) as launcher:
+        result: RunResult = launcher.run([CollectiveTest.of_program(program)])
+        layout = launcher.layout
+    result.raise_for_failure()
+    (test,) = result.tests
+    return ReplayResult.of(spec, program, testbed.scale, layout, test)
+
+
+#: the collective a replay's connections are balanced over NIC ports for: a program's
+#: pairs are many collectives', all-to-all's are every pair
+BALANCED_OVER = ("all-to-all", "direct")
+
+
+def replay_options(
+    base: LaunchOptions, program: Program, warmup: int, iterations: int, channels: int
+) -> LaunchOptions:
+    """``base`` for a replay: exactly ``iterations`` timed ones (an iteration is long; no
+    batch lengthening), and a step deadline that a step's compute cannot reach (a step of
+    a slot computing for minutes is not hung)."""
+    longest = max(
+        (
+            seconds
+            for slot in program.slots
+            for op in slot.ops
+            if isinstance(op, Compute)
+            for _, seconds in op.seconds
+        ),
+        default=0.0,
+    )
+    return replace(
+        base,
         warmup=warmup,
         iterations=iterations,
         max_iterations=iterations,
-        channels=testbed.nic_ports,
+        channels=channels,
+        step_deadline=base.step_deadline + longest,
     )
-    with testbed.launch(None, options, [("all-to-all", "direct")]) as launcher:
-        result: RunResult = launcher.run([CollectiveTest.of_program(program)])
-    result.raise_for_failure()
-    (test,) = result.tests
-    return ReplayResult(spec, program, testbed.scale, tuple(test.timed()))
+
+
+# --- what a run prints and keeps ----------------------------------------------------------------
+
+
+def timeline_record(timeline: Timeline) -> dict[str, list[list[Any]]]:
+    """A timeline as JSON: rank -> [[slot, start, end, compute, kind], ...] (emulated s)."""
+    return {
+        str(rank): [
+            [s.slot, round(s.start, 6), round(s.end, 6), round(s.compute, 6), s.kind] for s in spans
+        ]
+        for rank, spans in sorted(timeline.items())
+    }
+
+
+def slot_ops(program: Program) -> list[list[list[Any]]]:
+    """Each slot's data-moving ops as ``[kind, [ranks]]`` (what ``astral diagnose`` needs
+    to tell which connections a slot that ran behind its forecast was waiting on)."""
+    return [
+        [
+            [kind_of(op.name), list(op.group)]
+            for op in (o.collective() if isinstance(o, PointToPoint) else o for o in slot.ops)
+            if isinstance(op, GroupCollective)
+        ]
+        for slot in program.slots
+    ]
+
+
+def replay_record(result: ReplayResult, forecast: ProgramForecast | None) -> dict[str, Any]:
+    """One policy's replay for ``workload.json``: its figures (emulated seconds, and at
+    real speed), the last timed iteration's timeline, and the forecast's beside them."""
+    last = result.iterations[-1]
+    record: dict[str, Any] = {
+        "iterations": len(result.iterations),
+        "iteration_s": result.iteration_s,
+        "real_ms": result.real_s * 1e3,
+        "floor_s": result.floor_s,
+        "tokens_per_s": result.tokens_per_s,
+        "mfu": result.mfu,
+        "wrong": result.wrong,
+        "exposed_s": result.exposed(),
+        "timeline": timeline_record(result.timeline(last)),
+        # epoch seconds of the timeline's zero (its first step's start): where the
+        # diagnosis finds a slot's window among the connections' samples
+        "timeline_origin": min(p.start for r in last.ranks.values() for p in r.phases),
+    }
+    if forecast is not None:
+        real_s = forecast.seconds * result.scale
+        record["forecast"] = {
+            "iteration_s": forecast.seconds,
+            "real_ms": real_s * 1e3,
+            "tokens_per_s": result.spec.batch.global_batch * result.spec.model.seq_len / real_s,
+            "mfu": model_flops_utilization(result.spec, real_s),
+            "exposed_s": {k: forecast.exposed[forecast.last_rank].get(k, 0.0) for k in KINDS},
+            "error": (forecast.seconds - result.iteration_s) / result.iteration_s,
+            "timeline": timeline_record(forecast.timeline),
+        }
+    return record
+
+
+def replay_table(
+    workload: str, results: Mapping[str, ReplayResult], forecasts: Mapping[str, ProgramForecast]
+) -> str:
+    """The replays side by side, one row per policy: iteration time at real speed (and
+    emulated), the forecast and its error, tokens/s and MFU at real speed, the exposed
+    communication per kind on the last rank (ms at real speed) and #wrong."""
+    head = (
+        f"{'policy':<14}{'iteration ms':>14}{'(emulated s)':>14}{'forecast ms':>13}"
+        f"{'error':>8}{'tokens/s':>12}{'MFU':>7}"
+        + "".join(f"{k + ' ms':>9}" for k in KINDS)
+        + f"{'#wrong':>8}"
+    )
+    lines = [
+        f"# workload {workload!r}: one training iteration replayed per policy; real speed = "
+        "emulated x scale; exposed communication (not hidden by compute) per kind on the "
+        "rank that ends last",
+        "# " + head,
+    ]
+    for policy, result in results.items():
+        forecast = forecasts.get(policy)
+        scale = result.scale
+        predicted = f"{forecast.seconds * scale * 1e3:.3f}" if forecast is not None else "-"
+        error = (
+            f"{(forecast.seconds - result.iteration_s) / result.iteration_s:+.1%}"
+            if forecast is not None
+            else "-"
+        )
+        exposed = result.exposed()
+        lines.append(
+            f"  {policy:<14}{result.real_s * 1e3:>14.3f}{result.iteration_s:>14.2f}"
+            f"{predicted:>13}{error:>8}{result.tokens_per_s:>12.0f}{result.mfu:>7.1%}"
+            + "".join(f"{exposed[k] * scale * 1e3:>9.3f}" for k in KINDS)
+            + f"{result.wrong:>8}"
+        )
+    return "\n".join(lines)

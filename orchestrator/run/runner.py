@@ -82,12 +82,14 @@ from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.plans import Layout
+from orchestrator.collectives.program import PROGRAM, Program
 from orchestrator.collectives.sizes import format_size
 from orchestrator.diagnosis import diagnose_bundle
 from orchestrator.diagnosis.live import LiveDiagnosis
 from orchestrator.emulation.network import Terminated
-from orchestrator.forecast.calibration import load_forecast_calibration
+from orchestrator.forecast.calibration import ForecastCalibration, load_forecast_calibration
 from orchestrator.forecast.configurations import Forecaster
+from orchestrator.forecast.program import ProgramForecast, ProgramForecaster
 from orchestrator.forecast.report import forecast_record
 from orchestrator.monitor import record
 from orchestrator.monitor.report import render_monitor
@@ -99,7 +101,13 @@ from orchestrator.results import (
     Versions,
 )
 from orchestrator.results.emulator import EmulatorLoad
-from orchestrator.results.store import Configuration, ForecastRecord, InjectedFault
+from orchestrator.results.store import (
+    PLOTS,
+    WORKLOAD_FILE,
+    Configuration,
+    ForecastRecord,
+    InjectedFault,
+)
 from orchestrator.results.summary import (
     ConfigurationResult,
     configuration_table,
@@ -115,6 +123,15 @@ from orchestrator.run.experiment import (
 )
 from orchestrator.run.interrupts import noted_interrupts
 from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
+from orchestrator.run.replay import (
+    BALANCED_OVER,
+    ReplayResult,
+    replay_options,
+    replay_record,
+    replay_table,
+    slot_ops,
+)
+from orchestrator.run.replay_plot import workload_gantt
 from orchestrator.testbed.cpuload import CpuSampler, host_intervals
 from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
@@ -125,6 +142,7 @@ from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
+from orchestrator.workload.iteration import iteration_program
 from topologies.errors import AstralError, EmulationError, WrongResultsError
 from topologies.latency import latency_record, latency_title
 from topologies.units import TCP_PAYLOAD_SHARE
@@ -179,6 +197,9 @@ class RunOutcome:
     # (policy, collective label) -> each connection's minimum RTO as its sender reported it
     # (None: not in effect; orchestrator.worker.rto)
     rto_min: dict[tuple[str, str], list[int | None]] = field(default_factory=dict)
+    # a workload's replay per policy (orchestrator/run/replay.py) and its forecast
+    replays: dict[str, ReplayResult] = field(default_factory=dict)
+    replay_forecasts: dict[str, ProgramForecast] = field(default_factory=dict)
 
     def rto_floors(self) -> list[int | None]:
         """Every launch's connections' minimum RTO, in one list."""
@@ -326,7 +347,10 @@ def record_test(
     iterations = len(test.timed()) or iterations
     from orchestrator.collectives.operations import operation
 
-    count = operation(t.collective).table_count(test.count, test.ranks)
+    if t.collective == PROGRAM:  # a workload's iteration: its elements, all ops together
+        count = test.count
+    else:
+        count = operation(t.collective).table_count(test.count, test.ranks)
     config_id = writer.add_configuration(
         policy=policy,
         collective=t.collective,
@@ -474,6 +498,8 @@ def step_seconds(
 ) -> float:
     """A rough time of one operation of ``step`` at ``efficiency`` of the per-GPU rate
     (bytes/s); every step runs the same number of operations, so it is a fair weight."""
+    if step.collective.op == PROGRAM:  # a workload's replay: its busiest rank's compute
+        return overhead + step.floor_s
     traffic = step.size * bus_factor(step.collective.op, step.ranks)
     return overhead + traffic / max(rate * efficiency, 1.0)
 
@@ -672,6 +698,13 @@ class Runner(Messages):
                 outcome.timings["policy_switch"][policy] = round(seconds, 3)
                 if seconds:
                     self.say(f"policy {policy}: fabric reprogrammed in {seconds:.1f} s")
+                if spec.workload is not None:
+                    (step,) = policy_steps
+                    replayed = self._replay(
+                        testbed, step, launch, writer, sampler, outcome, offered
+                    )
+                    step_times.append(replayed)
+                    continue
                 for collective in spec.collectives:
                     group = [s for s in policy_steps if s.collective == collective]
                     results = []
@@ -686,53 +719,22 @@ class Runner(Messages):
                             predicted = self._forecast(forecaster, step)
                             began = time.monotonic()
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
-                            result = launcher.run([test])
-                            self._rto_min(result, policy, collective, outcome)
-                            sampler.sample()  # one right after: every window is spanned
-                            traces = self._trace(testbed, step, result)
-                            for done in result.tests:
-                                config_id, configuration, records = record_test(
-                                    writer,
-                                    policy,
-                                    done,
-                                    result,
-                                    iterations=launch.iterations,
-                                    warmup=launch.warmup,
-                                    host_ports=spec.host_ports,
-                                    dtype=spec.dtype,
-                                    unpinned=unpinned,
-                                )
+                            result, recorded = self._measure(
+                                Measurement(testbed, launcher, writer, sampler, offered, outcome),
+                                step,
+                                test,
+                                unpinned,
+                            )
+                            for done, config_id, configuration, records in recorded:
                                 writer.add_ceiling(configuration.id, ceiling)
-                                self._record_monitor(
-                                    writer,
-                                    testbed,
-                                    config_id,
-                                    done,
-                                    result,
-                                    launcher.layout,
-                                    traces,
-                                )
                                 if predicted is not None:
                                     writer.add_forecast(config_id, predicted)
                                     forecasts[config_id] = predicted
-                                load = judge_test(done, sampler.snapshot(), offered)
-                                if load is not None:
-                                    writer.add_emulator_load(config_id, load)
-                                    outcome.emulator[config_id] = load
                                 if done.timed() and result.failure is None:
                                     results.append(
                                         result_of(configuration, records, testbed.scale, ceiling)
                                     )
-                            step_times.append(
-                                {
-                                    "step": step.index,
-                                    "policy": policy,
-                                    "collective": collective.op,
-                                    "algorithm": collective.algorithm,
-                                    "size": step.size,
-                                    "seconds": round(time.monotonic() - began, 3),
-                                }
-                            )
+                            step_times.append(step_timing(step, began))
                             if result.failure is not None:
                                 raise _WorkersFailed(result.failure)
                             self.progress.done(step)
@@ -768,6 +770,123 @@ class Runner(Messages):
         self._check_wrong(outcome)
         self._record_telemetry(writer, testbed, sampler)
         writer.finish(status=outcome.status)
+
+    def _replay(
+        self,
+        testbed: Testbed,
+        step: ConfigurationStep,
+        launch: LaunchOptions,
+        writer: ResultsWriter,
+        sampler: CpuSampler,
+        outcome: RunOutcome,
+        offered: float,
+    ) -> dict[str, Any]:
+        """The workload's iteration replayed under ``step``'s policy (orchestrator/run/replay.py):
+        recorded in the bundle as one configuration (iterations, phases, connections and
+        their paths, as any launch's), its figures and timeline beside the forecast's."""
+        spec, policy = self.spec, step.policy
+        assert spec.workload is not None and self.progress is not None
+        # compute stretched by the fabric's own scale (a caller's testbed may run another)
+        program = iteration_program(spec.workload, testbed.scale)
+        forecast = self._program_forecast(testbed, program, policy)
+        if forecast is not None:
+            outcome.replay_forecasts[policy] = forecast
+        channels = self.options.channels or testbed.nic_ports
+        options = replay_options(launch, program, spec.warmup, spec.iterations, channels)
+        balanced = Collective(*BALANCED_OVER)
+        began = time.monotonic()
+        with self._launcher(testbed, options, balanced) as launcher:
+            unpinned = self._pinning(testbed, policy, step.collective, outcome)
+            self._trace_said, self._trace_failed = (0, 0), False
+            self.progress.step(step)
+            result, recorded = self._measure(
+                Measurement(testbed, launcher, writer, sampler, offered, outcome),
+                step,
+                CollectiveTest.of_program(program),
+                unpinned,
+            )
+            for done, _, _, _ in recorded:
+                if done.timed() and result.failure is None:
+                    outcome.replays[policy] = ReplayResult.of(
+                        spec.workload, program, testbed.scale, launcher.layout, done
+                    )
+        timing = step_timing(step, began)
+        if result.failure is not None:
+            raise _WorkersFailed(result.failure)
+        self.progress.done(step)
+        if policy in outcome.replays:
+            self.emit(
+                replay_table(
+                    spec.workload.name,
+                    {policy: outcome.replays[policy]},
+                    outcome.replay_forecasts,
+                )
+            )
+        return timing
+
+    def _measure(
+        self, on: Measurement, step: ConfigurationStep, test: CollectiveTest, unpinned: int | None
+    ) -> tuple[RunResult, list[tuple[CollectiveResult, int, Configuration, list[IterationRecord]]]]:
+        """One batch of ``test`` on the launcher, and what every launch records of it: the
+        connections' minimum RTO, the CPU (a sample right after: every window is spanned),
+        the traced paths, the configuration with its iterations and the monitor's layers,
+        the emulator's load. Returns the run and, per test, (result, configuration id,
+        configuration, iteration records)."""
+        spec, launch = self.spec, on.launcher.options
+        result = on.launcher.run([test])
+        self._rto_min(result, step.policy, step.collective, on.outcome)
+        on.sampler.sample()
+        traces = self._trace(on.testbed, step, result)
+        recorded = []
+        for done in result.tests:
+            config_id, configuration, records = record_test(
+                on.writer,
+                step.policy,
+                done,
+                result,
+                iterations=launch.iterations,
+                warmup=launch.warmup,
+                host_ports=spec.host_ports,
+                dtype=spec.dtype,
+                unpinned=unpinned,
+            )
+            self._record_monitor(
+                on.writer, on.testbed, config_id, done, result, on.launcher.layout, traces
+            )
+            load = judge_test(done, on.sampler.snapshot(), on.offered)
+            if load is not None:
+                on.writer.add_emulator_load(config_id, load)
+                on.outcome.emulator[config_id] = load
+            recorded.append((done, config_id, configuration, records))
+        return result, recorded
+
+    def _forecast_calibration(self) -> ForecastCalibration | None:
+        """This machine's forecast calibration; a damaged one is said and not used."""
+        try:
+            return load_forecast_calibration()
+        except AstralError as error:
+            self.say(f"forecast calibration ignored: {error}")
+            return None
+
+    def _program_forecast(
+        self, testbed: Testbed, program: Program, policy: str
+    ) -> ProgramForecast | None:
+        """The workload iteration's forecast on this placement and policy (a run never
+        fails for its forecast: a problem is said and the replay goes on without one)."""
+        calibration = self._forecast_calibration()
+        try:
+            forecaster = ProgramForecaster(
+                testbed.description,
+                self.spec.gpus,
+                policy=policy,
+                calibration=calibration,
+                host_ports=self.spec.host_ports,
+                channels=self.options.channels or testbed.nic_ports,
+            )
+            return forecaster.forecast(program)
+        except Exception as error:
+            self.say(f"no forecast of the workload: {type(error).__name__}: {error}")
+            return None
 
     def _start_faults(self, testbed: Testbed) -> None:
         """The experiment's faults on their schedule, applied on this testbed's fabric by
@@ -886,10 +1005,15 @@ class Runner(Messages):
     def _check_wrong(self, outcome: RunOutcome) -> None:
         """Data that failed verification fails the run (exit 7), unless it failed already
         for another reason, whose status stands; the summary names the configurations."""
-        wrong = outcome.wrong_results()
+        wrong = [wrong_phrase(r) for r in outcome.wrong_results()]
+        wrong += [
+            f"{policy} workload {r.spec.name!r}: {r.wrong} wrong elements"
+            for policy, r in outcome.replays.items()
+            if r.wrong > 0
+        ]
         if not wrong:
             return
-        error = WrongResultsError([wrong_phrase(r) for r in wrong])
+        error = WrongResultsError(wrong)
         if outcome.exit_status == 0:
             outcome.status = "failed"
             outcome.error = str(error)
@@ -1028,11 +1152,7 @@ class Runner(Messages):
         """The model for this run's placement (orchestrator/forecast), or None, said, when
         it cannot forecast this fabric (a run never fails for its forecast)."""
         spec = self.spec
-        try:
-            calibration = load_forecast_calibration()
-        except AstralError as error:
-            self.say(f"forecast calibration ignored: {error}")
-            calibration = None
+        calibration = self._forecast_calibration()
         try:
             return Forecaster(
                 testbed.description,
@@ -1076,6 +1196,8 @@ class Runner(Messages):
         self.run_file["conditions"]["end"] = conditions()
         self.run_file["conditions"]["tcp_rto_min"] = rto_min_summary(outcome.rto_floors())
         _write_json(outcome.bundle / RUN_FILE, self.run_file)
+        if self.spec.workload is not None:
+            self._write_workload(outcome)
         try:
             from orchestrator.results.report import render_bundle
 
@@ -1088,6 +1210,45 @@ class Runner(Messages):
         for line in self.summary_lines(outcome, testbed):
             self.emit(line)
         self._diagnosis(outcome)
+
+    def _write_workload(self, outcome: RunOutcome) -> None:
+        """``workload.json`` (the workload, each policy's replay and forecast with their
+        timelines) and, unless plots are off, each policy's workload Gantt."""
+        spec, workload = self.spec, self.spec.workload
+        assert outcome.bundle is not None and workload is not None
+        document = {
+            "workload": workload.name,
+            "source": spec.workload_source,
+            "layout": {
+                "tp": workload.parallel.tp,
+                "pp": workload.parallel.pp,
+                "dp": workload.parallel.dp,
+                "ep": workload.parallel.ep,
+            },
+            "gpus": list(spec.gpus),
+            "scale": spec.fabric.emulation.scale,
+            "slots": slot_ops(spec.program()),
+            "policies": {
+                policy: replay_record(result, outcome.replay_forecasts.get(policy))
+                for policy, result in outcome.replays.items()
+            },
+        }
+        _write_json(outcome.bundle / WORKLOAD_FILE, document)
+        if not self.options.plots or outcome.status == "interrupted":
+            return
+        for policy, result in outcome.replays.items():
+            forecast = outcome.replay_forecasts.get(policy)
+            try:
+                workload_gantt(
+                    outcome.bundle / PLOTS / f"workload-{policy}.png",
+                    workload.name,
+                    policy,
+                    result.scale,
+                    result.timeline(result.iterations[-1]),
+                    forecast.timeline if forecast is not None else None,
+                )
+            except (OSError, ValueError) as error:
+                self.say(f"drawing the workload's timeline failed: {error}")
 
     def _diagnosis(self, outcome: RunOutcome) -> None:
         """``astral diagnose`` on the finished bundle, printed when anything was anomalous
@@ -1136,6 +1297,14 @@ class Runner(Messages):
                 cell = "-" if not math.isfinite(top) else f"{top / scale:.2f} ({top:.6f})"
                 cells.append(f"{cell:>26}")
                 lines.append(f"#   {collective.label:<{width}}{''.join(cells)}")
+        if outcome.replays and spec.workload is not None:
+            lines += [
+                "# " + line.lstrip("# ")
+                for line in replay_table(
+                    spec.workload.name, outcome.replays, outcome.replay_forecasts
+                ).splitlines()
+            ]
+            lines += policy_ratio_lines(outcome.replays, outcome.replay_forecasts)
         fabric = spec.fabric
         rail = fabric.nic_ports * fabric.speeds.nic / 8 / 1e9
         lines.append(
@@ -1213,6 +1382,36 @@ def fault_line(outcome: FaultOutcome) -> str:
     return f"{head}: applied {late:.0f} ms after its time{lasted}{error}"
 
 
+def step_timing(step: ConfigurationStep, began: float) -> dict[str, Any]:
+    """What run.json's timings keep of a step that began at ``began`` (monotonic s)."""
+    return {
+        "step": step.index,
+        "policy": step.policy,
+        "collective": step.collective.op,
+        "algorithm": step.collective.algorithm,
+        "size": step.size,
+        "seconds": round(time.monotonic() - began, 3),
+    }
+
+
+def policy_ratio_lines(
+    replays: Mapping[str, ReplayResult], forecasts: Mapping[str, ProgramForecast]
+) -> list[str]:
+    """Each policy's iteration time over the first policy's, replayed and forecast."""
+    policies = list(replays)
+    if len(policies) < 2:
+        return []
+    base = policies[0]
+    lines = []
+    for policy in policies[1:]:
+        measured = replays[policy].iteration_s / replays[base].iteration_s
+        text = f"# iteration time {policy} / {base}: {measured:.3f}x replayed"
+        if policy in forecasts and base in forecasts:
+            text += f", {forecasts[policy].seconds / forecasts[base].seconds:.3f}x forecast"
+        lines.append(text)
+    return lines
+
+
 def emulator_line(loads: dict[int, EmulatorLoad]) -> str:
     """The run's summary of the live saturation flags (calibration.saturation)."""
     if not loads:
@@ -1227,6 +1426,18 @@ def emulator_line(loads: dict[int, EmulatorLoad]) -> str:
         f"emulator load: SATURATED in {flagged} of {len(loads)} configurations (marked in "
         "their tables): those cells measured the emulator, not the fabric"
     )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Where one launch's batches are measured and recorded (Runner._measure)."""
+
+    testbed: Testbed
+    launcher: Launcher
+    writer: ResultsWriter
+    sampler: CpuSampler
+    offered: float  # the load guard's offered hop-bit/s (the emulator's load verdict)
+    outcome: RunOutcome
 
 
 class _WorkersFailed(Exception):

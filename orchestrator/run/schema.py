@@ -38,6 +38,8 @@ from orchestrator.run.experiment import (
     STUDY_SECTION_KEYS,
     SWEEP_MODES,
     UNSWEPT,
+    WORKLOAD_KEY,
+    WORKLOAD_REPLACES,
 )
 from orchestrator.testbed.faultspec import (
     COMMON_KEYS,
@@ -53,6 +55,7 @@ from orchestrator.testbed.faultspec import (
 )
 from orchestrator.testbed.hostports import HOST_PORTS
 from orchestrator.testbed.monitoring import LEVELS
+from orchestrator.workload.spec import presets as workload_presets
 from topologies.catalog import PATH_SUFFIXES, preset_names
 from topologies.schema import (
     ABOVE_ZERO,
@@ -113,6 +116,7 @@ def top_level(policies: Collection[str] | None = None) -> dict[str, Schema]:
         "latency": latency(),
         "faults": {"anyOf": [{"type": "null"}, {"type": "array", "items": fault()}]},
         "monitor": choice(LEVELS),
+        "workload": workload_reference(),
         # a study's keys (orchestrator/study/spec.py, docs/studies.md)
         "fabrics": {"type": "array", "items": {"$ref": "#/$defs/fabric_reference"}, "minItems": 1},
         "sweep": sweep(),
@@ -132,8 +136,9 @@ def top_level(policies: Collection[str] | None = None) -> dict[str, Schema]:
 
 
 def _required() -> tuple[str, ...]:
-    """The reader's required keys but ``fabric``, which a study may name as ``fabrics``."""
-    return tuple(key for key in REQUIRED_KEYS if key != "fabric")
+    """The reader's required keys but ``fabric``, which a study may name as ``fabrics``,
+    and those a workload replaces (:func:`cross_key_rules` says which)."""
+    return tuple(key for key in REQUIRED_KEYS if key != "fabric" and key not in WORKLOAD_REPLACES)
 
 
 def sweep() -> Schema:
@@ -191,11 +196,27 @@ def check() -> Schema:
 
 def cross_key_rules() -> list[Schema]:
     """What one key's schema cannot say: exactly one of ``policy`` and ``policies``, and
-    of ``fabric`` and (a study's) ``fabrics``."""
+    of ``fabric`` and (a study's) ``fabrics``, and either a workload or the collectives
+    and sizes it replaces."""
     return [
         {"oneOf": [{"required": ["policy"]}, {"required": ["policies"]}]},
         {"oneOf": [{"required": ["fabric"]}, {"required": ["fabrics"]}]},
+        {"oneOf": [{"required": list(WORKLOAD_REPLACES)}, {"required": [WORKLOAD_KEY]}]},
+        *({"not": {"required": [WORKLOAD_KEY, key]}} for key in WORKLOAD_REPLACES),
     ]
+
+
+def workload_reference() -> Schema:
+    """A shipped workload's name, a path to a workload file, or an inline workload (its
+    keys are the workload reader's to check: orchestrator/workload/spec.py)."""
+    suffixes = "|".join(suffix.replace(".", r"\.") for suffix in PATH_SUFFIXES)
+    return {
+        "anyOf": [
+            choice(workload_presets()),
+            {"type": "string", "pattern": f"/|(?:{suffixes})$"},
+            {"type": "object"},
+        ]
+    }
 
 
 def fabric_reference() -> Schema:

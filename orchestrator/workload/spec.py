@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import REPO
 from orchestrator.collectives.sizes import parse_size
+from topologies.catalog import is_preset_name
 from topologies.errors import WorkloadError
 from topologies.spec import NAME_PATTERN, NAME_TEXT, _describe, _Reader
 from topologies.yamlfile import read_yaml
@@ -262,6 +264,30 @@ def parse_workload(
         bucket_bytes=bucket,
         recompute=recompute,
     )
+
+
+PRESETS_DIR = REPO / "workloads"  # the shipped workloads, named by their file's stem
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def resolve_workload(value: str, base_dir: Path | None = None) -> Path:
+    """The workload file ``value`` names: a shipped preset's (``deepseek-like``), or a
+    path (a relative one starts at ``base_dir``, default the working directory). An
+    unknown preset name is a WorkloadError naming the presets."""
+    if is_preset_name(value):
+        path = PRESETS_DIR / f"{value}.yaml"
+        if not path.is_file():
+            raise WorkloadError(
+                None, "", "a workload file or a preset: " + ", ".join(presets()), value
+            )
+        return path
+    path = Path(value).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    return path
 
 
 def load_workload(

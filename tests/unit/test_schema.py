@@ -133,6 +133,16 @@ def test_every_kind_has_shipped_files() -> None:
     assert all(files() for files in SHIPPED.values())
 
 
+# an experiment that replays a workload instead of collectives and sizes
+WORKLOAD_EXPERIMENT = {
+    **{
+        k: v
+        for k, v in yaml.safe_load(test_experiment.VALID).items()
+        if k not in ("collectives", "sizes")
+    },
+    "workload": "deepseek-like",
+}
+
 VALID_DOCUMENTS = [
     ("fabric", test_spec.VALID),
     ("fabric", {**test_spec.VALID, "servers_per_pod": None, "latency": "off"}),
@@ -147,6 +157,8 @@ VALID_DOCUMENTS = [
         "experiment",
         {**test_fault_schedule.BASE, **yaml.safe_load(test_fault_schedule.ISSUE_EXAMPLE)},
     ),
+    ("experiment", WORKLOAD_EXPERIMENT),
+    ("experiment", {**WORKLOAD_EXPERIMENT, "workload": "workloads/deepseek-like.yaml"}),
     ("machines", test_remote.inventory({"host": "lab1.example.org"})),
     ("machines", test_remote.inventory({"vagrant": ".", "vagrant_machine": "default"})),
     ("machines", test_remote.inventory({"host": "h", "sudo": None, "timeouts": {"idle": 1.5}})),
@@ -274,6 +286,12 @@ EXTRA: list[tuple[str, str, object]] = [
     ("experiment", "experiment: description a number", _experiment("description", 5)),
     ("experiment", "experiment: collectives missing", _experiment("collectives", ...)),
     ("experiment", "experiment: sizes missing", _experiment("sizes", ...)),
+    (
+        "experiment",
+        "experiment: a workload beside collectives",
+        _experiment("workload", "deepseek-like"),
+    ),
+    ("experiment", "experiment: workload a number", _experiment("workload", 3)),
     ("experiment", "experiment: fabric empty", _experiment("fabric", "")),
     ("experiment", "experiment: fabric a list", _experiment("fabric", ["astral-small"])),
     ("experiment", "experiment: inline fabric without kind", _experiment("fabric", {"name": "x"})),
@@ -443,8 +461,10 @@ def test_the_keys_are_the_validators_keys() -> None:
     assert _keys(fabric, "oversubscription") == spec.OVERSUBSCRIPTION_KEYS
     assert _keys(fabric, "emulation") == spec.EMULATION_KEYS
     assert _keys(exp) == experiment._TOP_KEYS
-    # fabric, or a study's fabrics: one of the two (cross_key_rules)
-    assert set(exp["required"]) == set(experiment.REQUIRED_KEYS) - {"fabric"}
+    # fabric, or a study's fabrics: one of the two (cross_key_rules); collectives and sizes,
+    # or a workload instead
+    replaced = set(experiment.WORKLOAD_REPLACES)
+    assert set(exp["required"]) == set(experiment.REQUIRED_KEYS) - {"fabric"} - replaced
     assert {"oneOf": [{"required": ["fabric"]}, {"required": ["fabrics"]}]} in exp["allOf"]
     assert _keys(exp, "study") == STUDY_SECTION_KEYS
     assert set(exp["properties"]["study"]["properties"]["checks"]["items"]["properties"]) == (

@@ -18,7 +18,7 @@ from orchestrator.collectives.program import (
     compose_all,
     expected,
 )
-from orchestrator.forecast.program import ProgramForecaster, kind_of
+from orchestrator.forecast.program import ProgramForecaster
 from orchestrator.workload import costs
 from orchestrator.workload.iteration import (
     BACKWARD,
@@ -29,6 +29,7 @@ from orchestrator.workload.iteration import (
     schedule,
 )
 from orchestrator.workload.spec import load_workload
+from orchestrator.workload.timeline import kind_of
 from tests.helpers import REPO, preset_description
 from tests.unit.simulation import simulate
 

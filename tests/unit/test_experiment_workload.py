@@ -1,0 +1,108 @@
+"""An experiment that replays a training workload (``workload:``) instead of collectives:
+what the reader accepts, what it refuses (naming the file and the key), and the steps it
+expands into. The replay itself runs in tests/integration/test_workload_replay.py."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.collectives.program import PROGRAM
+from orchestrator.run.experiment import load_experiment
+from orchestrator.workload.iteration import iteration_program
+from orchestrator.workload.spec import load_workload
+from tests.helpers import REPO
+from topologies.errors import ConfigError, ExperimentError, WorkloadError
+
+BASE = """\
+name: replay
+fabric: astral-small
+policies: [ecmp, path-pinned]
+iterations: 2
+warmup: 0
+scale: 0.6e-4
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_a_workload_replaces_collectives_and_sizes_one_step_per_policy(tmp_path: Path) -> None:
+    spec = load_experiment(write(tmp_path, BASE + "workload: deepseek-like\n"))
+    assert spec.workload is not None and spec.workload.name == "deepseek-like"
+    assert spec.workload_source == str(REPO / "workloads" / "deepseek-like.yaml")
+    steps = spec.steps()
+    assert [s.policy for s in steps] == ["ecmp", "path-pinned"]
+    program = iteration_program(spec.workload, 0.6e-4)
+    for step in steps:
+        assert step.collective.op == PROGRAM and step.collective.algorithm == program.name
+        assert step.size == program.elements() * 4 and step.ranks == 8
+        # the busiest rank's compute, at this scale: what no replay can beat
+        assert step.floor_s == pytest.approx(max(program.compute_of(r) for r in range(8)))
+    assert set(spec.step_latencies()) == {0, 1}
+
+
+def test_a_workload_file_path_starts_at_the_experiment_directory(tmp_path: Path) -> None:
+    text = (REPO / "workloads" / "gpt3-like.yaml").read_text()
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "mine.yaml").write_text(text.replace("name: gpt3-like", "name: mine"))
+    spec = load_experiment(write(tmp_path, BASE + "workload: w/mine.yaml\n"))
+    assert spec.workload is not None and spec.workload.name == "mine"
+
+
+def test_an_inline_workload_is_read_and_its_errors_name_workload_keys(tmp_path: Path) -> None:
+    import yaml
+
+    document = yaml.safe_load((REPO / "workloads" / "gpt3-like.yaml").read_text())
+    inline = yaml.safe_dump({"workload": document}, sort_keys=False)
+    spec = load_experiment(write(tmp_path, BASE + inline))
+    assert spec.workload_source == "inline"
+    document["model"]["layers"] = 0
+    inline = yaml.safe_dump({"workload": document}, sort_keys=False)
+    with pytest.raises(ExperimentError) as caught:
+        load_experiment(write(tmp_path, BASE + inline))
+    assert caught.value.key == "workload.model.layers"
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("workload: deepseek-like\ncollectives: [all-reduce]\n", "collectives"),
+        ("workload: deepseek-like\nsizes: {min: 1K, max: 1K}\n", "sizes"),
+        ("workload: no-such-workload\n", "workload"),
+        ("workload: 7\n", "workload"),
+        ("workload: missing/file.yaml\n", "workload"),
+        ("", "collectives"),  # neither a workload nor collectives
+    ],
+)
+def test_a_malformed_workload_key_is_refused_naming_the_key(
+    tmp_path: Path, extra: str, key: str
+) -> None:
+    path = write(tmp_path, BASE + extra)
+    with pytest.raises(ExperimentError) as caught:
+        load_experiment(path)
+    assert caught.value.key == key and caught.value.file == str(path)
+
+
+def test_a_layout_that_does_not_fill_the_placement_names_the_workload_file(
+    tmp_path: Path,
+) -> None:
+    # gpt3-like's dp is auto; 6 GPUs do not divide by its tp x pp
+    path = write(tmp_path, BASE + "workload: gpt3-like\nplacement: {gpus: 6}\n")
+    with pytest.raises(WorkloadError) as caught:
+        load_experiment(path)
+    assert caught.value.file.endswith("gpt3-like.yaml")
+    assert str(path) in caught.value.detail
+    assert isinstance(caught.value, ConfigError)
+
+
+def test_the_workload_is_the_one_workload_show_reads(tmp_path: Path) -> None:
+    spec = load_experiment(write(tmp_path, BASE + "workload: gpt3-like\n"))
+    assert spec.workload == load_workload(
+        REPO / "workloads" / "gpt3-like.yaml", gpus=8, gpus_per_server=2
+    )
