@@ -11,12 +11,13 @@ calibration), then replays it (orchestrator/run/replay.py: 1 warm-up and ``--ite
 timed iterations on the real emulated fabric, every byte verified) and prints per cell:
 the replayed and forecast iteration time (emulated seconds, and milliseconds at real
 speed), the relative error of the forecast, the compute floor (the busiest rank's compute
-alone), tokens per second and MFU at real speed, and the forecast's exposed communication
-per kind on the rank that ends last. Then the median and largest absolute error. With
-``--fail LINK`` (a link of the fabric, ``a-b``), every cell is measured a second time with
-that link down (the same fault ``astral fault apply link-down`` applies, undone after the
-cell) and forecast with the link failed: the effect of one failed link, replayed and
-forecast, side by side.
+alone), tokens per second and MFU at real speed, and the exposed communication per kind on
+the rank that ends last, replayed (measured from the workers' per-step records grouped by
+slot, orchestrator/workload/timeline.py) and forecast side by side. Then the median and
+largest absolute error. With ``--fail LINK`` (a link of the fabric, ``a-b``), every cell
+is measured a second time with that link down (the same fault ``astral fault apply
+link-down`` applies, undone after the cell) and forecast with the link failed: the effect
+of one failed link, replayed and forecast, side by side.
 
 Targets (the issue's): median <= 5 %, max <= 10 %. A forecast is made before its replay,
 so it cannot have seen it.
@@ -85,7 +86,8 @@ def measure(args: argparse.Namespace, bed: Testbed, policies: list[str]) -> int:
     )
     print(
         f"# {'workload':<16} {'policy':<12} {'replay s':>9} {'forecast s':>10} {'error':>7}"
-        f" {'real ms':>8} {'floor s':>8} {'tokens/s':>10} {'MFU':>6}  forecast exposed (s)"
+        f" {'real ms':>8} {'floor s':>8} {'tokens/s':>10} {'MFU':>6}  exposed on the last rank,"
+        " replay/forecast (s)"
     )
     errors = []
     wrong = 0
@@ -117,7 +119,8 @@ def measure(args: argparse.Namespace, bed: Testbed, policies: list[str]) -> int:
                 errors.append(abs(error))
                 floor = max(result.compute_s(r) for r in range(spec.gpus))
                 exposed = predicted.exposed[predicted.last_rank]
-                shown = " ".join(f"{k} {exposed.get(k, 0.0):.2f}" for k in KINDS)
+                measured = result.exposed()
+                shown = " ".join(f"{k} {measured[k]:.2f}/{exposed.get(k, 0.0):.2f}" for k in KINDS)
                 label = f"{policy}{' ' + args.fail + ' down' if down else ''}"
                 effect = ""
                 if healthy is not None:

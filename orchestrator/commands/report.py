@@ -3,7 +3,8 @@
 Reads only the bundle's database and fabric.json, so it works on a crashed run's bundle and
 after the plotting code changed. On a study's bundle it renders every variant's bundle, then
 the study's summary, report (the variants side by side and the verdicts) and plots.
-Prints the nccl-tests tables, then, when the run injected
+Prints the nccl-tests tables (a workload replay's table instead, from its workload.json,
+with its Gantts drawn again), then, when the run injected
 faults, what was injected, when, and what each layer of the monitor saw (docs/monitoring.md),
 then the files it wrote.
 """
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: `astral --help` and the other commands need not load the results code.
     from orchestrator.monitor.report import fault_lines, render_monitor
     from orchestrator.results.report import render_bundle
+    from orchestrator.run.replay import workload_report
     from orchestrator.study.bundle import is_study_bundle
 
     if is_study_bundle(args.bundle):
@@ -40,8 +42,10 @@ def run(args: argparse.Namespace) -> int:
     report = render_bundle(args.bundle, plots=not args.no_plots)
     if not args.no_plots:
         report.files += render_monitor(args.bundle)
+    workload, files = workload_report(args.bundle, plots=not args.no_plots)
+    report.files += files
     if not args.quiet:
-        print("\n".join(report.tables))
+        print("\n".join(report.tables + workload))
         faults = fault_lines(args.bundle)
         if faults:
             print("\n".join(faults))

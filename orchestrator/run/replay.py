@@ -18,14 +18,17 @@ the rank that ends last, the forecast's definition (orchestrator/forecast/progra
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.program import Compute, GroupCollective, PointToPoint, Program
 from orchestrator.forecast.program import ProgramForecast
+from orchestrator.results.store import PLOTS, WORKLOAD_FILE
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.outcome import CollectiveResult, IterationResult, RunResult
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
@@ -34,6 +37,7 @@ from orchestrator.workload.iteration import iteration_program
 from orchestrator.workload.spec import WorkloadSpec
 from orchestrator.workload.timeline import (
     KINDS,
+    SlotSpan,
     Timeline,
     exposure,
     kind_of,
@@ -233,38 +237,78 @@ def replay_record(result: ReplayResult, forecast: ProgramForecast | None) -> dic
     return record
 
 
-def replay_table(
-    workload: str, results: Mapping[str, ReplayResult], forecasts: Mapping[str, ProgramForecast]
-) -> str:
-    """The replays side by side, one row per policy: iteration time at real speed (and
-    emulated), the forecast and its error, tokens/s and MFU at real speed, the exposed
-    communication per kind on the last rank (ms at real speed) and #wrong."""
+def replay_table(workload: str, records: Mapping[str, Mapping[str, Any]], scale: float) -> str:
+    """The replays side by side, one row per policy (each a :func:`replay_record`):
+    iteration time at real speed (and emulated), the forecast and its error, tokens/s and
+    MFU at real speed, and the exposed communication per kind on the last rank, replayed
+    and forecast (ms at real speed), #wrong."""
     head = (
-        f"{'policy':<14}{'iteration ms':>14}{'(emulated s)':>14}{'forecast ms':>13}"
-        f"{'error':>8}{'tokens/s':>12}{'MFU':>7}"
-        + "".join(f"{k + ' ms':>9}" for k in KINDS)
-        + f"{'#wrong':>8}"
+        f"{'policy':<14}{'iteration ms':>13}{'(emulated s)':>13}{'forecast ms':>12}"
+        f"{'error':>8}{'tokens/s':>11}{'MFU':>7}"
+        + "".join(f"{k + ' ms':>13}" for k in KINDS)
+        + f"{'#wrong':>7}"
     )
     lines = [
         f"# workload {workload!r}: one training iteration replayed per policy; real speed = "
-        "emulated x scale; exposed communication (not hidden by compute) per kind on the "
-        "rank that ends last",
+        f"emulated x scale ({scale:g}); exposed communication (not hidden by compute) per "
+        "kind on the rank that ends last, replayed/forecast",
         "# " + head,
     ]
-    for policy, result in results.items():
-        forecast = forecasts.get(policy)
-        scale = result.scale
-        predicted = f"{forecast.seconds * scale * 1e3:.3f}" if forecast is not None else "-"
-        error = (
-            f"{(forecast.seconds - result.iteration_s) / result.iteration_s:+.1%}"
-            if forecast is not None
-            else "-"
+    to_ms = scale * 1e3
+    for policy, record in records.items():
+        forecast = record.get("forecast")
+        predicted, error = "-", "-"
+        if forecast is not None:
+            predicted = f"{forecast['real_ms']:.3f}"
+            error = f"{forecast['error']:+.1%}"
+        exposed = record["exposed_s"]
+        planned = forecast["exposed_s"] if forecast is not None else {}
+        cells = "".join(
+            f"{exposed[k] * to_ms:>7.3f}/"
+            + (f"{planned[k] * to_ms:<5.3f}" if k in planned else f"{'-':<5}")
+            for k in KINDS
         )
-        exposed = result.exposed()
         lines.append(
-            f"  {policy:<14}{result.real_s * 1e3:>14.3f}{result.iteration_s:>14.2f}"
-            f"{predicted:>13}{error:>8}{result.tokens_per_s:>12.0f}{result.mfu:>7.1%}"
-            + "".join(f"{exposed[k] * scale * 1e3:>9.3f}" for k in KINDS)
-            + f"{result.wrong:>8}"
+            f"  {policy:<14}{record['real_ms']:>13.3f}{record['iteration_s']:>13.2f}"
+            f"{predicted:>12}{error:>8}{record['tokens_per_s']:>11.0f}{record['mfu']:>7.1%}"
+            f"{cells}{record['wrong']:>7}"
         )
     return "\n".join(lines)
+
+
+def timeline_of(record: Mapping[str, list[list[Any]]]) -> Timeline:
+    """A timeline read back from its :func:`timeline_record`."""
+    return {
+        int(rank): [
+            SlotSpan(int(a), float(b), float(c), float(d), str(e)) for a, b, c, d, e in rows
+        ]
+        for rank, rows in record.items()
+    }
+
+
+def workload_report(bundle: Path, *, plots: bool = True) -> tuple[list[str], list[Path]]:
+    """A workload bundle's table and (``plots``) Gantts again, from its workload.json:
+    ``astral report`` on a replay. Nothing when the bundle replayed no workload."""
+    from orchestrator.run.replay_plot import workload_gantt
+
+    path = bundle / WORKLOAD_FILE
+    if not path.is_file():
+        return [], []
+    document = json.loads(path.read_text())
+    name, scale, records = document["workload"], document["scale"], document["policies"]
+    lines = replay_table(name, records, scale).splitlines()
+    files = []
+    if plots:
+        for policy, record in records.items():
+            forecast = record.get("forecast")
+            files.append(
+                workload_gantt(
+                    bundle / PLOTS / f"workload-{policy}.png",
+                    name,
+                    policy,
+                    scale,
+                    timeline_of(record["timeline"]),
+                    timeline_of(forecast["timeline"]) if forecast else None,
+                )
+            )
+    return lines, files

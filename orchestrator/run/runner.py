@@ -102,7 +102,6 @@ from orchestrator.results import (
 )
 from orchestrator.results.emulator import EmulatorLoad
 from orchestrator.results.store import (
-    PLOTS,
     WORKLOAD_FILE,
     Configuration,
     ForecastRecord,
@@ -130,8 +129,8 @@ from orchestrator.run.replay import (
     replay_record,
     replay_table,
     slot_ops,
+    workload_report,
 )
-from orchestrator.run.replay_plot import workload_gantt
 from orchestrator.testbed.cpuload import CpuSampler, host_intervals
 from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
@@ -815,13 +814,8 @@ class Runner(Messages):
             raise _WorkersFailed(result.failure)
         self.progress.done(step)
         if policy in outcome.replays:
-            self.emit(
-                replay_table(
-                    spec.workload.name,
-                    {policy: outcome.replays[policy]},
-                    outcome.replay_forecasts,
-                )
-            )
+            record = replay_record(outcome.replays[policy], outcome.replay_forecasts.get(policy))
+            self.emit(replay_table(spec.workload.name, {policy: record}, testbed.scale))
         return timing
 
     def _measure(
@@ -1236,19 +1230,10 @@ class Runner(Messages):
         _write_json(outcome.bundle / WORKLOAD_FILE, document)
         if not self.options.plots or outcome.status == "interrupted":
             return
-        for policy, result in outcome.replays.items():
-            forecast = outcome.replay_forecasts.get(policy)
-            try:
-                workload_gantt(
-                    outcome.bundle / PLOTS / f"workload-{policy}.png",
-                    workload.name,
-                    policy,
-                    result.scale,
-                    result.timeline(result.iterations[-1]),
-                    forecast.timeline if forecast is not None else None,
-                )
-            except (OSError, ValueError) as error:
-                self.say(f"drawing the workload's timeline failed: {error}")
+        try:
+            workload_report(outcome.bundle, plots=True)
+        except (OSError, ValueError) as error:
+            self.say(f"drawing the workload's timeline failed: {error}")
 
     def _diagnosis(self, outcome: RunOutcome) -> None:
         """``astral diagnose`` on the finished bundle, printed when anything was anomalous
@@ -1298,20 +1283,25 @@ class Runner(Messages):
                 cells.append(f"{cell:>26}")
                 lines.append(f"#   {collective.label:<{width}}{''.join(cells)}")
         if outcome.replays and spec.workload is not None:
-            lines += [
-                "# " + line.lstrip("# ")
-                for line in replay_table(
-                    spec.workload.name, outcome.replays, outcome.replay_forecasts
-                ).splitlines()
-            ]
+            records = {
+                policy: replay_record(result, outcome.replay_forecasts.get(policy))
+                for policy, result in outcome.replays.items()
+            }
+            table = replay_table(spec.workload.name, records, spec.fabric.emulation.scale)
+            lines += ["# " + line.lstrip("# ") for line in table.splitlines()]
             lines += policy_ratio_lines(outcome.replays, outcome.replay_forecasts)
         fabric = spec.fabric
         rail = fabric.nic_ports * fabric.speeds.nic / 8 / 1e9
+        ceiling_note = (
+            "; ceiling: each collective's own busbw ceiling (rail x TCP payload / its fabric "
+            "share, docs/measurement.md)"
+            if averages
+            else ""
+        )
         lines.append(
             f"# per-GPU rail bandwidth {fabric.nic_ports} x {fabric.speeds.nic / 1e9:g}G = "
             f"{rail:g} GB/s real ({rail * scale * 1e3:g} MB/s emulated); TCP over 1500-byte "
-            f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it; ceiling: each collective's "
-            "own busbw ceiling (rail x TCP payload / its fabric share, docs/measurement.md)"
+            f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it{ceiling_note}"
         )
         lines += self._pinning_lines(outcome)
         if outcome.rto_min:
