@@ -14,10 +14,11 @@ speed), the relative error of the forecast, the compute floor (the busiest rank'
 alone), tokens per second and MFU at real speed, and the exposed communication per kind on
 the rank that ends last, replayed (measured from the workers' per-step records grouped by
 slot, orchestrator/workload/timeline.py) and forecast side by side. Then the median and
-largest absolute error. With ``--fail LINK`` (a link of the fabric, ``a-b``), every cell
-is measured a second time with that link down (the same fault ``astral fault apply
-link-down`` applies, undone after the cell) and forecast with the link failed: the effect
-of one failed link, replayed and forecast, side by side.
+largest absolute error, and each policy's iteration time over the first policy's,
+replayed and forecast (the policy's effect). With ``--fail LINK`` (a link of the fabric,
+``a-b``), every cell is measured a second time with that link down (the same fault
+``astral fault apply link-down`` applies, undone after the cell) and forecast with the
+link failed: the effect of one failed link, replayed and forecast, side by side.
 
 Targets (the issue's): median <= 5 %, max <= 10 %. A forecast is made before its replay,
 so it cannot have seen it.
@@ -91,6 +92,7 @@ def measure(args: argparse.Namespace, bed: Testbed, policies: list[str]) -> int:
     )
     errors = []
     wrong = 0
+    cells: dict[tuple[str, str, bool], tuple[float, float]] = {}  # -> (replay, forecast)
     began = time.monotonic()
     failure = fault(bed, gpus, args.fail) if args.fail else None
     for policy in policies:
@@ -129,6 +131,7 @@ def measure(args: argparse.Namespace, bed: Testbed, policies: list[str]) -> int:
                         f" forecast {predicted.seconds / healthy[1]:.3f}"
                     )
                 healthy = healthy or (result.iteration_s, predicted.seconds)
+                cells[(spec.name, policy, down)] = (result.iteration_s, predicted.seconds)
                 print(
                     f"  {spec.name:<16} {label:<12} {result.iteration_s:>9.2f}"
                     f" {predicted.seconds:>10.2f} {error:>+7.1%} {result.real_s * 1e3:>8.3f}"
@@ -136,12 +139,32 @@ def measure(args: argparse.Namespace, bed: Testbed, policies: list[str]) -> int:
                     f"{effect}",
                     flush=True,
                 )
+    for line in policy_effects(cells, policies):
+        print(line)
     print(
         f"# {len(errors)} cells: median |error| {statistics.median(errors):.1%}, max "
         f"{max(errors):.1%} (targets 5 %, 10 %); #wrong {wrong}; "
         f"{time.monotonic() - began:.0f} s; load average {os.getloadavg()[0]:.2f}"
     )
     return 0 if wrong == 0 else 7
+
+
+def policy_effects(
+    cells: dict[tuple[str, str, bool], tuple[float, float]], policies: list[str]
+) -> list[str]:
+    """Each policy's iteration time over the first policy's, per workload (healthy, and
+    with the link down when measured), replayed and forecast side by side."""
+    lines = []
+    for (name, policy, down), (replayed, forecast) in cells.items():
+        base = cells.get((name, policies[0], down))
+        if policy == policies[0] or base is None:
+            continue
+        state = "link down" if down else "healthy"
+        lines.append(
+            f"# policy effect, {name} ({state}): {policy} / {policies[0]} iteration time "
+            f"{replayed / base[0]:.3f}x replayed, {forecast / base[1]:.3f}x forecast"
+        )
+    return lines
 
 
 def fault(bed: Testbed, gpus: list[str], link: str) -> tuple[Any, Any]:
