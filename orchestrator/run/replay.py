@@ -157,8 +157,10 @@ def replay_options(
     base: LaunchOptions, program: Program, warmup: int, iterations: int, channels: int
 ) -> LaunchOptions:
     """``base`` for a replay: exactly ``iterations`` timed ones (an iteration is long; no
-    batch lengthening), and a step deadline that a step's compute cannot reach (a step of
-    a slot computing for minutes is not hung)."""
+    batch lengthening), each from a barrier (the forecast's iteration starts every rank
+    together; back to back, a rank that ends early would start the next one early and
+    its wait would land in that one's timeline), and a step deadline that a step's
+    compute cannot reach (a slot computing for minutes is not hung)."""
     longest = max(
         (
             seconds
@@ -174,6 +176,7 @@ def replay_options(
         warmup=warmup,
         iterations=iterations,
         max_iterations=iterations,
+        timed_batch=1,
         channels=channels,
         step_deadline=base.step_deadline + longest,
     )

@@ -465,7 +465,8 @@ class Launcher:
 
     def run(self, tests: Sequence[CollectiveTest]) -> RunResult:
         """Run ``tests`` in order: each ``warmup`` times, then ``iterations`` times, each
-        of the two a batch of back-to-back operations after one barrier. On a worker
+        of the two a batch of back-to-back operations after one barrier (the timed ones
+        in batches of ``timed_batch`` each, when the options say so). On a worker
         failure the result carries ``failure`` and what completed; the workers are then
         gone and the launcher cannot run again."""
         if self.failure is not None:
@@ -506,10 +507,12 @@ class Launcher:
                 result.tests.append(test_result)
                 for first, warmup in ((0, True), (o.warmup, False)):
                     count = o.warmup if warmup else self._timed_count(test_result)
-                    if count:
-                        last = first + count - 1
-                        stage = f"{test_result.test.label} iterations {first}-{last}"
-                        self._operate(test_result, test_id, first, count, warmup, stage)
+                    # the timed iterations in batches of ``timed_batch`` (0: one batch)
+                    size = o.timed_batch if o.timed_batch and not warmup else count
+                    for begin in range(first, first + count, max(size, 1)):
+                        n = min(size, first + count - begin)
+                        stage = f"{test_result.test.label} iterations {begin}-{begin + n - 1}"
+                        self._operate(test_result, test_id, begin, n, warmup, stage)
             self._await_samples()
         except _Abort as abort:
             self._fail(abort.failure)

@@ -80,6 +80,10 @@ class LaunchOptions:
     min_batch_seconds: float = 0.0
     #: ... but never more operations than this
     max_iterations: int = 1000
+    #: the timed operations in batches of this many, each after a barrier (0: one batch).
+    #: A training iteration's replay times each alone (1): back to back, a rank that ends
+    #: early starts the next one early and its waiting lands in the next one's timeline
+    timed_batch: int = 0
     channels: int = 1  # connections per ordered peer pair
     verify: bool = True
     socket_buffer: int = 0  # SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning

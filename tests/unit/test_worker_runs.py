@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -143,6 +144,22 @@ def test_iterations_run_as_nccl_tests_batches(ranks: int) -> None:
         # the timed batch begins after every rank finished the warm-up
         warm_end = max(r.start + r.time_us / 1e6 for r in warmup[0].ranks.values())
         assert next(iter(timed[0].ranks.values())).start >= warm_end
+
+
+def test_timed_iterations_in_batches_of_one_each_start_together() -> None:
+    """``timed_batch=1`` (a workload replay's): every timed iteration is a batch of its
+    own, after a barrier, all ranks starting it at one instant."""
+    options = replace(fast_options(), iterations=3, max_iterations=3, timed_batch=1)
+    with Launcher(loopback_workers(4, 2), options=options) as launcher:
+        run = launcher.run([CollectiveTest("all-reduce", "ring", 1 << 16)])
+    (test,) = run.tests
+    timed = [i for i in test.iterations if not i.warmup]
+    assert [i.iteration for i in timed] == [1, 2, 3]
+    for before, after in itertools.pairwise(timed):
+        assert len({r.start for r in after.ranks.values()}) == 1, "one common start each"
+        end = max(r.start + r.time_us / 1e6 for r in before.ranks.values())
+        assert next(iter(after.ranks.values())).start >= end
+    assert test.row().wrong == 0
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
