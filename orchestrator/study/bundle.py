@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.collectives.nccl import average_busbw
-from orchestrator.results.store import ResultsBundle
+from orchestrator.results.store import WORKLOAD_FILE, ResultsBundle
 from orchestrator.results.summary import ConfigurationResult, grouped, summarize, summary_document
 from topologies.errors import ResultsError
 
@@ -194,6 +194,48 @@ def study_table(study: StudyBundle) -> list[str]:
     return lines
 
 
+def workload_records(study: StudyBundle, run: VariantRun) -> dict[str, dict[str, Any]]:
+    """A variant's workload replays per policy (its bundle's workload.json), or none."""
+    path = study.path / run.directory / WORKLOAD_FILE
+    if not path.is_file():
+        return {}
+    policies = json.loads(path.read_text()).get("policies", {})
+    return policies if isinstance(policies, dict) else {}
+
+
+def workload_table(study: StudyBundle) -> list[str]:
+    """A workload study's variants side by side: each policy's iteration time at real
+    speed, replayed (and forecast), with the ratio to the first variant's."""
+    records = {run.index: workload_records(study, run) for run in study.variants}
+    policies = list(dict.fromkeys(p for r in records.values() for p in r))
+    if not policies:
+        return []
+    width = max([len(run.label) for run in study.variants] + [7])
+    first = records[study.variants[0].index]
+    lines = [
+        "#",
+        "# training iteration at real speed, ms: replayed (forecast) [ratio to the first "
+        "variant's, replayed]",
+        f"#  {'variant':<{width}}" + "".join(f"  {p:>28}" for p in policies) + "  status",
+    ]
+    for run in study.variants:
+        cells = []
+        for policy in policies:
+            record = records[run.index].get(policy)
+            if record is None:
+                cells.append(f"  {'-':>28}")
+                continue
+            forecast = record.get("forecast") or {}
+            base = first.get(policy, {}).get("real_ms", math.nan)
+            cell = (
+                f"{record['real_ms']:.3f} ({_fmt(forecast.get('real_ms', math.nan), '.3f')}) "
+                f"[{_fmt(record['real_ms'] / base if base else math.nan, '.3f')}]"
+            )
+            cells.append(f"  {cell:>28}")
+        lines.append(f"   {run.label:<{width}}" + "".join(cells) + f"  {run.status}")
+    return lines
+
+
 def report_lines(study: StudyBundle) -> list[str]:
     """report.txt: the question, the variants' table, what was expected and the verdicts."""
     doc = study.document
@@ -205,7 +247,7 @@ def report_lines(study: StudyBundle) -> list[str]:
     for run in study.variants:
         ended = run.status if not run.error else f"{run.status}: {run.error}"
         lines.append(f"#   {run.index + 1:>2}. {run.label}  [{ended}]  {run.directory}")
-    lines += study_table(study)
+    lines += study_table(study) + workload_table(study)
     if doc.get("expected"):
         lines += ["#", f"# expected: {doc['expected']}"]
     verdicts = doc.get("verdicts", [])

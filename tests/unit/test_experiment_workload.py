@@ -106,3 +106,26 @@ def test_the_workload_is_the_one_workload_show_reads(tmp_path: Path) -> None:
     assert spec.workload == load_workload(
         REPO / "workloads" / "gpt3-like.yaml", gpus=8, gpus_per_server=2
     )
+
+
+def test_a_workload_studys_report_sets_the_variants_iterations_side_by_side(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from orchestrator.study.bundle import StudyBundle, VariantRun, workload_table
+
+    variants = []
+    for index, (label, real_ms) in enumerate([("agg=1", 3.0), ("agg=4", 3.6)]):
+        directory = f"variants/{index + 1:02d}"
+        (tmp_path / directory).mkdir(parents=True)
+        record = {"real_ms": real_ms, "forecast": {"real_ms": real_ms * 0.95}}
+        document = {"policies": {"path-pinned": record}}
+        (tmp_path / directory / "workload.json").write_text(json.dumps(document))
+        variants.append(VariantRun(index, label, {}, directory, status="ok"))
+    lines = workload_table(StudyBundle(tmp_path, {}, variants))
+    assert "path-pinned" in lines[2]
+    assert lines[3].split() == ["agg=1", "3.000", "(2.850)", "[1.000]", "ok"]
+    assert lines[4].split() == ["agg=4", "3.600", "(3.420)", "[1.200]", "ok"]
+    # a study of collectives has no workload table
+    assert workload_table(StudyBundle(tmp_path / "none", {}, [])) == []
