@@ -82,6 +82,21 @@ def plan_spec(
 
     Raises FabricSpecError (source ``astral topo plan``) with the spec's key names.
     """
+    document = plan_document(kind, inputs, pods=pods, servers_per_pod=servers_per_pod)
+    spec = parse_fabric_spec(document, SOURCE)
+    default_registry().get(kind, SOURCE).check(spec)
+    return spec
+
+
+def plan_document(
+    kind: str,
+    inputs: PlanInput,
+    *,
+    pods: int | None = None,
+    servers_per_pod: int | None = None,
+) -> dict[str, Any]:
+    """The fabric document (as a fabric file holds it) of :func:`plan_spec`: what a
+    what-if (``--set speeds.nic=400G``) edits before the spec is parsed and checked."""
     generator = default_registry().get(kind, SOURCE)
     given = generator.plan_inputs(inputs)
     servers = given.servers_per_pod if servers_per_pod is None else servers_per_pod
@@ -105,9 +120,7 @@ def plan_spec(
     }
     if servers is not None:
         document["servers_per_pod"] = servers
-    spec = parse_fabric_spec(document, SOURCE)
-    generator.check(spec)
-    return spec
+    return document
 
 
 def plan(spec: FabricSpec) -> Plan:

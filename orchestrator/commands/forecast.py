@@ -100,19 +100,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--full-size",
         action="store_true",
-        help="forecast the full-size fabrics of `astral topo plan` (no experiment file)",
+        help="forecast the full-size fabrics of `astral topo plan` (no experiment file), or "
+        "a workload on a full-size Astral (or on --fabric) by link class",
     )
     parser.add_argument(
-        "--pods", type=int, default=8, help="--full-size: Astral pods (default 8: 524,288 GPUs)"
+        "--pods",
+        type=int,
+        default=None,
+        help="--full-size: Astral pods (default 8: 524,288 GPUs; a workload's 1: 65,536)",
     )
     parser.add_argument(
         "--size", default="1G", help="--full-size: message size (default 1G = 2**30 bytes)"
     )
     parser.add_argument(
         "--fabric",
-        default="astral-small",
+        default=None,
         metavar="FABRIC",
-        help="a workload's fabric: a preset name or a fabric file (default astral-small)",
+        help="a workload's fabric: a preset name or a fabric file (default astral-small; "
+        "above 4,096 GPUs forecast by link class)",
     )
     parser.add_argument("--policy", default=None, help="a workload's policy (default path-pinned)")
     parser.set_defaults(func=run)
@@ -373,14 +378,15 @@ def full_size(args: argparse.Namespace) -> int:
         size = parse_size(args.size)
     except ValueError as err:
         raise ConfigError("command line", "--size", "a size such as 1G or 256M", args.size) from err
-    if args.pods < 1:
-        raise ConfigError("command line", "--pods", "a number of pods >= 1", args.pods)
+    pods = 8 if args.pods is None else args.pods
+    if pods < 1:
+        raise ConfigError("command line", "--pods", "a number of pods >= 1", pods)
     salts = args.salts or 8
-    inputs = PlanInput(pods=args.pods)
+    inputs = PlanInput(pods=pods)
     shown = ALGORITHMS[:3]
     predictions = []
     specs = [plan_spec("astral", inputs, pods=1)]
-    if args.pods > 1:
+    if pods > 1:
         specs.append(plan_spec("astral", inputs))
     reach = common_reach(inputs)
     for kind in ("astral", "fat-tree", "rail-optimized", "rail-only"):
@@ -395,7 +401,7 @@ def full_size(args: argparse.Namespace) -> int:
     print(
         "# full-size forecast at real speed (no emulation; the link-class model, "
         'docs/forecast.md, "Full size"): Astral at 1 and '
-        f"{args.pods} pods, then every kind at {reach:,} GPUs with the same switches"
+        f"{pods} pods, then every kind at {reach:,} GPUs with the same switches"
     )
     for line in scale_table(predictions):
         print(line)

@@ -8,8 +8,15 @@ and at real speed, the compute floor, tokens per second and MFU at real speed, a
 exposed communication per kind on the rank that ends last. ``--set KEY=VALUE`` changes a
 fabric key (``speeds.nic=400G``, ``oversubscription.agg=15``, ``scale=1e-4``) and ``--fail
 LINK|SWITCH`` takes a link or switch down: the baseline and the variant side by side with
-the ratio. Fabrics the flow-by-flow model fits (up to a few thousand GPUs); a full-size pod
-needs the aggregated model, which workloads do not use yet.
+the ratio.
+
+Fabrics of up to :data:`MAX_GPUS` GPUs are forecast flow by flow, every rank of the program.
+Above it, and with ``--full-size`` (``astral forecast WORKLOAD.yaml --full-size [--pods N]``:
+the planned Astral of N pods, 65,536 GPUs each, or the ``--fabric`` given), the
+iteration is forecast by link class (orchestrator/forecast/fullsize.py): representative
+data-parallel replicas played, each group's op from the aggregated model, no fabric graph
+built, at real speed (no emulation scale, so no ``--set scale``; no ``--fail``: a class's
+links are all alike).
 """
 
 from __future__ import annotations
@@ -17,13 +24,21 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topologies.errors import ConfigError
 
+if TYPE_CHECKING:
+    from orchestrator.forecast.program import ProgramForecast
+    from orchestrator.workload.spec import WorkloadSpec
+    from topologies.fabricspec import FabricSpec
+
 MAX_GPUS = 4096  # flow by flow, per group: beyond this the aggregated model is needed
+DEFAULT_FABRIC = "astral-small"
+#: the policies the link-class model knows (orchestrator/forecast/aggregate.py)
+CLASS_POLICIES = ("path-pinned", "ecmp")
 
 
 def is_workload_file(path: Path | None) -> bool:
@@ -43,23 +58,33 @@ class IterationForecast:
 
     workload: str
     fabric: str
+    gpus: int
     policy: str
-    scale: float
-    seconds: float  # emulated
-    floor: float  # the busiest rank's compute, emulated
+    scale: float | None  # the emulation's; None: by link class, at real speed
+    seconds: float  # emulated (real by link class)
+    floor: float  # the busiest rank's compute, in the same seconds
     tokens_per_s: float
     mfu: float
-    exposed: dict[str, float]
+    exposed: dict[str, float]  # in the same seconds
+    ranks_played: int = 0
+    shapes: dict[str, int] = field(default_factory=dict)  # by link class: shapes per kind
+    took_s: float = 0.0  # by link class: the forecast's wall time
+
+    @property
+    def by_class(self) -> bool:
+        return self.scale is None
 
     @property
     def real_ms(self) -> float:
-        return self.seconds * self.scale * 1e3
+        return self.seconds * (self.scale or 1.0) * 1e3
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "workload": self.workload,
             "fabric": self.fabric,
+            "gpus": self.gpus,
             "policy": self.policy,
+            "model": "link classes, real speed" if self.by_class else "flow by flow",
             "emulation_scale": self.scale,
             "iteration_s": self.seconds,
             "iteration_real_ms": self.real_ms,
@@ -67,27 +92,29 @@ class IterationForecast:
             "tokens_per_s_real": self.tokens_per_s,
             "mfu": self.mfu,
             "exposed_s_last_rank": self.exposed,
+            "ranks_played": self.ranks_played,
         }
+        if self.by_class:
+            out.update(group_shapes=self.shapes, took_s=self.took_s)
+        return out
 
 
 def forecast_iteration(
     path: Path,
-    fabric_ref: str,
+    fabric_ref: str | None,
     policy: str,
     settings: Sequence[str] = (),
     failures: Sequence[str] = (),
+    *,
+    full_size: bool = False,
+    pods: int | None = None,
 ) -> IterationForecast:
-    """The forecast of one iteration of the workload at ``path`` on fabric ``fabric_ref``."""
-    from orchestrator.commands.whatif import parse_failures, with_settings
-    from orchestrator.forecast.calibration import load_forecast_calibration
-    from orchestrator.forecast.program import ProgramForecaster
+    """The forecast of one iteration of the workload at ``path`` on fabric ``fabric_ref``
+    (default astral-small), flow by flow; by link class at real speed on a fabric above
+    :data:`MAX_GPUS`, with ``full_size`` (on ``fabric_ref``, or else the planned Astral of
+    ``pods`` pods, default 1: 65,536 GPUs)."""
     from orchestrator.run.overrides import is_fabric_key
-    from orchestrator.workload import costs
-    from orchestrator.workload.iteration import iteration_program
-    from orchestrator.workload.spec import load_workload
-    from topologies.description import FabricDescription
-    from topologies.generators import build_fabric
-    from topologies.spec import parse_fabric_spec
+    from topologies.planner import plan
 
     for setting in settings:
         key = setting.partition("=")[0].strip()
@@ -95,30 +122,81 @@ def forecast_iteration(
             raise ConfigError(
                 "--set", key, "a fabric key (speeds.nic, oversubscription.agg, ...) or scale", key
             )
-    document = with_settings({"fabric": fabric_ref}, settings, Path.cwd())
-    fabric_doc = document["fabric"]
-    if isinstance(fabric_doc, str):
-        from topologies.catalog import resolve_fabric
-        from topologies.spec import load_fabric_spec
-
-        spec = load_fabric_spec(resolve_fabric(fabric_doc, Path.cwd()))
-    else:
-        spec = parse_fabric_spec(fabric_doc, "--fabric")
+    if pods is not None and (not full_size or fabric_ref is not None):
+        raise ConfigError(
+            "command line", "--pods", "--full-size without --fabric (the planned Astral)", pods
+        )
+    spec, document = _fabric_spec(fabric_ref, settings, full_size, pods)
+    if full_size or plan(spec).gpus > MAX_GPUS:
+        if "scale" in document:
+            raise ConfigError(
+                "--set",
+                "scale",
+                "a fabric key: the full-size forecast is at real speed, with no emulation",
+                document["scale"],
+            )
+        if failures:
+            raise ConfigError(
+                "--fail",
+                failures[0],
+                "no --fail by link class: every link of a class is taken alike there",
+                failures[0],
+            )
+        return _by_class(path, spec, policy)
     if "scale" in document:  # an experiment key: the fabric's emulation scale
         from dataclasses import replace
 
         from topologies.fabricspec import EmulationSpec
 
         spec = replace(spec, emulation=EmulationSpec(scale=float(document["scale"])))
+    return _by_flow(path, spec, policy, failures)
+
+
+def _fabric_spec(
+    fabric_ref: str | None, settings: Sequence[str], full_size: bool, pods: int | None
+) -> tuple[FabricSpec, dict[str, Any]]:
+    """The fabric spec with the settings applied, and the document they were applied to
+    (its ``scale`` key, if set, is the emulation's)."""
+    from orchestrator.commands.whatif import with_settings
+    from topologies.spec import parse_fabric_spec
+
+    if fabric_ref is None and full_size:
+        from topologies.plan import PlanInput
+        from topologies.planner import SOURCE, plan_document
+
+        count = 1 if pods is None else pods
+        if count < 1:
+            raise ConfigError("command line", "--pods", "a number of pods >= 1", count)
+        planned = plan_document("astral", PlanInput(pods=count), pods=count)
+        document = with_settings({"fabric": planned}, settings, Path.cwd())
+        spec = parse_fabric_spec(document["fabric"], f"{SOURCE} (--full-size)")
+        from topologies.generators import default_registry
+
+        default_registry().get(spec.kind, spec.source).check(spec)
+        return spec, document
+    document = with_settings({"fabric": fabric_ref or DEFAULT_FABRIC}, settings, Path.cwd())
+    fabric_doc = document["fabric"]
+    if isinstance(fabric_doc, str):
+        from topologies.catalog import resolve_fabric
+        from topologies.spec import load_fabric_spec
+
+        return load_fabric_spec(resolve_fabric(fabric_doc, Path.cwd())), document
+    return parse_fabric_spec(fabric_doc, "--fabric"), document
+
+
+def _by_flow(
+    path: Path, spec: FabricSpec, policy: str, failures: Sequence[str]
+) -> IterationForecast:
+    """Every rank of the program, each group's op forecast flow by flow (emulated)."""
+    from orchestrator.commands.whatif import parse_failures
+    from orchestrator.forecast.calibration import load_forecast_calibration
+    from orchestrator.forecast.program import ProgramForecaster
+    from orchestrator.workload.iteration import iteration_program
+    from orchestrator.workload.spec import load_workload
+    from topologies.description import FabricDescription
+    from topologies.generators import build_fabric
+
     fabric = build_fabric(spec)
-    if len(fabric.gpus) > MAX_GPUS:
-        raise ConfigError(
-            "--fabric",
-            "fabric",
-            f"a fabric of at most {MAX_GPUS} GPUs (a workload is forecast flow by flow; "
-            "full-size fabrics need the aggregated model, not built for workloads yet)",
-            f"{len(fabric.gpus)} GPUs",
-        )
     gpus = [g.name for g in fabric.gpus_by_rank()]
     workload = load_workload(path, gpus=len(gpus), gpus_per_server=spec.gpus_per_server)
     program = iteration_program(workload, spec.emulation.scale)
@@ -131,13 +209,57 @@ def forecast_iteration(
         failed=parse_failures(fabric, failures),
     )
     predicted = forecaster.forecast(program)
-    scale = spec.emulation.scale
-    real = predicted.seconds * scale
+    return _iteration(workload, spec, policy, predicted, spec.emulation.scale)
+
+
+def _by_class(path: Path, spec: FabricSpec, policy: str) -> IterationForecast:
+    """Representative ranks, each group's op by link class, at real speed
+    (orchestrator/forecast/fullsize.py)."""
+    import time
+
+    from orchestrator.forecast.aggregate import ScaleModel, Unsupported
+    from orchestrator.forecast.fullsize import FullSizeForecaster
+    from orchestrator.workload.spec import load_workload
+    from topologies.planner import plan
+
+    began = time.monotonic()
+    if policy not in CLASS_POLICIES:
+        raise ConfigError(
+            "--policy", policy, f"one of {', '.join(CLASS_POLICIES)} by link class", policy
+        )
+    gpus = plan(spec).gpus
+    workload = load_workload(path, gpus=gpus, gpus_per_server=spec.gpus_per_server)
+    try:
+        model = ScaleModel(spec)
+        played = FullSizeForecaster(model, workload, policy=policy).forecast()
+    except Unsupported as err:
+        raise ConfigError(
+            "--fabric", spec.name, "a fabric the link-class model knows", str(err)
+        ) from None
+    return replace(
+        _iteration(workload, spec, policy, played.played, None),
+        ranks_played=played.ranks,
+        shapes=played.shapes,
+        took_s=time.monotonic() - began,
+    )
+
+
+def _iteration(
+    workload: WorkloadSpec,
+    spec: FabricSpec,
+    policy: str,
+    predicted: ProgramForecast,
+    scale: float | None,
+) -> IterationForecast:
+    from orchestrator.workload import costs
+
+    real = predicted.seconds * (scale or 1.0)
     tokens = workload.batch.global_batch * workload.model.seq_len
     peak = workload.gpus * workload.gpu.peak_flops
     return IterationForecast(
         workload=workload.name,
         fabric=spec.name,
+        gpus=workload.gpus,
         policy=policy,
         scale=scale,
         seconds=predicted.seconds,
@@ -145,23 +267,28 @@ def forecast_iteration(
         tokens_per_s=tokens / real,
         mfu=costs.model_flops_per_iteration(workload) / (peak * real),
         exposed=predicted.exposed[predicted.last_rank],
+        ranks_played=len(predicted.ends),
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """The command (called by ``astral forecast`` for a workload file)."""
-    if args.paths is not None or args.calibrate or args.full_size:
+    if args.paths is not None or args.calibrate:
         raise ConfigError(
             "command line",
-            "--paths/--calibrate/--full-size",
-            "none of them with a workload (--fabric, --policy, --set, --fail, --json)",
+            "--paths/--calibrate",
+            "neither with a workload (--fabric, --full-size, --pods, --policy, --set, --fail, "
+            "--json)",
             str(args.experiment),
         )
     policy = args.policy or "path-pinned"
-    baseline = forecast_iteration(args.experiment, args.fabric, policy)
+    where = {"full_size": args.full_size, "pods": args.pods}
+    baseline = forecast_iteration(args.experiment, args.fabric, policy, **where)
     variant = None
     if args.set or args.fail:
-        variant = forecast_iteration(args.experiment, args.fabric, policy, args.set, args.fail)
+        variant = forecast_iteration(
+            args.experiment, args.fabric, policy, args.set, args.fail, **where
+        )
     if args.json:
         out: dict[str, Any] = {"iteration": baseline.to_dict()}
         if variant is not None:
@@ -171,21 +298,50 @@ def run(args: argparse.Namespace) -> int:
     rows = [("baseline", baseline)]
     if variant is not None:
         rows.append((", ".join([*args.set, *(f"fail {f}" for f in args.fail)]), variant))
-    print(
-        f"# FORECAST one iteration of {baseline.workload} on {baseline.fabric}, policy "
-        f"{policy} (no emulation: the program the workers would replay, each operation's "
-        "time from the collectives forecast; docs/workloads.md)"
-    )
-    print(
-        f"# {'':<28} {'iteration s':>11} {'real ms':>9} {'floor s':>8} {'tokens/s':>10} "
-        f"{'MFU':>6}  exposed on the last rank (s): tp ep pp dp"
-    )
-    for label, f in rows:
-        exposed = " ".join(f"{f.exposed.get(k, 0.0):.2f}" for k in ("tp", "ep", "pp", "dp"))
-        print(
-            f"  {label[:28]:<28} {f.seconds:>11.2f} {f.real_ms:>9.3f} {f.floor:>8.2f} "
-            f"{f.tokens_per_s:>10.3g} {f.mfu:>6.1%}  {exposed}"
-        )
+    lines = _by_class_table(rows) if baseline.by_class else _by_flow_table(rows)
+    for line in lines:
+        print(line)
     if variant is not None:
         print(f"# variant / baseline iteration time: {variant.seconds / baseline.seconds:.3f}")
     return 0
+
+
+def _by_flow_table(rows: list[tuple[str, IterationForecast]]) -> list[str]:
+    b = rows[0][1]
+    lines = [
+        f"# FORECAST one iteration of {b.workload} on {b.fabric}, policy {b.policy} (no "
+        "emulation: the program the workers would replay, each operation's time from the "
+        "collectives forecast; docs/workloads.md)",
+        f"# {'':<28} {'iteration s':>11} {'real ms':>9} {'floor s':>8} {'tokens/s':>10} "
+        f"{'MFU':>6}  exposed on the last rank (s): tp ep pp dp",
+    ]
+    for label, f in rows:
+        exposed = " ".join(f"{f.exposed.get(k, 0.0):.2f}" for k in ("tp", "ep", "pp", "dp"))
+        lines.append(
+            f"  {label[:28]:<28} {f.seconds:>11.2f} {f.real_ms:>9.3f} {f.floor:>8.2f} "
+            f"{f.tokens_per_s:>10.3g} {f.mfu:>6.1%}  {exposed}"
+        )
+    return lines
+
+
+def _by_class_table(rows: list[tuple[str, IterationForecast]]) -> list[str]:
+    b = rows[0][1]
+    shapes = ", ".join(f"{kind} {n}" for kind, n in b.shapes.items())
+    lines = [
+        f"# FORECAST one iteration of {b.workload} on {b.fabric} ({b.gpus:,} GPUs), policy "
+        f"{b.policy}, BY LINK CLASS AT REAL SPEED (no emulation scale, no calibration: "
+        'the aggregated model; docs/workloads.md, "Full size")',
+        f"# played {b.ranks_played:,} representative ranks of {b.gpus:,}; group shapes "
+        f"timed per kind: {shapes}",
+        f"# {'':<28} {'real ms':>10} {'floor ms':>10} {'tokens/s':>10} {'MFU':>6}  "
+        "exposed on the last rank (ms): tp ep pp dp",
+    ]
+    for label, f in rows:
+        exposed = " ".join(f"{f.exposed.get(k, 0.0) * 1e3:.3f}" for k in ("tp", "ep", "pp", "dp"))
+        lines.append(
+            f"  {label[:28]:<28} {f.real_ms:>10.3f} {f.floor * 1e3:>10.3f} "
+            f"{f.tokens_per_s:>10.3g} {f.mfu:>6.1%}  {exposed}"
+        )
+    took = sum(f.took_s for _, f in rows)
+    lines.append(f"# took {took:.1f} s")
+    return lines

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -379,6 +379,60 @@ class ScaleModel:
             ),
             default=0.0,
         )
+
+    def group_steps(
+        self, collective: str, algorithm: str, group: np.ndarray, size: int, channels: int
+    ) -> list[Step]:
+        """The schedule of one group's collective (``group``: its members' GPU indices, in
+        its rank order), each transfer over ``channels`` connections: a training
+        iteration's ops run on groups (a server, a rail's replicas, a pipeline pair), not
+        on the whole fabric. Every pair is classified, so a group need not be symmetric;
+        its links are those of its own members' ToR groups and aggregation blocks."""
+        k = int(group.size)
+        key = (collective, algorithm)
+        if k < 2:
+            return []
+        count = element_count(collective, size, k)
+        if key in (("all-reduce", "ring"), ("reduce-scatter", "ring"), ("all-gather", "ring")):
+            phases = 2 if collective == "all-reduce" else 1
+            ring = self._step(k - 1, group, np.roll(group, -1), count * ELEMENT_BYTES / k, 0)
+            return [replace(ring, channels=channels)] * phases
+        if key == ("all-to-all", "direct"):
+            block = count // k * ELEMENT_BYTES
+            src, dst = np.repeat(group, k), np.tile(group, k)
+            other = src != dst
+            step = self._step(1, src[other], dst[other], float(block), 0)
+            return [replace(step, channels=channels)] if block else []
+        if key == ("p2p", "direct"):  # rank 0 sends the whole buffer to rank 1
+            step = self._step(1, group[:1], group[1:2], float(count * ELEMENT_BYTES), 0)
+            return [replace(step, channels=channels)]
+        raise Unsupported(
+            f"{collective}/{algorithm} on a group: the aggregated model knows "
+            "all-reduce/ring, all-gather/ring, reduce-scatter/ring, all-to-all/direct, "
+            "p2p/direct"
+        )
+
+    def group_seconds(
+        self,
+        policy: str,
+        collective: str,
+        algorithm: str,
+        group: np.ndarray,
+        size: int,
+        channels: int,
+        salts: int = 8,
+    ) -> float:
+        """One group's collective alone, at real speed, without the per-operation latency
+        (a program pays that once): the mean over ``salts`` hash draws for ECMP."""
+        steps = self.group_steps(collective, algorithm, group, size, channels)
+        hashed = policy.split(":")[0] in ("ecmp", "ecmp-polarized")
+        draws = []
+        for salt in range(salts if hashed else 1):
+            rng = np.random.default_rng(salt) if hashed else None
+            draws.append(
+                sum(step.repeat * (self.wait(step) + self.step_time(step, rng)) for step in steps)
+            )
+        return float(np.mean(draws))
 
     def forecast(
         self, policy: str, collective: str, algorithm: str, size: int, salts: int = 8

@@ -181,9 +181,11 @@ class ConfigurationModel:
         salts: int = DEFAULT_SALTS,
         channels: int | None = None,
         recorded: Mapping[tuple[str, str, str], Routed] | None = None,
+        routers: dict[str, PolicyRouter] | None = None,
+        fabric: FabricModel | None = None,
     ) -> None:
         self.description = description
-        self.fabric = FabricModel.of(description)
+        self.fabric = fabric or FabricModel.of(description)
         self.workers = list(workers)
         self.layout = layout_of(self.workers)
         self.calibration = calibration or ForecastCalibration()
@@ -194,7 +196,10 @@ class ConfigurationModel:
         #: per (policy, collective, algorithm), paths a run recorded (orchestrator/forecast/
         #: recorded.py): they replace the policy's for the connections they cover
         self.recorded = dict(recorded or {})
-        self._routers: dict[str, PolicyRouter] = {}
+        # ``routers`` and ``fabric`` may be shared by the models of one fabric with the same
+        # links down (a program's groups): a router renders its policy for the whole fabric
+        # (path pinning publishes every pair's paths), which is the same for every group
+        self._routers: dict[str, PolicyRouter] = {} if routers is None else routers
         self._routes: dict[tuple[str, str, str, int], Routed] = {}
         self._playable: dict[tuple[str, str], bool] = {}
         applied = applied_latency(description.fabric, [w.host for w in self.workers])

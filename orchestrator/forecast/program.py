@@ -27,13 +27,14 @@ optimistic).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.collectives.plans import ELEMENT_BYTES
 from orchestrator.collectives.program import Compute, GroupCollective, PointToPoint, Program
 from orchestrator.forecast.calibration import ForecastCalibration
-from orchestrator.forecast.model import ConfigurationModel
+from orchestrator.forecast.model import ConfigurationModel, FabricModel
+from orchestrator.forecast.paths import PolicyRouter
 from orchestrator.worker.spec import workers_from_description
 from orchestrator.workload.timeline import KINDS, SlotSpan, Timeline, kind_of
 from topologies.description import FabricDescription
@@ -82,6 +83,8 @@ class ProgramForecaster:
         self.channels = channels or description.fabric.spec.nic_ports
         self.failed = failed  # links down (what-if: astral forecast WORKLOAD --fail)
         self._models: dict[tuple[str, ...], ConfigurationModel] = {}
+        self._routers: dict[str, PolicyRouter] = {}  # shared by every group's model
+        self._fabric: FabricModel | None = None
         self._times: dict[tuple[tuple[str, ...], str, str, int], float] = {}
 
     def op_seconds(self, op: GroupCollective) -> float:
@@ -100,7 +103,10 @@ class ProgramForecaster:
                     host_ports=self.host_ports,
                     channels=self.channels,
                     failed=self.failed,
+                    routers=self._routers,
+                    fabric=self._fabric,
                 )
+                self._fabric = model.fabric
                 self._models[names] = model
             prediction = model.forecast(self.policy, op.op, op.algorithm, size)
             # the program is one operation: its ops pay no operation latency or overhead
@@ -119,37 +125,50 @@ class ProgramForecaster:
         return latency + self._overhead()
 
     def forecast(self, program: Program) -> ProgramForecast:
-        n = len(self.gpus)
-        ready = [self.entry()] * n
-        compute = [0.0] * n
-        exposed: list[dict[str, float]] = [dict.fromkeys(KINDS, 0.0) for _ in range(n)]
-        spans: list[list[tuple[str, float, float]]] = [[] for _ in range(n)]
-        timeline: Timeline = {rank: [] for rank in range(n)}
-        for index, slot in enumerate(program.slots):
-            enter = list(ready)
-            busy: dict[int, float] = {}  # rank -> end of its compute in the slot
-            last: dict[int, tuple[float, str]] = {}  # rank -> (end of its last op, kind)
-            for op in slot.ops:
-                if isinstance(op, Compute):
-                    for rank, seconds in op.seconds:
-                        end = enter[rank] + seconds
-                        busy[rank] = max(busy.get(rank, enter[rank]), end)
-                        compute[rank] += seconds
-                        spans[rank].append((op.label, enter[rank], end))
-                    continue
-                group_op = op.collective() if isinstance(op, PointToPoint) else op
-                start = max(enter[r] for r in group_op.group)
-                end = start + self.op_seconds(group_op)
-                for rank in group_op.group:
-                    spans[rank].append((group_op.name, start, end))
-                    if end > last.get(rank, (0.0, ""))[0]:
-                        last[rank] = (end, kind_of(group_op.name))
-            for rank in sorted(set(busy) | set(last)):
-                done = busy.get(rank, enter[rank])
-                comm_end, kind = last.get(rank, (0.0, ""))
-                if comm_end > done:
-                    exposed[rank][kind] = exposed[rank].get(kind, 0.0) + comm_end - done
-                ready[rank] = max(done, comm_end)
-                span = SlotSpan(index, enter[rank], ready[rank], done - enter[rank], kind)
-                timeline[rank].append(span)
-        return ProgramForecast(ready, compute, exposed, spans, timeline)
+        return play(program, len(self.gpus), self.op_seconds, self.entry())
+
+
+def play(
+    program: Program,
+    ranks: int,
+    op_seconds: Callable[[GroupCollective], float],
+    entry: float,
+) -> ProgramForecast:
+    """``program``'s slots played in order on ``ranks`` ranks (module docstring), each
+    communication op taking ``op_seconds(op)`` and every rank entering the first slot at
+    ``entry``: the flow-by-flow forecaster's play and the full-size one's
+    (orchestrator/forecast/fullsize.py), which differ only in where an op's time comes from."""
+    n = ranks
+    ready = [entry] * n
+    compute = [0.0] * n
+    exposed: list[dict[str, float]] = [dict.fromkeys(KINDS, 0.0) for _ in range(n)]
+    spans: list[list[tuple[str, float, float]]] = [[] for _ in range(n)]
+    timeline: Timeline = {rank: [] for rank in range(n)}
+    for index, slot in enumerate(program.slots):
+        enter = list(ready)
+        busy: dict[int, float] = {}  # rank -> end of its compute in the slot
+        last: dict[int, tuple[float, str]] = {}  # rank -> (end of its last op, kind)
+        for op in slot.ops:
+            if isinstance(op, Compute):
+                for rank, seconds in op.seconds:
+                    end = enter[rank] + seconds
+                    busy[rank] = max(busy.get(rank, enter[rank]), end)
+                    compute[rank] += seconds
+                    spans[rank].append((op.label, enter[rank], end))
+                continue
+            group_op = op.collective() if isinstance(op, PointToPoint) else op
+            start = max(enter[r] for r in group_op.group)
+            end = start + op_seconds(group_op)
+            for rank in group_op.group:
+                spans[rank].append((group_op.name, start, end))
+                if end > last.get(rank, (0.0, ""))[0]:
+                    last[rank] = (end, kind_of(group_op.name))
+        for rank in sorted(set(busy) | set(last)):
+            done = busy.get(rank, enter[rank])
+            comm_end, kind = last.get(rank, (0.0, ""))
+            if comm_end > done:
+                exposed[rank][kind] = exposed[rank].get(kind, 0.0) + comm_end - done
+            ready[rank] = max(done, comm_end)
+            span = SlotSpan(index, enter[rank], ready[rank], done - enter[rank], kind)
+            timeline[rank].append(span)
+    return ProgramForecast(ready, compute, exposed, spans, timeline)
