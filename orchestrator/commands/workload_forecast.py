@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from orchestrator.workload.spec import WorkloadSpec
     from topologies.fabricspec import FabricSpec
 
-MAX_GPUS = 4096  # flow by flow, per group: beyond this the aggregated model is needed
+#: flow by flow up to this many GPUs; above, by link class. Measured (docs/workloads.md):
+#: 64 GPUs flow by flow 2-3.5 s; 256 GPUs under path pinning grew past 6 GB of memory
+MAX_GPUS = 128
 DEFAULT_FABRIC = "astral-small"
 #: the policies the link-class model knows (orchestrator/forecast/aggregate.py)
 CLASS_POLICIES = ("path-pinned", "ecmp")
