@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.remote.inventory import Machine, inventory_path, load_inventory
 from topologies.catalog import is_preset_name, resolve_fabric
+
+if TYPE_CHECKING:
+    from orchestrator.remote.operations import Upload
+    from orchestrator.run.experiment import ExperimentSpec
 
 # orchestrator.remote.operations (paramiko) is imported where it is used, so that every
 # other astral command starts without loading an SSH library it does not need.
@@ -136,7 +141,7 @@ def run_on(args: argparse.Namespace, argv: list[str], fabric: str | None = None)
 def run_experiment_on(args: argparse.Namespace) -> int:
     """``astral run EXP --on MACHINE``: checked here, run there, its bundle brought here."""
     from orchestrator.remote.jobs import new_job_id
-    from orchestrator.remote.operations import files_dir, place, run_astral
+    from orchestrator.remote.operations import files_dir, run_astral
     from orchestrator.run.experiment import load_experiment
     from orchestrator.run.runner import DEFAULT_EXPERIMENT
     from orchestrator.study.spec import is_study, load_study
@@ -151,10 +156,8 @@ def run_experiment_on(args: argparse.Namespace) -> int:
     else:
         specs = [load_experiment(path)]
     run = new_job_id(specs[0].name)
-    experiment = place(path, files_dir(run))
-    uploads = [experiment]
-    for source in dict.fromkeys(s.fabric_source for s in specs if s.fabric_source != "inline"):
-        uploads.append(place(Path(source), files_dir(run), base=path.parent))
+    uploads = experiment_uploads(path, specs, files_dir(run))
+    experiment = uploads[0]
     bundle = f"results/{run}"
     argv = ["run", experiment.there, "--out", bundle, "--timeout", f"{args.timeout:g}"]
     for flag, given in (
@@ -175,3 +178,15 @@ def run_experiment_on(args: argparse.Namespace) -> int:
         fetch_to=args.out or Path("results") / run,
         accept_new_host_key=args.accept_new_host_key,
     )
+
+
+def experiment_uploads(path: Path, specs: Sequence[ExperimentSpec], directory: str) -> list[Upload]:
+    """The experiment file first, then the files it names (each variant's fabric and
+    workload), each placed where the experiment expects it there."""
+    from orchestrator.remote.operations import place
+
+    uploads = [place(path, directory)]
+    named = [s.fabric_source for s in specs] + [s.workload_source for s in specs]
+    for source in dict.fromkeys(n for n in named if n and n != "inline"):
+        uploads.append(place(Path(source), directory, base=path.parent))
+    return uploads

@@ -257,6 +257,27 @@ def test_files_named_on_the_command_line_go_to_plain_places(tmp_path: Path) -> N
         place(odd, "files/J")
 
 
+def test_a_run_there_carries_the_fabric_and_workload_files_its_experiment_names(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.commands.remote import experiment_uploads
+    from orchestrator.run.experiment import load_experiment
+
+    (tmp_path / "w").mkdir()
+    workload = (REPO / "workloads" / "gpt3-like.yaml").read_text()
+    (tmp_path / "w" / "mine.yaml").write_text(workload.replace("gpt3-like", "mine"))
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(
+        "name: replay\nfabric: astral-small\npolicy: ecmp\nworkload: w/mine.yaml\n"
+    )
+    uploads = experiment_uploads(experiment, [load_experiment(experiment)], "files/J")
+    assert [u.there for u in uploads] == [
+        "files/J/exp.yaml",
+        "topologies/presets/astral-small.yaml",  # in the checkout there already: same place
+        "files/J/w/mine.yaml",  # where the experiment names it, relative to itself
+    ]
+
+
 # -- the far side's job process, run here ----------------------------------------------------
 
 JOB = str(REPO / "orchestrator" / "remote" / "job.py")
