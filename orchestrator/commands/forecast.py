@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator.commands import workload_forecast
     from orchestrator.commands.whatif import with_settings
     from orchestrator.forecast.calibration import load_forecast_calibration
+    from orchestrator.run.experiment import WORKLOAD_KEY
 
     if workload_forecast.is_workload_file(args.experiment):
         return workload_forecast.run(args)
@@ -147,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if args.salts is not None and args.salts < 1:
         raise ConfigError("command line", "--salts", "a number of hash draws >= 1", args.salts)
     base = experiment_document(args.experiment)
+    if WORKLOAD_KEY in base.document:  # an experiment that replays a training workload
+        return workload_forecast.run_experiment(base, args)
     calibration = load_forecast_calibration(args.calibration)
     baseline = forecast_document(base, args)
     variant = None

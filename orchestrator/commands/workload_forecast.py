@@ -32,6 +32,7 @@ from topologies.errors import ConfigError
 
 if TYPE_CHECKING:
     from orchestrator.forecast.program import ProgramForecast
+    from orchestrator.run.experiment import ExperimentSpec
     from orchestrator.workload.spec import WorkloadSpec
     from topologies.fabricspec import FabricSpec
 
@@ -308,19 +309,77 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_experiment(experiment: Any, args: argparse.Namespace) -> int:
+    """``astral forecast EXPERIMENT.yaml`` for an experiment that replays a workload: its
+    iteration forecast on the experiment's fabric, placement and scale, one row per policy
+    (what ``astral run`` prints beside each replay), with ``--set``/``--fail`` what-ifs."""
+    from orchestrator.commands.whatif import with_settings
+    from orchestrator.run.experiment import parse_experiment
+
+    if args.paths is not None or args.full_size or args.fabric or args.policy:
+        raise ConfigError(
+            "command line",
+            "--paths/--full-size/--fabric/--policy",
+            "none of them with an experiment (its fabric and policies are its own; --set "
+            "and --fail change them)",
+            str(args.experiment),
+        )
+    spec = parse_experiment(experiment.document, experiment.source, experiment.base_dir)
+    rows = [(policy, _experiment_iteration(spec, policy, ())) for policy in spec.policies]
+    if args.set or args.fail:
+        changed = with_settings(experiment.document, args.set, experiment.base_dir)
+        variant = parse_experiment(changed, experiment.source, experiment.base_dir)
+        what = ", ".join([*args.set, *(f"fail {f}" for f in args.fail)])
+        rows += [
+            (f"{policy}: {what}", _experiment_iteration(variant, policy, args.fail))
+            for policy in variant.policies
+        ]
+    if args.json:
+        print(json.dumps({"iterations": [{"label": k, **f.to_dict()} for k, f in rows]}, indent=1))
+        return 0
+    for line in _by_flow_table(rows):
+        print(line)
+    return 0
+
+
+def _experiment_iteration(
+    spec: ExperimentSpec, policy: str, failures: Sequence[str]
+) -> IterationForecast:
+    """The experiment's workload iteration under ``policy``, flow by flow on its placement."""
+    from orchestrator.commands.whatif import parse_failures
+    from orchestrator.forecast.calibration import load_forecast_calibration
+    from orchestrator.forecast.program import ProgramForecaster
+    from topologies.description import FabricDescription
+
+    assert spec.workload is not None
+    fabric = spec.fabric_model()
+    forecaster = ProgramForecaster(
+        FabricDescription.of(fabric),
+        spec.gpus,
+        policy=policy,
+        calibration=load_forecast_calibration(),
+        host_ports=spec.host_ports,
+        failed=parse_failures(fabric, failures),
+    )
+    predicted = forecaster.forecast(spec.program())
+    return _iteration(spec.workload, spec.fabric, policy, predicted, spec.fabric.emulation.scale)
+
+
 def _by_flow_table(rows: list[tuple[str, IterationForecast]]) -> list[str]:
     b = rows[0][1]
+    policies = ", ".join(dict.fromkeys(f.policy for _, f in rows))
+    width = max([28, *(len(label) for label, _ in rows)])
     lines = [
-        f"# FORECAST one iteration of {b.workload} on {b.fabric}, policy {b.policy} (no "
+        f"# FORECAST one iteration of {b.workload} on {b.fabric}, policy {policies} (no "
         "emulation: the program the workers would replay, each operation's time from the "
         "collectives forecast; docs/workloads.md)",
-        f"# {'':<28} {'iteration s':>11} {'real ms':>9} {'floor s':>8} {'tokens/s':>10} "
+        f"# {'':<{width}} {'iteration s':>11} {'real ms':>9} {'floor s':>8} {'tokens/s':>10} "
         f"{'MFU':>6}  exposed on the last rank (s): tp ep pp dp",
     ]
     for label, f in rows:
         exposed = " ".join(f"{f.exposed.get(k, 0.0):.2f}" for k in ("tp", "ep", "pp", "dp"))
         lines.append(
-            f"  {label[:28]:<28} {f.seconds:>11.2f} {f.real_ms:>9.3f} {f.floor:>8.2f} "
+            f"  {label:<{width}} {f.seconds:>11.2f} {f.real_ms:>9.3f} {f.floor:>8.2f} "
             f"{f.tokens_per_s:>10.3g} {f.mfu:>6.1%}  {exposed}"
         )
     return lines

@@ -129,3 +129,21 @@ def test_a_workload_studys_report_sets_the_variants_iterations_side_by_side(
     assert lines[4].split() == ["agg=4", "3.600", "(3.420)", "[1.200]", "ok"]
     # a study of collectives has no workload table
     assert workload_table(StudyBundle(tmp_path / "none", {}, [])) == []
+
+
+def test_forecasting_a_workload_experiment_gives_a_row_per_policy_and_what_if(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.cli import main
+
+    path = write(tmp_path, BASE + "workload: gpt3-like\n")
+    assert main(["forecast", str(path), "--set", "oversubscription.agg=4"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:2] == "  "]
+    assert [r[0] for r in rows] == ["ecmp", "path-pinned", "ecmp:", "path-pinned:"]
+    seconds = [float(r[-8]) for r in rows]  # the iteration column
+    assert all(s > 0 for s in seconds)
+    # a thinner aggregation layer cannot make the iteration shorter
+    assert seconds[2] >= seconds[0] and seconds[3] >= seconds[1]
+    # the experiment's fabric and policies are its own
+    assert main(["forecast", str(path), "--fabric", "hpn-like"]) == 2
+    assert "none of them with an experiment" in capsys.readouterr().err
