@@ -147,3 +147,14 @@ def test_forecasting_a_workload_experiment_gives_a_row_per_policy_and_what_if(
     # the experiment's fabric and policies are its own
     assert main(["forecast", str(path), "--fabric", "hpn-like"]) == 2
     assert "none of them with an experiment" in capsys.readouterr().err
+
+
+def test_the_python_api_reads_a_replays_workload_figures(tmp_path: Path) -> None:
+    import json
+
+    from orchestrator.api import Results
+
+    assert Results(tmp_path, [], False).workload is None  # a run of collectives
+    document = {"workload": "mine", "policies": {"ecmp": {"real_ms": 3.0}}}
+    (tmp_path / "workload.json").write_text(json.dumps(document))
+    assert Results(tmp_path, [], False).workload == document
