@@ -28,9 +28,9 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from orchestrator.diagnosis.evidence import ConnectionView, Observations
+from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations
 from orchestrator.diagnosis.model import Suspect
 from topologies.model import Link, LinkKind
 
@@ -53,6 +53,14 @@ CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collis
 CAPPED_SHARE_FAIR = 0.5  # the same, each peak over its fair share (collisions accounted for)
 CAPPED_SECONDS = 3  # busy seconds at that pace
 PEAK_WINDOW_S = 0.03  # three of the workers' 10 ms samples
+# Sending pace: consecutive samples that moved bytes at most this far apart belong to one
+# transfer (a 6 kB packet every 16 ms at a quarter of a 12 Mbit/s link); a longer gap is
+# the collective making the connection wait.
+SENDING_GAP_S = 0.1
+SENDING_MIN_S = 0.2  # of sending in a second for its pace to count
+SENDING_SHARE = 0.45  # of its fair share: a link slowed to a quarter measures 0.2-0.3,
+# healthy connections (collisions, ECMP, a busy machine) at least 0.29 in one second and
+# at least 0.48 in a third one (the saved diagnosis suite's 10 healthy runs)
 LATE_S = 0.020  # entry lateness beyond the typical rank's: healthy ranks stay within 18 ms
 LATE_OPS = 2  # operations a straggler must be late in (two: consecutive ones)
 # ... and the share of the operations between its first and last late one that it is late
@@ -258,6 +266,21 @@ def retransmissions(c: ConnectionView, start: float, end: float) -> int:
     return max(inside) - (before[-1] if before else min(inside))
 
 
+def retransmitted_across(c: ConnectionView, stall: tuple[float, float]) -> int:
+    """Segments ``c`` retransmitted over ``stall`` (start, end): its kernel's total at the
+    first view from the end on, less the last one up to the start. The workers stop
+    sampling a connection that moves nothing, so the views around a stall are all there
+    is; without one before it, the first view stands in (fewer, not more)."""
+    start, end = stall
+    before = [r for t, r in c.retrans if t <= start]
+    after = [r for t, r in c.retrans if t >= end]
+    if not c.retrans:
+        return 0
+    first = before[-1] if before else c.retrans[0][1]
+    last = after[0] if after else c.retrans[-1][1]
+    return max(0, last - first)
+
+
 def _first_retransmission(c: ConnectionView, start: float) -> float | None:
     """When ``c`` first retransmitted after ``start`` (its kernel's total went up)."""
     before = [r for t, r in c.retrans if t < start]
@@ -324,6 +347,51 @@ def capped(
     }
 
 
+def sending_pace(c: ConnectionView) -> dict[int, float]:
+    """Per whole second: the bytes ``c`` moved while it was sending, over the time it was
+    sending (bytes/s), in the seconds it sent for at least :data:`SENDING_MIN_S`. Sending
+    is a run of samples that moved bytes no more than :data:`SENDING_GAP_S` apart. Unlike
+    a peak over 30 ms, the shaper's bucket does not inflate it, and unlike a rate over the
+    whole second, the collective's waits do not deflate it."""
+    moved: dict[int, float] = defaultdict(float)
+    sending: dict[int, float] = defaultdict(float)
+    points = [(t, n) for t, n in c.samples if n > 0]
+    for (t0, _), (t1, n1) in itertools.pairwise(points):
+        if t1 - t0 <= SENDING_GAP_S:
+            moved[int(t1)] += n1
+            sending[int(t1)] += t1 - t0
+    return {s: moved[s] / sending[s] for s in moved if sending[s] >= SENDING_MIN_S}
+
+
+def held_below_share(
+    conns: Sequence[ConnectionView], capacity: dict[str, float]
+) -> dict[int, tuple[float, int, float]]:
+    """Connections whose sending pace (:func:`sending_pace`) stayed under
+    :data:`SENDING_SHARE` of their fair share of their path in :data:`CAPPED_SECONDS` or
+    more seconds: a link slower than the fabric model says. Needs every connection's whole
+    path (the fair share counts the connections sending through each link that second);
+    returns, as :func:`capped` does, the highest of those shares, their number and the
+    first such second."""
+    if not conns or not all(c.full_path for c in conns):
+        return {}
+    paces = {c.id: sending_pace(c) for c in conns}
+    low: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for second in sorted({s for p in paces.values() for s in p}):
+        sending = [c for c in conns if second in paces[c.id]]
+        if len(sending) < 3:
+            continue
+        fair = _fair_shares(sending, {d: bps / 8 for d, bps in capacity.items()})
+        for c in sending:
+            share = paces[c.id][second] / fair[c.id]
+            if share < SENDING_SHARE:
+                low[c.id].append((second, share))
+    return {
+        cid: (max(s for _, s in xs), len(xs), float(xs[0][0]))
+        for cid, xs in low.items()
+        if len(xs) >= CAPPED_SECONDS
+    }
+
+
 def _fair_shares(busy: Sequence[ConnectionView], capacity: dict[str, float]) -> dict[int, float]:
     """Each busy connection's fair share of its path (bytes/s; see :func:`capped`)."""
     crossing: dict[str, int] = defaultdict(int)
@@ -343,6 +411,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     if span is None or not conns:
         return []
     start, end = span
+    by_id = {c.id: c for c in conns}
     stalled = {c.id: s for c in conns if (s := stalls(c))}
     retrans = {c.id: retransmissions(c, start, end) for c in conns}
     typical = statistics.median(retrans.values()) if retrans else 0
@@ -354,16 +423,28 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         if retrans[cid] >= max(HOLE_RETRANS_MIN, RETRANS_FACTOR * typical)
     }  # fmt: skip
     stalled = dropped or stalled
+    if len(stalled) > GLOBAL_SHARE * len(conns):
+        # Most connections stalled at once: the whole fabric's load (a congested
+        # all-to-all's timeouts), the machine, or a collective waiting behind a few
+        # connections in a hole. Those few retransmit into it while they stall; the
+        # others wait with nothing to retransmit.
+        holes = {
+            cid: s for cid, s in stalled.items()
+            if retransmitted_across(by_id[cid], max(s, key=lambda ab: ab[1] - ab[0]))
+            >= HOLE_RETRANS_MIN
+        }  # fmt: skip
+        stalled = holes if len(holes) <= GLOBAL_SHARE * len(conns) else {}
     lossy = {
         cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
     } - set(stalled)
-    rates = capped(conns, {name: d.capacity_bps for name, d in obs.directions.items()})
+    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    rates = capped(conns, capacity)
+    paced = held_below_share(conns, capacity)
     # a peak rate held down second after second is a shaper's: a slow link, even when
     # the sender overflowed its queue and retransmitted (a lossy link at full rate
     # loses in bursts between which its sender runs at the link's pace)
-    slow = set(rates) - set(stalled)
+    slow = (set(rates) | set(paced)) - set(stalled)
     lossy -= slow
-    by_id = {c.id: c for c in conns}
     # most connections at once: the machine (a busy neighbour, the emulator's CPU) or the
     # whole fabric's load, not one component; no link is blamed for it
     if len(set(stalled) | lossy | slow) > GLOBAL_SHARE * len(conns):
@@ -384,9 +465,12 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         why = {
             i: f"sent at most {rates[i][0]:.0%} of the typical connection's rate, in "
             f"{rates[i][1]} of its busy seconds"
+            if i in rates
+            else f"sent at {paced[i][0]:.0%} of its fair share of its path or less while "
+            f"sending, in {paced[i][1]} seconds"
             for i in slow
         }
-        onsets = {i: rates[i][2] for i in slow}
+        onsets = {i: (rates.get(i) or paced[i])[2] for i in slow}
         out += _explain(
             obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets,
             queues=switch_queues(obs),
@@ -411,7 +495,10 @@ def _explain(
     queues: dict[str, int] | None = None,
 ) -> list[Suspect]:
     """The directions on the bad connections' paths, scored by how much of the badness
-    they explain (recall) and how little health they would contradict (precision). With
+    they explain (recall) and how little health they would contradict (precision). A
+    whole link (``A-B``) is a candidate too when bad connections cross it both ways and
+    it explains more of them than either direction: a fault on a link usually takes both
+    directions, and a ring's two neighbours may cross it in opposite directions. With
     ``leaks`` (a loss): a direction out of a switch is believed when that switch dropped
     packets inside, one out of a GPU when no switch on the bad paths did (its own
     egress is not counted by any switch)."""
@@ -424,40 +511,62 @@ def _explain(
     )
     first = [onsets.get(c.id) for c in bad] if onsets else []
     onset = min((t for t in first if t is not None), default=None)
-    out = []
-    for name, recall, precision, through in _ranked_components(
-        bad, everyone, lambda c: c.directions()
-    )[:6]:
-        if name not in obs.directions:
+    links = _link_directions(obs)
+
+    def components(c: ConnectionView) -> list[str]:
+        mine = c.directions()
+        return mine + [obs.directions[d].link_name for d in mine if d in obs.directions]
+
+    ranked = _ranked_components(bad, everyone, components)
+    recall_of = {name: recall for name, recall, _, _ in ranked}
+    out: list[Suspect] = []
+    for name, recall, precision, through in ranked:
+        if len(out) == 6:
+            break
+        if name in links:
+            both = links[name]
+            if recall <= max(recall_of.get(d.name, 0.0) for d in both):
+                continue  # one direction explains as much: it is the more specific
+            ends = [d for d in both if recall_of.get(d.name)]
+        elif name in obs.directions:
+            ends = [obs.directions[name]]
+        else:
             continue
-        d = obs.directions[name]
         evidence = [
             lead,
             f"paths: {name} is on {len(through)} of them and on "
-            f"{_healthy_through(name, bad, everyone)} healthy connection(s)",
+            f"{_healthy_through(name, bad, everyone, components)} healthy connection(s)",
         ]
         factor = 1.0
+        sources = [d.src for d in ends]
         if queues is not None:  # a slow direction: where do its bytes wait?
-            if d.src in queues:
-                evidence.append(
-                    f"counters: {d.src} held {queues[d.src]:,} bytes received and not yet "
+            holding = [src for src in sources if src in queues]
+            if holding:
+                # both ways slow: each direction's queue waits at its own source
+                factor = 0.65 + 0.35 * len(holding) / len(sources)
+                evidence += [
+                    f"counters: {src} held {queues[src]:,} bytes received and not yet "
                     "sent through the run: the queue of a port slower than its senders"
-                )
-            elif d.src in obs.fabric.switches or bad_switches & set(queues):
+                    for src in holding
+                ]
+            elif any(src in obs.fabric.switches for src in sources) or bad_switches & set(queues):
                 factor = 0.65  # below a direction whose switch does hold the queue
             else:
                 evidence.append(
                     "counters: no switch on these paths held a queue: the bytes waited at "
-                    f"{d.src}'s own egress"
+                    f"{' and '.join(sources)}'s own egress"
                 )
-        if leaks and d.src in obs.fabric.switches:
-            if d.src in leaks:
-                packets, nbytes = leaks[d.src]
+        switch_ends = [src for src in sources if src in obs.fabric.switches]
+        if leaks and switch_ends:
+            dropping = [src for src in switch_ends if src in leaks]
+            if dropping:
+                src = max(dropping, key=lambda sw: leaks[sw][0])
+                packets, nbytes = leaks[src]
                 evidence.append(
-                    f"counters: {d.src} received {packets:,} packets ({nbytes:,} bytes) more "
+                    f"counters: {src} received {packets:,} packets ({nbytes:,} bytes) more "
                     "than it sent: dropped at one of its egresses"
                 )
-                others = [n for sw, (n, _) in leaks.items() if sw != d.src]
+                others = [n for sw, (n, _) in leaks.items() if sw not in dropping]
                 if len(others) >= 2 and packets < 2 * statistics.median(others):
                     factor = 0.4  # every switch drops: congestion, this one no more than most
                     evidence.append(
@@ -473,6 +582,14 @@ def _explain(
         )
     if leaks and fault == "lossy":
         out += _beyond_first_hop(obs, bad, leaks, lead, onset)
+    return out
+
+
+def _link_directions(obs: Observations) -> dict[str, list[Direction]]:
+    """Each fabric link's name (``A-B``) and its two directions."""
+    out: dict[str, list[Direction]] = defaultdict(list)
+    for d in obs.directions.values():
+        out[d.link_name].append(d)
     return out
 
 
@@ -508,10 +625,14 @@ def _beyond_first_hop(
 
 
 def _healthy_through(
-    name: str, bad: Sequence[ConnectionView], everyone: Iterable[ConnectionView]
+    name: str,
+    bad: Sequence[ConnectionView],
+    everyone: Iterable[ConnectionView],
+    components: Callable[[ConnectionView], list[str]] | None = None,
 ) -> int:
     bad_ids = {c.id for c in bad}
-    return sum(1 for c in everyone if c.id not in bad_ids and name in c.directions())
+    of = components or (lambda c: c.directions())
+    return sum(1 for c in everyone if c.id not in bad_ids and name in of(c))
 
 
 def _ranked_components(
@@ -558,25 +679,28 @@ def _explain_stalls(
         f"transport: {len(bad)} connection(s) stalled with data outstanding, the longest "
         f"{longest:.1f} s, from {rel(obs, onset)}: {listed}{more}"
     )
-    destinations = {c.dst_gpu for c in bad}
     full = [c for c in bad if c.full_path]
     leaks = switch_leaks(obs)
 
     def pairs(c: ConnectionView) -> list[str]:
-        return [f"{s}|{c.dst_gpu}" for s in c.switches()]
+        # a switch dropping what goes to a GPU stalls the connections to it, and those
+        # from it whose acknowledgements cross the switch on their way back
+        return [f"{s}|{gpu}" for s in c.switches() for gpu in (c.dst_gpu, c.src_gpu)]
 
     holes = []
     for name, recall, precision, through in _ranked_components(bad, everyone, pairs):
         switch, destination = name.split("|")
         others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
-        if len(destinations) != 1 or not full:
+        if not full or any(destination not in (c.dst_gpu, c.src_gpu) for c in bad):
             recall *= 0.7  # only first hops known, or several destinations: less sure
         # the switch that drops them received them and sent nothing on: it leaks
         leak = leaks.get(switch)
         score = 0.9 * recall * precision * (1.0 if others else 0.6) * (1.0 if leak else 0.6)
+        acks = sum(1 for c in through if c.dst_gpu != destination)
         evidence = [
             lead,
             f"paths: every stalled connection goes to {destination}"
+            + (f" (or, {acks} of them, comes from it: its acknowledgements)" if acks else "")
             + (
                 f" and {len(through)} of {len(bad)} cross {switch}"
                 if recall < 1

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnosis import diagnose, diagnose_bundle, restarts
+from orchestrator.diagnosis.detectors import held_below_share
 from orchestrator.diagnosis.evidence import (
     ConnectionView,
     Observations,
@@ -207,6 +208,84 @@ def test_connections_stalled_to_one_gpu_through_one_switch_are_its_blackhole(
     suspect = diagnose(obs).ranked[0]
     assert suspect.key() == ("switch", "p1r0a0", "blackhole")
     assert suspect.onset == pytest.approx(T0 + 3.0, abs=0.02)
+
+
+def paced(
+    cid: int, src: int, dst: int, hops: list[PathHop], rate: float, slowed: float = 1.0
+) -> ConnectionView:
+    """A sender busy for 20 s at ``rate`` bytes/s, at ``slowed`` x that from t = 5 s to
+    t = 12 s (a quarter: a 6 kB packet acknowledged every 16 ms rather than every 4)."""
+    c = ConnectionView(cid, 1, src, dst, GPUS[src], GPUS[dst], hops)
+    t = 0.0
+    while t < 20.0:
+        pace = rate * (slowed if 5.0 <= t < 12.0 else 1.0)
+        c.samples.append((T0 + t, 6_000))
+        t += 6_000 / pace
+    c.unacked.append((T0, 4))
+    c.retrans.append((T0, 0))
+    return c
+
+
+def test_a_link_slowed_both_ways_is_that_link_though_no_one_direction_explains_it(
+    astral: FabricDescription,
+) -> None:
+    """Two ring neighbours cross one link in opposite directions, each at a quarter of
+    its fair share while the link is slow: neither direction is on both of their paths,
+    the link is."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    out = path("p0s1g1", "p0r1t1", "p0r1a0", "c0", "p1r1a0", "p1r1t0", "p1s1g1")
+    back = path("p1s0g0", "p1r0t0", "p1r0a0", "c0", "p0r1a0", "p0r1t0", "p0s0g1")
+    elsewhere = path("p1s1g0", "p1r0t1", "p1r0a1", "c2", "p0r0a1", "p0r0t0", "p0s1g0")
+    local = path("p0s1g0", "p0r0t0", "p0s0g0")
+    healthy = [paced(3, 6, 2, elsewhere, rate), paced(4, 2, 0, local, rate)]
+    assert diagnose(
+        observations(
+            astral, connections=[paced(1, 3, 7, out, rate), paced(2, 4, 1, back, rate), *healthy]
+        )
+    ).healthy
+    conns = [paced(1, 3, 7, out, rate, 0.25), paced(2, 4, 1, back, rate, 0.25), *healthy]
+    suspect = diagnose(observations(astral, connections=conns)).ranked[0]
+    assert suspect.key() == ("link", obs.directions["p0r1a0>c0"].link_name, "slow")
+    assert suspect.onset == pytest.approx(T0 + 5, abs=1.0)
+    # the pace while sending, against each one's fair share of its path, says the same
+    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    held = held_below_share(conns, capacity)
+    assert set(held) == {1, 2} and all(0.2 < share < 0.3 for share, _, _ in held.values())
+
+
+def test_a_collective_stalled_behind_a_hole_points_at_the_connections_retransmitting_into_it(
+    astral: FabricDescription,
+) -> None:
+    """A switch drops what goes to one GPU: the connections to it and those from it
+    (their acknowledgements) retransmit into the hole, and the rest of an all-to-all
+    waits for them with data outstanding. Most connections stalled is not the machine's
+    doing here: the two that retransmitted while they stalled name the hole."""
+    stall = (3.0, 9.0)
+    into = path("p0s1g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    acks_through = path("p1s0g0", "p1r0t0", "p1r0a1", "c2", "p0r0a1", "p0r0t1", "p0s0g0")
+    waiting = [
+        path("p0s0g1", "p0r1t0", "p0s1g1"),
+        path("p0s1g1", "p0r1t1", "p0s0g1"),
+        path("p1s0g1", "p1r1t0", "p1s1g1"),
+        path("p1s1g1", "p1r1t1", "p1s0g1"),
+    ]
+    conns = [
+        connection(1, 2, 4, into, stall=stall, retrans=12),
+        connection(2, 4, 0, acks_through, stall=stall, retrans=12),
+        *(connection(3 + i, 0, 1, hops, stall=stall) for i, hops in enumerate(waiting)),
+        connection(7, 6, 0, path("p1s1g0", "p1r0t0", "p1r0a0", "c0", "p0r0a0", "p0r0t0", "p0s0g0")),
+        connection(8, 0, 2, path("p0s0g0", "p0r0t0", "p0s1g0")),
+    ]
+    switches = ["p1r0t0", "c0", "p1r0a0", "p0r0t0"]
+    obs = observations(astral, connections=conns, counters=counters({"p1r0t0": 300}, switches))
+    suspect = diagnose(obs).ranked[0]
+    assert suspect.key() == ("switch", "p1r0t0", "blackhole")
+    assert "acknowledgements" in " ".join(suspect.evidence)
+    # the same stalls with nobody retransmitting: the whole fabric waited, nothing to blame
+    for c in conns[:2]:
+        c.retrans = [(t, 0) for t, _ in c.retrans]
+    assert diagnose(observations(astral, connections=conns)).healthy
 
 
 def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
