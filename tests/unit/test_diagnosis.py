@@ -303,6 +303,16 @@ def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
     noisy = {k: v for k, v in lateness.items() if k[2] != 5}
     noisy |= {(1, i, 7): 0.049 for i in (2, 5, 6)}
     assert diagnose(observations(astral, lateness=noisy)).healthy
+    # two operations back to back late by 25-31 ms (a healthy run's live alert): a hiccup;
+    # two late by a straggler's 200 ms: already the straggler (what the live alert sees)
+    hiccup = {k: v for k, v in lateness.items() if k[2] != 5} | {(1, 3, 6): 0.035, (1, 4, 6): 0.041}
+    assert diagnose(observations(astral, lateness=hiccup)).healthy
+    two = {k: v for k, v in lateness.items() if k[2] != 5} | {(1, 3, 6): 0.21, (1, 4, 6): 0.21}
+    assert diagnose(observations(astral, lateness=two)).ranked[0].key() == (
+        "gpu",
+        "p1s1g0",
+        "straggler",
+    )
 
 
 def test_a_controller_that_started_again_is_an_outage(astral: FabricDescription) -> None:
