@@ -31,7 +31,8 @@ collective until it ends). Then ``orchestrator.diagnosis.diagnose_bundle`` on th
 in this process; the bundle's ``faults`` table is the ground truth (the diagnosis never
 reads it).
 
-A suspect matches an injection when component, target and fault match (:func:`matches`):
+A suspect the diagnosis reports (scored at or above its threshold: what ``astral diagnose``
+prints) matches an injection when component, target and fault match (:func:`matches`):
 link names match by their two ends in either order, ``A>B`` and ``A-B`` alike. Printed: one
 line per run, the confusion table (injected kind against the top suspect's fault; a
 healthy verdict is ``healthy``), top-1 and top-3 accuracy per kind and over all, false
@@ -790,7 +791,8 @@ def diagnose(bundle: Path, outcome: Outcome) -> None:
         outcome.error = f"diagnose_bundle: {type(error).__name__}: {error}"
         return
     outcome.diagnosis = diagnosis_dict(diagnosis)
-    score(outcome, list(diagnosis.suspects))
+    # what the diagnosis reports: a suspect under its threshold is not shown to anyone
+    score(outcome, list(diagnosis.ranked))
 
 
 def evaluate(run_dir: Path, scenario: Scenario, status: str, seconds: float) -> Outcome:
