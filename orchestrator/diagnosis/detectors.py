@@ -719,7 +719,11 @@ def _explain_stalls(
                 "than it sent: it dropped them"
             )
         holes.append(Suspect("switch", switch, "blackhole", score, evidence, onset=onset))
-    out += sorted(holes, key=lambda s: -s.score)[:3]
+    best: dict[str, Suspect] = {}  # one per switch: its best-explained destination
+    for hole in holes:
+        if hole.target not in best or hole.score > best[hole.target].score:
+            best[hole.target] = hole
+    out += sorted(best.values(), key=lambda s: -s.score)[:3]
     for name, recall, precision, through in _ranked_components(
         bad, everyone, lambda c: c.directions()
     )[:3]:
