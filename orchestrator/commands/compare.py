@@ -7,7 +7,9 @@ sets A's measurements beside the forecasts its run made (the model, docs/forecas
 On studies (docs/studies.md): ``astral compare STUDY`` sets every variant beside the first,
 ``astral compare STUDY_A STUDY_B`` each variant of A beside B's variant of the same label;
 a variant's own bundle (STUDY/variants/NN-...) compares as any run's.
-Exits 1 when nothing matches.
+On bundles that replayed a workload (docs/workloads.md): their iterations per policy, B/A
+at real speed, with the exposed communication per kind; ``--forecast`` sets a replay
+beside its forecast. Exits 1 when nothing matches.
 """
 
 from __future__ import annotations
@@ -39,14 +41,17 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from orchestrator.results.compare import compare_bundles, compare_forecasts
     from orchestrator.results.store import ResultsBundle
+    from orchestrator.run.replay import read_workload
     from orchestrator.study.bundle import is_study_bundle
     from topologies.errors import ConfigError
 
     if is_study_bundle(args.a) and not args.forecast:
         return _studies(args)
+    if read_workload(args.a) is not None:
+        return _workloads(args)
     if args.forecast:
         if args.b is not None:
-            raise ConfigError("command line", "B", "no second bundle with --forecast", args.b)
+            raise ConfigError("command line", "B", "no second bundle with --forecast", str(args.b))
         with ResultsBundle.open(args.a) as a:
             comparison = compare_forecasts(a)
         print(comparison.text, end="")
@@ -70,6 +75,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workloads(args: argparse.Namespace) -> int:
+    """Two replays' iterations side by side, or (``--forecast``) a replay beside its
+    forecast: what ``astral run`` printed, from the bundle's workload.json."""
+    from orchestrator.run.replay import compare_workloads, read_workload, replay_table
+    from topologies.errors import ConfigError
+
+    a = read_workload(args.a)
+    assert a is not None
+    if args.forecast:
+        if args.b is not None:
+            raise ConfigError("command line", "B", "no second bundle with --forecast", str(args.b))
+        print(replay_table(a["workload"], a["policies"], a["scale"]))
+        return 0
+    if args.b is None:
+        raise ConfigError("command line", "B", "a second bundle (or --forecast)", None)
+    b = read_workload(args.b)
+    if b is None:
+        raise ConfigError(
+            "command line", "B", "a bundle that replayed a workload, as A did", str(args.b)
+        )
+    text, matched = compare_workloads(a, b, a_policy=args.a_policy, b_policy=args.b_policy)
+    print(text, end="")
+    if matched == 0:
+        print(
+            "astral compare: no policy in common between A and B "
+            "(--a-policy/--b-policy compare different policies)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def _studies(args: argparse.Namespace) -> int:
     """A study's variants against its first, or two studies variant by variant."""
     from orchestrator.results.compare import compare_bundles
@@ -85,7 +122,7 @@ def _studies(args: argparse.Namespace) -> int:
         pairs = [(args.a, measured[0], args.a, v) for v in measured[1:]]
     else:
         if not is_study_bundle(args.b):
-            raise ConfigError("command line", "B", "a study bundle, as A is", args.b)
+            raise ConfigError("command line", "B", "a study bundle, as A is", str(args.b))
         b = StudyBundle.open(args.b)
         by_label = {v.label: v for v in b.variants}
         pairs = [(args.a, v, args.b, by_label[v.label]) for v in measured if v.label in by_label]

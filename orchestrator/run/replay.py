@@ -315,3 +315,62 @@ def workload_report(bundle: Path, *, plots: bool = True) -> tuple[list[str], lis
                 )
             )
     return lines, files
+
+
+def read_workload(bundle: Path) -> dict[str, Any] | None:
+    """A bundle's workload.json (what its replays measured and forecast), or None when it
+    replayed no workload."""
+    path = bundle / WORKLOAD_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def compare_workloads(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    *,
+    a_policy: str | None = None,
+    b_policy: str | None = None,
+) -> tuple[str, int]:
+    """Two bundles' replays side by side (``astral compare`` on workload bundles): per
+    policy both hold (or the one named on each side), the iteration time at real speed,
+    B/A, tokens/s and MFU, and the exposed communication per kind (ms at real speed).
+    Returns the text and the number of policy pairs set side by side.
+
+    Iteration time is the figure compared, at real speed: two bundles at different
+    emulation scales still compare; a comparison of two different workloads says so in
+    its header rather than refusing (a what-if on the model is a question users ask)."""
+    a_records, b_records = a["policies"], b["policies"]
+    pairs: list[tuple[str, str]]
+    if a_policy or b_policy:
+        pairs = [(a_policy or b_policy or "", b_policy or a_policy or "")]
+    else:
+        pairs = [(p, p) for p in a_records if p in b_records]
+    pairs = [(pa, pb) for pa, pb in pairs if pa in a_records and pb in b_records]
+    same = a["workload"] == b["workload"]
+    lines = [
+        f"# workload {a['workload']!r} (A) vs {b['workload']!r} (B)"
+        + ("" if same else ": two different workloads")
+        + "; one iteration, ms at real speed; B/A < 1: B is faster; exposed communication "
+        "per kind on the rank that ends last, A -> B",
+        "# "
+        + f"{'policy A -> B':<26}{'A ms':>10}{'B ms':>10}{'B/A':>8}{'tokens/s B/A':>14}"
+        + f"{'MFU A -> B':>16}"
+        + "".join(f"{k + ' ms':>16}" for k in KINDS)
+        + f"{'#wrong':>8}",
+    ]
+    for pa, pb in pairs:
+        ra, rb = a_records[pa], b_records[pb]
+        to_ms_a, to_ms_b = a["scale"] * 1e3, b["scale"] * 1e3
+        exposed = "".join(
+            f"{ra['exposed_s'].get(k, 0.0) * to_ms_a:>7.3f}->"
+            f"{rb['exposed_s'].get(k, 0.0) * to_ms_b:<7.3f}"
+            for k in KINDS
+        )
+        lines.append(
+            f"  {pa + ' -> ' + pb:<26}{ra['real_ms']:>10.3f}{rb['real_ms']:>10.3f}"
+            f"{rb['real_ms'] / ra['real_ms']:>8.3f}"
+            f"{rb['tokens_per_s'] / ra['tokens_per_s']:>14.3f}"
+            f"{ra['mfu']:>8.1%} -> {rb['mfu']:<5.1%}{exposed}"
+            f"{ra['wrong'] + rb['wrong']:>8}"
+        )
+    return "\n".join(lines) + "\n", len(pairs)

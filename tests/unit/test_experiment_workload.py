@@ -158,3 +158,50 @@ def test_the_python_api_reads_a_replays_workload_figures(tmp_path: Path) -> None
     document = {"workload": "mine", "policies": {"ecmp": {"real_ms": 3.0}}}
     (tmp_path / "workload.json").write_text(json.dumps(document))
     assert Results(tmp_path, [], False).workload == document
+
+
+def test_astral_compare_sets_two_replays_side_by_side_per_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from orchestrator.cli import main
+
+    def replay(real_ms: float, exposed_dp: float, scale: float) -> dict[str, object]:
+        emulated = real_ms / 1e3 / scale
+        return {
+            "real_ms": real_ms,
+            "iteration_s": emulated,
+            "tokens_per_s": 1e6 / real_ms,
+            "mfu": 0.3 / real_ms,
+            "exposed_s": {"tp": 0.0, "ep": 0.0, "pp": 0.0, "dp": exposed_dp / 1e3 / scale},
+            "wrong": 0,
+        }
+
+    bundles = {}
+    for name, scale, ms in (("a", 1e-4, 3.0), ("b", 5e-5, 3.6)):
+        bundles[name] = tmp_path / name
+        bundles[name].mkdir()
+        document = {
+            "workload": "gpt3-like",
+            "scale": scale,
+            "policies": {"ecmp": replay(ms, 0.2, scale), "path-pinned": replay(ms, 0.1, scale)},
+        }
+        (bundles[name] / "workload.json").write_text(json.dumps(document))
+    a, b = str(bundles["a"]), str(bundles["b"])
+    assert main(["compare", a, b]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:2] == "  "]
+    # per policy: A ms, B ms, B/A at real speed, whatever each bundle's scale
+    assert [r[:6] for r in rows] == [
+        ["ecmp", "->", "ecmp", "3.000", "3.600", "1.200"],
+        ["path-pinned", "->", "path-pinned", "3.000", "3.600", "1.200"],
+    ]
+    assert "0.200->0.200" in rows[0]  # dp exposed, ms at real speed on both sides
+    assert main(["compare", a, b, "--a-policy", "ecmp", "--b-policy", "path-pinned"]) == 0
+    assert len([x for x in capsys.readouterr().out.splitlines() if x[:2] == "  "]) == 1
+    assert main(["compare", a, b, "--a-policy", "adaptive"]) == 1
+    assert "no policy in common" in capsys.readouterr().err
+    # a bundle of collectives is not a replay to compare with
+    (tmp_path / "collectives").mkdir()
+    assert main(["compare", a, str(tmp_path / "collectives")]) == 2
+    assert "a bundle that replayed a workload" in capsys.readouterr().err
