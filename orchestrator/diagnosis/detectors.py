@@ -444,6 +444,10 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
     rates = capped(conns, capacity)
     paced = held_below_share(conns, capacity)
+    if len(paced) > GLOBAL_SHARE * len(conns):
+        # most connections paced low at once: a pipelined collective (a ring forwards as
+        # it receives) sends at its slowest link's pace everywhere; the peaks must tell
+        paced = {}
     # a peak rate held down second after second is a shaper's: a slow link, even when
     # the sender overflowed its queue and retransmitted (a lossy link at full rate
     # loses in bursts between which its sender runs at the link's pace)
