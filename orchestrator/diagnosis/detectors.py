@@ -48,6 +48,10 @@ RETRANS_FACTOR = 4.0  # x the median connection's
 # a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
 # ... 4 s): some 10 to 20 times in several seconds
 HOLE_RETRANS_MIN = 5
+# One connection stalled, and no switch's counters saying it dropped anything: a healthy
+# run's first operation shows that now and then (one connection 1.2 s at its start, a lost
+# first segment under the kernel's 1 s initial timeout); alone it stays under the line
+LONE_STALL = 0.6
 GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
 CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collision's half
 CAPPED_SHARE_FAIR = 0.5  # the same, each peak over its fair share (collisions accounted for)
@@ -704,6 +708,7 @@ def _explain_stalls(
         # the switch that drops them received them and sent nothing on: it leaks
         leak = leaks.get(switch)
         score = 0.9 * recall * precision * (1.0 if others else 0.6) * (1.0 if leak else 0.6)
+        score *= 1.0 if leak or len(bad) > 1 else LONE_STALL
         acks = sum(1 for c in through if c.dst_gpu != destination)
         evidence = [
             lead,
@@ -737,9 +742,10 @@ def _explain_stalls(
             lead,
             f"paths: {name} is on {len(through)} of the {len(bad)} stalled connections",
         ]
+        lone = LONE_STALL if len(bad) == 1 else 1.0
         out.append(
-            Suspect("link", obs.directions[name].link_name, "down", 0.5 * recall * precision,
-                    evidence, onset=onset)
+            Suspect("link", obs.directions[name].link_name, "down",
+                    0.5 * recall * precision * lone, evidence, onset=onset)
         )  # fmt: skip
     return out
 

@@ -254,6 +254,28 @@ def test_a_link_slowed_both_ways_is_that_link_though_no_one_direction_explains_i
     assert set(held) == {1, 2} and all(0.2 < share < 0.3 for share, _, _ in held.values())
 
 
+def test_one_connection_stalled_once_is_not_a_blackhole_unless_a_switch_dropped_it(
+    astral: FabricDescription,
+) -> None:
+    """A healthy run's first operation now and then holds one connection 1.2 s (a lost
+    first segment under the kernel's 1 s initial timeout): alone, with no switch counting
+    a drop, it stays under the alarm line; the same stall with its switch's counters
+    leaking is that switch's blackhole."""
+    alone = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")
+    conns = [
+        connection(1, 1, 6, alone, stall=(2.0, 3.2)),
+        connection(2, 0, 4, path("p0s0g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")),
+        connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")),
+    ]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0"]
+    assert diagnose(
+        observations(astral, connections=conns, counters=counters({}, switches))
+    ).healthy
+    leaking = counters({"p1r0a0": 40}, switches)
+    suspect = diagnose(observations(astral, connections=conns, counters=leaking)).ranked[0]
+    assert suspect.key() == ("switch", "p1r0a0", "blackhole")
+
+
 def test_a_collective_stalled_behind_a_hole_points_at_the_connections_retransmitting_into_it(
     astral: FabricDescription,
 ) -> None:
