@@ -28,7 +28,6 @@ preset's name, a file, or a mapping. Nothing here needs root except :func:`run`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.results.store import WORKLOAD_FILE
+from orchestrator.results.store import read_workload
 from orchestrator.run.experiment import ExperimentSpec, load_experiment, parse_experiment
 from orchestrator.run.runner import Runner, RunOptions, RunOutcome
 from orchestrator.study.runner import StudyOutcome, StudyRunner
@@ -114,11 +113,7 @@ class Results:
         """A workload replay's workload.json (per policy the iteration time, tokens/s,
         MFU, exposed communication per kind and timeline, replayed and forecast), or None
         for a run of collectives (docs/workloads.md)."""
-        path = self.path / WORKLOAD_FILE
-        if not path.is_file():
-            return None
-        document: dict[str, Any] = json.loads(path.read_text())
-        return document
+        return read_workload(self.path)
 
     def variants(self) -> list[str]:
         """The study's variants in order (empty for a single run)."""

@@ -40,15 +40,15 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator.results.compare import compare_bundles, compare_forecasts
-    from orchestrator.results.store import ResultsBundle
-    from orchestrator.run.replay import read_workload
+    from orchestrator.results.store import ResultsBundle, read_workload
     from orchestrator.study.bundle import is_study_bundle
     from topologies.errors import ConfigError
 
     if is_study_bundle(args.a) and not args.forecast:
         return _studies(args)
-    if read_workload(args.a) is not None:
-        return _workloads(args)
+    replayed = read_workload(args.a)
+    if replayed is not None:
+        return _workloads(args, replayed)
     if args.forecast:
         if args.b is not None:
             raise ConfigError("command line", "B", "no second bundle with --forecast", str(args.b))
@@ -75,14 +75,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workloads(args: argparse.Namespace) -> int:
+def _workloads(args: argparse.Namespace, a: dict[str, Any]) -> int:
     """Two replays' iterations side by side, or (``--forecast``) a replay beside its
-    forecast: what ``astral run`` printed, from the bundle's workload.json."""
-    from orchestrator.run.replay import compare_workloads, read_workload, replay_table
+    forecast: what ``astral run`` printed, from the bundles' workload.json (A's read)."""
+    from orchestrator.results.store import read_workload
+    from orchestrator.run.replay import compare_workloads, replay_table
     from topologies.errors import ConfigError
 
-    a = read_workload(args.a)
-    assert a is not None
     if args.forecast:
         if args.b is not None:
             raise ConfigError("command line", "B", "no second bundle with --forecast", str(args.b))

@@ -279,11 +279,11 @@ def retransmitted_across(c: ConnectionView, stall: tuple[float, float]) -> int:
     first view from the end on, less the last one up to the start. The workers stop
     sampling a connection that moves nothing, so the views around a stall are all there
     is; without one before it, the first view stands in (fewer, not more)."""
+    if not c.retrans:
+        return 0
     start, end = stall
     before = [r for t, r in c.retrans if t <= start]
     after = [r for t, r in c.retrans if t >= end]
-    if not c.retrans:
-        return 0
     first = before[-1] if before else c.retrans[0][1]
     last = after[0] if after else c.retrans[-1][1]
     return max(0, last - first)
@@ -383,12 +383,13 @@ def held_below_share(
     if not conns or not all(c.full_path for c in conns):
         return {}
     paces = {c.id: sending_pace(c) for c in conns}
+    bytes_per_s = {d: bps / 8 for d, bps in capacity.items()}
     low: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for second in sorted({s for p in paces.values() for s in p}):
         sending = [c for c in conns if second in paces[c.id]]
         if len(sending) < 3:
             continue
-        fair = _fair_shares(sending, {d: bps / 8 for d, bps in capacity.items()})
+        fair = _fair_shares(sending, bytes_per_s)
         for c in sending:
             share = paces[c.id][second] / fair[c.id]
             if share < SENDING_SHARE:

@@ -15,7 +15,6 @@ is counted at both ends, and the two counts differ by what was lost on the wire.
 from __future__ import annotations
 
 import bisect
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,12 @@ from orchestrator.diagnosis import restarts
 from orchestrator.diagnosis.restarts import OwnRestart
 from orchestrator.results import ResultsBundle
 from orchestrator.results.store import (
-    WORKLOAD_FILE,
     Configuration,
     ControllerEvent,
     IterationRecord,
     PathHop,
     StoredConnection,
+    read_workload,
 )
 from topologies.description import FabricDescription
 from topologies.latency import applied_latency
@@ -202,11 +201,9 @@ def observe(path: Path) -> Observations:
         lateness = entry_lateness(bundle, fabric, configs, gpus)
         record = bundle.controller_restarts()
         own = restarts.recorded(record) if record is not None else restarts.inferred(windows)
-        workload_path = path / WORKLOAD_FILE
-        workload = json.loads(workload_path.read_text()) if workload_path.is_file() else None
         return Observations(
             config_policies={c.id: c.policy for c in configs},
-            workload=workload if isinstance(workload, dict) else None,
+            workload=read_workload(path),
             lateness=lateness,
             own_restarts=own,
             path=path,

@@ -145,6 +145,17 @@ PLOTS = "plots"
 WORKLOAD_FILE = "workload.json"
 LOGS = "logs"
 
+
+def read_workload(bundle: Path) -> dict[str, Any] | None:
+    """A bundle's workload.json (per policy what its replays measured and forecast:
+    orchestrator/run/replay.py), or None when the bundle replayed no workload."""
+    path = bundle / WORKLOAD_FILE
+    if not path.is_file():
+        return None
+    document = json.loads(path.read_text())
+    return document if isinstance(document, dict) else None
+
+
 _SCHEMA = """
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY,

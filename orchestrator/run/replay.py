@@ -18,7 +18,6 @@ the rank that ends last, the forecast's definition (orchestrator/forecast/progra
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.program import Compute, GroupCollective, PointToPoint, Program
 from orchestrator.forecast.program import ProgramForecast
-from orchestrator.results.store import PLOTS, WORKLOAD_FILE
+from orchestrator.results.store import PLOTS, read_workload
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.outcome import CollectiveResult, IterationResult, RunResult
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
@@ -294,10 +293,9 @@ def workload_report(bundle: Path, *, plots: bool = True) -> tuple[list[str], lis
     ``astral report`` on a replay. Nothing when the bundle replayed no workload."""
     from orchestrator.run.replay_plot import workload_gantt
 
-    path = bundle / WORKLOAD_FILE
-    if not path.is_file():
+    document = read_workload(bundle)
+    if document is None:
         return [], []
-    document = json.loads(path.read_text())
     name, scale, records = document["workload"], document["scale"], document["policies"]
     lines = replay_table(name, records, scale).splitlines()
     files = []
@@ -315,13 +313,6 @@ def workload_report(bundle: Path, *, plots: bool = True) -> tuple[list[str], lis
                 )
             )
     return lines, files
-
-
-def read_workload(bundle: Path) -> dict[str, Any] | None:
-    """A bundle's workload.json (what its replays measured and forecast), or None when it
-    replayed no workload."""
-    path = bundle / WORKLOAD_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def compare_workloads(
@@ -358,9 +349,9 @@ def compare_workloads(
         + "".join(f"{k + ' ms':>16}" for k in KINDS)
         + f"{'#wrong':>8}",
     ]
+    to_ms_a, to_ms_b = a["scale"] * 1e3, b["scale"] * 1e3
     for pa, pb in pairs:
         ra, rb = a_records[pa], b_records[pb]
-        to_ms_a, to_ms_b = a["scale"] * 1e3, b["scale"] * 1e3
         exposed = "".join(
             f"{ra['exposed_s'].get(k, 0.0) * to_ms_a:>7.3f}->"
             f"{rb['exposed_s'].get(k, 0.0) * to_ms_b:<7.3f}"

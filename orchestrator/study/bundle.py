@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.collectives.nccl import average_busbw
-from orchestrator.results.store import WORKLOAD_FILE, ResultsBundle
+from orchestrator.results.store import ResultsBundle, read_workload
 from orchestrator.results.summary import ConfigurationResult, grouped, summarize, summary_document
 from topologies.errors import ResultsError
 
@@ -196,10 +196,8 @@ def study_table(study: StudyBundle) -> list[str]:
 
 def workload_records(study: StudyBundle, run: VariantRun) -> dict[str, dict[str, Any]]:
     """A variant's workload replays per policy (its bundle's workload.json), or none."""
-    path = study.path / run.directory / WORKLOAD_FILE
-    if not path.is_file():
-        return {}
-    policies = json.loads(path.read_text()).get("policies", {})
+    document = read_workload(study.path / run.directory)
+    policies = document.get("policies", {}) if document is not None else {}
     return policies if isinstance(policies, dict) else {}
 
 
