@@ -8,6 +8,8 @@
     astral up --live [--hold 60]      the live view while it holds (links, faults, alerts;
                                       the controller polls the counters for it)
     astral up --on lab1 --hold 60     on a machine of the inventory (docs/remote.md)
+    astral up --cluster localhost,lab2
+                                      one fabric over several machines (docs/cluster.md)
 
 It returns only once every GPU reaches every other one (orchestrator.emulation.readiness), prints a
 summary (switches per tier, hosts, links, datapath, rate scale, controller, timings, run
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from controllers.policies import default_registry as policy_registry
+from orchestrator.cluster.emulation import ClusterEmulation, cluster_of
 from orchestrator.commands.remote import add_on_arguments, refuse, run_on
 from orchestrator.emulation.network import Emulation, Terminated
 from orchestrator.testbed.monitoring import FULL
@@ -85,6 +88,12 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="how long switches may take to be programmed and GPUs to reach each other",
     )
+    parser.add_argument(
+        "--cluster",
+        metavar="MACHINES",
+        help="spread the fabric over these machines of the inventory, comma-separated "
+        "(localhost: this one; docs/cluster.md)",
+    )
     add_on_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -99,18 +108,31 @@ def run(args: argparse.Namespace) -> int:
     path = resolve_fabric(args.fabric)
     if args.live and args.cli:
         raise ConfigError(None, "--live", "either --live or --cli (both draw on the terminal)")
-    emulation = Emulation(
-        path,
-        policy=args.policy,
-        ready_timeout=args.timeout,
-        log=say,
+    settings: dict[str, Any] = {
+        "policy": args.policy,
+        "ready_timeout": args.timeout,
+        "log": say,
         # the live view's links come from the counters the controller polls
-        telemetry_interval=FULL.telemetry_interval if args.live else None,
-    )
+        "telemetry_interval": FULL.telemetry_interval if args.live else None,
+    }
+    emulation: Emulation
+    if args.cluster:
+        if args.on:
+            raise ConfigError(None, "--cluster", "either --cluster or --on")
+        names = [name.strip() for name in args.cluster.split(",") if name.strip()]
+        machines = cluster_of(names, args.inventory)
+        emulation = ClusterEmulation(path, machines=machines, **settings)
+    else:
+        emulation = Emulation(path, **settings)
     try:
         with emulation:
             for line in summary(emulation):
                 print(line)
+            if isinstance(emulation, ClusterEmulation) and emulation.placement is not None:
+                for line in emulation.placement.lines():
+                    print(line)
+                for name, offset in emulation.clock_offsets.items():
+                    print(f"clock      {name}: {offset * 1000:+.2f} ms from this machine's")
             print(
                 f"ready: {len(emulation.hosts)} GPUs reach each other; run directory "
                 f"{emulation.run_dir}",

@@ -271,14 +271,20 @@ class FabricFaults:
     def remove_link_loss(self, table: str, link: Link, ends: Sequence[End] | None = None) -> None:
         self._apply(loss_removal_commands(table, link, ends), missing_ok=True)
 
+    def _held_here(self, switch: str) -> bool:
+        """Whether an OpenFlow channel reaches ``switch`` from here (a cluster's switch on
+        another machine is programmed through its machine's ``ovs-ofctl`` instead)."""
+        holds = getattr(self.executor, "holds", None)
+        return self.openflow and (holds is None or bool(holds(switch)))
+
     def prepare_blackhole(self, switch: str) -> None:
-        if self.openflow:
+        if self._held_here(switch):
             channel, lock = self._channel(switch)
             with lock:
                 channel.open()
 
     def add_blackhole(self, switch: str, addresses: Sequence[str], cookie: int) -> None:
-        if not self.openflow:
+        if not self._held_here(switch):
             self._apply(blackhole_commands(switch, addresses, cookie))
             return
         channel, lock = self._channel(switch)
@@ -286,7 +292,7 @@ class FabricFaults:
             channel.request(blackhole_messages(addresses, cookie, FAULT_PRIORITY))
 
     def remove_blackhole(self, switch: str, cookie: int) -> None:
-        if not self.openflow:
+        if not self._held_here(switch):
             self._apply(blackhole_removal_commands(switch, cookie))
             return
         channel, lock = self._channel(switch)
@@ -313,8 +319,8 @@ class FabricFaults:
         such file or directory", counts as done)."""
         gpus = self.description.fabric.gpus
         for command in sorted(commands, key=lambda c: c.node in gpus):
-            node = command.node if command.node in self.description.fabric.gpus else None
-            done = self.executor.run(node, command.argv, input=command.input)
+            # a switch's commands run where it is (the root namespace of its machine)
+            done = self.executor.run(command.node, command.argv, input=command.input)
             if not done.ok and missing_ok and "No such file or directory" in done.stderr:
                 continue
             if not done.ok:

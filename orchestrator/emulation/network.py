@@ -72,6 +72,7 @@ from orchestrator.emulation.readiness import probe_plan, wait_reachable
 from orchestrator.emulation.recipe import EmulatorRecipe, current_recipe
 from orchestrator.emulation.sendbuffer import SendBuffer, raise_send_buffer, restore_send_buffer
 from orchestrator.emulation.shaping import qdisc_list_command, unshaped
+from orchestrator.emulation.share import Share
 from orchestrator.emulation.state import (
     RUN_TAG,
     CleanReport,
@@ -144,8 +145,12 @@ class Emulation:
         telemetry_interval: float | None = None,
         lock_wait: float = 0.0,
         recipe: EmulatorRecipe | None = None,
+        share: Share | None = None,
     ) -> None:
         self.fabric_source = fabric if fabric is not None else DEFAULT_FABRIC
+        # This machine's part of a fabric spread over several (orchestrator.emulation.share);
+        # None: the whole fabric, here.
+        self.share = share
         # How links are shaped and how large the GPUs' packets are (docs/capacity.md).
         self.recipe = recipe or current_recipe()
         # Seconds start() waits for another run's lock before ConcurrentRunError.
@@ -243,6 +248,14 @@ class Emulation:
             for gpu in self.description.fabric.gpus:
                 check_name(gpu)
             self.host_configs = render_all(self.description, self.recipe)
+            self._plan_share()
+            if self.share is not None:
+                self.wiring = self.wiring.restricted(self.share.nodes, self.share.tunnels)
+                self.host_configs = {
+                    gpu: config
+                    for gpu, config in self.host_configs.items()
+                    if gpu in self.share.nodes
+                }
             self._preflight(self.wiring)
             self._record_plan(self.wiring)
         with self._step("controller"):
@@ -262,16 +275,38 @@ class Emulation:
             # finds on a port it adds.
             self._shape_root_ends()
         with self._step("programmed"):
-            assert self.controller is not None
-            dpids = [b.dpid for b in self.wiring.ovs_bridges()]
-            self.controller.wait_programmed(dpids, timeout=self.ready_timeout)
+            self._wait_programmed()
         with self._step("reachable"):
-            rounds = wait_reachable(
-                probe_plan(self.description), self.netns_paths(), timeout=self.ready_timeout
-            )
-            self.timings["reachable_rounds"] = rounds
+            self._wait_reachable()
         self.check_shapers()
         state.set_status("up")
+
+    def _plan_share(self) -> None:
+        """Set :attr:`share` once the fabric is planned (a cluster run places it here:
+        orchestrator.cluster.emulation); a single machine keeps the share it was given."""
+
+    def _wait_programmed(self) -> None:
+        """Every switch programmed by the controller (a cluster's part has none of its own:
+        the machine that holds the controller waits for every part's switches)."""
+        if self.controller is None:
+            return
+        assert self.wiring is not None
+        dpids = [b.dpid for b in self.wiring.ovs_bridges()]
+        self.controller.wait_programmed(dpids, timeout=self.ready_timeout)
+
+    def _wait_reachable(self) -> None:
+        """Every GPU reaches every other (a cluster's part probes when told to, once every
+        machine's part is up: orchestrator.cluster)."""
+        if self.share is not None and self.controller is None:
+            return
+        self.timings["reachable_rounds"] = self.probe(self.ready_timeout)
+
+    def probe(self, timeout: float) -> int:
+        """Probe from this machine's GPUs to every GPU of the fabric until all answer;
+        the rounds it took (orchestrator.emulation.readiness)."""
+        assert self.description is not None
+        plan = {gpu: t for gpu, t in probe_plan(self.description).items() if gpu in self.hosts}
+        return wait_reachable(plan, self.netns_paths(), timeout=timeout)
 
     def _describe(self) -> FabricDescription:
         source = self.fabric_source
@@ -339,7 +374,25 @@ class Emulation:
 
     # -- controller ----------------------------------------------------------------------
 
+    def _controller_target(self) -> str:
+        if self.controller is not None:
+            return self.controller.target
+        assert self.share is not None
+        host, port = self.share.controller
+        return f"tcp:{host}:{port}"
+
     def _start_controller(self) -> None:
+        assert self.state is not None and self.description is not None
+        if self.share is not None:  # the cluster's controller runs on another machine
+            host, port = self.share.controller
+            self.description.extra["controller"] = {"host": host, "port": port}
+            self.description.write(self.state.run_dir / DESCRIPTION_FILE)
+            return
+        self._spawn_controller(CONTROLLER_HOST)
+
+    def _spawn_controller(self, listen: str, port: int | None = None) -> None:
+        """The controller, listening on ``listen`` (127.0.0.1 unless a cluster's switches on
+        other machines must reach it) at ``port`` (default: a free one, retried if taken)."""
         assert self.state is not None and self.description is not None
         state = self.state
 
@@ -350,16 +403,17 @@ class Emulation:
                 )
 
         last: AstralError | None = None
-        for _ in range(CONTROLLER_ATTEMPTS):
-            port = free_port(CONTROLLER_HOST)
-            self.description.extra["controller"] = {"host": CONTROLLER_HOST, "port": port}
+        fixed = port
+        for _ in range(CONTROLLER_ATTEMPTS if fixed is None else 1):
+            chosen = fixed or free_port(listen)
+            self.description.extra["controller"] = {"host": listen, "port": chosen}
             path = self.description.write(state.run_dir / DESCRIPTION_FILE)
             controller = ControllerProcess(
                 path,
                 state.run_dir,
                 policy=self.policy,
-                host=CONTROLLER_HOST,
-                port=port,
+                host=listen,
+                port=chosen,
                 on_start=record,
                 telemetry_interval=self.telemetry_interval,
             )
@@ -390,6 +444,8 @@ class Emulation:
                 state.add_process(f"{name}-shell", pid, "switch")
 
         for gpu in self.description.fabric.gpus_by_rank():
+            if self.share is not None and gpu.name not in self.share.nodes:
+                continue
             host = self.net.addHost(gpu.name, cls=GpuHost, ip=None)
             self.hosts[gpu.name] = host
             state.set_host_process(gpu.name, host.pid, _netns_inode(host.pid), save=False)
@@ -423,7 +479,12 @@ class Emulation:
             else:
                 argv += ["group", group]
             commands.append(argv)
-        batch.run_steps(commands, "creating veth pairs")
+        for tunnel in self.wiring.tunnels:
+            commands.append(tunnel.create_command(group))
+            if tunnel.host is not None:
+                pid = str(self.hosts[tunnel.host].pid)
+                commands.append(["ip", "link", "set", "dev", tunnel.intf, "netns", pid])
+        batch.run_steps(commands, "creating veth pairs and tunnels")
         root = self.wiring.root_interfaces()
         _disable_ipv6(root)
         batch.run_steps(
@@ -450,7 +511,7 @@ class Emulation:
     def _create_bridges(self) -> None:
         """OVS bridges in one transaction (ports numbered as the model), then Linux bridges."""
         assert self.wiring is not None and self.state is not None
-        assert self.controller is not None and self.datapath is not None
+        assert self.datapath is not None
         wiring = self.wiring
         ovs = wiring.ovs_bridges()
         if ovs:
@@ -459,7 +520,7 @@ class Emulation:
                 controller_id = f"@c{bridge.dpid}"
                 argv += [
                     "--", f"--id={controller_id}", "create", "Controller",
-                    f"target=\"{self.controller.target}\"", "max_backoff=1000",
+                    f"target=\"{self._controller_target()}\"", "max_backoff=1000",
                     f"inactivity_probe={INACTIVITY_PROBE_MS}",
                     "--", "add-br", bridge.name,
                     "--", "set", "Bridge", bridge.name,

@@ -22,6 +22,7 @@ touches a command line (docs/architecture.md: commands are argument lists).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from orchestrator.emulation.shaping import DEFAULT_RECIPE, ShapingRecipe, shaping_commands
@@ -91,10 +92,44 @@ class Shaper:
 
 
 @dataclass(frozen=True)
+class Tunnel:
+    """This machine's end of a link cut between two machines (orchestrator.cluster): a VXLAN
+    device named as the veth end it stands for, so that bridges, shapers, faults and
+    counters treat it as that end. ``host``: the GPU whose namespace it moves into (a NIC
+    link whose switch is on the other machine), else it stays in the root namespace as a
+    switch port. ``local``/``remote``: the machines' underlay addresses."""
+
+    node: str
+    port: int
+    intf: str
+    host: str | None
+    mac: str | None
+    vni: int
+    local: str
+    remote: str
+    udp_port: int
+    rate_bps: float
+
+    def create_command(self, group: str) -> list[str]:
+        argv = ["ip", "link", "add", "name", self.intf, "group", group]
+        if self.mac:
+            argv += ["address", self.mac]
+        argv += ["mtu", str(TUNNEL_MTU), "type", "vxlan", "id", str(self.vni)]
+        argv += ["local", self.local, "remote", self.remote, "dstport", str(self.udp_port)]
+        return argv
+
+
+# A cut link carries the fabric's 1500-byte frames: the underlay between machines needs
+# 1550 bytes (VXLAN adds 50), or its packets are fragmented (docs/cluster.md).
+TUNNEL_MTU = 1500
+
+
+@dataclass(frozen=True)
 class Wiring:
     bridges: tuple[Bridge, ...]
     veths: tuple[Veth, ...]
     shapers: tuple[Shaper, ...]
+    tunnels: tuple[Tunnel, ...] = ()
 
     def ovs_bridges(self) -> list[Bridge]:
         return [b for b in self.bridges if b.kind == "ovs"]
@@ -109,7 +144,7 @@ class Wiring:
             names.append(veth.a_intf)
             if veth.b_host is None:
                 names.append(veth.b_intf)
-        return names
+        return names + [t.intf for t in self.tunnels if t.host is None]
 
     def bridge_ports(self, bridge: str) -> list[tuple[int, str]]:
         """(model port, interface) of every port of ``bridge``, in port order."""
@@ -119,7 +154,23 @@ class Wiring:
                 ports.append((veth.a_port, veth.a_intf))
             if veth.b_node == bridge:
                 ports.append((veth.b_port, veth.b_intf))
+        ports += [(t.port, t.intf) for t in self.tunnels if t.node == bridge]
         return sorted(ports)
+
+    def restricted(self, nodes: Iterable[str], tunnels: Iterable[Tunnel]) -> Wiring:
+        """The part of this plan one machine of a cluster creates: the bridges of its
+        switches, the links with both ends on it, the shapers of its root-namespace ends,
+        and its ``tunnels`` (orchestrator.cluster). A tunnel's shaper is the link's own."""
+        here = set(nodes)
+        tunnels = tuple(tunnels)
+        veths = tuple(v for v in self.veths if v.a_node in here and v.b_node in here)
+        kept = {v.a_intf for v in veths} | {v.b_intf for v in veths if v.b_host is None}
+        recipe = self.shapers[0].recipe if self.shapers else DEFAULT_RECIPE
+        shapers = [s for s in self.shapers if s.intf in kept]
+        shapers += [Shaper(t.intf, t.rate_bps, recipe) for t in tunnels if t.host is None]
+        return Wiring(
+            tuple(b for b in self.bridges if b.name in here), veths, tuple(shapers), tunnels
+        )
 
 
 def plan_wiring(description: FabricDescription, shaping: ShapingRecipe = DEFAULT_RECIPE) -> Wiring:

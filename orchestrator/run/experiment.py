@@ -53,6 +53,7 @@ policies vary slowest).
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -122,6 +123,7 @@ _TOP_KEYS = {
     "faults",
     "monitor",
     "workload",
+    "cluster",
 }
 # A study's own keys (orchestrator.study.spec): an experiment file with any of them is a
 # study, expanded into variants, each of which is validated as an experiment without them.
@@ -276,6 +278,9 @@ class ExperimentSpec:
     # a training workload replayed instead of collectives (orchestrator/run/replay.py)
     workload: WorkloadSpec | None = None
     workload_source: str = ""  # its file, or "inline"
+    # Machines of the inventory the fabric is spread over (orchestrator.cluster;
+    # "localhost" is this one); empty: all of it on this machine.
+    cluster: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> int:
@@ -516,7 +521,26 @@ def parse_experiment(
         faults=faults,
         workload=workload,
         workload_source=workload_source,
+        cluster=_cluster(read, doc.get("cluster", [])),
     )
+
+
+MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _cluster(read: _ExperimentReader, value: object) -> tuple[str, ...]:
+    """``cluster: [localhost, lab2]``: machine names of the inventory (docs/cluster.md)."""
+    if value == []:
+        return ()
+    expected = "a list of machine names of the inventory (localhost: this machine)"
+    names = []
+    for i, entry in enumerate(read.sequence(value, "cluster")):
+        if not isinstance(entry, str) or not MACHINE_NAME.match(entry):
+            read.fail(f"cluster[{i}]", expected, entry)
+        if entry in names:
+            read.fail(f"cluster[{i}]", "each machine once", entry)
+        names.append(entry)
+    return tuple(names)
 
 
 def _check_latency(read: _ExperimentReader, fabric: Fabric, gpus: Sequence[str], key: str) -> None:

@@ -80,6 +80,7 @@ from controllers.events import EVENTS_NAME
 from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
+from orchestrator.cluster.emulation import cluster_of
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.program import PROGRAM, Program
@@ -593,6 +594,7 @@ class Runner(Messages):
             self._since = 0.0
         try:
             if testbed is None:
+                machines = cluster_of(spec.cluster) if spec.cluster else None
                 testbed = Testbed(
                     spec.fabric,
                     policy=spec.policies[0],
@@ -600,11 +602,17 @@ class Runner(Messages):
                     ready_timeout=self.options.ready_timeout,
                     log=self.say,
                     lock_wait=self.options.lock_wait,
+                    cluster=machines,
                 )
-                self.say(f"bringing up fabric {spec.fabric.name} ({spec.fabric_source})")
+                where = f" over {', '.join(spec.cluster)}" if spec.cluster else ""
+                self.say(f"bringing up fabric {spec.fabric.name} ({spec.fabric_source}){where}")
                 testbed.start()
                 outcome.timings["bring_up"] = round(testbed.emulation.timings.get("total", 0.0), 3)
                 self.say(f"fabric up in {outcome.timings['bring_up']:.1f} s ({testbed.run_dir})")
+                placement = getattr(testbed.emulation, "placement", None)
+                if placement is not None:
+                    for line in placement.lines():
+                        self.say(line)
             self._run_on(testbed, outcome)
         except (KeyboardInterrupt, Terminated) as interruption:
             outcome.status = "interrupted"

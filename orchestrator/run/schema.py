@@ -24,6 +24,7 @@ from orchestrator.run.experiment import (
     COLLECTIVE_KEYS,
     COLLECTIVE_REQUIRED,
     LOAD_LIMIT_KEYS,
+    MACHINE_NAME,
     MIN_RANKS,
     MINIMUM,
     ORDERS,
@@ -117,6 +118,14 @@ def top_level(policies: Collection[str] | None = None) -> dict[str, Schema]:
         "faults": {"anyOf": [{"type": "null"}, {"type": "array", "items": fault()}]},
         "monitor": choice(LEVELS),
         "workload": workload_reference(),
+        "cluster": {
+            "type": "array",
+            "items": {"type": "string", "pattern": MACHINE_NAME.pattern},
+            "minItems": 1,
+            "uniqueItems": True,
+            "description": "machines of the inventory the fabric is spread over "
+            "(localhost: this one; docs/cluster.md)",
+        },
         # a study's keys (orchestrator/study/spec.py, docs/studies.md)
         "fabrics": {"type": "array", "items": {"$ref": "#/$defs/fabric_reference"}, "minItems": 1},
         "sweep": sweep(),

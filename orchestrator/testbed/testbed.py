@@ -46,11 +46,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 from controllers.policies import PolicyRegistry
 from controllers.policies import default_registry as policy_registry
 from orchestrator import REPO
+from orchestrator.cluster.emulation import ClusterEmulation, ClusterMachine
 from orchestrator.collectives.ceilings import (
     Ceiling,
     configuration_ceiling,
@@ -113,20 +114,26 @@ class Testbed:
         telemetry_interval: float | None = TELEMETRY_INTERVAL,
         lock_wait: float = 0.0,
         host_ports: str = DEFAULT_HOST_PORTS,
+        cluster: Sequence[ClusterMachine] | None = None,
     ) -> None:
         self.host_ports = check_host_ports(host_ports)
         # the controller's policies: their names, and what each asks of the hosts
         self.policies: PolicyRegistry = policy_registry()
         self.policies.get(policy, source="testbed")  # an unknown name: ConfigError
-        self.emulation = Emulation(
-            fabric,
-            policy=policy,
-            state_base=state_base,
-            ready_timeout=ready_timeout,
-            handle_signals=handle_signals,
-            log=log,
-            telemetry_interval=telemetry_interval,
-            lock_wait=lock_wait,
+        settings: dict[str, Any] = {
+            "policy": policy,
+            "state_base": state_base,
+            "ready_timeout": ready_timeout,
+            "handle_signals": handle_signals,
+            "log": log,
+            "telemetry_interval": telemetry_interval,
+            "lock_wait": lock_wait,
+        }
+        # One fabric over several machines (orchestrator.cluster) or all of it here.
+        self.emulation = (
+            ClusterEmulation(fabric, machines=cluster, **settings)
+            if cluster
+            else Emulation(fabric, **settings)
         )
         self.ready_timeout = ready_timeout
         self.policy = policy

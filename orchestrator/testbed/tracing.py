@@ -116,7 +116,9 @@ def trace_connections(
     began = time.monotonic()
     requests = trace_requests(executor, description, workers, connections)
     walked = time.monotonic()
-    with closing(open_control(executor)) as control:
+    # a cluster's switches answer on several machines (orchestrator.cluster.trace)
+    opener = getattr(executor, "open_control", None)
+    with closing(opener() if opener is not None else open_control(executor)) as control:
         paths = trace_paths(description, requests, control) if requests else []
         via = control.name
     done = time.monotonic()

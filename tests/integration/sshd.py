@@ -6,7 +6,8 @@ its public half as the only authorized key, and an ``sshd_config`` that listens 
 interactive, no PAM) and serves SFTP in-process. It runs ``/usr/sbin/sshd -D -e`` (in the
 foreground, logging to its stderr, which it keeps in ``sshd.log``) and, on exit, stops it and
 every per-connection sshd process it forked, exactly those (found through /proc by parent
-pid), so that no process is left.
+pid), so that no process is left. The key and process helpers are
+orchestrator.cluster.nsmachine's, whose second machine starts its sshd the same way.
 
 ``inventory()`` writes the inventory file naming it as machine ``loopback`` with its own
 known_hosts file (empty at first: the host key is unknown until accepted).
@@ -23,8 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-SSHD = Path("/usr/sbin/sshd")
-PRIVSEP_DIR = Path("/run/sshd")  # sshd refuses to start without it
+from orchestrator.cluster.nsmachine import PRIVSEP_DIR, SSHD, descendants, keygen
 
 
 def free_port() -> int:
@@ -32,37 +32,6 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (read from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    found = []
-    for child in children(pid):
-        found += [child, *descendants(child)]
-    return found
-
-
-def keygen(path: Path, comment: str) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        check=True,
-        capture_output=True,
-    )
 
 
 class LoopbackSshd:

@@ -290,7 +290,7 @@ def test_slow_link_one_direction_reshapes_the_senders_end_only(
     faults, executor, _ = injector(tmp_path, astral)
     slow = one({"kind": "link-slow", "target": "p0r0a0>p0r0t0", "rate": 0.25})
     faults.apply(slow)
-    assert {c[0] for c in executor.calls} == {None}
+    assert {c[0] for c in executor.calls} == {"p0r0a0"}  # the root namespace of its machine
     assert {c[1][c[1].index("dev") + 1] for c in executor.calls} == {
         f"p0r0a0-eth{slow.target.links[0].port_of('p0r0a0')}"
     }

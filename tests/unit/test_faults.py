@@ -154,7 +154,7 @@ def test_gpu_ends_run_in_the_gpu_and_switch_ends_in_the_root_namespace(
     link = nic_link(astral, "p0s0g0", 2)
     FabricFaults(executor, astral).set_link_state(link, up=False)
     assert executor.calls == [  # the root namespace's end first: it is the quicker
-        (None, ("ip", "link", "set", "dev", "p0r0t1-eth1", "down")),
+        ("p0r0t1", ("ip", "link", "set", "dev", "p0r0t1-eth1", "down")),
         ("p0s0g0", ("ip", "link", "set", "dev", "p0s0g0-eth2", "down")),
     ]
 
@@ -169,7 +169,7 @@ def test_restoring_a_rate_puts_back_the_emulated_rate(astral: FabricDescription)
     emulated = astral.emulated_rate(link)
     assert emulated == 20e6  # astral-small: 200G at scale 1e-4
     assert rates == ["1000000bit", "1000000bit", "20000000bit", "20000000bit"]
-    assert all(node is None for node, _ in executor.calls)
+    assert {node for node, _ in executor.calls} == {link.a, link.b}  # switches: root ns
 
 
 def test_a_failing_command_is_an_error_naming_the_node_and_the_command(
@@ -196,7 +196,7 @@ def test_a_switch_goes_down_on_every_one_of_its_ports_in_the_root_namespace(
     ]
     executor = RecordingExecutor()
     FabricFaults(executor, astral).set_switch_state("p0r0t0", up=True)
-    assert {node for node, _ in executor.calls} == {None}
+    assert {node for node, _ in executor.calls} == {"p0r0t0"}  # the root namespace
     assert all(argv[-1] == "up" for _, argv in executor.calls)
 
 

@@ -27,6 +27,7 @@ import pytest
 from tests.helpers import REPO
 
 BELOW_TESTBED = {
+    "cluster",
     "emulation",
     "worker",
     "results",
@@ -57,6 +58,7 @@ ALLOWED: dict[str, set[str]] = {
     "forecast": {"testbed", "workload", *BELOW_TESTBED},
     "calibration": {"testbed", *BELOW_TESTBED},
     "testbed": BELOW_TESTBED,
+    "cluster": {"emulation", "remote", "topologies", "package"},
     "emulation": {"controllers", "topologies", "package"},
     "worker": {"collectives", "topologies", "package"},
     "results": {"collectives", "topologies", "package"},

@@ -1,0 +1,1 @@
+"""Several machines, one fabric."""

@@ -1,0 +1,527 @@
+"""One fabric over several machines: the machine that holds the run, and its parts there.
+
+::
+
+    machines = cluster_machines(["localhost", "lab2"], inventory)
+    with ClusterEmulation("astral-small", machines=machines) as emu:
+        emu.popen("p0s1g0", argv)       # a worker on lab2, over SSH, in its GPU's namespace
+        emu.placement.lines()           # who holds what, and the links cut between machines
+
+The fabric is placed (orchestrator.cluster.placement), then built in parts at once: this
+machine's part in this process, each other machine's by ``python -m
+orchestrator.cluster.part`` there over SSH (orchestrator.cluster.ssh), each an ordinary
+:class:`~orchestrator.emulation.network.Emulation` of its share (its own run record, lock
+and teardown there). A link cut between two machines is a VXLAN tunnel, one end on each,
+named and shaped as the veth end it replaces (orchestrator.emulation.wiring.Tunnel). One
+controller, here, bound to this machine's address towards the others, programs every
+switch of every machine; readiness is then the single-machine rule: the controller has
+programmed every switch, and every GPU (each part probing from its own) reaches every
+other one through every NIC port.
+
+A worker for a GPU on another machine is an SSH session running
+:mod:`orchestrator.cluster.attach` there, which enters that GPU's namespace; its control
+socket (the launcher's Unix socket here) is forwarded to a path there by the same session.
+Stopping the session stops it; so does this process's death (its stdin closes).
+
+Clocks: each part answers ``clock`` a few times at bring-up; the offset of its clock from
+this one (its time minus the midpoint of the exchange, from the exchange with the
+shortest round trip) is kept in the description's ``extra["cluster"]`` so that timelines
+recorded on different machines can be set side by side.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import queue
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from orchestrator.cluster.placement import Placement, place
+from orchestrator.cluster.ssh import SshMachine
+from orchestrator.cluster.trace import ClusterControl
+from orchestrator.emulation.executor import Completed
+from orchestrator.emulation.network import Emulation
+from orchestrator.emulation.pathtrace import (
+    AppctlControl,
+    Control,
+    TraceError,
+    VswitchdControl,
+    open_control,
+)
+from orchestrator.emulation.share import Share
+from orchestrator.emulation.wiring import Tunnel, Veth
+from orchestrator.remote.inventory import Inventory, inventory_path, load_inventory
+from topologies.errors import EmulationError
+
+LOCAL = "localhost"  # the machine a cluster run starts on, as Mininet's cluster edition names it
+VXLAN_PORT = 4789
+CLOCK_EXCHANGES = 5
+PART_STOP_S = 120.0
+
+
+@dataclass(frozen=True)
+class ClusterMachine:
+    """A machine of a cluster run: ``ssh`` None for this one."""
+
+    name: str
+    address: str  # its underlay address, which the other machines reach it at
+    ssh: SshMachine | None
+
+
+def cluster_machines(names: Sequence[str], inventory: Inventory) -> list[ClusterMachine]:
+    """The machines of ``names`` (inventory names, or ``localhost`` for this one), with
+    their underlay addresses; this machine's is the source address of its route to the
+    first other one, which is where the controller listens."""
+    if len(set(names)) != len(names):
+        raise EmulationError(f"cluster: a machine is named twice in {list(names)}")
+    remote = [SshMachine.of(inventory.machine(n)) for n in names if n != LOCAL]
+    machines = []
+    for name in names:
+        if name == LOCAL:
+            toward = resolve(remote[0].host) if remote else "127.0.0.1"
+            machines.append(ClusterMachine(LOCAL, source_address(toward), None))
+        else:
+            ssh = next(r for r in remote if r.name == name)
+            machines.append(ClusterMachine(name, resolve(ssh.host), ssh))
+    return machines
+
+
+def cluster_of(names: Sequence[str], inventory: Path | None = None) -> list[ClusterMachine]:
+    """:func:`cluster_machines` of the inventory ``--inventory``/``$ASTRAL_INVENTORY``/
+    ``machines.yaml`` names (orchestrator.remote.inventory); ``localhost`` needs none."""
+    if all(name == LOCAL for name in names):
+        return cluster_machines(names, Inventory(Path("<none>"), {}))
+    return cluster_machines(names, load_inventory(inventory_path(inventory)))
+
+
+def resolve(host: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        try:
+            return socket.gethostbyname(host)
+        except OSError as err:
+            raise EmulationError(f"cluster: cannot resolve {host!r}: {err}") from None
+
+
+def source_address(destination: str) -> str:
+    """The address this machine sends from towards ``destination`` (``ip route get``)."""
+    result = subprocess.run(
+        ["ip", "-o", "route", "get", destination], capture_output=True, text=True, check=False
+    )
+    words = result.stdout.split()
+    if result.returncode != 0 or "src" not in words:
+        raise EmulationError(f"cluster: no route from this machine to {destination}")
+    return words[words.index("src") + 1]
+
+
+def tunnels_of(
+    placement: Placement,
+    veths: Sequence[Veth],
+    addresses: dict[str, str],
+    vni_base: int,
+    udp_port: int = VXLAN_PORT,
+) -> dict[str, list[Tunnel]]:
+    """Per machine, its ends of the links ``placement`` cuts: one VNI per link."""
+    ends: dict[str, list[Tunnel]] = {m: [] for m in placement.machines}
+    cut = [v for v in veths if placement.machine_of(v.a_node) != placement.machine_of(v.b_node)]
+    for index, veth in enumerate(cut):
+        a_machine, b_machine = placement.machine_of(veth.a_node), placement.machine_of(veth.b_node)
+        vni, rate = vni_base + index, veth.rate_bps
+        ends[a_machine].append(
+            Tunnel(
+                node=veth.a_node, port=veth.a_port, intf=veth.a_intf, host=None, mac=None,
+                local=addresses[a_machine], remote=addresses[b_machine], vni=vni,
+                udp_port=udp_port, rate_bps=rate,
+            )
+        )  # fmt: skip
+        ends[b_machine].append(
+            Tunnel(
+                node=veth.b_node, port=veth.b_port, intf=veth.b_intf, host=veth.b_host,
+                mac=veth.b_mac, local=addresses[b_machine], remote=addresses[a_machine],
+                vni=vni, udp_port=udp_port, rate_bps=rate,
+            )
+        )  # fmt: skip
+    return ends
+
+
+class RemotePart:
+    """A machine's part of the fabric, run there over one SSH session
+    (orchestrator.cluster.part)."""
+
+    def __init__(self, machine: ClusterMachine, log_path: Path) -> None:
+        assert machine.ssh is not None
+        self.machine = machine
+        self.ssh = machine.ssh
+        self.log_path = log_path
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.process: subprocess.Popen[str] | None = None
+        self.up: dict[str, Any] = {}
+
+    def start(self, order: dict[str, Any]) -> None:
+        remote = ["env", "-C", str(self.ssh.project), self.ssh.python]
+        remote += ["-m", "orchestrator.cluster.part"]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.ssh.argv(remote),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                start_new_session=True,  # a Ctrl-C here reaches the part as a session's end
+            )
+        threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
+        self.send(order)
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            try:
+                self.events.put(json.loads(line))
+            except ValueError:
+                continue
+        self.events.put({"event": "gone"})
+
+    def send(self, command: dict[str, Any]) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(command) + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the part is gone: expect() says so
+
+    def expect(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                got = self.events.get(timeout=max(0.0, left))
+            except queue.Empty:
+                raise EmulationError(
+                    f"{self.machine.name}: no '{event}' from its part in {timeout:g} s "
+                    f"(its log: {self.log_path})"
+                ) from None
+            if got.get("event") == event:
+                return got
+            if got.get("event") == "error":
+                raise EmulationError(f"{self.machine.name}: {got.get('message')}")
+            if got.get("event") == "gone":
+                raise EmulationError(
+                    f"{self.machine.name}: its part ended (its log: {self.log_path}):\n"
+                    + _tail(self.log_path)
+                )
+
+    def stop(self, timeout: float = PART_STOP_S) -> list[str]:
+        """Ask the part to tear down; what its teardown reported (or why not)."""
+        if self.process is None:
+            return []
+        lines: list[str] = []
+        if self.process.poll() is None:
+            self.send({"cmd": "stop"})
+            try:
+                down = self.expect("down", timeout)
+                lines = [f"{self.machine.name}: {line}" for line in down.get("report", [])]
+            except EmulationError as err:
+                lines = [str(err)]
+        with_stdin = self.process.stdin
+        if with_stdin is not None:
+            with_stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return lines
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class ClusterEmulation(Emulation):
+    """An :class:`Emulation` whose fabric is spread over ``machines`` (see the module
+    docstring); the same surface: ``popen``/``run`` reach GPUs on any machine."""
+
+    def __init__(self, fabric: Any = None, *, machines: Sequence[ClusterMachine], **kwargs: Any):
+        super().__init__(fabric, **kwargs)
+        if not machines:
+            raise EmulationError("cluster: no machines")
+        self.machines = {m.name: m for m in machines}
+        self.placement: Placement | None = None
+        self.parts: dict[str, RemotePart] = {}
+        self.shells: dict[str, tuple[str, int, int]] = {}  # GPU -> (machine, pid, starttime)
+        self.clock_offsets: dict[str, float] = {}
+        self._controller_port = 0
+        self._forwards: dict[str, subprocess.Popen[bytes]] = {}
+        self._orders: dict[str, dict[str, Any]] = {}
+
+    # -- bring-up ------------------------------------------------------------------------
+
+    def _plan_share(self) -> None:
+        assert self.description is not None and self.wiring is not None
+        placement = place(self.description, list(self.machines))
+        self.placement = placement
+        addresses = {name: m.address for name, m in self.machines.items()}
+        controller = self.machines.get(LOCAL)
+        listen = (
+            controller.address if controller else source_address(next(iter(addresses.values())))
+        )
+        self._controller_port = _free_port(listen)
+        vni_base = random.randrange(1 << 20, 1 << 23)
+        ends = tunnels_of(placement, self.wiring.veths, addresses, vni_base)
+        shares = {
+            name: Share(
+                machine=name,
+                nodes=frozenset(placement.share(name).gpus + placement.share(name).switches),
+                tunnels=tuple(ends[name]),
+                controller=(listen, self._controller_port),
+            )
+            for name in self.machines
+        }
+        self.share = shares.get(LOCAL) or Share(
+            LOCAL, frozenset(), (), (listen, self._controller_port)
+        )
+        self.description.extra["cluster"] = {
+            "machines": {n: {"address": m.address} for n, m in self.machines.items()},
+            "placement": placement.to_dict(),
+            "tunnels": len(placement.cut_links()),
+            "vxlan": {"port": VXLAN_PORT, "vni_base": vni_base},
+        }
+        for name, share in shares.items():
+            if name != LOCAL:
+                self._orders[name] = {"share": share.to_dict()}
+
+    def _start_controller(self) -> None:
+        assert self.state is not None and self.description is not None and self.share is not None
+        listen, port = self.share.controller
+        self._spawn_controller(listen, port=port)
+        # the other machines build their parts while this one builds its own
+        description = self.description.to_dict()
+        for name, order in self._orders.items():
+            machine = self.machines[name]
+            part = RemotePart(machine, self.state.run_dir / f"part-{name}.log")
+            self.parts[name] = part
+            part.start(
+                {
+                    **order,
+                    "description": description,
+                    "policy": self.policy,
+                    "ready_timeout": self.ready_timeout,
+                    "lock_wait": self.lock_wait,
+                }
+            )
+            if part.process is not None:
+                self.state.add_process(f"part-{name}", part.process.pid, "worker")
+
+    def _wait_programmed(self) -> None:
+        assert self.controller is not None and self.description is not None
+        for name, part in self.parts.items():
+            up = part.expect("up", self.ready_timeout * 2)
+            part.up = up
+            for gpu, (pid, starttime) in up["shells"].items():
+                self.shells[gpu] = (name, int(pid), int(starttime))
+            self.clock_offsets[name] = self._clock_offset(part)
+        cluster = self.description.extra["cluster"]
+        for name, part in self.parts.items():
+            cluster["machines"][name].update(
+                {
+                    "run_id": part.up.get("run_id"),
+                    "datapath": part.up.get("datapath"),
+                    "clock_offset_s": round(self.clock_offsets[name], 6),
+                    "timings": part.up.get("timings"),
+                }
+            )
+        dpids = [
+            s.dpid for s in self.description.fabric.switches.values() if s.tier.value != "nvlink"
+        ]
+        self.controller.wait_programmed(dpids, timeout=self.ready_timeout)
+
+    def _clock_offset(self, part: RemotePart) -> float:
+        best = (float("inf"), 0.0)
+        for _ in range(CLOCK_EXCHANGES):
+            sent = time.time()
+            part.send({"cmd": "clock"})
+            there = float(part.expect("clock", 30.0)["time"])
+            back = time.time()
+            best = min(best, (back - sent, there - (sent + back) / 2))
+        return best[1]
+
+    def _wait_reachable(self) -> None:
+        for part in self.parts.values():
+            part.send({"cmd": "probe", "timeout": self.ready_timeout})
+        rounds = [self.probe(self.ready_timeout)] if self.hosts else []
+        for part in self.parts.values():
+            rounds.append(int(part.expect("probed", self.ready_timeout + 30)["rounds"]))
+        self.timings["reachable_rounds"] = max(rounds, default=0)
+
+    # -- running things on GPUs ----------------------------------------------------------
+
+    def machine_of(self, node: str) -> str:
+        assert self.placement is not None
+        return self.placement.machine_of(node)
+
+    def holds(self, node: str) -> bool:
+        """Whether ``node`` is on this machine (its switch reachable over OpenFlow here)."""
+        return self.placement is None or self.machine_of(node) == LOCAL
+
+    def _remote(self, gpu: str) -> tuple[SshMachine, int, int] | None:
+        if gpu not in self.shells:
+            return None
+        name, pid, starttime = self.shells[gpu]
+        ssh = self.machines[name].ssh
+        assert ssh is not None
+        return ssh, pid, starttime
+
+    def _attach(
+        self, ssh: SshMachine, pid: int, starttime: int, argv: Sequence[str], stdin: bool = False
+    ) -> list[str]:
+        return [
+            "env", "-C", str(ssh.project), f"PYTHONPATH={ssh.project}", "PYTHONUNBUFFERED=1",
+            ssh.python, "-m", "orchestrator.cluster.attach",
+            "--pid", str(pid), "--starttime", str(starttime),
+            *(["--stdin"] if stdin else []), "--", *argv,
+        ]  # fmt: skip
+
+    def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        remote = self._remote(gpu)
+        if remote is None:
+            return super().popen(gpu, argv, **kwargs)
+        if self.state is None:
+            raise EmulationError("the emulation has not been started")
+        ssh, pid, starttime = remote
+        argv = list(argv)
+        forwards = []
+        if "--socket" in argv:  # a worker: its control socket, forwarded from there
+            at = argv.index("--socket") + 1
+            there = f"/tmp/astral-{self.state.run_id}-{gpu}.sock"
+            forwards.append((there, argv[at]))
+            argv[at] = there
+        if argv and argv[0] == sys.executable:  # this checkout's interpreter: that one's
+            argv[0] = ssh.python
+        kwargs.pop("cwd", None)
+        kwargs.pop("env", None)
+        kwargs["stdin"] = subprocess.PIPE  # the session lives as long as this pipe
+        kwargs.setdefault("start_new_session", True)
+        process = ssh.popen(self._attach(ssh, pid, starttime, argv), forwards=forwards, **kwargs)
+        with self._state_lock:
+            self.state.add_process(f"{gpu}:{argv[0]}@{ssh.name}", process.pid, "worker")
+        return process
+
+    def run(
+        self,
+        node: str | None,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> Completed:
+        if node is None or self.placement is None or self.machine_of(node) == LOCAL:
+            return super().run(node, argv, input=input, timeout=timeout)
+        ssh = self.machines[self.machine_of(node)].ssh
+        assert ssh is not None
+        remote = self._remote(node)
+        if remote is None:  # a switch: its ports are in that machine's root namespace
+            return ssh.run(argv, input=input, timeout=timeout)
+        _, pid, starttime = remote
+        attach = self._attach(ssh, pid, starttime, argv, stdin=input is not None)
+        return ssh.run(attach, input=input, timeout=timeout)
+
+    # -- path tracing --------------------------------------------------------------------
+
+    def open_control(self) -> Control:
+        """Every machine's ovs-vswitchd for a path trace (orchestrator.cluster.trace)."""
+        assert self.placement is not None
+        return ClusterControl(list(self.machines), self._open_control, self.machine_of)
+
+    def _open_control(self, machine: str) -> Control:
+        ssh = self.machines[machine].ssh
+        if ssh is None:
+            return open_control(self)
+        remote = str(self.parts[machine].up.get("control") or "")
+        if not remote or self.state is None:
+            return AppctlControl(_MachineExecutor(ssh))
+        local = self.state.run_dir / f"ovs-{machine}.ctl"
+        if machine not in self._forwards:
+            forward = subprocess.Popen(
+                ssh.forward_argv(str(local), remote),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self._forwards[machine] = forward
+            with self._state_lock:
+                self.state.add_process(f"trace-{machine}", forward.pid, "worker")
+            deadline = time.monotonic() + 15
+            while not local.exists() and forward.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        try:
+            return VswitchdControl(local)
+        except TraceError:
+            return AppctlControl(_MachineExecutor(ssh))
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def stop(self) -> Any:
+        if self._stopped:
+            return super().stop()
+        lines: list[str] = []
+        threads = []
+        results: dict[str, list[str]] = {}
+        for name, part in self.parts.items():
+
+            def stop_part(name: str = name, part: RemotePart = part) -> None:
+                results[name] = part.stop()
+
+            thread = threading.Thread(target=stop_part, daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join(PART_STOP_S + 15)
+        for name in self.parts:
+            lines += results.get(name, [f"{name}: its part did not report its teardown"])
+        for forward in self._forwards.values():
+            forward.terminate()
+            forward.wait()
+        report = super().stop()
+        for line in lines:
+            if "error" in line or "did not" in line or "no '" in line:
+                report.errors.append(line)
+        self.part_reports = lines
+        return report
+
+
+class _MachineExecutor:
+    """Commands in another machine's root namespace (a CommandExecutor for ovs-appctl)."""
+
+    def __init__(self, ssh: SshMachine) -> None:
+        self.ssh = ssh
+
+    def run(
+        self,
+        node: str | None,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> Completed:
+        return self.ssh.run(argv, input=input, timeout=timeout)
+
+    def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        raise NotImplementedError
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])

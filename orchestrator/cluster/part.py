@@ -1,0 +1,110 @@
+"""One machine's part of a cluster run: ``python -m orchestrator.cluster.part``.
+
+The machine holding a cluster run (orchestrator.cluster.emulation) starts this on every
+other machine over SSH and speaks with it in JSON lines: it sends one line with the whole
+fabric's description, this machine's share (orchestrator.emulation.share) and the run's
+policy; this process brings the share up as an ordinary
+:class:`~orchestrator.emulation.network.Emulation` (its own run record under this
+machine's state directory, its own lock, its own teardown) and answers::
+
+    {"event": "up", "run_id": ..., "run_dir": ..., "shells": {gpu: [pid, starttime]},
+     "datapath": ..., "timings": {...}, "time": <epoch seconds here>}
+
+Then it obeys ``{"cmd": "probe", "timeout": s}`` (probe from its GPUs to every GPU of the
+fabric: ``{"event": "probed", "rounds": n}``), ``{"cmd": "clock"}`` (``{"event": "clock",
+"time": ...}``, for the clock offsets) and ``{"cmd": "stop"}``. Any failure is
+``{"event": "error", "message": ...}``. At ``stop``, at end of file on stdin (the session
+closed: the run's side is gone, whatever happened to it) and at SIGTERM it tears its share
+down and reports ``{"event": "down", "report": [...]}``. A part killed with SIGKILL leaves
+its record for ``astral clean`` on this machine, as any run does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from typing import IO, Any
+
+from orchestrator.emulation.network import Emulation, Terminated
+from orchestrator.emulation.pathtrace import control_socket
+from orchestrator.emulation.share import Share
+from orchestrator.emulation.state import proc_starttime
+from topologies.description import FabricDescription
+from topologies.errors import AstralError
+
+
+def _say(out: IO[str], event: str, **fields: Any) -> None:
+    out.write(json.dumps({"event": event, **fields}) + "\n")
+    out.flush()
+
+
+def serve(inp: IO[str], out: IO[str]) -> int:
+    first = inp.readline()
+    if not first:
+        return 0
+    try:
+        order = json.loads(first)
+        description = FabricDescription.from_dict(order["description"])
+        share = Share.from_dict(order["share"])
+    except (ValueError, KeyError, TypeError) as err:
+        _say(out, "error", message=f"a part's order could not be read: {err}")
+        return 2
+    emulation = Emulation(
+        description,
+        policy=str(order.get("policy", "shortest")),
+        ready_timeout=float(order.get("ready_timeout", 60.0)),
+        share=share,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        lock_wait=float(order.get("lock_wait", 0.0)),
+    )
+    status = 0
+    try:
+        emulation.start()
+        shells = {
+            gpu: [host.pid, proc_starttime(host.pid)] for gpu, host in emulation.hosts.items()
+        }
+        _say(
+            out,
+            "up",
+            run_id=emulation.state.run_id if emulation.state else None,
+            run_dir=str(emulation.run_dir),
+            shells=shells,
+            datapath=emulation.datapath.describe() if emulation.datapath else None,
+            timings=emulation.timings,
+            control=str(control_socket() or ""),
+            time=time.time(),
+        )
+        for line in inp:
+            command = json.loads(line)
+            if command.get("cmd") == "stop":
+                break
+            if command.get("cmd") == "clock":
+                _say(out, "clock", time=time.time())
+            elif command.get("cmd") == "probe":
+                try:
+                    rounds = emulation.probe(float(command.get("timeout", 60.0)))
+                    _say(out, "probed", rounds=rounds)
+                except AstralError as err:
+                    _say(out, "error", message=str(err))
+    except (AstralError, ValueError) as err:
+        _say(out, "error", message=str(err))
+        status = 1
+    except Terminated as signal_:
+        status = signal_.exit_status
+    except KeyboardInterrupt:
+        status = 130
+    finally:
+        report = emulation.stop()
+        with contextlib.suppress(BrokenPipeError, OSError):
+            _say(out, "down", report=report.lines(), errors=report.errors)
+    return status
+
+
+def main() -> int:
+    return serve(sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

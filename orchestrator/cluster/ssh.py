@@ -1,0 +1,130 @@
+"""OpenSSH command lines to a cluster's machines, from the inventory (docs/cluster.md).
+
+The cluster edition of Mininet (``mininet.examples.cluster``) reaches its servers with the
+``ssh`` client, not a library: its remote nodes are processes whose stdin, stdout and
+exit status travel over one SSH session each, which is what a worker or a machine's part
+of the fabric needs (a ``subprocess.Popen`` the launcher can poll, kill and read). This
+module builds those command lines the way the project's own SSH layer connects
+(orchestrator.remote): the inventory's address, port, user and key, the host key checked
+against the inventory's ``known_hosts`` (``StrictHostKeyChecking=yes``: an unknown or
+changed key is refused; ``astral remote setup MACHINE --accept-new-host-key`` records it
+first), never a password (``BatchMode=yes``), and ``sudo -n`` where the user is not root.
+Every remote command is an argument list joined with ``shlex.join``.
+
+A session's end is how a machine learns that the run that started something is gone: the
+part of the fabric there (orchestrator.cluster.part) and every process started through
+:func:`orchestrator.cluster.attach` end when their session's stdin closes, which happens
+when the process holding it here exits, however it exits (kill -9 included).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from orchestrator.emulation.executor import Completed
+from orchestrator.remote.inventory import Endpoint, Machine
+
+# Seconds between keep-alives, and how many may go unanswered: a silent machine is a lost
+# one after about half a minute, not after TCP's quarter of an hour.
+ALIVE_INTERVAL = 5
+ALIVE_COUNT = 6
+
+
+@dataclass(frozen=True)
+class SshMachine:
+    """A machine of the inventory as the ``ssh`` client reaches it."""
+
+    machine: Machine
+    endpoint: Endpoint
+
+    @classmethod
+    def of(cls, machine: Machine) -> SshMachine:
+        return cls(machine, machine.endpoint())
+
+    @property
+    def name(self) -> str:
+        return self.machine.name
+
+    @property
+    def host(self) -> str:
+        return self.endpoint.host
+
+    @property
+    def project(self) -> PurePosixPath:
+        """The checkout there; relative paths are under the login's home, where an SSH
+        command starts."""
+        return PurePosixPath(self.machine.project)
+
+    @property
+    def python(self) -> str:
+        """The checkout's own interpreter there (``setup.sh`` makes its ``.venv``)."""
+        return str(self.project / ".venv" / "bin" / "python")
+
+    def options(self) -> list[str]:
+        endpoint = self.endpoint
+        argv = [
+            "-p", str(endpoint.port),
+            "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={self.machine.known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", f"ConnectTimeout={max(1, round(self.machine.timeouts.connect))}",
+            "-o", f"ServerAliveInterval={ALIVE_INTERVAL}",
+            "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
+            "-o", "LogLevel=ERROR",
+        ]  # fmt: skip
+        if endpoint.key_file is not None:
+            argv += ["-i", str(endpoint.key_file), "-o", "IdentitiesOnly=yes"]
+        return argv
+
+    def argv(self, remote: Sequence[str], *, forwards: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """The local command line that runs ``remote`` there as root; ``forwards``:
+        (path there, path here) Unix sockets forwarded from there to here (``-R``)."""
+        command = ["ssh", *self.options(), "-T"]
+        for there, here in forwards:
+            command += ["-o", "StreamLocalBindUnlink=yes", "-R", f"{there}:{here}"]
+            command += ["-o", "ExitOnForwardFailure=yes"]
+        sudo = ["sudo", "-n", "--"] if self.machine.uses_sudo(self.endpoint) else []
+        user_host = f"{self.endpoint.user}@{self.endpoint.host}"
+        return [*command, user_host, "--", shlex.join([*sudo, *remote])]
+
+    def forward_argv(self, here: str, there: str) -> list[str]:
+        """A session that only forwards the Unix socket ``there`` to ``here`` (``-L``)."""
+        return [
+            "ssh", *self.options(), "-N",
+            "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindUnlink=yes",
+            "-L", f"{here}:{there}", f"{self.endpoint.user}@{self.endpoint.host}",
+        ]  # fmt: skip
+
+    def run(
+        self, remote: Sequence[str], *, input: str | None = None, timeout: float = 30.0
+    ) -> Completed:
+        """Run ``remote`` there to completion; an SSH failure is status 255, as ssh's."""
+        try:
+            result = subprocess.run(
+                self.argv(remote),
+                input=input,
+                stdin=subprocess.DEVNULL if input is None else None,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return Completed(tuple(remote), 124, "", f"no answer from {self.name} in {timeout:g} s")
+        return Completed(tuple(remote), result.returncode, result.stdout, result.stderr)
+
+    def popen(
+        self, remote: Sequence[str], *, forwards: Sequence[tuple[str, str]] = (), **kwargs: Any
+    ) -> subprocess.Popen[bytes]:
+        """Start ``remote`` there; it lives as long as this process's session (see the
+        module docstring): pass ``stdin=subprocess.PIPE`` to keep that in hand."""
+        return subprocess.Popen(self.argv(remote, forwards=forwards), **kwargs)
+
+    def astral(self, args: Sequence[str]) -> list[str]:
+        """``astral ARGS`` there, in its checkout (the command line for :meth:`run`)."""
+        return ["env", "-C", str(self.project), self.python, "-m", "orchestrator.cli", *args]
