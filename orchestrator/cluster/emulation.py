@@ -9,7 +9,7 @@
 
 The fabric is placed (orchestrator.cluster.placement), then built in parts at once: this
 machine's part in this process, each other machine's by ``python -m
-orchestrator.cluster.part`` there over SSH (orchestrator.cluster.ssh), each an ordinary
+orchestrator.commands.cluster_part`` there over SSH (orchestrator.cluster.ssh), each an ordinary
 :class:`~orchestrator.emulation.network.Emulation` of its share (its own run record, lock
 and teardown there). A link cut between two machines is a VXLAN tunnel, one end on each,
 named and shaped as the veth end it replaces (orchestrator.emulation.wiring.Tunnel). One
@@ -49,7 +49,7 @@ from orchestrator.cluster.placement import Placement, place
 from orchestrator.cluster.ssh import SshMachine
 from orchestrator.cluster.trace import ClusterControl
 from orchestrator.emulation.executor import Completed
-from orchestrator.emulation.network import Emulation
+from orchestrator.emulation.network import DESCRIPTION_FILE, Emulation
 from orchestrator.emulation.pathtrace import (
     AppctlControl,
     Control,
@@ -154,9 +154,37 @@ def tunnels_of(
     return ends
 
 
+@dataclass(frozen=True)
+class MachineLoad:
+    """One machine's part of an experiment's load, and what its calibration says it
+    carries (``safe_bps`` None: not calibrated)."""
+
+    machine: str
+    hop_bps: float
+    tunnel_bps: float
+    safe_bps: float | None
+
+    @property
+    def share(self) -> float | None:
+        return self.hop_bps / self.safe_bps if self.safe_bps else None
+
+    def line(self) -> str:
+        tunnels = f", tunnels {self.tunnel_bps / 1e6:.0f} Mbit/s"
+        if self.safe_bps is None:
+            return (
+                f"{self.machine}: offered {self.hop_bps / 1e6:.0f} hop-Mbit/s{tunnels}; "
+                "not calibrated there (astral calibrate --on it)"
+            )
+        verdict = "within" if self.hop_bps <= self.safe_bps else "ABOVE"
+        return (
+            f"{self.machine}: offered {self.hop_bps / 1e6:.0f} hop-Mbit/s{tunnels} = "
+            f"{self.share:.0%} of its safe share ({self.safe_bps / 1e6:.0f}): {verdict} it"
+        )
+
+
 class RemotePart:
     """A machine's part of the fabric, run there over one SSH session
-    (orchestrator.cluster.part)."""
+    (orchestrator.commands.cluster_part)."""
 
     def __init__(self, machine: ClusterMachine, log_path: Path) -> None:
         assert machine.ssh is not None
@@ -169,7 +197,7 @@ class RemotePart:
 
     def start(self, order: dict[str, Any]) -> None:
         remote = ["env", "-C", str(self.ssh.project), self.ssh.python]
-        remote += ["-m", "orchestrator.cluster.part"]
+        remote += ["-m", "orchestrator.commands.cluster_part"]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self.ssh.argv(remote),
@@ -334,18 +362,46 @@ class ClusterEmulation(Emulation):
             self.clock_offsets[name] = self._clock_offset(part)
         cluster = self.description.extra["cluster"]
         for name, part in self.parts.items():
+            ssh = part.ssh
             cluster["machines"][name].update(
                 {
+                    "inventory": str(ssh.machine.source),
                     "run_id": part.up.get("run_id"),
                     "datapath": part.up.get("datapath"),
                     "clock_offset_s": round(self.clock_offsets[name], 6),
                     "timings": part.up.get("timings"),
+                    "calibration": part.up.get("calibration"),
                 }
             )
+        local = cluster["machines"].get(LOCAL)
+        if local is not None:
+            local["datapath"] = self.datapath.describe() if self.datapath else None
+        # the record the bundle keeps: who held what, with the clocks' offsets
+        assert self.state is not None
+        self.description.write(self.state.run_dir / DESCRIPTION_FILE)
         dpids = [
             s.dpid for s in self.description.fabric.switches.values() if s.tier.value != "nvlink"
         ]
         self.controller.wait_programmed(dpids, timeout=self.ready_timeout)
+
+    def machine_loads(
+        self, offered_hop_bps: float, local_safe_bps: float | None = None
+    ) -> list[MachineLoad]:
+        """An experiment's offered switch-hop load (orchestrator.calibration.capacity) as
+        each machine carries it: in proportion to its switches' share of the fabric's
+        switch hop load, with its tunnels' rate beside it; against that machine's own
+        calibration (this machine's: ``local_safe_bps``)."""
+        assert self.placement is not None and self.description is not None
+        shares = self.placement.shares()
+        switching = sum(s.hop_load_bps - s.tunnel_bps for s in shares) or 1.0
+        machines = self.description.extra.get("cluster", {}).get("machines", {})
+        loads = []
+        for share in shares:
+            part = (share.hop_load_bps - share.tunnel_bps) / switching
+            calibration = machines.get(share.machine, {}).get("calibration") or {}
+            safe = local_safe_bps if share.machine == LOCAL else calibration.get("safe_bps")
+            loads.append(MachineLoad(share.machine, offered_hop_bps * part, share.tunnel_bps, safe))
+        return loads
 
     def _clock_offset(self, part: RemotePart) -> float:
         best = (float("inf"), 0.0)

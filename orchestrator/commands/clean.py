@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cluster.cleanup import clean_other_machines
 from orchestrator.commands.remote import add_on_arguments, refuse, run_on
 from orchestrator.emulation.lock import RunLock
 from orchestrator.emulation.state import clean, state_dir, unclean_runs
@@ -59,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
             began = time.monotonic()
             report = clean(state)
             for line in report.lines():
+                print(f"  {line}")
+            # a cluster run: its parts on the other machines (docs/cluster.md)
+            for line in clean_other_machines(state.run_dir):
                 print(f"  {line}")
             print(f"  done in {time.monotonic() - began:.2f} s")
             problems += [f"run {state.run_id}: {error}" for error in report.errors]

@@ -80,7 +80,7 @@ from controllers.events import EVENTS_NAME
 from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
-from orchestrator.cluster.emulation import cluster_of
+from orchestrator.cluster.emulation import ClusterEmulation, cluster_of
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.program import PROGRAM, Program
@@ -653,6 +653,16 @@ class Runner(Messages):
         if seconds:
             self.say(f"monitor {self.monitor.name}: controller restarted in {seconds:.1f} s")
         self.run_file["monitor"] = self.monitor.name
+        cluster = testbed.description.extra.get("cluster")
+        if cluster is not None and isinstance(testbed.emulation, ClusterEmulation):
+            # each machine's part: what it held, its run record there, its clock offset,
+            # and the experiment's load as it carries it against its own calibration
+            guard = outcome.verdict
+            safe = guard.assessment.safe_bps if guard is not None else None
+            loads = testbed.emulation.machine_loads(guard.offered_hop_bps if guard else 0.0, safe)
+            for load in loads:
+                self.say(f"load {load.line()}")
+            self.run_file["cluster"] = {**cluster, "loads": [vars(x) for x in loads]}
         datapath = testbed.emulation.datapath
         self.run_file["conditions"]["datapath"] = datapath.kind if datapath else None
         self.run_file["conditions"]["userspace_tso"] = datapath.tso if datapath else None

@@ -1,4 +1,4 @@
-"""One machine's part of a cluster run: ``python -m orchestrator.cluster.part``.
+"""One machine's part of a cluster run: ``python -m orchestrator.commands.cluster_part``.
 
 The machine holding a cluster run (orchestrator.cluster.emulation) starts this on every
 other machine over SSH and speaks with it in JSON lines: it sends one line with the whole
@@ -17,6 +17,10 @@ fabric: ``{"event": "probed", "rounds": n}``), ``{"cmd": "clock"}`` (``{"event":
 closed: the run's side is gone, whatever happened to it) and at SIGTERM it tears its share
 down and reports ``{"event": "down", "report": [...]}``. A part killed with SIGKILL leaves
 its record for ``astral clean`` on this machine, as any run does.
+
+It is a command of its own (not one of ``astral``'s: nobody types it) because it is a
+process's entry point, like ``astral``, and reads this machine's calibration for the load
+check of its share.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import sys
 import time
 from typing import IO, Any
 
+from orchestrator.calibration.capacity import load_calibration
 from orchestrator.emulation.network import Emulation, Terminated
 from orchestrator.emulation.pathtrace import control_socket
 from orchestrator.emulation.share import Share
@@ -38,6 +43,23 @@ from topologies.errors import AstralError
 def _say(out: IO[str], event: str, **fields: Any) -> None:
     out.write(json.dumps({"event": event, **fields}) + "\n")
     out.flush()
+
+
+def _calibration() -> dict[str, Any] | None:
+    """This machine's emulator capacity (``astral calibrate``), for the load check of its
+    share; None where it has none or it cannot be read."""
+    try:
+        calibration = load_calibration()
+    except AstralError:
+        return None
+    if calibration is None:
+        return None
+    return {
+        "capacity_bps": calibration.capacity_bps,
+        "safe_bps": calibration.safe_bps,
+        "recipe": calibration.recipe,
+        "measured_at": calibration.measured_at,
+    }
 
 
 def serve(inp: IO[str], out: IO[str]) -> int:
@@ -74,6 +96,7 @@ def serve(inp: IO[str], out: IO[str]) -> int:
             datapath=emulation.datapath.describe() if emulation.datapath else None,
             timings=emulation.timings,
             control=str(control_socket() or ""),
+            calibration=_calibration(),
             time=time.time(),
         )
         for line in inp:
