@@ -48,7 +48,15 @@ from typing import IO, Any
 from orchestrator.cluster.placement import Placement, place
 from orchestrator.cluster.ssh import SshMachine
 from orchestrator.cluster.trace import ClusterControl
-from orchestrator.emulation.executor import Completed
+from orchestrator.cluster.tunnelprobe import (
+    PROBE_DEVICE,
+    PROBE_NETWORK,
+    TunnelProbe,
+    device_commands,
+    iperf3_rate,
+    run_all,
+)
+from orchestrator.emulation.executor import Completed, run_local
 from orchestrator.emulation.network import DESCRIPTION_FILE, Emulation
 from orchestrator.emulation.pathtrace import (
     AppctlControl,
@@ -292,6 +300,7 @@ class ClusterEmulation(Emulation):
         self.clock_offsets: dict[str, float] = {}
         self._controller_port = 0
         self._forwards: dict[str, subprocess.Popen[bytes]] = {}
+        self.tunnel_probes: dict[str, TunnelProbe] = {}
         self._orders: dict[str, dict[str, Any]] = {}
 
     # -- bring-up ------------------------------------------------------------------------
@@ -376,6 +385,7 @@ class ClusterEmulation(Emulation):
         local = cluster["machines"].get(LOCAL)
         if local is not None:
             local["datapath"] = self.datapath.describe() if self.datapath else None
+        self._probe_tunnels()
         # the record the bundle keeps: who held what, with the clocks' offsets
         assert self.state is not None
         self.description.write(self.state.run_dir / DESCRIPTION_FILE)
@@ -402,6 +412,60 @@ class ClusterEmulation(Emulation):
             safe = local_safe_bps if share.machine == LOCAL else calibration.get("safe_bps")
             loads.append(MachineLoad(share.machine, offered_hop_bps * part, share.tunnel_bps, safe))
         return loads
+
+    def _probe_tunnels(self) -> None:
+        """One probe per machine this one shares cut links with (orchestrator.cluster
+        .tunnelprobe); the figures go into the record, a pair short of capacity into the
+        log. Pairs of two other machines are not probed (docs/cluster.md)."""
+        assert self.placement is not None and self.state is not None
+        assert self.description is not None and self.state.link_group is not None
+        cluster = self.description.extra["cluster"]
+        vni = cluster["vxlan"]["vni_base"] - 1
+        local = self.machines.get(LOCAL)
+        if local is None:
+            return
+        for name, part in self.parts.items():
+            cut = [
+                link
+                for link in self.placement.cut_links()
+                if {self.machine_of(link.a), self.machine_of(link.b)} == {LOCAL, name}
+            ]
+            load = 2 * sum(self.description.emulated_rate(link) for link in cut)
+            probe = self._probe_tunnel(part, local.address, vni, load)
+            self.tunnel_probes[name] = probe
+            cluster["machines"][name]["tunnel"] = probe.to_dict()
+            if not probe.enough:
+                self.log(probe.line())
+
+    def _probe_tunnel(self, part: RemotePart, here: str, vni: int, load: float) -> TunnelProbe:
+        assert self.state is not None and self.state.link_group is not None
+        there = part.machine.address
+        part.send(
+            {
+                "cmd": "tunnel-probe", "vni": vni, "local": there, "remote": here,
+                "address": PROBE_NETWORK.format(2), "udp_port": VXLAN_PORT,
+            }
+        )  # fmt: skip
+        self.state.add_interfaces([PROBE_DEVICE])
+        commands = device_commands(
+            self.state.link_group, vni, here, there, PROBE_NETWORK.format(1), VXLAN_PORT
+        )
+        measured, problem = None, ""
+        try:
+            part.expect("tunnel-probe-ready", 30)
+            failed = run_all(commands)
+            if failed is not None:
+                problem = f"the probe's device here: {failed.stderr.strip()}"
+            else:
+                server = PROBE_NETWORK.format(2).split("/")[0]
+                measured = iperf3_rate(server, PROBE_NETWORK.format(1).split("/")[0])
+        except (EmulationError, OSError) as err:
+            problem = str(err)
+        finally:
+            run_local(["ip", "link", "del", "dev", PROBE_DEVICE])
+            part.send({"cmd": "tunnel-probe-done"})
+        part.expect("tunnel-probe-done", 30)
+        return TunnelProbe(part.machine.name, measured, load, problem)
 
     def _clock_offset(self, part: RemotePart) -> float:
         best = (float("inf"), 0.0)

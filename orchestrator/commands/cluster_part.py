@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from typing import IO, Any
 
 from orchestrator.calibration.capacity import load_calibration
+from orchestrator.cluster.tunnelprobe import PROBE_DEVICE, device_commands, run_all
+from orchestrator.emulation.executor import run_local
 from orchestrator.emulation.network import Emulation, Terminated
 from orchestrator.emulation.pathtrace import control_socket
 from orchestrator.emulation.share import Share
@@ -40,7 +43,9 @@ from topologies.description import FabricDescription
 from topologies.errors import AstralError
 
 
-def _say(out: IO[str], event: str, **fields: Any) -> None:
+def _say(out: IO[str], event: str, message: str | None = None, **fields: Any) -> None:
+    if message is not None:
+        fields["message"] = message
     out.write(json.dumps({"event": event, **fields}) + "\n")
     out.flush()
 
@@ -60,6 +65,52 @@ def _calibration() -> dict[str, Any] | None:
         "recipe": calibration.recipe,
         "measured_at": calibration.measured_at,
     }
+
+
+def _tunnel_probe(
+    emulation: Emulation, command: dict[str, Any], probes: list[subprocess.Popen[bytes]]
+) -> tuple[str, ...]:
+    """This machine's end of a tunnel probe (orchestrator.cluster.tunnelprobe): the probe
+    device and an iperf3 server on its address, both recorded first."""
+    state = emulation.state
+    assert state is not None and state.link_group is not None
+    state.add_interfaces([PROBE_DEVICE])
+    failed = run_all(
+        device_commands(
+            state.link_group,
+            int(command["vni"]),
+            str(command["local"]),
+            str(command["remote"]),
+            str(command["address"]),
+            int(command["udp_port"]),
+        )
+    )
+    if failed is not None:
+        return ("error", f"the tunnel probe's device: {failed.stderr.strip()}")
+    address = str(command["address"]).split("/")[0]
+    server = subprocess.Popen(
+        ["iperf3", "-s", "-1", "-B", address],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    state.add_process("tunnel-probe-iperf3", server.pid, "worker")
+    probes.append(server)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        listening = run_local(["ss", "-ltnH", "src", address]).stdout
+        if listening.strip():
+            return ("tunnel-probe-ready",)
+        time.sleep(0.05)
+    return ("error", "the tunnel probe's iperf3 server did not listen in 10 s")
+
+
+def _end_tunnel_probe(probes: list[subprocess.Popen[bytes]]) -> None:
+    for server in probes:
+        if server.poll() is None:
+            server.terminate()
+        server.wait()
+    if probes:
+        run_local(["ip", "link", "del", "dev", PROBE_DEVICE])
+    probes.clear()
 
 
 def serve(inp: IO[str], out: IO[str]) -> int:
@@ -82,6 +133,7 @@ def serve(inp: IO[str], out: IO[str]) -> int:
         lock_wait=float(order.get("lock_wait", 0.0)),
     )
     status = 0
+    probes: list[subprocess.Popen[bytes]] = []
     try:
         emulation.start()
         shells = {
@@ -105,6 +157,11 @@ def serve(inp: IO[str], out: IO[str]) -> int:
                 break
             if command.get("cmd") == "clock":
                 _say(out, "clock", time=time.time())
+            elif command.get("cmd") == "tunnel-probe":
+                _say(out, *_tunnel_probe(emulation, command, probes))
+            elif command.get("cmd") == "tunnel-probe-done":
+                _end_tunnel_probe(probes)
+                _say(out, "tunnel-probe-done")
             elif command.get("cmd") == "probe":
                 try:
                     rounds = emulation.probe(float(command.get("timeout", 60.0)))
@@ -119,6 +176,7 @@ def serve(inp: IO[str], out: IO[str]) -> int:
     except KeyboardInterrupt:
         status = 130
     finally:
+        _end_tunnel_probe(probes)
         report = emulation.stop()
         with contextlib.suppress(BrokenPipeError, OSError):
             _say(out, "down", report=report.lines(), errors=report.errors)

@@ -131,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(emulation, ClusterEmulation) and emulation.placement is not None:
                 for line in emulation.placement.lines():
                     print(line)
+                for probe in emulation.tunnel_probes.values():
+                    print(probe.line())
                 for name, offset in emulation.clock_offsets.items():
                     print(f"clock      {name}: {offset * 1000:+.2f} ms from this machine's")
             print(

@@ -662,6 +662,8 @@ class Runner(Messages):
             loads = testbed.emulation.machine_loads(guard.offered_hop_bps if guard else 0.0, safe)
             for load in loads:
                 self.say(f"load {load.line()}")
+            for probe in testbed.emulation.tunnel_probes.values():
+                self.say(probe.line())
             self.run_file["cluster"] = {**cluster, "loads": [vars(x) for x in loads]}
         datapath = testbed.emulation.datapath
         self.run_file["conditions"]["datapath"] = datapath.kind if datapath else None
