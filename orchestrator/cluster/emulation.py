@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from orchestrator.cluster.nodes import attached_host
 from orchestrator.cluster.placement import Placement, place
 from orchestrator.cluster.ssh import SshMachine
 from orchestrator.cluster.trace import ClusterControl
@@ -556,6 +557,27 @@ class ClusterEmulation(Emulation):
         _, pid, starttime = remote
         attach = self._attach(ssh, pid, starttime, argv, stdin=input is not None)
         return ssh.run(attach, input=input, timeout=timeout)
+
+    def cli(self) -> None:
+        """Mininet's CLI over every machine's GPUs: the other machines' as the cluster
+        edition's remote hosts (orchestrator.cluster.nodes), made when it opens."""
+        assert self.state is not None
+        for gpu, (machine, pid, _) in sorted(self.shells.items()):
+            if gpu in self.net.nameToNode:
+                continue
+            ssh = self.machines[machine].ssh
+            assert ssh is not None
+            try:
+                host = attached_host(gpu, ssh, pid)
+            except ImportError as err:
+                self.log(f"the CLI reaches this machine's GPUs only: {err}")
+                break
+            self.net.hosts.append(host)
+            self.net.nameToNode[gpu] = host
+            if host.shell is not None:
+                with self._state_lock:
+                    self.state.add_process(f"{gpu}-cli@{machine}", host.shell.pid, "worker")
+        super().cli()
 
     # -- path tracing --------------------------------------------------------------------
 
