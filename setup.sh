@@ -24,7 +24,7 @@ OVS_LOG="${OVS_LOGDIR:-/var/log/openvswitch}/ovs-vswitchd.log"
 TSO_LOG_LINE="Userspace TCP Segmentation Offloading support enabled"
 APT_PACKAGES=(
     mininet openvswitch-switch iperf3 ethtool iproute2 iputils-ping
-    python3-venv python3-pip openssh-server procps nftables
+    python3-venv python3-pip openssh-server openssh-client procps nftables
 )
 
 say() { printf 'setup: %s\n' "$*"; }

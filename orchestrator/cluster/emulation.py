@@ -381,6 +381,7 @@ class ClusterEmulation(Emulation):
                     "clock_offset_s": round(self.clock_offsets[name], 6),
                     "timings": part.up.get("timings"),
                     "calibration": part.up.get("calibration"),
+                    "doctor": part.up.get("doctor"),
                 }
             )
         local = cluster["machines"].get(LOCAL)
@@ -394,6 +395,17 @@ class ClusterEmulation(Emulation):
             s.dpid for s in self.description.fabric.switches.values() if s.tier.value != "nvlink"
         ]
         self.controller.wait_programmed(dpids, timeout=self.ready_timeout)
+
+    def doctor_lines(self) -> list[str]:
+        """What ``astral doctor``'s checks said on each other machine of its share (a FAIL
+        stops that machine's part before it builds anything)."""
+        lines = []
+        for name, part in self.parts.items():
+            results = part.up.get("doctor") or []
+            warnings = [r for r in results if not r.startswith("OK ")]
+            lines.append(f"doctor {name}: {len(results) - len(warnings)} of {len(results)} OK")
+            lines += [f"doctor {name}: {r}" for r in warnings]
+        return lines
 
     def machine_loads(
         self, offered_hop_bps: float, local_safe_bps: float | None = None

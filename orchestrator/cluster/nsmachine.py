@@ -6,8 +6,11 @@ and a mount namespace, reached from the root namespace over a veth pair:
 
 - a *holder* process (``unshare --net --mount``, then ``sleep``) keeps both namespaces
   alive; everything else enters them with ``nsenter -t HOLDER -n -m``. Before it sleeps it
-  bind-mounts private directories under the machine's directory over Open vSwitch's run,
-  configuration, log and database directories and over the project's state directory
+  mounts a ``/run`` of its own (a tmpfs: sshd's privilege separation directory and ``ip
+  netns``'s names are then the machine's, and nothing on the host can remove them from
+  under it), then bind-mounts private directories under the machine's directory over
+  Open vSwitch's run, configuration, log and database directories and over the project's
+  state directory
   (``/run/astral``), so that the machine's daemons, their sockets and pid files, and a
   run's record and lock are its own, where the host's tools cannot reach them and the
   machine's tools reach nothing else. It also mounts a sysfs of its own over ``/sys`` (as
@@ -31,8 +34,8 @@ and a mount namespace, reached from the root namespace over a veth pair:
 
 Leaving the ``with`` block (or an ``__enter__`` that fails half way) stops sshd and every
 session it forked, both OVS daemons, any other process in the network namespace, then the
-holder; deletes the veth pair; and removes the mount points and sshd's privilege separation
-directory it created on the host (none of the mounts exists outside the namespace). The
+holder; deletes the veth pair; and removes the mount points it created on the host (none
+of the mounts exists outside the namespace). The
 machine's directory, with its keys and logs, is left to the caller.
 
 :func:`keygen`, :func:`children` and :func:`descendants` are also what the loopback sshd of
@@ -64,6 +67,7 @@ from topologies.errors import EnvironmentProblem
 
 SSHD = Path("/usr/sbin/sshd")
 PRIVSEP_DIR = Path("/run/sshd")  # sshd refuses to start without it
+RUN_DIR = Path("/run")
 OVS_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 OVS_RUN_DIR = Path("/run/openvswitch")
 OVS_RUN_DIR_VAR = Path("/var/run/openvswitch")  # the same directory where /var/run -> /run
@@ -362,10 +366,17 @@ class NamespaceMachine:
 
     def _start_holder(self) -> None:
         """The process that keeps the namespaces, after mounting what is private inside."""
-        script = ["set -e"]
+        # A /run of its own, as a machine has: sshd's privilege separation directory, `ip
+        # netns`'s names and the bound run directories below are then the machine's, and
+        # another machine (or a test's sshd) removing the host's /run/sshd cannot break it.
+        script = ["set -e", "mount -t tmpfs -o mode=0755 astral-machine-run /run"]
+        script.append(f"mkdir -m 0755 {PRIVSEP_DIR}")
         for private, target in self.binds:
             private.mkdir(parents=True, exist_ok=True)
-            self._make_host_dir(target)
+            if RUN_DIR in target.resolve().parents:
+                script.append(f"mkdir -p {shlex.quote(str(target))}")
+            else:
+                self._make_host_dir(target)
             script.append(f"mount --bind {shlex.quote(str(private))} {shlex.quote(str(target))}")
         cgroup = self.directory / "cgroup"  # a mount point, only inside and only for a moment
         cgroup.mkdir(parents=True, exist_ok=True)
@@ -520,7 +531,6 @@ LogLevel VERBOSE
 """,
             encoding="ascii",
         )
-        self._make_host_dir(PRIVSEP_DIR)
         log = self.sshd_log.open("ab")
         with log:
             self.sshd = subprocess.Popen(

@@ -34,11 +34,13 @@ from typing import IO, Any
 
 from orchestrator.calibration.capacity import load_calibration
 from orchestrator.cluster.tunnelprobe import PROBE_DEVICE, device_commands, run_all
+from orchestrator.emulation.doctor import CheckResult, Demand, evaluate, gather_facts
 from orchestrator.emulation.executor import run_local
 from orchestrator.emulation.network import Emulation, Terminated
 from orchestrator.emulation.pathtrace import control_socket
 from orchestrator.emulation.share import Share
 from orchestrator.emulation.state import proc_starttime
+from orchestrator.worker import rto
 from topologies.description import FabricDescription
 from topologies.errors import AstralError
 
@@ -48,6 +50,22 @@ def _say(out: IO[str], event: str, message: str | None = None, **fields: Any) ->
         fields["message"] = message
     out.write(json.dumps({"event": event, **fields}) + "\n")
     out.flush()
+
+
+def _doctor(description: FabricDescription, share: Share) -> list[CheckResult]:
+    """``astral doctor``'s checks of this machine against its share (root, Open vSwitch
+    and its datapath, the tools, the Python packages, cores and memory for this share's
+    GPUs and switches, the minimum RTO)."""
+    fabric = description.fabric
+    switches = [s for s in fabric.switches if s in share.nodes]
+    ports = sum(
+        (link.a in share.nodes and link.a in fabric.switches)
+        + (link.b in share.nodes and link.b in fabric.switches)
+        for link in fabric.links
+    )
+    gpus = [g for g in fabric.gpus if g in share.nodes]
+    demand = Demand(f"{fabric.name} ({share.machine}'s share)", len(gpus), len(switches), ports)
+    return evaluate(gather_facts(rto.probe), demand)
 
 
 def _calibration() -> dict[str, Any] | None:
@@ -134,6 +152,16 @@ def serve(inp: IO[str], out: IO[str]) -> int:
     )
     status = 0
     probes: list[subprocess.Popen[bytes]] = []
+    doctor = _doctor(description, share)
+    failed = [r for r in doctor if not r.ok]
+    if failed:
+        lines = "; ".join(
+            f"{r.name}: {r.detail} ({r.fix})" if r.fix else f"{r.name}: {r.detail}" for r in failed
+        )
+        _say(
+            out, "error", message=f"astral doctor says this machine cannot hold its share: {lines}"
+        )
+        return 3
     try:
         emulation.start()
         shells = {
@@ -149,6 +177,7 @@ def serve(inp: IO[str], out: IO[str]) -> int:
             timings=emulation.timings,
             control=str(control_socket() or ""),
             calibration=_calibration(),
+            doctor=[f"{r.verdict.value} {r.name}: {r.detail}" for r in doctor],
             time=time.time(),
         )
         for line in inp:

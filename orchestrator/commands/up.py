@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
                     print(line)
                 for probe in emulation.tunnel_probes.values():
                     print(probe.line())
+                for line in emulation.doctor_lines():
+                    print(line)
                 for name, offset in emulation.clock_offsets.items():
                     print(f"clock      {name}: {offset * 1000:+.2f} ms from this machine's")
             print(

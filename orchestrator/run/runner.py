@@ -664,6 +664,8 @@ class Runner(Messages):
                 self.say(f"load {load.line()}")
             for probe in testbed.emulation.tunnel_probes.values():
                 self.say(probe.line())
+            for line in testbed.emulation.doctor_lines():
+                self.say(line)
             self.run_file["cluster"] = {**cluster, "loads": [vars(x) for x in loads]}
         datapath = testbed.emulation.datapath
         self.run_file["conditions"]["datapath"] = datapath.kind if datapath else None

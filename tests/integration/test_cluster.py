@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,3 +179,17 @@ def test_a_killed_cluster_is_cleaned_on_both_machines(
     assert second_bridges(second) == set()
     assert second_links(second) == links_there
     assert unfinished_runs(second) == []
+
+
+def test_the_cli_reaches_every_machines_gpus(machine: tuple[NamespaceMachine, Path]) -> None:
+    """Mininet's CLI over the cluster: a GPU of the other machine (the cluster edition's
+    remote host, entering the namespace there) pings one of this machine's."""
+    second, inventory = machine
+    commands = "p1s0g0 ping -c1 -W5 10.0.0.1\np0s0g0 ping -c1 -W5 10.0.1.1\nexit\n"
+    done = astral(
+        ["up", "--cluster", f"localhost,{MACHINE}", "--cli"], inventory, input=commands, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert re.search(rf"  {MACHINE} .*\n\s+servers\s+p1s0 p1s1\n", done.stdout), done.stdout
+    assert done.stdout.count("1 packets transmitted, 1 received") == 2, done.stdout
+    assert second_bridges(second) == set()
