@@ -137,9 +137,10 @@ def run(args: argparse.Namespace) -> int:
                     print(line)
                 for name, offset in emulation.clock_offsets.items():
                     print(f"clock      {name}: {offset * 1000:+.2f} ms from this machine's")
+            assert emulation.description is not None
+            gpus = len(emulation.description.fabric.gpus)
             print(
-                f"ready: {len(emulation.hosts)} GPUs reach each other; run directory "
-                f"{emulation.run_dir}",
+                f"ready: {gpus} GPUs reach each other; run directory {emulation.run_dir}",
                 flush=True,
             )
             hold(args, emulation)
