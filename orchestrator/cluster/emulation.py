@@ -376,6 +376,7 @@ class ClusterEmulation(Emulation):
             cluster["machines"][name].update(
                 {
                     "inventory": str(ssh.machine.source),
+                    "shells": part.up["shells"],
                     "run_id": part.up.get("run_id"),
                     "datapath": part.up.get("datapath"),
                     "clock_offset_s": round(self.clock_offsets[name], 6),
@@ -516,16 +517,6 @@ class ClusterEmulation(Emulation):
         assert ssh is not None
         return ssh, pid, starttime
 
-    def _attach(
-        self, ssh: SshMachine, pid: int, starttime: int, argv: Sequence[str], stdin: bool = False
-    ) -> list[str]:
-        return [
-            "env", "-C", str(ssh.project), f"PYTHONPATH={ssh.project}", "PYTHONUNBUFFERED=1",
-            ssh.python, "-m", "orchestrator.cluster.attach",
-            "--pid", str(pid), "--starttime", str(starttime),
-            *(["--stdin"] if stdin else []), "--", *argv,
-        ]  # fmt: skip
-
     def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         remote = self._remote(gpu)
         if remote is None:
@@ -546,7 +537,7 @@ class ClusterEmulation(Emulation):
         kwargs.pop("env", None)
         kwargs["stdin"] = subprocess.PIPE  # the session lives as long as this pipe
         kwargs.setdefault("start_new_session", True)
-        process = ssh.popen(self._attach(ssh, pid, starttime, argv), forwards=forwards, **kwargs)
+        process = ssh.popen(ssh.attach(pid, starttime, argv), forwards=forwards, **kwargs)
         with self._state_lock:
             self.state.add_process(f"{gpu}:{argv[0]}@{ssh.name}", process.pid, "worker")
         return process
@@ -567,7 +558,8 @@ class ClusterEmulation(Emulation):
         if remote is None:  # a switch: its ports are in that machine's root namespace
             return ssh.run(argv, input=input, timeout=timeout)
         _, pid, starttime = remote
-        attach = self._attach(ssh, pid, starttime, argv, stdin=input is not None)
+        # run to completion: the command has the session's stdin (empty without input)
+        attach = ssh.attach(pid, starttime, argv, stdin=True)
         return ssh.run(attach, input=input, timeout=timeout)
 
     def cli(self) -> None:

@@ -125,6 +125,18 @@ class SshMachine:
         module docstring): pass ``stdin=subprocess.PIPE`` to keep that in hand."""
         return subprocess.Popen(self.argv(remote, forwards=forwards), **kwargs)
 
+    def attach(
+        self, pid: int, starttime: int, argv: Sequence[str], *, stdin: bool = False
+    ) -> list[str]:
+        """``argv`` in the namespace of GPU shell ``pid`` there (orchestrator.cluster.attach);
+        ``stdin``: the command reads the session's input (it then ends with it)."""
+        return [
+            "env", "-C", str(self.project), f"PYTHONPATH={self.project}", "PYTHONUNBUFFERED=1",
+            self.python, "-m", "orchestrator.cluster.attach",
+            "--pid", str(pid), "--starttime", str(starttime),
+            *(["--stdin"] if stdin else []), "--", *argv,
+        ]  # fmt: skip
+
     def astral(self, args: Sequence[str]) -> list[str]:
         """``astral ARGS`` there, in its checkout (the command line for :meth:`run`)."""
         return ["env", "-C", str(self.project), self.python, "-m", "orchestrator.cli", *args]

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cluster.held import held_executor
 from orchestrator.emulation.executor import NamespaceExecutor
 from orchestrator.emulation.faults import FabricFaults
 from orchestrator.emulation.state import FaultEntry, FaultRecord, RunState, live_runs
@@ -101,7 +102,11 @@ class HeldFabric:
         }
         self.record = FaultRecord(state.run_dir)
         self.injector = FaultInjector(
-            FabricFaults(NamespaceExecutor(shells), self.description, openflow=True),
+            FabricFaults(
+                held_executor(state.run_dir, NamespaceExecutor(shells)),
+                self.description,
+                openflow=True,
+            ),
             self.description,
             self.record,
             state.run_id,

@@ -12,6 +12,8 @@ makes on a real one.
   traced across both machines' switches, the bundle's ``run.json`` holding the placement,
   each machine's part (its run record there, its clock offset) and its load; afterwards
   nothing of the run is left on either machine;
+- ``astral fault`` from another terminal takes down a link of the other machine's share and
+  a cut link (a tunnel end on each machine), and mends them;
 - ``astral up --cluster`` killed with SIGKILL once ready: the other machine's part ends with
   its session and removes its share by itself; ``astral clean`` here removes this
   machine's and runs ``astral clean`` there; nothing is left on either.
@@ -159,6 +161,16 @@ def test_a_killed_cluster_is_cleaned_on_both_machines(
             assert time.monotonic() < deadline, "the cluster did not come up in 2 minutes"
             time.sleep(0.2)
         assert second_bridges(second)  # its share is up there
+        # astral fault from another terminal breaks a link of the other machine's share
+        # (both ends there) and a cut link (one end on each machine), then mends them
+        for link in ("p1s0g0-p1r0t0", "p0r0a0-c1"):
+            applied = astral(["fault", "apply", "link-down", link], inventory, timeout=60)
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert "state DOWN" in second.exec(["ip", "link", "show", "dev", "p1r0t0-eth1"]).stdout
+        assert "state DOWN" in second.exec(["ip", "link", "show", "dev", "c1-eth1"]).stdout
+        cleared = astral(["fault", "clear", "--all"], inventory, timeout=60)
+        assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+        assert "state DOWN" not in second.exec(["ip", "link", "show", "dev", "p1r0t0-eth1"]).stdout
         os.kill(up.pid, signal.SIGKILL)
         up.wait()
     finally:
