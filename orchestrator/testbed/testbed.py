@@ -372,9 +372,27 @@ class Testbed:
         self.launch_dirs.append(run_dir)
         live = self.run_dir / LIVE_FILE if self.monitor.live else None
         self.launcher = Launcher(
-            workers, spawn=self.spawn, options=options, run_dir=run_dir, live=live
+            workers,
+            spawn=self.spawn,
+            options=options,
+            run_dir=run_dir,
+            live=live,
+            clock_offsets=self.clock_offsets(),
         )
         return self.launcher
+
+    def clock_offsets(self) -> dict[str, float]:
+        """GPU -> its machine's clock minus this one's (a cluster run's, measured at
+        bring-up: orchestrator.cluster.emulation); empty on one machine."""
+        emulation = self.emulation
+        if not isinstance(emulation, ClusterEmulation) or emulation.placement is None:
+            return {}
+        offsets = emulation.clock_offsets
+        return {
+            gpu: offsets[emulation.machine_of(gpu)]
+            for gpu in self.description.fabric.gpus
+            if emulation.machine_of(gpu) in offsets
+        }
 
     def run(
         self,

@@ -204,8 +204,12 @@ class Launcher:
         options: LaunchOptions | None = None,
         run_dir: str | Path | None = None,
         live: str | Path | None = None,
+        clock_offsets: Mapping[str, float] | None = None,
     ) -> None:
         self.workers = sorted(workers, key=lambda w: w.rank)
+        # host -> its clock minus this one's, seconds (a cluster's other machines,
+        # measured at bring-up): times to and from its workers are moved by it
+        self.clock_offsets = dict(clock_offsets or {})
         # where the ranks' progress goes while a batch runs (the live view reads it;
         # orchestrator.monitor.live); None: nowhere
         self.live = Path(live) if live is not None else None
@@ -651,7 +655,9 @@ class Launcher:
     def _broadcast(self, message: Message) -> None:
         data = protocol.encode(message)
         for rank in list(self._ranks.values()):
-            self._send(rank, data)
+            offset = self.clock_offsets.get(rank.spec.host, 0.0)
+            own = protocol.encode(protocol.shift_clock(message, offset)) if offset else data
+            self._send(rank, own)
 
     def _send(self, rank: _Rank, data: bytes) -> None:
         with self._send_lock:
@@ -772,6 +778,8 @@ class Launcher:
         if link.rank is None:
             return
         rank = self._ranks[link.rank]
+        offset = self.clock_offsets.get(rank.spec.host, 0.0)
+        message = protocol.shift_clock(message, -offset)  # onto this machine's clock
         now = time.monotonic()
         rank.seen_at = now
         if kind == protocol.HEARTBEAT:

@@ -260,3 +260,27 @@ def failed(rank: int, error: str, peer: int | None = None) -> Message:
 
 def simple(kind: str, **fields: Any) -> Message:
     return {"type": kind, **fields}
+
+
+def shift_clock(message: Message, seconds: float) -> Message:
+    """``message`` with every epoch time it carries moved by ``seconds``: a worker on
+    another machine (orchestrator.cluster) keeps its own clock, whose offset from the
+    launcher's was measured at bring-up. The launcher shifts ``start``'s ``at`` into the
+    worker's clock (+offset) and a worker's ``done`` and ``samples`` into its own
+    (-offset), so that every rank's timeline is on one clock. 0: the message itself."""
+    if not seconds:
+        return message
+    kind = message.get("type")
+    shifted = dict(message)
+    if kind == START and message.get("at") is not None:
+        shifted["at"] = float(message["at"]) + seconds
+    elif kind == DONE:
+        shifted["start"] = float(message["start"]) + seconds
+        shifted["phases"] = [
+            [p[0], p[1], p[2] + seconds, p[3] + seconds] for p in message["phases"]
+        ]
+    elif kind == SAMPLES:
+        shifted["samples"] = [[r[0] + seconds, *r[1:]] for r in message["samples"]]
+        if "tcp" in message:
+            shifted["tcp"] = [[r[0] + seconds, *r[1:]] for r in message["tcp"]]
+    return shifted

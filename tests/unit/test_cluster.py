@@ -149,3 +149,20 @@ def test_ssh_command_lines_check_the_host_key_and_quote_the_command(tmp_path: Pa
     # not root: sudo -n, and the command one quoted string for the far side's shell
     assert argv[-1] == "sudo -n -- echo 'a b; rm -rf /'"
     assert ssh.python == "astral-testbed/.venv/bin/python"
+
+
+def test_a_workers_times_are_moved_onto_the_launchers_clock() -> None:
+    from orchestrator.worker import protocol
+
+    start = protocol.start(1, 0, 2, at=100.0)
+    assert protocol.shift_clock(start, 0.25)["at"] == 100.25  # into the worker's clock
+    done = protocol.done(
+        0, 1, 0, start=100.25, time_us=5.0, phases=[["send", 0, 100.3, 100.4]], traffic=[], wrong=0
+    )
+    back = protocol.shift_clock(done, -0.25)
+    assert back["start"] == 100.0 and back["phases"] == [["send", 0, 100.05, 100.15]]
+    samples = protocol.samples(0, [[100.5, 3, 1000]], tcp=[[100.5, 3, 1, 2, 3, 4, 5, 6, 7]])
+    moved = protocol.shift_clock(samples, -0.25)
+    assert moved["samples"] == [[100.25, 3, 1000]] and moved["tcp"][0][0] == 100.25
+    assert protocol.shift_clock(done, 0.0) is done
+    assert protocol.shift_clock(protocol.late(2.0), 1.0) == protocol.late(2.0)
