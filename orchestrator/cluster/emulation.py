@@ -302,6 +302,8 @@ class ClusterEmulation(Emulation):
         self._controller_port = 0
         self._forwards: dict[str, subprocess.Popen[bytes]] = {}
         self.tunnel_probes: dict[str, TunnelProbe] = {}
+        self._cpu_since: dict[str, float] = {}
+        self._cpu_kept: dict[str, list[dict[str, Any]]] = {}
         self._orders: dict[str, dict[str, Any]] = {}
 
     # -- bring-up ------------------------------------------------------------------------
@@ -480,6 +482,22 @@ class ClusterEmulation(Emulation):
             part.send({"cmd": "tunnel-probe-done"})
         part.expect("tunnel-probe-done", 30)
         return TunnelProbe(part.machine.name, measured, load, problem)
+
+    def cpu_samples(self, machine: str) -> list[dict[str, Any]]:
+        """The CPU samples ``machine``'s part took since its last answer, on this
+        machine's clock (orchestrator.testbed.cpuload's fields): the saturation flag of
+        each machine's share is judged from its own."""
+        part = self.parts[machine]
+        offset = self.clock_offsets.get(machine, 0.0)
+        since = self._cpu_since.get(machine, 0.0)
+        part.send({"cmd": "cpu", "since": since + offset})
+        samples = part.expect("cpu", 30.0)["samples"]
+        if samples:
+            self._cpu_since[machine] = float(samples[-1]["t"]) - offset
+        self._cpu_kept.setdefault(machine, []).extend(
+            {**x, "t": float(x["t"]) - offset} for x in samples if float(x["t"]) - offset > since
+        )
+        return list(self._cpu_kept[machine])
 
     def _clock_offset(self, part: RemotePart) -> float:
         best = (float("inf"), 0.0)

@@ -10,7 +10,9 @@ machine's state directory, its own lock, its own teardown) and answers::
     {"event": "up", "run_id": ..., "run_dir": ..., "shells": {gpu: [pid, starttime]},
      "datapath": ..., "timings": {...}, "time": <epoch seconds here>}
 
-Then it obeys ``{"cmd": "probe", "timeout": s}`` (probe from its GPUs to every GPU of the
+Then it obeys ``{"cmd": "cpu", "since": t}`` (the CPU samples it took since ``t``, in its
+own clock: the saturation flag of its share, orchestrator.testbed.cpuload), ``{"cmd":
+"probe", "timeout": s}`` (probe from its GPUs to every GPU of the
 fabric: ``{"event": "probed", "rounds": n}``), ``{"cmd": "clock"}`` (``{"event": "clock",
 "time": ...}``, for the clock offsets) and ``{"cmd": "stop"}``. Any failure is
 ``{"event": "error", "message": ...}``. At ``stop``, at end of file on stdin (the session
@@ -30,6 +32,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from typing import IO, Any
 
 from orchestrator.calibration.capacity import load_calibration
@@ -40,6 +43,7 @@ from orchestrator.emulation.network import Emulation, Terminated
 from orchestrator.emulation.pathtrace import control_socket
 from orchestrator.emulation.share import Share
 from orchestrator.emulation.state import proc_starttime
+from orchestrator.testbed.cpuload import CpuSampler
 from orchestrator.worker import rto
 from topologies.description import FabricDescription
 from topologies.errors import AstralError
@@ -162,8 +166,10 @@ def serve(inp: IO[str], out: IO[str]) -> int:
             out, "error", message=f"astral doctor says this machine cannot hold its share: {lines}"
         )
         return 3
+    sampler = CpuSampler()  # this machine's CPU, for the saturation flag there
     try:
         emulation.start()
+        sampler.start()
         shells = {
             gpu: [host.pid, proc_starttime(host.pid)] for gpu, host in emulation.hosts.items()
         }
@@ -186,6 +192,10 @@ def serve(inp: IO[str], out: IO[str]) -> int:
                 break
             if command.get("cmd") == "clock":
                 _say(out, "clock", time=time.time())
+            elif command.get("cmd") == "cpu":
+                since = float(command.get("since", 0.0))
+                taken = [asdict(x) for x in sampler.snapshot() if x.t >= since]
+                _say(out, "cpu", samples=taken)
             elif command.get("cmd") == "tunnel-probe":
                 _say(out, *_tunnel_probe(emulation, command, probes))
             elif command.get("cmd") == "tunnel-probe-done":
@@ -205,6 +215,7 @@ def serve(inp: IO[str], out: IO[str]) -> int:
     except KeyboardInterrupt:
         status = 130
     finally:
+        sampler.stop()
         _end_tunnel_probe(probes)
         report = emulation.stop()
         with contextlib.suppress(BrokenPipeError, OSError):

@@ -132,7 +132,7 @@ from orchestrator.run.replay import (
     slot_ops,
     workload_report,
 )
-from orchestrator.testbed.cpuload import CpuSampler, host_intervals
+from orchestrator.testbed.cpuload import CpuSample, CpuSampler, host_intervals
 from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
@@ -870,11 +870,36 @@ class Runner(Messages):
                 on.writer, on.testbed, config_id, done, result, on.launcher.layout, traces
             )
             load = judge_test(done, on.sampler.snapshot(), on.offered)
+            load = self._cluster_load(on.testbed, done, load, on.offered)
             if load is not None:
                 on.writer.add_emulator_load(config_id, load)
                 on.outcome.emulator[config_id] = load
             recorded.append((done, config_id, configuration, records))
         return result, recorded
+
+    def _cluster_load(
+        self,
+        testbed: Testbed,
+        done: CollectiveResult,
+        here: EmulatorLoad | None,
+        offered: float,
+    ) -> EmulatorLoad | None:
+        """On a cluster, every machine's share judged from its own CPU samples, each
+        against its part of the offered load: the first saturated one is the
+        configuration's verdict (its reasons named after the machine), else this one's."""
+        emulation = testbed.emulation
+        if not isinstance(emulation, ClusterEmulation) or not emulation.parts:
+            return here
+        loads = {x.machine: x.hop_bps for x in emulation.machine_loads(offered)}
+        for machine in emulation.parts:
+            samples = [
+                CpuSample(**{**x, "groups": tuple(tuple(g) for g in x.get("groups", ()))})
+                for x in emulation.cpu_samples(machine)
+            ]
+            there = judge_test(done, samples, loads.get(machine, offered))
+            if there is not None and there.saturated:
+                return replace(there, reasons=f"{machine}: {there.reasons}")
+        return here
 
     def _forecast_calibration(self) -> ForecastCalibration | None:
         """This machine's forecast calibration; a damaged one is said and not used."""
