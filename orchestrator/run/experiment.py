@@ -131,7 +131,7 @@ STUDY_KEYS = {"fabrics", "sweep", "sweep_mode", "study"}
 _TOP_KEYS |= STUDY_KEYS
 # ... and their vocabulary (orchestrator.study.spec and .checks read them; the schema too)
 SWEEP_MODES = ("product", "zip")
-UNSWEPT = ("fabric", "name")  # a sweep names fabrics with fabrics:, and a study has one name
+UNSWEPT = ("fabric", "name", "cluster")  # fabrics: names several; one name; one set of machines
 STUDY_SECTION_KEYS = {"question", "expected", "checks", "plot"}
 PLOT_KEYS = {"metric", "x"}  # study.plot: what the study plot draws against which key
 PLOT_METRICS = ("busbw", "algbw")  # nccl-tests' averages over the sizes, at real speed

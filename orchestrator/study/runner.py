@@ -42,6 +42,7 @@ from typing import Any, TextIO
 import yaml
 
 from orchestrator.calibration.capacity import Calibration
+from orchestrator.cluster.emulation import cluster_of
 from orchestrator.emulation.network import Terminated
 from orchestrator.results.store import _write_json
 from orchestrator.run.interrupts import noted_interrupts
@@ -223,6 +224,8 @@ class StudyRunner(Messages):
             ready_timeout=self.options.ready_timeout,
             log=self.say,
             lock_wait=self.options.lock_wait,
+            # a study's `cluster:` spreads each of its fabrics the same way (docs/cluster.md)
+            cluster=cluster_of(first.cluster) if first.cluster else None,
         )
         self.say(f"bringing up fabric {first.fabric.name} for {len(group)} variant(s)")
         timing: dict[str, Any] = {"fabric": first.fabric.name, "variants": [v.index for v in group]}
