@@ -186,7 +186,8 @@ def reach(counts: list[int], scratch: Path, inventory: Path) -> None:
             try:
                 result = run(experiment, where, inventory)
             except SystemExit as failure:
-                print(f"{gpus:>5} {machines:>9}  failed: {str(failure).splitlines()[0]}")
+                said = [line for line in str(failure).splitlines() if line.strip()]
+                print(f"{gpus:>5} {machines:>9}  failed: {said[-1] if said else '?'}")
                 continue
             (cell,) = result["summary"]["configurations"]
             flagged = bool(cell["emulator_saturated"])

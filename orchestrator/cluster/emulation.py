@@ -555,7 +555,12 @@ class ClusterEmulation(Emulation):
         kwargs.pop("env", None)
         kwargs["stdin"] = subprocess.PIPE  # the session lives as long as this pipe
         kwargs.setdefault("start_new_session", True)
-        process = ssh.popen(ssh.attach(pid, starttime, argv), forwards=forwards, **kwargs)
+        process = ssh.popen(
+            ssh.attach(pid, starttime, argv),
+            forwards=forwards,
+            logged_in=self.state.run_dir / f"ssh-{gpu}.up",
+            **kwargs,
+        )
         with self._state_lock:
             self.state.add_process(f"{gpu}:{argv[0]}@{ssh.name}", process.pid, "worker")
         return process

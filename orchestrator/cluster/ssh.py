@@ -19,11 +19,13 @@ when the process holding it here exits, however it exits (kill -9 included).
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from orchestrator.emulation.executor import Completed
@@ -82,10 +84,20 @@ class SshMachine:
             argv += ["-i", str(endpoint.key_file), "-o", "IdentitiesOnly=yes"]
         return argv
 
-    def argv(self, remote: Sequence[str], *, forwards: Sequence[tuple[str, str]] = ()) -> list[str]:
+    def argv(
+        self,
+        remote: Sequence[str],
+        *,
+        forwards: Sequence[tuple[str, str]] = (),
+        connected: Path | None = None,
+    ) -> list[str]:
         """The local command line that runs ``remote`` there as root; ``forwards``:
-        (path there, path here) Unix sockets forwarded from there to here (``-R``)."""
+        (path there, path here) Unix sockets forwarded from there to here (``-R``);
+        ``connected``: a file ssh creates here once it is logged in (``LocalCommand``)."""
         command = ["ssh", *self.options(), "-T"]
+        if connected is not None:
+            command += ["-o", "PermitLocalCommand=yes"]
+            command += ["-o", f"LocalCommand=touch {shlex.quote(str(connected))}"]
         for there, here in forwards:
             command += ["-o", "StreamLocalBindUnlink=yes", "-R", f"{there}:{here}"]
             command += ["-o", "ExitOnForwardFailure=yes"]
@@ -119,11 +131,30 @@ class SshMachine:
         return Completed(tuple(remote), result.returncode, result.stdout, result.stderr)
 
     def popen(
-        self, remote: Sequence[str], *, forwards: Sequence[tuple[str, str]] = (), **kwargs: Any
+        self,
+        remote: Sequence[str],
+        *,
+        forwards: Sequence[tuple[str, str]] = (),
+        logged_in: Path | None = None,
+        **kwargs: Any,
     ) -> subprocess.Popen[bytes]:
         """Start ``remote`` there; it lives as long as this process's session (see the
-        module docstring): pass ``stdin=subprocess.PIPE`` to keep that in hand."""
-        return subprocess.Popen(self.argv(remote, forwards=forwards), **kwargs)
+        module docstring): pass ``stdin=subprocess.PIPE`` to keep that in hand.
+
+        ``logged_in``: a scratch file; return only once the login is done (ssh creates it)
+        or the session ended. ``sshd`` drops connections beyond ``MaxStartups`` (10 by
+        default) that have not logged in yet, so a burst of workers logs in one by one."""
+        argv = self.argv(remote, forwards=forwards, connected=logged_in)
+        process = subprocess.Popen(argv, **kwargs)
+        if logged_in is not None:
+            deadline = time.monotonic() + self.machine.timeouts.connect + 5
+            while not logged_in.exists() and process.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            with contextlib.suppress(FileNotFoundError):
+                logged_in.unlink()
+        return process
 
     def attach(
         self, pid: int, starttime: int, argv: Sequence[str], *, stdin: bool = False

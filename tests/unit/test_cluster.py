@@ -166,3 +166,19 @@ def test_a_workers_times_are_moved_onto_the_launchers_clock() -> None:
     assert moved["samples"] == [[100.25, 3, 1000]] and moved["tcp"][0][0] == 100.25
     assert protocol.shift_clock(done, 0.0) is done
     assert protocol.shift_clock(protocol.late(2.0), 1.0) == protocol.late(2.0)
+
+
+def test_a_workers_login_is_awaited_through_a_local_command(tmp_path: Path) -> None:
+    machine = Machine(
+        name="lab2", source=tmp_path / "machines.yaml", project="/srv/astral",
+        known_hosts=tmp_path / "known_hosts", timeouts=Timeouts(), host="192.0.2.9",
+    )  # fmt: skip
+    ssh = SshMachine(machine, Endpoint("192.0.2.9", 22, "root", None))
+    marker = tmp_path / "ssh-p1s0g0.up"
+    argv = ssh.argv(["true"], connected=marker)
+    assert "PermitLocalCommand=yes" in argv
+    assert f"LocalCommand=touch {marker}" in argv
+    assert argv[-1] == "true"  # root: no sudo
+    attach = ssh.attach(123, 456, ["python", "-m", "w"], stdin=True)
+    assert attach[attach.index("--pid") + 1] == "123" and "--stdin" in attach
+    assert attach[-3:] == ["python", "-m", "w"] and "/srv/astral/.venv/bin/python" in attach
