@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -363,6 +363,27 @@ class ClusterEmulation(Emulation):
             )
             if part.process is not None:
                 self.state.add_process(f"part-{name}", part.process.pid, "worker")
+            self._start_master(name)
+
+    def _start_master(self, name: str) -> None:
+        """A master SSH connection to ``name`` for the commands run there to completion
+        (faults, pinning's route queries: orchestrator.cluster.ssh); without one they
+        log in each time, which still works."""
+        assert self.state is not None
+        machine = self.machines[name]
+        assert machine.ssh is not None
+        control = self.state.run_dir / f"ssh-{name}.ctl"
+        master = subprocess.Popen(
+            machine.ssh.master_argv(control),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._forwards[f"master-{name}"] = master
+        with self._state_lock:
+            self.state.add_process(f"ssh-master-{name}", master.pid, "worker")
+        self.machines[name] = replace(machine, ssh=replace(machine.ssh, control=control))
 
     def _wait_programmed(self) -> None:
         assert self.controller is not None and self.description is not None

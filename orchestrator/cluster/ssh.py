@@ -43,6 +43,9 @@ class SshMachine:
 
     machine: Machine
     endpoint: Endpoint
+    # A master connection's socket (``ssh -M``, :meth:`master_argv`): commands run to
+    # completion (:meth:`run`) share its login instead of making their own.
+    control: Path | None = None
 
     @classmethod
     def of(cls, machine: Machine) -> SshMachine:
@@ -90,11 +93,15 @@ class SshMachine:
         *,
         forwards: Sequence[tuple[str, str]] = (),
         connected: Path | None = None,
+        multiplexed: bool = False,
     ) -> list[str]:
         """The local command line that runs ``remote`` there as root; ``forwards``:
         (path there, path here) Unix sockets forwarded from there to here (``-R``);
         ``connected``: a file ssh creates here once it is logged in (``LocalCommand``)."""
         command = ["ssh", *self.options(), "-T"]
+        if multiplexed and self.control is not None:
+            # without the socket (the master gone) ssh logs in by itself
+            command += ["-o", f"ControlPath={self.control}", "-o", "ControlMaster=no"]
         if connected is not None:
             command += ["-o", "PermitLocalCommand=yes"]
             command += ["-o", f"LocalCommand=touch {shlex.quote(str(connected))}"]
@@ -104,6 +111,17 @@ class SshMachine:
         sudo = ["sudo", "-n", "--"] if self.machine.uses_sudo(self.endpoint) else []
         user_host = f"{self.endpoint.user}@{self.endpoint.host}"
         return [*command, user_host, "--", shlex.join([*sudo, *remote])]
+
+    def master_argv(self, control: Path) -> list[str]:
+        """A master connection holding ``control`` for :meth:`run`'s commands: a login
+        costs 0.1-0.4 s, a session over an open connection a few milliseconds, which is
+        what a fault on another machine's link needs to start on time. Only short
+        commands share it (``sshd``'s ``MaxSessions``, 10 by default, bounds a
+        connection's sessions); workers log in on their own."""
+        return [
+            "ssh", *self.options(), "-M", "-N", "-o", f"ControlPath={control}",
+            "-o", "ControlPersist=no", f"{self.endpoint.user}@{self.endpoint.host}",
+        ]  # fmt: skip
 
     def forward_argv(self, here: str, there: str) -> list[str]:
         """A session that only forwards the Unix socket ``there`` to ``here`` (``-L``)."""
@@ -119,7 +137,7 @@ class SshMachine:
         """Run ``remote`` there to completion; an SSH failure is status 255, as ssh's."""
         try:
             result = subprocess.run(
-                self.argv(remote),
+                self.argv(remote, multiplexed=True),
                 input=input,
                 stdin=subprocess.DEVNULL if input is None else None,
                 capture_output=True,
