@@ -94,6 +94,38 @@ STOP_TIMEOUT = 10.0  # seconds a process gets to exit on SIGTERM before SIGKILL
 GONE_TIMEOUT = 60.0  # ... and to disappear after SIGKILL (blocked in the kernel on a busy host)
 
 
+def sshd_config(
+    port: int,
+    address: str,
+    host_key: Path,
+    pid_file: Path,
+    authorized_keys: Path,
+    extra: Sequence[str] = (),
+) -> str:
+    """An ``sshd_config`` for a test server of ours: root by key only (no password, no
+    keyboard-interactive, no PAM), on one address and port, SFTP in-process; ``extra``:
+    more lines (forwarding, tunnels)."""
+    lines = [
+        f"Port {port}",
+        f"ListenAddress {address}",
+        f"HostKey {host_key}",
+        f"PidFile {pid_file}",
+        f"AuthorizedKeysFile {authorized_keys}",
+        "PermitRootLogin prohibit-password",
+        "AllowUsers root",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "StrictModes no",
+        "PrintMotd no",
+        *extra,
+        "Subsystem sftp internal-sftp",
+        "LogLevel VERBOSE",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def keygen(path: Path, comment: str) -> None:
     """An ed25519 key pair without passphrase at ``path`` and ``path.pub`` (replaced)."""
     for stale in (path, path.with_name(path.name + ".pub")):
@@ -507,28 +539,20 @@ class NamespaceMachine:
             f"{known_name(self.address, self.port)} {kind} {key}\n", encoding="ascii"
         )
         self.sshd_config.write_text(
-            f"""\
-Port {self.port}
-ListenAddress {self.address}
-HostKey {self.host_key}
-PidFile {ssh / "sshd.pid"}
-AuthorizedKeysFile {authorized}
-PermitRootLogin prohibit-password
-AllowUsers root
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-UseDNS no
-PrintMotd no
-PermitTunnel yes
-AllowTcpForwarding yes
-AllowStreamLocalForwarding yes
-StreamLocalBindUnlink yes
-Subsystem sftp internal-sftp
-LogLevel VERBOSE
-""",
+            sshd_config(
+                self.port,
+                self.address,
+                self.host_key,
+                ssh / "sshd.pid",
+                authorized,
+                extra=(
+                    "UseDNS no",
+                    "PermitTunnel yes",
+                    "AllowTcpForwarding yes",
+                    "AllowStreamLocalForwarding yes",
+                    "StreamLocalBindUnlink yes",
+                ),
+            ),
             encoding="ascii",
         )
         log = self.sshd_log.open("ab")

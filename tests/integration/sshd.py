@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from orchestrator.cluster.nsmachine import PRIVSEP_DIR, SSHD, descendants, keygen
+from orchestrator.cluster.nsmachine import PRIVSEP_DIR, SSHD, descendants, keygen, sshd_config
 
 
 def free_port() -> int:
@@ -65,23 +65,13 @@ class LoopbackSshd:
 
     def _write_config(self) -> None:
         self.config.write_text(
-            f"""\
-Port {self.port}
-ListenAddress 127.0.0.1
-HostKey {self.host_key}
-PidFile {self.dir / "sshd.pid"}
-AuthorizedKeysFile {self.dir / "authorized_keys"}
-PermitRootLogin prohibit-password
-AllowUsers root
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PrintMotd no
-Subsystem sftp internal-sftp
-LogLevel VERBOSE
-""",
+            sshd_config(
+                self.port,
+                "127.0.0.1",
+                self.host_key,
+                self.dir / "sshd.pid",
+                self.dir / "authorized_keys",
+            ),
             encoding="ascii",
         )
 
