@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -206,6 +207,7 @@ def main() -> None:
     parser.add_argument("--experiment", type=Path, default=REPO / "experiments" / "default.yaml")
     parser.add_argument("--reach", action="store_true", help="also find the largest fabrics")
     parser.add_argument("--gpus", default="8,16,24,32", help="GPU counts for --reach")
+    parser.add_argument("--keep", type=Path, help="copy every run's bundle into this directory")
     args = parser.parse_args()
     print(f"# benchmarks/cluster.py, {time.strftime('%Y-%m-%d %H:%M')}; {conditions()}")
     print("# the second machine is made on this host: both share its cores")
@@ -214,9 +216,14 @@ def main() -> None:
         scratch = Path(tmp)
         with NamespaceMachine(scratch / "m2", name="m2") as machine:
             inventory = machine.inventory(scratch / "machines.yaml", project=REPO)
-            side_by_side(experiment, scratch, inventory)
-            if args.reach:
-                reach([int(n) for n in args.gpus.split(",")], scratch, inventory)
+            try:
+                side_by_side(experiment, scratch, inventory)
+                if args.reach:
+                    reach([int(n) for n in args.gpus.split(",")], scratch, inventory)
+            finally:
+                if args.keep is not None:
+                    for bundle in scratch.glob("*/bundle"):
+                        shutil.copytree(bundle, args.keep / bundle.parent.name)
 
 
 if __name__ == "__main__":
