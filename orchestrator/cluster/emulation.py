@@ -69,7 +69,7 @@ from orchestrator.emulation.pathtrace import (
 from orchestrator.emulation.share import Share
 from orchestrator.emulation.wiring import Tunnel, Veth
 from orchestrator.remote.inventory import Inventory, inventory_path, load_inventory
-from topologies.errors import EmulationError
+from topologies.errors import ConfigError, EmulationError
 
 LOCAL = "localhost"  # the machine a cluster run starts on, as Mininet's cluster edition names it
 VXLAN_PORT = 4789
@@ -91,7 +91,7 @@ def cluster_machines(names: Sequence[str], inventory: Inventory) -> list[Cluster
     their underlay addresses; this machine's is the source address of its route to the
     first other one, which is where the controller listens."""
     if len(set(names)) != len(names):
-        raise EmulationError(f"cluster: a machine is named twice in {list(names)}")
+        raise ConfigError(None, "cluster", "each machine once", ", ".join(names))
     remote = [SshMachine.of(inventory.machine(n)) for n in names if n != LOCAL]
     machines = []
     for name in names:
