@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cluster.ssh import SshMachine
+from orchestrator.cluster.ssh import LOCAL, SshMachine
 from orchestrator.remote.inventory import load_inventory
 from topologies.errors import AstralError
 
-LOCAL = "localhost"
 BUSY_EXIT = 5  # another run (the part, still tearing down) holds that machine's lock
 RETRY_S = 60.0
 

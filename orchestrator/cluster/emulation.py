@@ -47,7 +47,7 @@ from typing import IO, Any
 
 from orchestrator.cluster.nodes import attached_host
 from orchestrator.cluster.placement import Placement, place
-from orchestrator.cluster.ssh import SshMachine
+from orchestrator.cluster.ssh import LOCAL, SshMachine
 from orchestrator.cluster.trace import ClusterControl
 from orchestrator.cluster.tunnelprobe import (
     PROBE_DEVICE,
@@ -57,6 +57,7 @@ from orchestrator.cluster.tunnelprobe import (
     iperf3_rate,
     run_all,
 )
+from orchestrator.emulation.controller import free_port
 from orchestrator.emulation.executor import Completed, run_local
 from orchestrator.emulation.network import DESCRIPTION_FILE, Emulation
 from orchestrator.emulation.pathtrace import (
@@ -71,7 +72,6 @@ from orchestrator.emulation.wiring import Tunnel, Veth
 from orchestrator.remote.inventory import Inventory, inventory_path, load_inventory
 from topologies.errors import ConfigError, EmulationError
 
-LOCAL = "localhost"  # the machine a cluster run starts on, as Mininet's cluster edition names it
 VXLAN_PORT = 4789
 CLOCK_EXCHANGES = 5
 PART_STOP_S = 120.0
@@ -256,18 +256,21 @@ class RemotePart:
                     + _tail(self.log_path)
                 )
 
-    def stop(self, timeout: float = PART_STOP_S) -> list[str]:
-        """Ask the part to tear down; what its teardown reported (or why not)."""
+    def stop(self, timeout: float = PART_STOP_S) -> tuple[list[str], list[str]]:
+        """Ask the part to tear down; what its teardown reported, and its errors (or why
+        it did not report)."""
         if self.process is None:
-            return []
+            return [], []
         lines: list[str] = []
+        errors: list[str] = []
         if self.process.poll() is None:
             self.send({"cmd": "stop"})
             try:
                 down = self.expect("down", timeout)
                 lines = [f"{self.machine.name}: {line}" for line in down.get("report", [])]
+                errors = [f"{self.machine.name}: {e}" for e in down.get("errors", [])]
             except EmulationError as err:
-                lines = [str(err)]
+                errors = [str(err)]
         with_stdin = self.process.stdin
         if with_stdin is not None:
             with_stdin.close()
@@ -276,7 +279,7 @@ class RemotePart:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        return lines
+        return lines, errors
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -302,6 +305,7 @@ class ClusterEmulation(Emulation):
         self._controller_port = 0
         self._forwards: dict[str, subprocess.Popen[bytes]] = {}
         self.tunnel_probes: dict[str, TunnelProbe] = {}
+        self.part_reports: list[str] = []  # what each other machine's teardown removed
         self._cpu_since: dict[str, float] = {}
         self._cpu_kept: dict[str, list[dict[str, Any]]] = {}
         self._orders: dict[str, dict[str, Any]] = {}
@@ -317,7 +321,7 @@ class ClusterEmulation(Emulation):
         listen = (
             controller.address if controller else source_address(next(iter(addresses.values())))
         )
-        self._controller_port = _free_port(listen)
+        self._controller_port = free_port(listen)
         vni_base = random.randrange(1 << 20, 1 << 23)
         ends = tunnels_of(placement, self.wiring.veths, addresses, vni_base)
         shares = {
@@ -599,12 +603,8 @@ class ClusterEmulation(Emulation):
         ssh = self.machines[self.machine_of(node)].ssh
         assert ssh is not None
         remote = self._remote(node)
-        if remote is None:  # a switch: its ports are in that machine's root namespace
-            return ssh.run(argv, input=input, timeout=timeout)
-        _, pid, starttime = remote
-        # run to completion: the command has the session's stdin (empty without input)
-        attach = ssh.attach(pid, starttime, argv, stdin=True)
-        return ssh.run(attach, input=input, timeout=timeout)
+        shell = (remote[1], remote[2]) if remote is not None else None  # None: a switch
+        return ssh.run_in(shell, argv, input=input, timeout=timeout)
 
     def cli(self) -> None:
         """Mininet's CLI over every machine's GPUs: the other machines' as the cluster
@@ -665,9 +665,8 @@ class ClusterEmulation(Emulation):
     def stop(self) -> Any:
         if self._stopped:
             return super().stop()
-        lines: list[str] = []
         threads = []
-        results: dict[str, list[str]] = {}
+        results: dict[str, tuple[list[str], list[str]]] = {}
         for name, part in self.parts.items():
 
             def stop_part(name: str = name, part: RemotePart = part) -> None:
@@ -678,16 +677,14 @@ class ClusterEmulation(Emulation):
             threads.append(thread)
         for thread in threads:
             thread.join(PART_STOP_S + 15)
-        for name in self.parts:
-            lines += results.get(name, [f"{name}: its part did not report its teardown"])
         for forward in self._forwards.values():
             forward.terminate()
             forward.wait()
         report = super().stop()
-        for line in lines:
-            if "error" in line or "did not" in line or "no '" in line:
-                report.errors.append(line)
-        self.part_reports = lines
+        for name in self.parts:
+            lines, errors = results.get(name, ([], [f"{name}: its part did not report"]))
+            self.part_reports += lines + errors
+            report.errors += errors
         return report
 
 
@@ -709,9 +706,3 @@ class _MachineExecutor:
 
     def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         raise NotImplementedError
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

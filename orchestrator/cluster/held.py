@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cluster.cleanup import LOCAL, cluster_record
-from orchestrator.cluster.ssh import SshMachine
+from orchestrator.cluster.cleanup import cluster_record
+from orchestrator.cluster.ssh import LOCAL, SshMachine
 from orchestrator.emulation.executor import CommandExecutor, Completed, NamespaceExecutor
 from orchestrator.remote.inventory import load_inventory
 
@@ -52,12 +52,7 @@ class HeldClusterExecutor:
         if node is None or self.holds(node):
             return self.local.run(node, argv, input=input, timeout=timeout)
         ssh = self.machines[self.where[node]]
-        if node not in self.shells:  # a switch: the root namespace there
-            return ssh.run(argv, input=input, timeout=timeout)
-        pid, starttime = self.shells[node]
-        # run to completion: the command has the session's stdin (empty without input)
-        attach = ssh.attach(pid, starttime, argv, stdin=True)
-        return ssh.run(attach, input=input, timeout=timeout)
+        return ssh.run_in(self.shells.get(node), argv, input=input, timeout=timeout)
 
     def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         raise NotImplementedError("a held fabric's processes belong to its owner")

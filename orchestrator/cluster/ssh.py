@@ -31,6 +31,8 @@ from typing import Any
 from orchestrator.emulation.executor import Completed
 from orchestrator.remote.inventory import Endpoint, Machine
 
+LOCAL = "localhost"  # the machine a cluster run starts on, as Mininet's cluster edition names it
+
 # Seconds between keep-alives, and how many may go unanswered: a silent machine is a lost
 # one after about half a minute, not after TCP's quarter of an hour.
 ALIVE_INTERVAL = 5
@@ -122,6 +124,22 @@ class SshMachine:
             "ssh", *self.options(), "-M", "-N", "-o", f"ControlPath={control}",
             "-o", "ControlPersist=no", f"{self.endpoint.user}@{self.endpoint.host}",
         ]  # fmt: skip
+
+    def run_in(
+        self,
+        shell: tuple[int, int] | None,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        timeout: float = 30.0,
+    ) -> Completed:
+        """``argv`` to completion there: in the namespace of the GPU whose shell is
+        ``shell`` (pid, start time), or in the root namespace (a switch's ports) for None.
+        The command has the session's stdin (empty without ``input``)."""
+        if shell is None:
+            return self.run(argv, input=input, timeout=timeout)
+        pid, starttime = shell
+        return self.run(self.attach(pid, starttime, argv, stdin=True), input=input, timeout=timeout)
 
     def forward_argv(self, here: str, there: str) -> list[str]:
         """A session that only forwards the Unix socket ``there`` to ``here`` (``-L``)."""

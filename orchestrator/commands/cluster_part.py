@@ -61,14 +61,7 @@ def _doctor(description: FabricDescription, share: Share) -> list[CheckResult]:
     and its datapath, the tools, the Python packages, cores and memory for this share's
     GPUs and switches, the minimum RTO)."""
     fabric = description.fabric
-    switches = [s for s in fabric.switches if s in share.nodes]
-    ports = sum(
-        (link.a in share.nodes and link.a in fabric.switches)
-        + (link.b in share.nodes and link.b in fabric.switches)
-        for link in fabric.links
-    )
-    gpus = [g for g in fabric.gpus if g in share.nodes]
-    demand = Demand(f"{fabric.name} ({share.machine}'s share)", len(gpus), len(switches), ports)
+    demand = Demand.of(fabric, share.nodes, f"{fabric.name} ({share.machine}'s share)")
     return evaluate(gather_facts(rto.probe), demand)
 
 

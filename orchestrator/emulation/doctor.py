@@ -36,7 +36,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -148,11 +148,18 @@ class Demand:
     switch_ports: int
 
     @classmethod
-    def of(cls, fabric: Fabric) -> Demand:
+    def of(cls, fabric: Fabric, nodes: Collection[str] | None = None, name: str = "") -> Demand:
+        """What ``fabric`` needs, or the share of it made of ``nodes`` (one machine's part of
+        a fabric over several: orchestrator.cluster)."""
+        held = set(fabric.nodes()) if nodes is None else set(nodes)
+        switches = [s for s in fabric.switches if s in held]
         ports = sum(
-            (link.a in fabric.switches) + (link.b in fabric.switches) for link in fabric.links
+            (link.a in fabric.switches and link.a in held)
+            + (link.b in fabric.switches and link.b in held)
+            for link in fabric.links
         )
-        return cls(fabric.name, len(fabric.gpus), len(fabric.switches), ports)
+        gpus = [g for g in fabric.gpus if g in held]
+        return cls(name or fabric.name, len(gpus), len(switches), ports)
 
     def memory(self) -> int:
         """Estimated bytes for a run, without the margin (module docstring)."""
