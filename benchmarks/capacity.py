@@ -80,12 +80,13 @@ def measure_recipe(
     windows = []
     try:
         for factor in factors:
-            reshape(emu, spec.emulation.scale * factor)
+            fitted = reshape(emu, spec.emulation.scale * factor)
             rate = base * factor
             result = run_flows(emu, flows, duration=args.duration, omit=args.omit)
-            step = step_of(result, flows, rate, hops)
+            step = step_of(result, flows, rate, hops, fitted.payload_share)
             print(
                 f"  {recipe.name:15} x{factor:<4g} {rate / 1e6:5.0f}M "
+                f"{fitted.segments:2}x{fitted.mtu - 40} B packets "
                 f"{step.offered_hop_bps / 1e6:6.0f} hop-Mbit/s  ratio {step.ratio:.3f}  "
                 f"Jain {step.jain:.3f}  ovs {step.vswitchd_cores:.2f} cores  "
                 f"CPU {step.cpu_busy:.0%}  load {step.loadavg:.1f}",

@@ -83,7 +83,7 @@ from topologies.catalog import resolve_fabric
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind, Tier
 from topologies.spec import FabricSpec, Speeds, load_fabric_spec
-from topologies.units import TCP_PAYLOAD_SHARE, format_rate
+from topologies.units import format_rate
 
 CASES = ("longest", "nic-down", "nic-up", "tor-agg", "agg-core")
 FLOWS = 8
@@ -306,6 +306,8 @@ def measure(emu: Emulation, case: Case, cc: str, queue: str, duration: float, om
     goodputs = [f.goodput_bps for f in result.flows]
     total = sum(goodputs)
     path = result.path(total / 2) if len(case.flows) == 1 else []
+    assert emu.description is not None
+    payload_share = emu.recipe.fitted(emu.description).payload_share
     return Run(
         case=case.name,
         cc=cc,
@@ -313,7 +315,7 @@ def measure(emu: Emulation, case: Case, cc: str, queue: str, duration: float, om
         recipe=emu.recipe.name,
         goodput_bps=goodputs,
         aggregate_ratio=total / case.rate_bps,
-        ceiling_ratio=total / (case.rate_bps * TCP_PAYLOAD_SHARE),
+        ceiling_ratio=total / (case.rate_bps * payload_share),
         link_busy=busiest.sent_bps / case.rate_bps,
         link=f"{busiest.sender}>{busiest.receiver}",
         jain=result.jain,
@@ -402,6 +404,8 @@ def conditions(emu: Emulation | None = None) -> list[str]:
     load = os.getloadavg()
     cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
     emulator = emu.recipe if emu is not None else current_recipe()
+    if emu is not None and emu.description is not None:
+        emulator = emulator.fitted(emu.description)
     recipe = emulator.shaping
     flow_queues = f", {recipe.flow_queues} flow queues" if recipe.flow_queues else ""
     lines = [
@@ -412,7 +416,9 @@ def conditions(emu: Emulation | None = None) -> list[str]:
         f"{recipe.host_queue} {recipe.host_queue_packets} packets, overhead "
         f"{recipe.overhead_bytes} B{flow_queues}",
         f"GPUs' TCP: {TCP_CONGESTION_CONTROL} on every route, no timestamps (payload "
-        f"{TCP_PAYLOAD_SHARE:.3f} of a frame), {emulator.gso_segments}-segment TSO packets; the "
+        f"{emulator.payload_share:.3f} of a {emulator.mtu}-byte MTU's frame), "
+        f"{emulator.segments}-segment TSO packets "
+        f"(packet scale {emulator.packet_scale}); the "
         f"machine's default is {cc}",
     ]
     if emu is not None and emu.datapath is not None:

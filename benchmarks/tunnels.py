@@ -472,7 +472,7 @@ def configure_endpoint(endpoint: Place, address: str, offloads: bool = True) -> 
     """The endpoint's address, and TCP as the emulated GPUs' (orchestrator.emulation.hostconfig):
     no timestamps, and every packet handed to the NIC the same few segments (a 64 kB GSO
     packet would not even fit the recipe's switch queue)."""
-    segments = str(current_recipe().gso_segments)
+    segments = str(current_recipe().segments)
     run(endpoint, ["ip", "addr", "add", f"{address}/24", "dev", ENDPOINT_INTF])
     run(endpoint, ["ip", "link", "set", "dev", ENDPOINT_INTF, "gso_max_segs", segments, "up"])
     run(endpoint, ["sysctl", "-qw", "net.ipv4.tcp_timestamps=0",

@@ -16,6 +16,13 @@ from decimal import Decimal
 #: goodput a TCP flow gets on a link shaped to R is R x TCP_PAYLOAD_SHARE.
 TCP_PAYLOAD_SHARE = 1460 / 1514
 
+
+def tcp_payload_share(mtu: int = 1500) -> float:
+    """:data:`TCP_PAYLOAD_SHARE` for frames of ``mtu`` bytes (an emulator recipe may
+    enlarge the frames: orchestrator.emulation.recipe, ``jumbo-packets``)."""
+    return (mtu - 40) / (mtu + 14)
+
+
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 #: What :func:`parse_rate` reads in a text (the JSON Schemas say the same, topologies/schema.py).
 RATE = re.compile(

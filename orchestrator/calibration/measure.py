@@ -56,6 +56,7 @@ from topologies.model import Fabric
 from topologies.units import TCP_PAYLOAD_SHARE, format_rate
 
 if TYPE_CHECKING:
+    from orchestrator.emulation.hostconfig import HostConfig
     from orchestrator.emulation.network import Emulation
     from orchestrator.emulation.recipe import EmulatorRecipe
 
@@ -106,9 +107,10 @@ def calibration_flows(fabric: Fabric) -> list[Flow]:
     return flows
 
 
-def reshape(emu: Emulation, scale: float) -> None:
+def reshape(emu: Emulation, scale: float) -> EmulatorRecipe:
     """Re-shape every link of ``emu`` to its rates at ``scale`` (the same recipe, the
-    same interfaces: only the rates, bursts and queue limits change).
+    same interfaces: only the rates, bursts and queue limits change, and the packets'
+    size where the recipe scales it with the rate); the recipe as fitted to them.
 
     Only the HTB class and the leaf queue are replaced: the root (``htb default 1``) stays as
     it is, because this kernel refuses to change an existing htb root in place ("Change
@@ -123,13 +125,21 @@ def reshape(emu: Emulation, scale: float) -> None:
     fabric = emu.description.fabric
     spec = replace(fabric.spec, emulation=EmulationSpec(scale=scale))
     description = FabricDescription.of(build_fabric(spec))
-    wiring = plan_wiring(description, emu.recipe.shaping)
+    recipe = emu.recipe.fitted(description)
+    wiring = plan_wiring(description, recipe.shaping)
     root_commands = [a for s in wiring.shapers for a in s.commands()]
+    # A recipe whose frames scale with the rate (jumbo-packets) re-sizes every link too.
+    mtu = str(recipe.mtu)
+    root_ends = [i for v in wiring.veths for i in (v.a_intf, v.b_intf if not v.b_host else None)]
+    mtu_commands = [["ip", "link", "set", "dev", i, "mtu", mtu] for i in root_ends if i]
+    batch.run_steps(mtu_commands, "re-sizing the links' frames")
     batch.run_steps(rate_commands(root_commands), "re-shaping switch ports")
     processes = {}
-    for gpu, config in render_all(description, emu.recipe).items():
+    for gpu, config in render_all(description, recipe).items():
+        # A recipe whose packets scale with the rate (scaled-packets) re-sizes them too.
+        commands = [*packet_commands(config), *rate_commands(config.shaping)]
         processes[gpu] = emu.host(gpu).popen(
-            ["sh", "-c", batch.script(rate_commands(config.shaping))],
+            ["sh", "-c", batch.script(commands)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -141,6 +151,15 @@ def reshape(emu: Emulation, scale: float) -> None:
             failed.append(f"{gpu}: {batch.errors_of(err.decode(errors='replace'))}")
     if failed:
         raise EmulationError("re-shaping GPU ports failed: " + " | ".join(failed[:4]))
+    return recipe
+
+
+def packet_commands(config: HostConfig) -> list[list[str]]:
+    """The commands that set a GPU's TCP packet size (its ports' GSO limit and its
+    namespace's minimum TSO segments), from its rendered configuration."""
+    sysctl = [f"{key}={value}" for key, value in config.sysctls if key.endswith("tso_segs")]
+    gso = [list(argv) for argv in config.links if "gso_max_segs" in argv or "mtu" in argv]
+    return [*gso, ["sysctl", "-q", "-w", *sysctl]]
 
 
 def rate_commands(commands: Iterable[Sequence[str]]) -> list[list[str]]:
@@ -150,9 +169,14 @@ def rate_commands(commands: Iterable[Sequence[str]]) -> list[list[str]]:
 
 
 def step_of(
-    result: TrafficResult, flows: Sequence[Flow], rate_bps: float, hops: Mapping[Flow, int]
+    result: TrafficResult,
+    flows: Sequence[Flow],
+    rate_bps: float,
+    hops: Mapping[Flow, int],
+    payload_share: float = TCP_PAYLOAD_SHARE,
 ) -> LoadStep:
-    """A LoadStep from one measurement of ``flows``, each limited to ``rate_bps``."""
+    """A LoadStep from one measurement of ``flows``, each limited to ``rate_bps``;
+    ``payload_share``: TCP's share of the frames the recipe uses (recipe.payload_share)."""
     offered = len(flows) * rate_bps
     hop_list = [hops[f] for f in flows]
     return LoadStep(
@@ -162,7 +186,7 @@ def step_of(
         offered_bps=offered,
         offered_hop_bps=sum(rate_bps * h for h in hop_list),
         achieved_bps=result.aggregate_bps,
-        ratio=result.aggregate_bps / (offered * TCP_PAYLOAD_SHARE),
+        ratio=result.aggregate_bps / (offered * payload_share),
         jain=result.jain,
         retransmits=result.retransmits,
         cpu_busy=result.cpu_busy,
@@ -286,16 +310,21 @@ def calibrate(
         conditions = machine_conditions(emu)
         say(STEP_HEADER)
         factor = 1.0
+        assert emu.description is not None
+        fitted = emu.recipe.fitted(emu.description)
         for wanted, step_factor in plan.steps:
             chosen = flows[: min(wanted, len(flows))]
             if step_factor != factor:
-                reshape(emu, calibrated.emulation.scale * step_factor)
+                fitted = reshape(emu, calibrated.emulation.scale * step_factor)
                 factor = step_factor
             rate = base_rate * factor
+            share = fitted.payload_share
 
-            def measure(chosen: list[Flow] = chosen, rate: float = rate) -> LoadStep:
+            def measure(
+                chosen: list[Flow] = chosen, rate: float = rate, share: float = share
+            ) -> LoadStep:
                 result = run_flows(emu, chosen, duration=plan.duration, omit=plan.omit)
-                return step_of(result, chosen, rate, hops)
+                return step_of(result, chosen, rate, hops, share)
 
             step = measure()
             if step.ratio < plan.threshold and plan.confirm:

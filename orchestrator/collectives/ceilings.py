@@ -219,11 +219,13 @@ def configuration_ceiling(
     algorithm: str,
     rail_bandwidth: float,
     burst_s: float = 0.0,
+    payload_share: float = TCP_PAYLOAD_SHARE,
 ) -> Ceiling:
     """The :class:`Ceiling` of ``collective``/``algorithm`` on ``workers``; ``rail_bandwidth``
-    in bytes/s, emulated."""
+    in bytes/s, emulated; ``payload_share`` of the emulator recipe's frames."""
     return Ceiling(
         rail=rail_bandwidth / 1e9,
         fabric_share=fabric_share(workers, collective, algorithm),
+        payload_share=payload_share,
         burst_s=burst_s,
     )

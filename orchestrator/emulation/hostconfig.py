@@ -171,7 +171,7 @@ def render_host_config(
 ) -> HostConfig:
     """The namespace configuration of ``gpu`` (see the module docstring for the contract)
     under ``recipe`` (default: :func:`~orchestrator.emulation.recipe.current_recipe`)."""
-    recipe = recipe or current_recipe()
+    recipe = (recipe or current_recipe()).fitted(description)
     addresses = description.addresses[gpu]
     nvlink, nics = addresses.nvlink, addresses.nics
     if not nics:
@@ -181,8 +181,9 @@ def render_host_config(
     links: list[Argv] = [["ip", "link", "set", "dev", "lo", "up"]]
     for port in ports:
         links.append(["ip", "link", "set", "dev", port.intf, "address", port.mac])
-        gso = str(recipe.gso_segments)
+        gso = str(recipe.segments)
         links.append(["ip", "link", "set", "dev", port.intf, "gso_max_segs", gso])
+        links.append(["ip", "link", "set", "dev", port.intf, "mtu", str(recipe.mtu)])
     for port in ports:
         links.append(["ip", "link", "set", "dev", port.intf, "up"])
 
@@ -232,7 +233,7 @@ def render_host_config(
 
     return HostConfig(
         gpu=gpu,
-        sysctls=tuple(_sysctls(addresses, forwarding, recipe.gso_segments)),
+        sysctls=tuple(_sysctls(addresses, forwarding, recipe.segments)),
         links=tuple(links),
         addresses=tuple(address_cmds),
         neighbours=tuple(neighbours),

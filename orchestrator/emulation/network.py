@@ -244,7 +244,9 @@ class Emulation:
             if self.datapath.kind == "userspace":
                 self._raise_send_buffer()
             self.description = self._describe()
-            self.wiring = plan_wiring(self.description, self.recipe.shaping)
+            self.wiring = plan_wiring(
+                self.description, self.recipe.fitted(self.description).shaping
+            )
             for gpu in self.description.fabric.gpus:
                 check_name(gpu)
             self.host_configs = render_all(self.description, self.recipe)
@@ -328,6 +330,7 @@ class Emulation:
                 "userspace_tso": self.datapath.tso,
                 "policy": self.policy,
                 "recipe": self.recipe.name,
+                "tcp_packet_segments": self.recipe.fitted(description).segments,
             }
         )
         return description
@@ -469,9 +472,10 @@ class Emulation:
         assert self.wiring is not None and self.description is not None
         commands = []
         group = str(self._link_group())
+        mtu = str(self.recipe.fitted(self.description).mtu)
         for veth in self.wiring.veths:
-            argv = ["ip", "link", "add", "name", veth.a_intf, "group", group, "type", "veth"]
-            argv += ["peer", "name", veth.b_intf]
+            argv = ["ip", "link", "add", "name", veth.a_intf, "group", group, "mtu", mtu]
+            argv += ["type", "veth", "peer", "name", veth.b_intf, "mtu", mtu]
             if veth.b_mac:
                 argv += ["address", veth.b_mac]
             if veth.b_host:
@@ -480,7 +484,7 @@ class Emulation:
                 argv += ["group", group]
             commands.append(argv)
         for tunnel in self.wiring.tunnels:
-            commands.append(tunnel.create_command(group))
+            commands.append(tunnel.create_command(group, int(mtu)))
             if tunnel.host is not None:
                 pid = str(self.hosts[tunnel.host].pid)
                 commands.append(["ip", "link", "set", "dev", tunnel.intf, "netns", pid])

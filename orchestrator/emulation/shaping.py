@@ -107,29 +107,36 @@ class ShapingRecipe:
     #: Flow queues on the GPUs' own ends too (False: switch side only; a GPU's NIC then
     #: keeps one FIFO, which serves its own flows' packets in turn).
     host_flow_queues: bool = True
+    #: Bytes per packet as a multiple of the reference recipe's (orchestrator.emulation.recipe,
+    #: ``scaled-packets``): the GPUs' packets carry this many times the segments, and every
+    #: packet-counted queue keeps the depth in packets it has at 1/``packet_scale`` of the
+    #: rate, so that a link at F x R behaves in time as the reference does at R.
+    packet_scale: int = 1
+    #: The fabric's MTU (``jumbo-packets`` raises it; every frame-counted figure follows).
+    mtu: int = 1500
 
-    def frame_bytes(self, mtu: int) -> int:
+    def frame_bytes(self, mtu: int | None = None) -> int:
         """A full frame as tc counts it."""
-        return mtu + ETH_HEADER
+        return (mtu or self.mtu) + ETH_HEADER
 
-    def burst_bytes(self, rate_bps: float, mtu: int = 1500) -> int:
+    def burst_bytes(self, rate_bps: float, mtu: int | None = None) -> int:
         """HTB burst and cburst for a link of ``rate_bps``."""
         by_time = rate_bps / 8 * self.burst_s
         return max(round(by_time), self.min_burst_frames * self.frame_bytes(mtu))
 
-    def queue_bytes(self, rate_bps: float, mtu: int = 1500) -> int:
+    def queue_bytes(self, rate_bps: float, mtu: int | None = None) -> int:
         """Byte limit of the switch-side leaf FIFO for a link of ``rate_bps``."""
         by_time = rate_bps / 8 * self.queue_s
         return max(round(by_time), self.min_queue_frames * self.frame_bytes(mtu))
 
-    def queue_frames(self, rate_bps: float, mtu: int = 1500) -> int:
-        """The same depth in full frames (the head-drop queue counts packets)."""
-        return max(
-            self.min_queue_frames, round(self.queue_bytes(rate_bps, mtu) / self.frame_bytes(mtu))
-        )
+    def queue_frames(self, rate_bps: float, mtu: int | None = None) -> int:
+        """The same depth in packets (the head-drop queue counts packets): full frames, or
+        with ``packet_scale`` F the depth the queue has at rate/F (packets F times larger)."""
+        by_packets = self.queue_bytes(rate_bps / self.packet_scale, mtu) / self.frame_bytes(mtu)
+        return max(self.min_queue_frames, round(by_packets))
 
     def leaf(
-        self, rate_bps: float, mtu: int = 1500, *, host_side: bool = False, share: int = 1
+        self, rate_bps: float, mtu: int | None = None, *, host_side: bool = False, share: int = 1
     ) -> list[str]:
         """tc arguments of a leaf qdisc under an HTB class (kind and parameters): the
         link's one leaf, or (``share`` = N) one of its N flow queues, 1/N of the depth."""
@@ -231,7 +238,7 @@ def shaping_commands(
     rate_bps: float,
     recipe: ShapingRecipe = DEFAULT_RECIPE,
     *,
-    mtu: int = 1500,
+    mtu: int | None = None,
     host_side: bool = False,
 ) -> list[list[str]]:
     """tc commands (argv lists) that shape ``intf``'s egress to ``rate_bps``.
@@ -244,6 +251,7 @@ def shaping_commands(
     """
     if rate_bps <= 0:
         raise ValueError(f"rate must be positive, got {rate_bps!r}")
+    mtu = mtu or recipe.mtu
     rate = _rate(rate_bps)
     burst = str(recipe.burst_bytes(rate_bps, mtu))
     bucket = ["burst", burst, "cburst", burst, "quantum", str(recipe.frame_bytes(mtu))]

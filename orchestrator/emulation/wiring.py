@@ -91,6 +91,11 @@ class Shaper:
         return shaping_commands(self.intf, self.rate_bps, self.recipe)
 
 
+# A cut link carries the fabric's 1500-byte frames: the underlay between machines needs
+# 1550 bytes (VXLAN adds 50), or its packets are fragmented (docs/cluster.md).
+TUNNEL_MTU = 1500
+
+
 @dataclass(frozen=True)
 class Tunnel:
     """This machine's end of a link cut between two machines (orchestrator.cluster): a VXLAN
@@ -110,18 +115,14 @@ class Tunnel:
     udp_port: int
     rate_bps: float
 
-    def create_command(self, group: str) -> list[str]:
+    def create_command(self, group: str, mtu: int = TUNNEL_MTU) -> list[str]:
+        """``mtu``: the fabric's (the emulator recipe's: larger with ``jumbo-packets``)."""
         argv = ["ip", "link", "add", "name", self.intf, "group", group]
         if self.mac:
             argv += ["address", self.mac]
-        argv += ["mtu", str(TUNNEL_MTU), "type", "vxlan", "id", str(self.vni)]
+        argv += ["mtu", str(mtu), "type", "vxlan", "id", str(self.vni)]
         argv += ["local", self.local, "remote", self.remote, "dstport", str(self.udp_port)]
         return argv
-
-
-# A cut link carries the fabric's 1500-byte frames: the underlay between machines needs
-# 1550 bytes (VXLAN adds 50), or its packets are fragmented (docs/cluster.md).
-TUNNEL_MTU = 1500
 
 
 @dataclass(frozen=True)

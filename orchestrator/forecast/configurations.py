@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.collectives.ceilings import configuration_ceiling
+from orchestrator.emulation.recipe import current_recipe
 from orchestrator.forecast.calibration import ForecastCalibration
 from orchestrator.forecast.model import DEFAULT_SALTS, ConfigurationModel
 from orchestrator.forecast.paths import Routed
@@ -100,6 +101,7 @@ class Forecaster:
         self.warmup = warmup
         spec = description.fabric.spec
         self.rail_bandwidth = spec.nic_ports * spec.emulation.emulated(spec.speeds.nic) / 8
+        self.payload_share = current_recipe().fitted(description).payload_share
 
     def model_for(self, size: int) -> ConfigurationModel:
         """The model that forecasts ``size``: with the paths recorded for it, if any."""
@@ -148,7 +150,9 @@ class Forecaster:
             warmup=self.warmup,
             host_ports=self.host_ports,
         )
-        ceiling = configuration_ceiling(self.workers, op, algorithm, self.rail_bandwidth)
+        ceiling = configuration_ceiling(
+            self.workers, op, algorithm, self.rail_bandwidth, payload_share=self.payload_share
+        )
         return Forecasted(configuration, prediction, ceiling)
 
     def forecast_all(self, steps: Iterable[StepLike]) -> list[Forecasted]:

@@ -11,7 +11,7 @@ For a policy, a collective (and algorithm) and a size on a placement of a fabric
   fair sharing (orchestrator/forecast/sharing.py) of the links on their paths
   (orchestrator/forecast/paths.py: the policy's own choice), each link's capacity its
   emulated rate (the fabric's real rate x the emulation scale) x TCP's payload share
-  (topologies.units.TCP_PAYLOAD_SHARE);
+  (topologies.units.tcp_payload_share of the emulator recipe's frames);
 - the latency wait of a step is the largest one-way latency of its send pairs and the
   operation latency the fabric's per-operation figure, both as the workers apply them
   (orchestrator/collectives/latency.py, topologies/latency.py);
@@ -37,6 +37,7 @@ from statistics import NormalDist, fmean
 from orchestrator.collectives.ceilings import default_channels, layout_of
 from orchestrator.collectives.nccl import algbw_gbps, bus_factor
 from orchestrator.collectives.plans import element_count
+from orchestrator.emulation.recipe import current_recipe
 from orchestrator.forecast.calibration import ForecastCalibration, Parts
 from orchestrator.forecast.paths import PolicyRouter, Routed
 from orchestrator.forecast.playout import Fabric, Figures, play_out
@@ -48,7 +49,6 @@ from orchestrator.worker.spec import WorkerSpec
 from topologies.description import FabricDescription
 from topologies.latency import applied_latency
 from topologies.model import Link, LinkKind
-from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_SALTS = 16
 #: the largest configuration played out rank by rank (ranks x steps per operation); beyond,
@@ -119,8 +119,10 @@ class FabricModel:
     def of(cls, description: FabricDescription) -> FabricModel:
         emulation = description.fabric.spec.emulation
         model = cls(description)
+        # TCP's payload per frame under the recipe a run of this fabric would use.
+        payload_share = current_recipe().fitted(description).payload_share
         for link in description.fabric.links:
-            rate = emulation.emulated(link.capacity) / 8 * TCP_PAYLOAD_SHARE
+            rate = emulation.emulated(link.capacity) / 8 * payload_share
             model.capacity[(link.a, link.b)] = rate
             model.capacity[(link.b, link.a)] = rate
             if link.kind is LinkKind.NIC:

@@ -192,12 +192,14 @@ class Testbed:
     def ceiling(self, gpus: Sequence[str] | None, collective: str, algorithm: str) -> Ceiling:
         """The busbw ceiling of ``collective``/``algorithm`` with ranks on ``gpus`` (default:
         every GPU), on this fabric's NIC rate and shapers (orchestrator.collectives.ceilings)."""
+        recipe = self.emulation.recipe.fitted(self.description)
         return configuration_ceiling(
             self.workers(gpus),
             collective,
             algorithm,
             self.rail_bandwidth(),
             burst_s=DEFAULT_RECIPE.burst_s,  # the recipe wiring and hostconfig apply
+            payload_share=recipe.payload_share,
         )
 
     # --- policies -----------------------------------------------------------------------

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from orchestrator.emulation.hostconfig import render_host_config
 from orchestrator.emulation.recipe import (
     DEFAULT_RECIPE_NAME,
     ENV_VAR,
+    MAX_MTU,
     RECIPES,
     current_recipe,
 )
@@ -24,6 +27,7 @@ from topologies.description import FabricDescription
 from topologies.errors import ConfigError
 from topologies.generators import build_fabric
 from topologies.spec import load_fabric_spec
+from topologies.units import TCP_PAYLOAD_SHARE, tcp_payload_share
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +184,97 @@ def test_unshaped_looks_for_the_recipes_leaf(description: FabricDescription) -> 
     ]
     assert unshaped(ok, [intf], recipe) == []
     assert unshaped(ok, [intf]) == [intf]  # the single-leaf recipe expects its leaf at 1:1
+
+
+# --- recipes whose packets grow with the link rate ------------------------------------------
+
+
+def _at(description: FabricDescription, factor: float) -> FabricDescription:
+    """``description``'s fabric with every emulated rate ``factor`` times as high."""
+    spec = description.fabric.spec
+    scaled = replace(spec, emulation=replace(spec.emulation, scale=spec.emulation.scale * factor))
+    return FabricDescription.of(build_fabric(scaled))
+
+
+@pytest.mark.parametrize(
+    ("factor", "scale"), [(0.6, 1), (1, 1), (1.9, 1), (2, 2), (4, 4), (8, 8), (64, 10)]
+)
+def test_jumbo_frames_grow_with_the_slowest_link_in_whole_multiples_up_to_the_cap(
+    description: FabricDescription, factor: float, scale: int
+) -> None:
+    fitted = RECIPES["jumbo-packets"].fitted(_at(description, factor))
+    assert fitted.packet_scale == scale
+    assert fitted.mtu == 1500 * scale <= MAX_MTU
+    assert fitted.segments == 4  # segments per packet stay; the segments grow
+    assert fitted.shaping.mtu == fitted.mtu
+    assert fitted.payload_share == pytest.approx((1500 * scale - 40) / (1500 * scale + 14))
+    assert fitted.fitted(_at(description, factor)) == fitted  # idempotent, never compounded
+
+
+def test_a_slower_tier_sets_the_scale_so_no_queue_is_coarser_than_the_reference(
+    description: FabricDescription,
+) -> None:
+    spec = _at(description, 8).fabric.spec
+    slow_core = replace(spec, speeds=replace(spec.speeds, agg_core=spec.speeds.agg_core / 4))
+    fitted = RECIPES["jumbo-packets"].fitted(FabricDescription.of(build_fabric(slow_core)))
+    assert fitted.packet_scale == 2  # agg-core at 2 x 20 Mbit/s, the NICs at 8 x
+
+
+def test_at_the_reference_rate_the_scaled_recipes_are_the_default_one(
+    description: FabricDescription,
+) -> None:
+    reference = render_host_config(description, "p0s0g0", RECIPES["small-packets"])
+    for name in ("jumbo-packets", "scaled-packets"):
+        assert render_host_config(description, "p0s0g0", RECIPES[name]) == reference, name
+        wiring = plan_wiring(description, RECIPES[name].fitted(description).shaping)
+        default = plan_wiring(description, RECIPES["small-packets"].shaping)
+        assert [s.commands() for s in wiring.shapers] == [s.commands() for s in default.shapers]
+
+
+def test_jumbo_frames_keep_every_queue_as_deep_in_packets_as_the_reference(
+    description: FabricDescription,
+) -> None:
+    """Time-equivalence: at F x R with F x the frames, every shaper holds the packets (and
+    milliseconds) it holds at R, and every GPU port carries the larger MTU."""
+    reference = {s.intf: s.commands() for s in plan_wiring(description).shapers}
+    fast = _at(description, 4)
+    fitted = RECIPES["jumbo-packets"].fitted(fast)
+    for shaper in plan_wiring(fast, fitted.shaping).shapers:
+        leaf, before = shaper.commands()[-1], reference[shaper.intf][-1]
+        assert leaf[-3:-1] == before[-3:-1] == ["pfifo_head_drop", "limit"]
+        # the same packets, to the rounding of a 14-byte Ethernet header that does not grow
+        assert abs(int(leaf[-1]) - int(before[-1])) <= max(1, 0.01 * int(before[-1]))
+    config = render_host_config(fast, "p0s0g0", RECIPES["jumbo-packets"])
+    mtus = [argv[-1] for argv in config.links if "mtu" in argv]
+    assert mtus and set(mtus) == {"6000"} and len(mtus) == len(config.interfaces)
+
+
+def test_scaled_segments_keep_the_queue_in_packets_and_multiply_the_segments(
+    description: FabricDescription,
+) -> None:
+    fast = _at(description, 4)
+    fitted = RECIPES["scaled-packets"].fitted(fast)
+    assert (fitted.segments, fitted.mtu, fitted.packet_scale) == (16, 1500, 4)
+    config = render_host_config(fast, "p0s0g0", RECIPES["scaled-packets"])
+    assert ("net.ipv4.tcp_min_tso_segs", "16") in config.sysctls
+    assert fitted.shaping.queue_frames(80e6) == DEFAULT_RECIPE.queue_frames(20e6)
+    assert RECIPES["scaled-packets"].fitted(_at(description, 64)).segments == 44
+
+
+def test_the_ceiling_and_the_calibration_count_tcps_payload_of_the_frames_in_use() -> None:
+    assert tcp_payload_share(1500) == TCP_PAYLOAD_SHARE
+    assert tcp_payload_share(6000) == pytest.approx(5960 / 6014)
+
+
+def test_a_calibration_step_resizes_the_packets_with_the_rates(
+    description: FabricDescription,
+) -> None:
+    """The calibration re-shapes a running fabric step by step (measure.reshape); under a
+    scaling recipe each GPU's frames and segments must follow, not only its shapers."""
+    from orchestrator.calibration.measure import packet_commands
+
+    config = render_host_config(_at(description, 4), "p0s0g0", RECIPES["jumbo-packets"])
+    commands = packet_commands(config)
+    assert {argv[-1] for argv in commands if "mtu" in argv} == {"6000"}
+    assert ["sysctl", "-q", "-w", "net.ipv4.tcp_min_tso_segs=4"] in commands
+    assert len([a for a in commands if "gso_max_segs" in a]) == len(config.interfaces)
