@@ -83,7 +83,7 @@ def measure_recipe(
             fitted = reshape(emu, spec.emulation.scale * factor)
             rate = base * factor
             result = run_flows(emu, flows, duration=args.duration, omit=args.omit)
-            step = step_of(result, flows, rate, hops, fitted.payload_share)
+            step = step_of(result, flows, rate, hops, fitted.payload_share, fitted.packet_scale)
             print(
                 f"  {recipe.name:15} x{factor:<4g} {rate / 1e6:5.0f}M "
                 f"{fitted.segments:2}x{fitted.mtu - 40} B packets "

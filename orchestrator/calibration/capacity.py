@@ -62,7 +62,7 @@ import math
 import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,9 @@ class LoadStep:
     vswitchd_cores: float = 0.0
     loadavg: float = 0.0  # 1-minute load average at the end of the step
     runs: int = 1  # measurements averaged into this step
+    #: The recipe's packet scale F at this step's rates (orchestrator.emulation.recipe:
+    #: packets F times the reference's; 1 for recipes whose packets never grow).
+    packet_scale: int = 1
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,24 @@ class Calibration:
     @property
     def safe_bps(self) -> float:
         return self.capacity_bps * self.safe_share
+
+    @property
+    def packet_scale(self) -> int:
+        """The packet scale the capacity was found at: that of the step that bounds it
+        (the first below the threshold, else the last measured)."""
+        below = [s for s in self.steps if s.ratio < self.threshold]
+        bounding = below[0] if below else (self.steps[-1] if self.steps else None)
+        return bounding.packet_scale if bounding is not None else 1
+
+    def at_packet_scale(self, packet_scale: int) -> Calibration:
+        """The capacity for a run whose packets have ``packet_scale``: the emulator's work
+        is per packet, so a run with smaller packets than the calibration's capacity step
+        carries proportionally fewer bytes (F_run / F_capacity; conservative, since the
+        per-byte part of the work also shrinks), one with larger ones no more than it."""
+        measured = self.packet_scale
+        if packet_scale >= measured:
+            return self
+        return replace(self, capacity_bps=self.capacity_bps * packet_scale / measured)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -304,7 +325,14 @@ class Calibration:
             f"safe load  {hop_mbps(self.safe_bps)} ({self.safe_share:.0%} of the capacity)",
             f"measured   {self.measured_at or '?'} on {c.get('hostname', '?')}: "
             f"{c.get('cpus', '?')} CPUs, load average {_loads(load[0])} -> {_loads(load[1])}",
-            f"recipe     {c.get('recipe', UNNAMED_RECIPE)}",
+            f"recipe     {c.get('recipe', UNNAMED_RECIPE)}"
+            + (
+                f"; the capacity holds for packets at scale {self.packet_scale} (links at "
+                f"{self.packet_scale} x the recipe's reference rate); a run with smaller "
+                "packets gets its share of it"
+                if self.packet_scale > 1
+                else ""
+            ),
             f"datapath   {c.get('datapath', '?')}, userspace TSO "
             f"{_onoff(c.get('userspace_tso'))}, OVS {c.get('ovs_version', '?')}, kernel "
             f"{c.get('kernel', '?')}, {c.get('datapath_ports', '?')} datapath ports, TCP "
@@ -355,7 +383,7 @@ class _Checker:
         return number
 
 
-_STEP_INTS = ("flows", "retransmits", "runs")
+_STEP_INTS = ("flows", "retransmits", "runs", "packet_scale")
 
 
 def _step(check: _Checker, item: object, key: str) -> LoadStep:

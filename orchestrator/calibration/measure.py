@@ -174,9 +174,11 @@ def step_of(
     rate_bps: float,
     hops: Mapping[Flow, int],
     payload_share: float = TCP_PAYLOAD_SHARE,
+    packet_scale: int = 1,
 ) -> LoadStep:
     """A LoadStep from one measurement of ``flows``, each limited to ``rate_bps``;
-    ``payload_share``: TCP's share of the frames the recipe uses (recipe.payload_share)."""
+    ``payload_share`` and ``packet_scale``: the recipe's at these rates (its frames'
+    payload share, its packets' size over the reference's)."""
     offered = len(flows) * rate_bps
     hop_list = [hops[f] for f in flows]
     return LoadStep(
@@ -192,6 +194,7 @@ def step_of(
         cpu_busy=result.cpu_busy,
         vswitchd_cores=result.vswitchd_cores,
         loadavg=result.loadavg[0],
+        packet_scale=packet_scale,
     )
 
 
@@ -318,13 +321,13 @@ def calibrate(
                 fitted = reshape(emu, calibrated.emulation.scale * step_factor)
                 factor = step_factor
             rate = base_rate * factor
-            share = fitted.payload_share
 
             def measure(
-                chosen: list[Flow] = chosen, rate: float = rate, share: float = share
+                chosen: list[Flow] = chosen, rate: float = rate, fitted: EmulatorRecipe = fitted
             ) -> LoadStep:
                 result = run_flows(emu, chosen, duration=plan.duration, omit=plan.omit)
-                return step_of(result, chosen, rate, hops, share)
+                share, scale = fitted.payload_share, fitted.packet_scale
+                return step_of(result, chosen, rate, hops, share, scale)
 
             step = measure()
             if step.ratio < plan.threshold and plan.confirm:

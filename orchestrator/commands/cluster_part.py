@@ -65,15 +65,17 @@ def _doctor(description: FabricDescription, share: Share) -> list[CheckResult]:
     return evaluate(gather_facts(rto.probe), demand)
 
 
-def _calibration() -> dict[str, Any] | None:
-    """This machine's emulator capacity (``astral calibrate``), for the load check of its
-    share; None where it has none or it cannot be read."""
+def _calibration(packet_scale: int = 1) -> dict[str, Any] | None:
+    """This machine's emulator capacity (``astral calibrate``) at the share's packet size
+    (orchestrator.calibration.capacity: Calibration.at_packet_scale), for the load check
+    of its share; None where it has none or it cannot be read."""
     try:
         calibration = load_calibration()
     except AstralError:
         return None
     if calibration is None:
         return None
+    calibration = calibration.at_packet_scale(packet_scale)
     return {
         "capacity_bps": calibration.capacity_bps,
         "safe_bps": calibration.safe_bps,
@@ -166,6 +168,7 @@ def serve(inp: IO[str], out: IO[str]) -> int:
         shells = {
             gpu: [host.pid, proc_starttime(host.pid)] for gpu, host in emulation.hosts.items()
         }
+        packet_scale = emulation.recipe.fitted(description).packet_scale
         _say(
             out,
             "up",
@@ -175,7 +178,7 @@ def serve(inp: IO[str], out: IO[str]) -> int:
             datapath=emulation.datapath.describe() if emulation.datapath else None,
             timings=emulation.timings,
             control=str(control_socket() or ""),
-            calibration=_calibration(),
+            calibration=_calibration(packet_scale),
             doctor=[f"{r.verdict.value} {r.name}: {r.detail}" for r in doctor],
             time=time.time(),
         )

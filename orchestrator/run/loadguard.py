@@ -37,7 +37,9 @@ from orchestrator.calibration.capacity import (
 )
 from orchestrator.emulation.recipe import current_recipe
 from orchestrator.run.experiment import ExperimentSpec
+from topologies.description import FabricDescription
 from topologies.errors import ExperimentError
+from topologies.generators import build_fabric
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,11 @@ def load_guard(
     ``uncalibrated``: compare against none)."""
     if calibration is None and not uncalibrated:
         calibration = load_calibration()
+    if calibration is not None:
+        # The capacity at this run's packet size (docs/capacity.md: the emulator's work is
+        # per packet; recipes like jumbo-packets size packets by the links' rate).
+        description = FabricDescription.of(build_fabric(spec.fabric))
+        calibration = calibration.at_packet_scale(current_recipe().fitted(description).packet_scale)
     return LoadVerdict(
         assess(spec.fabric, spec.gpus, calibration),
         forced=force or spec.load_limit.force,

@@ -330,3 +330,51 @@ def test_load_guard_warns_when_the_calibration_was_made_under_another_recipe(
     conditions = {**sample().conditions, "recipe": "large-packets"}
     cal.save_calibration(sample(capacity_bps=offered * 2, conditions=conditions), path)
     assert load_guard(spec).recipe_mismatch is None
+
+
+# --- recipes whose packets grow with the rate (jumbo-packets) ---------------------------------
+
+
+def scaled(step_: cal.LoadStep, packet_scale: int) -> cal.LoadStep:
+    return replace(step_, packet_scale=packet_scale)
+
+
+def test_the_capacity_is_recorded_with_the_packet_scale_that_bounds_it(tmp_path: Path) -> None:
+    steps = (scaled(step(8, 1, 0.98), 1), scaled(step(8, 4, 0.97), 4), scaled(step(8, 8, 0.6), 8))
+    calibration = sample(capacity_bps=5e9, steps=steps)
+    assert calibration.packet_scale == 8  # the first step below the threshold
+    assert sample(steps=steps[:2]).packet_scale == 4  # never below: the last step
+    assert sample().packet_scale == 1  # recipes whose packets never grow
+    path = tmp_path / "cal.json"
+    cal.save_calibration(calibration, path)
+    loaded = cal.load_calibration(path)
+    assert loaded is not None and [s.packet_scale for s in loaded.steps] == [1, 4, 8]
+    assert any("packets at scale 8" in line for line in loaded.lines())
+
+
+def test_a_run_with_smaller_packets_gets_its_share_of_the_capacity_never_more() -> None:
+    steps = (scaled(step(8, 1, 0.98), 1), scaled(step(8, 8, 0.6), 8))
+    calibration = sample(capacity_bps=8e9, steps=steps)
+    assert calibration.at_packet_scale(8) is calibration
+    assert calibration.at_packet_scale(10) is calibration  # larger packets: no more claimed
+    assert calibration.at_packet_scale(2).capacity_bps == pytest.approx(2e9)
+    assert calibration.at_packet_scale(1).safe_bps == pytest.approx(1e9 * calibration.safe_share)
+
+
+def test_the_load_guard_judges_a_run_at_its_own_packet_scale(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from orchestrator.emulation import recipe
+
+    spec = load_experiment(DEFAULT_EXPERIMENT)  # 12 Mbit/s per port: packets at scale 1
+    offered = cal.offered_load(spec.fabric, spec.gpus).hop_bps
+    path = tmp_path / "cal.json"
+    monkeypatch.setenv(cal.ENV_VAR, str(path))
+    monkeypatch.setenv(recipe.ENV_VAR, "jumbo-packets")
+    conditions = {**sample().conditions, "recipe": "jumbo-packets"}
+    steps = (scaled(step(8, 1, 0.98), 1), scaled(step(8, 8, 0.6), 8))
+    # 4x the offered load measured with packets 8x larger: 0.5x at this run's packets
+    cal.save_calibration(sample(capacity_bps=offered * 4, conditions=conditions, steps=steps), path)
+    verdict = load_guard(spec)
+    assert verdict.refused
+    assert verdict.to_dict()["capacity_hop_bps"] == pytest.approx(offered / 2)
