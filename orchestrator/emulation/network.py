@@ -322,6 +322,7 @@ class Emulation:
             )
             description = FabricDescription.of(build_fabric(spec))
         assert self.datapath is not None and self.state is not None
+        fitted = self.recipe.fitted(description)
         description.extra.update(
             {
                 "run_id": self.state.run_id,
@@ -330,7 +331,9 @@ class Emulation:
                 "userspace_tso": self.datapath.tso,
                 "policy": self.policy,
                 "recipe": self.recipe.name,
-                "tcp_packet_segments": self.recipe.fitted(description).segments,
+                "tcp_packet_segments": fitted.segments,
+                "mtu": fitted.mtu,
+                "tcp_payload_share": fitted.payload_share,
             }
         )
         return description

@@ -105,9 +105,15 @@ def _connection_plots(chunk: tuple[Path, list[tuple[ConfigurationResult, Path]]]
 
 
 def nic_ceiling_real_gbps(fabric: dict[str, Any]) -> float:
-    """busbw ceiling of one GPU at real speed, GB/s: its NIC ports x rate x TCP goodput."""
+    """busbw ceiling of one GPU at real speed, GB/s: its NIC ports x rate x TCP goodput
+    (of the frames the run's emulator recipe used, recorded in the fabric's ``extra``)."""
     spec = fabric["spec"]
-    return parse_rate(spec["speeds"]["nic"]) * spec["nic_ports"] * TCP_PAYLOAD_SHARE / 8 / 1e9
+    return parse_rate(spec["speeds"]["nic"]) * spec["nic_ports"] * payload_share(fabric) / 8 / 1e9
+
+
+def payload_share(fabric: dict[str, Any]) -> float:
+    """TCP's payload share of a frame in the run (bundles before recipes recorded it: 1500)."""
+    return float(fabric.get("extra", {}).get("tcp_payload_share", TCP_PAYLOAD_SHARE))
 
 
 def busbw_plots(
@@ -136,7 +142,8 @@ def busbw_plots(
             (line,) = axes.plot(x, y, marker="o", linewidth=2, label=f"policy {group[0]}")
             axes.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         nic = f"{spec['nic_ports']} x {spec['speeds']['nic']}"
-        references = [(ceiling, f"rail x TCP payload ({nic} x {TCP_PAYLOAD_SHARE:.3f})", ":")]
+        payload = payload_share(bundle.fabric)
+        references = [(ceiling, f"rail x TCP payload ({nic} x {payload:.3f})", ":")]
         own = next((m.ceiling for members in groups.values() for m in members if m.ceiling), None)
         if own is not None and math.isfinite(own.busbw):
             top = own.busbw / scale
@@ -146,9 +153,7 @@ def busbw_plots(
                     0, (top, f"{algorithm}'s ceiling (fabric share {share:.3f})", "--")
                 )
             else:
-                references = [
-                    (top, f"ceiling: rail x TCP payload ({nic} x {TCP_PAYLOAD_SHARE:.3f})", "--")
-                ]
+                references = [(top, f"ceiling: rail x TCP payload ({nic} x {payload:.3f})", "--")]
         for value, text, style in references:
             axes.axhline(value, color="0.4", linestyle=style, linewidth=1)
             axes.annotate(

@@ -88,6 +88,7 @@ from orchestrator.collectives.sizes import format_size
 from orchestrator.diagnosis import diagnose_bundle
 from orchestrator.diagnosis.live import LiveDiagnosis
 from orchestrator.emulation.network import Terminated
+from orchestrator.emulation.recipe import current_recipe
 from orchestrator.forecast.calibration import ForecastCalibration, load_forecast_calibration
 from orchestrator.forecast.configurations import Forecaster
 from orchestrator.forecast.program import ProgramForecast, ProgramForecaster
@@ -143,9 +144,10 @@ from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.outcome import CollectiveResult, Failure, RunResult, phase_spans
 from orchestrator.worker.spec import CollectiveTest, LaunchOptions
 from orchestrator.workload.iteration import iteration_program
+from topologies.description import FabricDescription
 from topologies.errors import AstralError, EmulationError, WrongResultsError
+from topologies.generators import build_fabric
 from topologies.latency import latency_record, latency_title
-from topologies.units import TCP_PAYLOAD_SHARE
 
 DEFAULT_EXPERIMENT = REPO / "experiments" / "default.yaml"
 RUN_FILE = "run.json"
@@ -1345,10 +1347,13 @@ class Runner(Messages):
             if averages
             else ""
         )
+        # The frames the emulator recipe uses (jumbo-packets enlarges them with the rate).
+        recipe = current_recipe().fitted(FabricDescription.of(build_fabric(fabric)))
         lines.append(
             f"# per-GPU rail bandwidth {fabric.nic_ports} x {fabric.speeds.nic / 1e9:g}G = "
-            f"{rail:g} GB/s real ({rail * scale * 1e3:g} MB/s emulated); TCP over 1500-byte "
-            f"frames carries at most {TCP_PAYLOAD_SHARE:.3f} of it{ceiling_note}"
+            f"{rail:g} GB/s real ({rail * scale * 1e3:g} MB/s emulated); TCP over "
+            f"{recipe.mtu}-byte frames carries at most {recipe.payload_share:.3f} of "
+            f"it{ceiling_note}"
         )
         lines += self._pinning_lines(outcome)
         if outcome.rto_min:
