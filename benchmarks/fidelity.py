@@ -71,7 +71,6 @@ from orchestrator.emulation import batch
 from orchestrator.emulation.hostconfig import TCP_CONGESTION_CONTROL
 from orchestrator.emulation.network import Emulation, Terminated
 from orchestrator.emulation.recipe import RECIPES, EmulatorRecipe, current_recipe, recipe_named
-from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.testbed.traffic import (
     Flow,
     LinkDirectionLoad,
@@ -252,8 +251,8 @@ def set_switch_queues(emu: Emulation, queue: str) -> None:
     the recipe's), ``bfifo`` (drop-tail in bytes), or ``recipe`` (leave what it built)."""
     if queue == "recipe":
         return
-    assert emu.wiring is not None
-    recipe = replace(DEFAULT_RECIPE, switch_queue=queue)
+    assert emu.wiring is not None and emu.description is not None
+    recipe = replace(emu.recipe.fitted(emu.description).shaping, switch_queue=queue)
     commands: list[list[str]] = []
     for shaper in emu.wiring.shapers:
         # a leaf of another kind cannot be replaced in place
@@ -277,7 +276,8 @@ def set_host_queues(emu: Emulation, queue: str) -> None:
     built)."""
     if queue == "recipe":
         return
-    recipe = replace(DEFAULT_RECIPE, host_queue=queue)
+    assert emu.description is not None
+    recipe = replace(emu.recipe.fitted(emu.description).shaping, host_queue=queue)
     for gpu, config in emu.host_configs.items():
         for argv in config.shaping:
             if "parent" not in argv or argv[argv.index("parent") + 1] != "1:1":
