@@ -246,11 +246,18 @@ class Calibration:
         """The capacity for a run whose packets have ``packet_scale``: the emulator's work
         is per packet, so a run with smaller packets than the calibration's capacity step
         carries proportionally fewer bytes (F_run / F_capacity; conservative, since the
-        per-byte part of the work also shrinks), one with larger ones no more than it."""
+        per-byte part of the work also shrinks), but at least what a step at that packet
+        scale or below carried faithfully; one with larger packets no more than measured."""
         measured = self.packet_scale
         if packet_scale >= measured:
             return self
-        return replace(self, capacity_bps=self.capacity_bps * packet_scale / measured)
+        shown = [
+            s.offered_hop_bps
+            for s in self.steps
+            if s.packet_scale <= packet_scale and s.ratio >= self.threshold
+        ]
+        capacity = max([self.capacity_bps * packet_scale / measured, *shown])
+        return replace(self, capacity_bps=capacity)
 
     def to_dict(self) -> dict[str, Any]:
         return {

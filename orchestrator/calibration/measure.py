@@ -82,6 +82,31 @@ DEFAULT_PLAN = Plan(steps=((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8
 QUICK_PLAN = Plan(steps=((2, 1), (8, 2)), name="quick", duration=2.5, omit=1.0, confirm=False)
 
 
+#: How far below a packet-scale boundary :func:`plan_for`'s extra steps run (rate x this).
+EDGE = 0.975
+
+
+def plan_for(plan: Plan, recipe: EmulatorRecipe, base_rate: float) -> Plan:
+    """``plan`` with, under a recipe whose packets grow with the rate (jumbo-packets), one
+    more step just below each packet-scale boundary the plan crosses: the most load the
+    calibration's flows offer at that scale. The load guard judges a run at its own packet
+    scale (Calibration.at_packet_scale), so each scale's own figure is worth measuring; at
+    the boundary itself the packets grow and the same flows cost the emulator less.
+    Other recipes: the plan as it is."""
+    if not recipe.reference_bps:
+        return plan
+    steps: list[tuple[int, float]] = []
+    for flows, factor in plan.steps:
+        if steps:
+            before = steps[-1][1]
+            scale = recipe.scale_for(base_rate * before)
+            edge = EDGE * (scale + 1) * recipe.reference_bps / base_rate
+            if recipe.scale_for(base_rate * factor) > scale and before < edge < factor:
+                steps.append((flows, round(edge, 4)))
+        steps.append((flows, factor))
+    return replace(plan, steps=tuple(steps))
+
+
 def calibration_fabric(spec: FabricSpec, trunk_factor: float = DEFAULT_TRUNK_FACTOR) -> FabricSpec:
     """``spec`` with its tor-agg and agg-core links at ``trunk_factor`` x the NIC rate (at
     least their own), so that only the NICs limit the calibration's flows."""
@@ -308,6 +333,7 @@ def calibrate(
         f"{len(flows)} flows of {sum(hops.values()) / len(hops):.1f} switch hops"
     )
     emu = start_emulation(calibrated, lock_wait, say, recipe=recipe)
+    plan = plan_for(plan, emu.recipe, base_rate)
     steps: list[LoadStep] = []
     try:
         conditions = machine_conditions(emu)

@@ -31,7 +31,7 @@ from typing import Any
 
 from orchestrator.calibration import capacity as cal
 from orchestrator.calibration import measure
-from orchestrator.emulation.recipe import current_recipe, recipe_named
+from orchestrator.emulation.recipe import RECIPES, current_recipe, packet_scale_of, recipe_named
 from orchestrator.run.experiment import ExperimentSpec, load_experiment
 from orchestrator.run.runner import DEFAULT_EXPERIMENT
 from topologies.catalog import DEFAULT_PRESET, resolve_fabric
@@ -149,17 +149,21 @@ def print_calibration(calibration: cal.Calibration, spec: Any) -> None:
         f"# astral calibrate: fabric {fabric.get('name', '?')} with trunks "
         f"{fabric.get('trunk_factor', '?')}x the NIC rate, policy {fabric.get('policy', '?')}, "
         f"{fabric.get('duration_s', '?')} s per step; ratio = goodput / (flows x rate x "
-        f"{TCP_PAYLOAD_SHARE:.3f})"
+        f"TCP's payload share of the recipe's frames, {TCP_PAYLOAD_SHARE:.3f} at 1500 bytes)"
     )
     for line in cal.step_lines(calibration.steps):
         print(f"  {line}")
     for line in calibration.lines():
         print(line)
-    assessment = cal.assess(spec, calibration=calibration)
+    # Each judged at its own packet scale, as the load guard judges a run.
+    recipe = RECIPES.get(calibration.recipe)
+    at_scale = calibration.at_packet_scale(packet_scale_of(spec, recipe))
+    assessment = cal.assess(spec, calibration=at_scale)
     print(f"example    {spec.name}, every GPU: {assessment.line()}")
     default = _default_experiment()
     if default is not None:
-        verdict = cal.assess(default.fabric, default.gpus, calibration)
+        at_scale = calibration.at_packet_scale(packet_scale_of(default.fabric, recipe))
+        verdict = cal.assess(default.fabric, default.gpus, at_scale)
         print(f"default    experiment {default.name} ({DEFAULT_EXPERIMENT.name}): {verdict.line()}")
     if calibration.source and os.environ.get(cal.ENV_VAR):
         print(f"(file from ${cal.ENV_VAR}: {calibration.source})")

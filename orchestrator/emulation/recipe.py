@@ -53,6 +53,7 @@ from topologies.units import tcp_payload_share
 
 if TYPE_CHECKING:
     from topologies.description import FabricDescription
+    from topologies.fabricspec import FabricSpec
 
 ENV_VAR = "ASTRAL_RECIPE"
 #: The largest GSO packet TCP builds: 64 kB of 1448-byte segments.
@@ -175,6 +176,18 @@ def recipe_named(name: str, source: str = "--recipe") -> EmulatorRecipe:
         return RECIPES[name]
     except KeyError:
         raise ConfigError(None, source, f"an emulator recipe: {', '.join(RECIPES)}", name) from None
+
+
+def packet_scale_of(spec: FabricSpec, recipe: EmulatorRecipe | None = None) -> int:
+    """The packet scale ``recipe`` (default: :func:`current_recipe`) gives a run of ``spec``:
+    what the load guard judges the run's load at (orchestrator.calibration.capacity)."""
+    recipe = recipe or current_recipe()
+    if not recipe.reference_bps:
+        return 1
+    from topologies.description import FabricDescription
+    from topologies.generators import build_fabric
+
+    return recipe.fitted(FabricDescription.of(build_fabric(spec))).packet_scale
 
 
 def current_recipe() -> EmulatorRecipe:

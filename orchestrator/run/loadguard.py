@@ -35,11 +35,9 @@ from orchestrator.calibration.capacity import (
     load_calibration,
     save_calibration,
 )
-from orchestrator.emulation.recipe import current_recipe
+from orchestrator.emulation.recipe import current_recipe, packet_scale_of
 from orchestrator.run.experiment import ExperimentSpec
-from topologies.description import FabricDescription
 from topologies.errors import ExperimentError
-from topologies.generators import build_fabric
 
 
 @dataclass(frozen=True)
@@ -146,8 +144,7 @@ def load_guard(
     if calibration is not None:
         # The capacity at this run's packet size (docs/capacity.md: the emulator's work is
         # per packet; recipes like jumbo-packets size packets by the links' rate).
-        description = FabricDescription.of(build_fabric(spec.fabric))
-        calibration = calibration.at_packet_scale(current_recipe().fitted(description).packet_scale)
+        calibration = calibration.at_packet_scale(packet_scale_of(spec.fabric))
     return LoadVerdict(
         assess(spec.fabric, spec.gpus, calibration),
         forced=force or spec.load_limit.force,

@@ -359,6 +359,26 @@ def test_a_run_with_smaller_packets_gets_its_share_of_the_capacity_never_more() 
     assert calibration.at_packet_scale(10) is calibration  # larger packets: no more claimed
     assert calibration.at_packet_scale(2).capacity_bps == pytest.approx(2e9)
     assert calibration.at_packet_scale(1).safe_bps == pytest.approx(1e9 * calibration.safe_share)
+    # ... but at least what a step at that packet scale (or below) carried faithfully
+    edge = scaled(step(8, 1.95, 0.97), 1)  # 1560 hop-Mbit/s with packets at scale 1
+    richer = sample(capacity_bps=8e9, steps=(steps[0], edge, steps[1]))
+    assert richer.at_packet_scale(1).capacity_bps == pytest.approx(edge.offered_hop_bps)
+    assert richer.at_packet_scale(4).capacity_bps == pytest.approx(4e9)
+
+
+def test_under_a_scaling_recipe_the_plan_measures_the_edge_of_every_packet_scale() -> None:
+    from orchestrator.emulation.recipe import RECIPES
+
+    small = measure.plan_for(measure.DEFAULT_PLAN, RECIPES["small-packets"], 20e6)
+    assert small == measure.DEFAULT_PLAN
+    jumbo = measure.plan_for(measure.DEFAULT_PLAN, RECIPES["jumbo-packets"], 20e6)
+    added = [s for s in jumbo.steps if s not in measure.DEFAULT_PLAN.steps]
+    assert added == [(8, 1.95), (8, 2.925), (8, 4.875)]  # just below F = 2, 3 and 5
+    recipe = RECIPES["jumbo-packets"]
+    for _flows, factor in added:
+        below = recipe.scale_for(20e6 * factor)
+        assert recipe.scale_for(20e6 * factor / measure.EDGE) == below + 1
+    assert list(jumbo.steps) == sorted(jumbo.steps, key=lambda s: (s[1], s[0]))
 
 
 def test_the_load_guard_judges_a_run_at_its_own_packet_scale(
@@ -372,7 +392,7 @@ def test_the_load_guard_judges_a_run_at_its_own_packet_scale(
     monkeypatch.setenv(cal.ENV_VAR, str(path))
     monkeypatch.setenv(recipe.ENV_VAR, "jumbo-packets")
     conditions = {**sample().conditions, "recipe": "jumbo-packets"}
-    steps = (scaled(step(8, 1, 0.98), 1), scaled(step(8, 8, 0.6), 8))
+    steps = (scaled(step(1, 1, 0.98), 1), scaled(step(8, 8, 0.6), 8))
     # 4x the offered load measured with packets 8x larger: 0.5x at this run's packets
     cal.save_calibration(sample(capacity_bps=offered * 4, conditions=conditions, steps=steps), path)
     verdict = load_guard(spec)
