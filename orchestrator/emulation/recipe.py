@@ -190,6 +190,16 @@ def packet_scale_of(spec: FabricSpec, recipe: EmulatorRecipe | None = None) -> i
     return recipe.fitted(FabricDescription.of(build_fabric(spec))).packet_scale
 
 
+def payload_share_of(description: FabricDescription) -> float:
+    """TCP's payload share of a frame on ``description``'s fabric: what its run recorded
+    (a bundle's fabric.json ``extra``, written by the emulation), else what this process's
+    recipe would give it. A forecast of a recorded run then uses the run's frames."""
+    recorded = description.extra.get("tcp_payload_share")
+    if isinstance(recorded, (int, float)) and 0 < recorded < 1:
+        return float(recorded)
+    return current_recipe().fitted(description).payload_share
+
+
 def current_recipe() -> EmulatorRecipe:
     """The recipe this process emulates with: ``$ASTRAL_RECIPE`` or the default."""
     return recipe_named(os.environ.get(ENV_VAR) or DEFAULT_RECIPE_NAME, f"${ENV_VAR}")

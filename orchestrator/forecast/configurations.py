@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.collectives.ceilings import configuration_ceiling
-from orchestrator.emulation.recipe import current_recipe
+from orchestrator.emulation.recipe import payload_share_of
 from orchestrator.forecast.calibration import ForecastCalibration
 from orchestrator.forecast.model import DEFAULT_SALTS, ConfigurationModel
 from orchestrator.forecast.paths import Routed
@@ -101,7 +101,7 @@ class Forecaster:
         self.warmup = warmup
         spec = description.fabric.spec
         self.rail_bandwidth = spec.nic_ports * spec.emulation.emulated(spec.speeds.nic) / 8
-        self.payload_share = current_recipe().fitted(description).payload_share
+        self.payload_share = payload_share_of(description)
 
     def model_for(self, size: int) -> ConfigurationModel:
         """The model that forecasts ``size``: with the paths recorded for it, if any."""

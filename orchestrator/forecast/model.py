@@ -37,7 +37,7 @@ from statistics import NormalDist, fmean
 from orchestrator.collectives.ceilings import default_channels, layout_of
 from orchestrator.collectives.nccl import algbw_gbps, bus_factor
 from orchestrator.collectives.plans import element_count
-from orchestrator.emulation.recipe import current_recipe
+from orchestrator.emulation.recipe import payload_share_of
 from orchestrator.forecast.calibration import ForecastCalibration, Parts
 from orchestrator.forecast.paths import PolicyRouter, Routed
 from orchestrator.forecast.playout import Fabric, Figures, play_out
@@ -119,8 +119,8 @@ class FabricModel:
     def of(cls, description: FabricDescription) -> FabricModel:
         emulation = description.fabric.spec.emulation
         model = cls(description)
-        # TCP's payload per frame under the recipe a run of this fabric would use.
-        payload_share = current_recipe().fitted(description).payload_share
+        # TCP's payload per frame: the run's, or under the recipe a run would use.
+        payload_share = payload_share_of(description)
         for link in description.fabric.links:
             rate = emulation.emulated(link.capacity) / 8 * payload_share
             model.capacity[(link.a, link.b)] = rate

@@ -278,3 +278,17 @@ def test_a_calibration_step_resizes_the_packets_with_the_rates(
     assert {argv[-1] for argv in commands if "mtu" in argv} == {"6000"}
     assert ["sysctl", "-q", "-w", "net.ipv4.tcp_min_tso_segs=4"] in commands
     assert len([a for a in commands if "gso_max_segs" in a]) == len(config.interfaces)
+
+
+def test_a_recorded_runs_payload_share_is_the_one_its_forecast_uses(
+    description: FabricDescription, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.emulation.recipe import payload_share_of
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    fast = _at(description, 4)
+    assert payload_share_of(fast) == TCP_PAYLOAD_SHARE  # this process: small-packets
+    recorded = FabricDescription(fast.fabric, fast.addresses, {"tcp_payload_share": 0.991})
+    assert payload_share_of(recorded) == 0.991  # the run's, whatever this process uses
+    monkeypatch.setenv(ENV_VAR, "jumbo-packets")
+    assert payload_share_of(fast) == pytest.approx(5960 / 6014)
