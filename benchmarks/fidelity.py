@@ -251,8 +251,8 @@ def set_switch_queues(emu: Emulation, queue: str) -> None:
     the recipe's), ``bfifo`` (drop-tail in bytes), or ``recipe`` (leave what it built)."""
     if queue == "recipe":
         return
-    assert emu.wiring is not None and emu.description is not None
-    recipe = replace(emu.recipe.fitted(emu.description).shaping, switch_queue=queue)
+    assert emu.wiring is not None and emu.fitted_recipe is not None
+    recipe = replace(emu.fitted_recipe.shaping, switch_queue=queue)
     commands: list[list[str]] = []
     for shaper in emu.wiring.shapers:
         # a leaf of another kind cannot be replaced in place
@@ -276,8 +276,8 @@ def set_host_queues(emu: Emulation, queue: str) -> None:
     built)."""
     if queue == "recipe":
         return
-    assert emu.description is not None
-    recipe = replace(emu.recipe.fitted(emu.description).shaping, host_queue=queue)
+    assert emu.fitted_recipe is not None
+    recipe = replace(emu.fitted_recipe.shaping, host_queue=queue)
     for gpu, config in emu.host_configs.items():
         for argv in config.shaping:
             if "parent" not in argv or argv[argv.index("parent") + 1] != "1:1":
@@ -306,8 +306,8 @@ def measure(emu: Emulation, case: Case, cc: str, queue: str, duration: float, om
     goodputs = [f.goodput_bps for f in result.flows]
     total = sum(goodputs)
     path = result.path(total / 2) if len(case.flows) == 1 else []
-    assert emu.description is not None
-    payload_share = emu.recipe.fitted(emu.description).payload_share
+    assert emu.fitted_recipe is not None
+    payload_share = emu.fitted_recipe.payload_share
     return Run(
         case=case.name,
         cc=cc,
@@ -404,8 +404,8 @@ def conditions(emu: Emulation | None = None) -> list[str]:
     load = os.getloadavg()
     cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
     emulator = emu.recipe if emu is not None else current_recipe()
-    if emu is not None and emu.description is not None:
-        emulator = emulator.fitted(emu.description)
+    if emu is not None and emu.fitted_recipe is not None:
+        emulator = emu.fitted_recipe
     recipe = emulator.shaping
     flow_queues = f", {recipe.flow_queues} flow queues" if recipe.flow_queues else ""
     lines = [

@@ -339,8 +339,8 @@ def calibrate(
         conditions = machine_conditions(emu)
         say(STEP_HEADER)
         factor = 1.0
-        assert emu.description is not None
-        fitted = emu.recipe.fitted(emu.description)
+        fitted = emu.fitted_recipe
+        assert fitted is not None
         for wanted, step_factor in plan.steps:
             chosen = flows[: min(wanted, len(flows))]
             if step_factor != factor:

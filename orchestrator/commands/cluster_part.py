@@ -168,7 +168,8 @@ def serve(inp: IO[str], out: IO[str]) -> int:
         shells = {
             gpu: [host.pid, proc_starttime(host.pid)] for gpu, host in emulation.hosts.items()
         }
-        packet_scale = emulation.recipe.fitted(description).packet_scale
+        assert emulation.fitted_recipe is not None
+        packet_scale = emulation.fitted_recipe.packet_scale
         _say(
             out,
             "up",

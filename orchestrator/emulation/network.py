@@ -151,8 +151,10 @@ class Emulation:
         # This machine's part of a fabric spread over several (orchestrator.emulation.share);
         # None: the whole fabric, here.
         self.share = share
-        # How links are shaped and how large the GPUs' packets are (docs/capacity.md).
+        # How links are shaped and how large the GPUs' packets are (docs/capacity.md), and
+        # the same fitted to this fabric's rates once it is described (frames, segments).
         self.recipe = recipe or current_recipe()
+        self.fitted_recipe: EmulatorRecipe | None = None
         # Seconds start() waits for another run's lock before ConcurrentRunError.
         self.lock_wait = lock_wait
         self.policy = policy
@@ -244,12 +246,12 @@ class Emulation:
             if self.datapath.kind == "userspace":
                 self._raise_send_buffer()
             self.description = self._describe()
-            self.wiring = plan_wiring(
-                self.description, self.recipe.fitted(self.description).shaping
-            )
+            fitted = self.fitted_recipe
+            assert fitted is not None
+            self.wiring = plan_wiring(self.description, fitted.shaping)
             for gpu in self.description.fabric.gpus:
                 check_name(gpu)
-            self.host_configs = render_all(self.description, self.recipe)
+            self.host_configs = render_all(self.description, fitted)
             self._plan_share()
             if self.share is not None:
                 self.wiring = self.wiring.restricted(self.share.nodes, self.share.tunnels)
@@ -322,7 +324,7 @@ class Emulation:
             )
             description = FabricDescription.of(build_fabric(spec))
         assert self.datapath is not None and self.state is not None
-        fitted = self.recipe.fitted(description)
+        fitted = self.fitted_recipe = self.recipe.fitted(description)
         description.extra.update(
             {
                 "run_id": self.state.run_id,
@@ -475,7 +477,8 @@ class Emulation:
         assert self.wiring is not None and self.description is not None
         commands = []
         group = str(self._link_group())
-        mtu = str(self.recipe.fitted(self.description).mtu)
+        assert self.fitted_recipe is not None
+        mtu = str(self.fitted_recipe.mtu)
         for veth in self.wiring.veths:
             argv = ["ip", "link", "add", "name", veth.a_intf, "group", group, "mtu", mtu]
             argv += ["type", "veth", "peer", "name", veth.b_intf, "mtu", mtu]

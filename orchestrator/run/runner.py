@@ -1347,8 +1347,11 @@ class Runner(Messages):
             if averages
             else ""
         )
-        # The frames the emulator recipe uses (jumbo-packets enlarges them with the rate).
-        recipe = current_recipe().fitted(FabricDescription.of(build_fabric(fabric)))
+        # The frames the emulator recipe used (jumbo-packets enlarges them with the rate);
+        # a run that never brought its fabric up: what the recipe would have used.
+        recipe = testbed.emulation.fitted_recipe if testbed is not None else None
+        if recipe is None:
+            recipe = current_recipe().fitted(FabricDescription.of(build_fabric(fabric)))
         lines.append(
             f"# per-GPU rail bandwidth {fabric.nic_ports} x {fabric.speeds.nic / 1e9:g}G = "
             f"{rail:g} GB/s real ({rail * scale * 1e3:g} MB/s emulated); TCP over "

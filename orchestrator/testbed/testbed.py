@@ -192,7 +192,8 @@ class Testbed:
     def ceiling(self, gpus: Sequence[str] | None, collective: str, algorithm: str) -> Ceiling:
         """The busbw ceiling of ``collective``/``algorithm`` with ranks on ``gpus`` (default:
         every GPU), on this fabric's NIC rate and shapers (orchestrator.collectives.ceilings)."""
-        recipe = self.emulation.recipe.fitted(self.description)
+        recipe = self.emulation.fitted_recipe
+        assert recipe is not None  # the emulation is up: it described the fabric
         return configuration_ceiling(
             self.workers(gpus),
             collective,

@@ -108,7 +108,7 @@ class LoopbackTestbed:
 
     @property
     def emulation(self) -> Any:
-        return SimpleNamespace(datapath=None, timings={}, controller=None)
+        return SimpleNamespace(datapath=None, timings={}, controller=None, fitted_recipe=None)
 
     def use_monitor(self, level: MonitorLevel) -> float:
         self.monitor = level
