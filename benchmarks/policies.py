@@ -100,15 +100,15 @@ from orchestrator.results.effects import (
     switch_policy_effect,
 )
 from orchestrator.testbed.hostports import HOST_PORTS, add_host_ports_option
-from orchestrator.testbed.pinning import PATHS_FILE, held_ports, plan_ports, wait_for_paths
+from orchestrator.testbed.pinning import PATHS_FILE, wait_for_paths
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.traffic import (
-    BASE_PORT,
     Flow,
     TrafficResult,
     parse_qdiscs,
     run_flows,
 )
+from orchestrator.testbed.traffic import planned_flows as traffic_plan
 from topologies.catalog import resolve_fabric
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind, Tier
@@ -270,32 +270,11 @@ def planned_flows(
     bed: Testbed, pairs: Sequence[tuple[str, str]], host_ports: str, since: float
 ) -> tuple[list[Flow], int]:
     """The flows with source ports for ``host_ports`` under the current policy (module
-    docstring), and how many of those planned found no port: those, and every flow where
-    nothing is planned (``hash`` under a policy that does not pin paths), keep an ephemeral
-    port (cport None)."""
+    docstring; orchestrator.testbed.traffic.planned_flows), and how many found no port."""
     paths = None
     if bed.pins_source_ports:
         paths = wait_for_paths(bed.run_dir / PATHS_FILE, since, policy=bed.policy)
-    workers = bed.workers()
-    rank = {w.host: w.rank for w in workers}
-    seen: Counter[tuple[str, str]] = Counter()
-    keys = []
-    for pair in pairs:  # a repeated pair is another channel of the same GPUs
-        keys.append((rank[pair[0]], rank[pair[1]], seen[pair]))
-        seen[pair] += 1
-    dst_ports = {key: BASE_PORT + i for i, key in enumerate(keys)}  # one iperf3 server each
-    plan = plan_ports(
-        bed.emulation,
-        bed.description,
-        workers,
-        [keys],
-        dst_ports,
-        host_ports=host_ports,
-        paths=paths,
-        taken=held_ports(bed.emulation, workers),  # iperf3's last flows linger in TIME_WAIT
-    )
-    flows = [Flow(s, d, plan.ports.get(key)) for (s, d), key in zip(pairs, keys, strict=True)]
-    return flows, len(plan.unpinned)
+    return traffic_plan(bed.emulation, pairs, host_ports=host_ports, paths=paths)
 
 
 def measure_policy(

@@ -243,21 +243,58 @@ class Calibration:
         return bounding.packet_scale if bounding is not None else 1
 
     def at_packet_scale(self, packet_scale: int) -> Calibration:
-        """The capacity for a run whose packets have ``packet_scale``: the emulator's work
-        is per packet, so a run with smaller packets than the calibration's capacity step
-        carries proportionally fewer bytes (F_run / F_capacity; conservative, since the
-        per-byte part of the work also shrinks), but at least what a step at that packet
-        scale or below carried faithfully; one with larger packets no more than measured."""
-        measured = self.packet_scale
-        if packet_scale >= measured:
+        """The capacity for a run whose packets have ``packet_scale`` (F).
+
+        The headline capacity holds for F at least as large as the scale it was found at,
+        and proportionally less for smaller packets (F / F_capacity: the emulator's work is
+        per packet; conservative, since the per-byte part of the work shrinks too). Steps
+        measured at F itself bound it as the whole calibration is bounded
+        (:func:`find_capacity` on them alone): where one fell below the threshold, that is
+        the figure; where none did, at least their most. Either way it is raised to what any
+        step carried faithfully at packets of F or smaller and, unless a step at F itself
+        fell below, to F / F_step of what a step with larger packets carried: never more
+        than some step showed."""
+        bound = self.bound
+        if packet_scale >= self.packet_scale:
+            capacity = self.capacity_bps
+        else:
+            capacity = self.capacity_bps * packet_scale / self.packet_scale
+        own = [s for s in self.steps if s.packet_scale == packet_scale]
+        if own and packet_scale != self.packet_scale:
+            measured, measured_bound = find_capacity(own, self.threshold)
+            if measured_bound != "lower":
+                capacity, bound = measured, measured_bound
+            elif measured > capacity:
+                capacity, bound = measured, "lower"
+        failed_here = any(s.ratio < self.threshold for s in own)
+        shown = max(
+            (
+                s.offered_hop_bps * min(1.0, packet_scale / s.packet_scale)
+                for s in self.steps
+                if s.ratio >= self.threshold and (s.packet_scale <= packet_scale or not failed_here)
+            ),
+            default=0.0,
+        )
+        if shown > capacity:
+            capacity, bound = shown, ("bracketed" if bound == "upper" else bound)
+        if (capacity, bound) == (self.capacity_bps, self.bound):
             return self
-        shown = [
-            s.offered_hop_bps
-            for s in self.steps
-            if s.packet_scale <= packet_scale and s.ratio >= self.threshold
-        ]
-        capacity = max([self.capacity_bps * packet_scale / measured, *shown])
-        return replace(self, capacity_bps=capacity)
+        return replace(self, capacity_bps=capacity, bound=bound)
+
+    def scale_lines(self) -> list[str]:
+        """One line per packet scale the steps were measured at, when more than one: the
+        capacity a run at that scale is judged against (:meth:`at_packet_scale`)."""
+        scales = sorted({s.packet_scale for s in self.steps})
+        if len(scales) < 2:
+            return []
+        lines = []
+        for scale in scales:
+            at = self.at_packet_scale(scale)
+            lines.append(
+                f"  packets x{scale:<3d} {hop_mbps(at.capacity_bps)} ({at.bound}), safe "
+                f"{hop_mbps(at.safe_bps)}"
+            )
+        return ["at packet scale (runs are judged at their own)", *lines]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -344,6 +381,7 @@ class Calibration:
             f"{_onoff(c.get('userspace_tso'))}, OVS {c.get('ovs_version', '?')}, kernel "
             f"{c.get('kernel', '?')}, {c.get('datapath_ports', '?')} datapath ports, TCP "
             f"{c.get('tcp_congestion_control', '?')}",
+            *self.scale_lines(),
         ]
 
 

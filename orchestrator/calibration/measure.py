@@ -11,11 +11,18 @@ The measurement (:func:`calibrate`)
    agg-core links at ``trunk_factor`` (4) x the NIC rate, so that only NIC links limit the
    flows and no two flows of a step compete (:func:`calibration_fabric`);
 2. flows between GPU i and GPU i + n/2 in rank order, both directions (cross-pod on the
-   presets: the longest paths), one flow per sending and per receiving GPU
-   (:func:`calibration_flows`);
+   presets: the longest paths), first one per GPU, then one more for each further NIC
+   port, so that all of them load every NIC port once in each direction, as the load
+   guard's offered load assumes (:func:`calibration_flows`). The fabric runs
+   ``path-pinned``: every flow gets a source port that leaves by a NIC port of its own
+   and a path whose links no other flow of the step crosses where a free one exists
+   (orchestrator.testbed.traffic.planned_flows), so no two flows compete for a NIC link;
 3. steps of increasing offered load: k = 1, 2, 4, ... flows at the emulated NIC rate up to
-   one per GPU, then all of them with every link re-shaped to 2x, 4x, 8x that rate
-   (the same recipe, orchestrator.emulation.shaping, at a larger scale);
+   one per NIC port, then all of them with every link re-shaped to 2x, 4x, 8x that rate
+   (the same recipe, orchestrator.emulation.shaping, at a larger scale); under a recipe
+   whose packets grow with the rate, also a step just below each packet-scale boundary
+   (:func:`plan_for`), and a step below the threshold ends only its own packet scale:
+   larger packets cost the emulator less per byte, so the next scale is measured too;
 4. each step runs its flows at once (orchestrator.testbed.traffic) and compares the goodput they
    achieved with what a perfect emulator would carry, ``flows x rate x TCP_PAYLOAD_SHARE``
    (1460/1514, TCP's payload share of the frames HTB counts, without TCP timestamps as the
@@ -78,33 +85,74 @@ class Plan:
     trunk_factor: float = DEFAULT_TRUNK_FACTOR
 
 
-DEFAULT_PLAN = Plan(steps=((1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (8, 4), (8, 8)))
-QUICK_PLAN = Plan(steps=((2, 1), (8, 2)), name="quick", duration=2.5, omit=1.0, confirm=False)
+#: As many flows as the fabric has NIC ports (a plan's flow counts are clipped to it).
+ALL_FLOWS = 1 << 16
+
+DEFAULT_PLAN = Plan(
+    steps=(
+        (1, 1),
+        (2, 1),
+        (4, 1),
+        (8, 1),
+        (ALL_FLOWS, 1),
+        (ALL_FLOWS, 2),
+        (ALL_FLOWS, 4),
+        (ALL_FLOWS, 8),
+    )
+)
+QUICK_PLAN = Plan(steps=((2, 1), (8, 2)), name="quick", duration=2.5, omit=1.0)
+
+#: The policy the calibration fabric runs: its paths are chosen per flow (step 2 above).
+CALIBRATION_POLICY = "path-pinned"
 
 
 #: How far below a packet-scale boundary :func:`plan_for`'s extra steps run (rate x this).
 EDGE = 0.975
 
 
-def plan_for(plan: Plan, recipe: EmulatorRecipe, base_rate: float) -> Plan:
+def plan_for(plan: Plan, recipe: EmulatorRecipe, base_rate: float, packet_scale: int = 1) -> Plan:
     """``plan`` with, under a recipe whose packets grow with the rate (jumbo-packets), one
     more step just below each packet-scale boundary the plan crosses: the most load the
     calibration's flows offer at that scale. The load guard judges a run at its own packet
     scale (Calibration.at_packet_scale), so each scale's own figure is worth measuring; at
     the boundary itself the packets grow and the same flows cost the emulator less.
-    Other recipes: the plan as it is."""
+    The quick plan becomes two steps below the first boundary and, for a run at a packet
+    scale F > 1 (``packet_scale``), every flow just below the next boundary after F: the
+    figure that run is judged against (:func:`quick_steps`). Other recipes: the plan as
+    it is."""
     if not recipe.reference_bps:
         return plan
+    if plan.name == QUICK_PLAN.name:
+        return replace(plan, steps=quick_steps(recipe, base_rate, packet_scale))
     steps: list[tuple[int, float]] = []
     for flows, factor in plan.steps:
         if steps:
             before = steps[-1][1]
             scale = recipe.scale_for(base_rate * before)
-            edge = EDGE * (scale + 1) * recipe.reference_bps / base_rate
+            edge = edge_factor(recipe, base_rate, scale)
             if recipe.scale_for(base_rate * factor) > scale and before < edge < factor:
-                steps.append((flows, round(edge, 4)))
+                steps.append((flows, edge))
         steps.append((flows, factor))
     return replace(plan, steps=tuple(steps))
+
+
+def edge_factor(recipe: EmulatorRecipe, base_rate: float, packet_scale: int) -> float:
+    """The rate factor (over ``base_rate``) just below the boundary after ``packet_scale``:
+    EDGE x the next boundary (at the largest packet, a rate its scale still has)."""
+    assert recipe.reference_bps
+    return round(EDGE * (packet_scale + 1) * recipe.reference_bps / base_rate, 4)
+
+
+def quick_steps(
+    recipe: EmulatorRecipe, base_rate: float, packet_scale: int
+) -> tuple[tuple[int, float], ...]:
+    """The quick calibration under a scaling recipe: 2 flows at the NIC rate, 8 just below
+    the first boundary (what the default plan's first scale shows) and, for a run at a
+    larger ``packet_scale``, every flow just below the next boundary after it."""
+    steps = [(2, 1.0), (8, edge_factor(recipe, base_rate, 1))]
+    if packet_scale > 1:
+        steps.append((ALL_FLOWS, edge_factor(recipe, base_rate, packet_scale)))
+    return tuple(steps)
 
 
 def calibration_fabric(spec: FabricSpec, trunk_factor: float = DEFAULT_TRUNK_FACTOR) -> FabricSpec:
@@ -121,14 +169,21 @@ def calibration_fabric(spec: FabricSpec, trunk_factor: float = DEFAULT_TRUNK_FAC
 
 
 def calibration_flows(fabric: Fabric) -> list[Flow]:
-    """GPU i <-> GPU i + n/2 (rank order), both directions, interleaved: the first k flows
-    use 2 x ceil(k/2) distinct GPUs, one sending and one receiving flow each at most."""
+    """GPU i <-> GPU i + n/2 (rank order), both directions, interleaved, once per NIC port
+    both GPUs have: the first k <= n flows use 2 x ceil(k/2) distinct GPUs, one sending
+    and one receiving flow each at most; the next n add one more per GPU, and so on. A
+    repeated pair is another connection of the same GPUs, meant for their next NIC port
+    (the source ports and paths are planned when they run: :func:`calibrate`)."""
     ranked = [g.name for g in fabric.gpus_by_rank()]
     half = len(ranked) // 2
+    pairs = [(ranked[i], ranked[i + half]) for i in range(half)]
+    ports = min(
+        (min(len(fabric.nic_links(a)), len(fabric.nic_links(b))) for a, b in pairs), default=0
+    )
     flows: list[Flow] = []
-    for i in range(half):
-        a, b = ranked[i], ranked[i + half]
-        flows += [Flow(a, b), Flow(b, a)]
+    for _ in range(ports):
+        for a, b in pairs:
+            flows += [Flow(a, b), Flow(b, a)]
     return flows
 
 
@@ -312,10 +367,14 @@ def calibrate(
     lock_wait: float = 600.0,
     log: Log | None = None,
     recipe: EmulatorRecipe | None = None,
+    packet_scale: int = 1,
 ) -> Calibration:
     """Measure the emulator's capacity on ``spec``'s calibration fabric (module docstring)
-    under ``recipe`` (default: the one runs use, orchestrator.emulation.recipe)."""
-    from orchestrator.testbed.traffic import run_flows
+    under ``recipe`` (default: the one runs use, orchestrator.emulation.recipe);
+    ``packet_scale``: the packets of the run a quick plan is for (:func:`plan_for`)."""
+    from orchestrator.testbed.hostports import BALANCED
+    from orchestrator.testbed.pinning import PATHS_FILE, wait_for_paths
+    from orchestrator.testbed.traffic import planned_flows, run_flows
 
     if os.geteuid() != 0:
         raise EnvironmentProblem("astral calibrate builds an emulated fabric: it needs root")
@@ -329,20 +388,28 @@ def calibrate(
     base_rate = calibrated.emulation.emulated(calibrated.speeds.nic)
     say(
         f"calibration fabric {calibrated.name}: {len(model.gpus)} GPUs, NIC "
-        f"{format_rate(base_rate)} emulated, trunks {plan.trunk_factor:g}x; up to "
-        f"{len(flows)} flows of {sum(hops.values()) / len(hops):.1f} switch hops"
+        f"{format_rate(base_rate)} emulated, trunks {plan.trunk_factor:g}x, "
+        f"{CALIBRATION_POLICY}; up to {len(flows)} flows (one per NIC port) of "
+        f"{sum(hops.values()) / len(hops):.1f} switch hops"
     )
-    emu = start_emulation(calibrated, lock_wait, say, recipe=recipe)
-    plan = plan_for(plan, emu.recipe, base_rate)
+    emu = start_emulation(calibrated, lock_wait, say, policy=CALIBRATION_POLICY, recipe=recipe)
+    plan = plan_for(plan, emu.recipe, base_rate, packet_scale)
     steps: list[LoadStep] = []
     try:
+        paths = wait_for_paths(emu.run_dir / PATHS_FILE, 0.0, policy=CALIBRATION_POLICY)
         conditions = machine_conditions(emu)
         say(STEP_HEADER)
         factor = 1.0
         fitted = emu.fitted_recipe
         assert fitted is not None
+        ended: set[int] = set()  # packet scales a step below the threshold ended
+        done: set[tuple[int, float]] = set()
         for wanted, step_factor in plan.steps:
             chosen = flows[: min(wanted, len(flows))]
+            scale = emu.recipe.scale_for(base_rate * step_factor)
+            if (len(chosen), step_factor) in done or scale in ended:
+                continue  # clipped to the same step, or its packet scale is ended
+            done.add((len(chosen), step_factor))
             if step_factor != factor:
                 fitted = reshape(emu, calibrated.emulation.scale * step_factor)
                 factor = step_factor
@@ -351,7 +418,11 @@ def calibrate(
             def measure(
                 chosen: list[Flow] = chosen, rate: float = rate, fitted: EmulatorRecipe = fitted
             ) -> LoadStep:
-                result = run_flows(emu, chosen, duration=plan.duration, omit=plan.omit)
+                pairs = [(f.src, f.dst) for f in chosen]
+                planned, unpinned = planned_flows(emu, pairs, host_ports=BALANCED, paths=paths)
+                if unpinned:
+                    say(f"{unpinned} of {len(planned)} flows found no port for a path of their own")
+                result = run_flows(emu, planned, duration=plan.duration, omit=plan.omit)
                 share, scale = fitted.payload_share, fitted.packet_scale
                 return step_of(result, chosen, rate, hops, share, scale)
 
@@ -362,7 +433,10 @@ def calibrate(
             say(step_line(step))
             steps.append(step)
             if step.ratio < plan.threshold:
-                break
+                ended.add(step.packet_scale)
+                later = {emu.recipe.scale_for(base_rate * f) for _, f in plan.steps}
+                if not any(s > step.packet_scale for s in later):
+                    break
         conditions["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         emu.stop()
@@ -380,7 +454,7 @@ def calibrate(
             "nic_rate_bps": base_rate,
             "trunk_factor": plan.trunk_factor,
             "gpus": len(model.gpus),
-            "policy": "shortest",
+            "policy": CALIBRATION_POLICY,
             "plan": plan.name,
             "duration_s": plan.duration,
             "omit_s": plan.omit,

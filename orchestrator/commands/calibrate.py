@@ -124,8 +124,16 @@ def run(args: argparse.Namespace) -> int:
     began = time.monotonic()
     recipe = recipe_named(args.recipe) if args.recipe else current_recipe()
     say(f"emulator recipe: {recipe.describe()}")
+    default = _default_experiment()  # --quick measures what the default run is judged by
+    scale = packet_scale_of(default.fabric, recipe) if default is not None else 1
     result = measure.calibrate(
-        spec, plan, safe_share=args.safe_share, lock_wait=args.lock_wait, log=say, recipe=recipe
+        spec,
+        plan,
+        safe_share=args.safe_share,
+        lock_wait=args.lock_wait,
+        log=say,
+        recipe=recipe,
+        packet_scale=scale,
     )
     where = cal.save_calibration(result, path)
     result = cal.load_calibration(where) or result  # what a run will read

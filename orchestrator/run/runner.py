@@ -88,7 +88,7 @@ from orchestrator.collectives.sizes import format_size
 from orchestrator.diagnosis import diagnose_bundle
 from orchestrator.diagnosis.live import LiveDiagnosis
 from orchestrator.emulation.network import Terminated
-from orchestrator.emulation.recipe import current_recipe
+from orchestrator.emulation.recipe import current_recipe, packet_scale_of
 from orchestrator.forecast.calibration import ForecastCalibration, load_forecast_calibration
 from orchestrator.forecast.configurations import Forecaster
 from orchestrator.forecast.program import ProgramForecast, ProgramForecaster
@@ -440,15 +440,16 @@ def write_above(bar: Any, text: str, file: TextIO) -> None:
         print(text.rstrip("\n"), file=file, flush=True)
 
 
-def quick_calibration(say: Say) -> Calibration:
+def quick_calibration(say: Say, packet_scale: int = 1) -> Calibration:
     """``astral calibrate --quick`` on its default fabric (orchestrator.calibration): what
-    ``astral run`` measures once on a machine without a calibration (a study too)."""
+    ``astral run`` measures once on a machine without a calibration (a study too), for a
+    run whose packets have ``packet_scale`` (orchestrator.emulation.recipe)."""
     from orchestrator.calibration.measure import QUICK_PLAN, calibrate
     from topologies.catalog import DEFAULT_PRESET, resolve_fabric
     from topologies.spec import load_fabric_spec
 
     fabric = load_fabric_spec(resolve_fabric(DEFAULT_PRESET))
-    return calibrate(fabric, QUICK_PLAN, lock_wait=0.0, log=say)
+    return calibrate(fabric, QUICK_PLAN, lock_wait=0.0, log=say, packet_scale=packet_scale)
 
 
 def progress_bar(total: float) -> Any:
@@ -640,7 +641,7 @@ class Runner(Messages):
 
     def _quick_calibration(self) -> Calibration:
         began = time.monotonic()
-        calibration = quick_calibration(self.say)
+        calibration = quick_calibration(self.say, packet_scale_of(self.spec.fabric))
         self.calibrated_in = time.monotonic() - began
         return calibration
 

@@ -44,6 +44,7 @@ import yaml
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.cluster.emulation import cluster_of
 from orchestrator.emulation.network import Terminated
+from orchestrator.emulation.recipe import packet_scale_of
 from orchestrator.results.store import _write_json
 from orchestrator.run.interrupts import noted_interrupts
 from orchestrator.run.loadguard import LoadVerdict, ensure_calibration, load_guard
@@ -358,4 +359,5 @@ class StudyRunner(Messages):
     def _quick_calibration(self) -> Any:
         if self._calibrate is not None:
             return self._calibrate()
-        return quick_calibration(self.say)
+        scales = [packet_scale_of(v.spec.fabric) for v in self.study.variants]
+        return quick_calibration(self.say, max(scales, default=1))

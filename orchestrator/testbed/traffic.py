@@ -427,3 +427,45 @@ def _span(
     """The window's length: the mean over receivers of their two sample times' distance."""
     spans = [r1[g][0] - r0[g][0] for g in r0 if g in r1]
     return sum(spans) / len(spans) if spans else 0.0
+
+
+def planned_flows(
+    emu: Emulation,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    host_ports: str,
+    paths: Mapping[str, Any] | None,
+) -> tuple[list[Flow], int]:
+    """``pairs`` (source GPU, destination GPU; a repeated pair is another connection of the
+    same two GPUs) as flows whose source ports carry out ``host_ports``
+    (orchestrator.testbed.hostports) and, when ``paths`` (the controller's paths document
+    under a policy that pins them) is given, a path each: the least loaded by the flows
+    placed before it (orchestrator.testbed.pinning). Flow i is planned for the iperf3
+    server :func:`run_flows` gives it (``BASE_PORT + i``), around the ports earlier flows
+    still hold (iperf3's connections linger in TIME_WAIT). Also how many found no port:
+    those keep an ephemeral one (``cport`` None), as does every flow when nothing is
+    planned (``hash`` under a policy that does not pin paths)."""
+    from orchestrator.testbed.pinning import held_ports, plan_ports
+    from orchestrator.worker.spec import workers_from_description
+
+    description = emu.description
+    assert description is not None
+    workers = workers_from_description(description)
+    rank = {w.host: w.rank for w in workers}
+    seen: dict[tuple[str, str], int] = {}
+    keys = []
+    for pair in pairs:
+        keys.append((rank[pair[0]], rank[pair[1]], seen.get(pair, 0)))
+        seen[pair] = seen.get(pair, 0) + 1
+    plan = plan_ports(
+        emu,
+        description,
+        workers,
+        [keys],
+        {key: BASE_PORT + i for i, key in enumerate(keys)},
+        host_ports=host_ports,
+        paths=paths,
+        taken=held_ports(emu, workers),
+    )
+    flows = [Flow(s, d, plan.ports.get(key)) for (s, d), key in zip(pairs, keys, strict=True)]
+    return flows, len(plan.unpinned)

@@ -1,5 +1,6 @@
-"""``astral calibrate --quick`` on this machine: it brings astral-small up, runs its two load
-steps and writes a calibration file a run can read. Speeds are not asserted (the machine is
+"""``astral calibrate --quick`` on this machine: it brings astral-small up, runs its few load
+steps (the last at the default experiment's packet size) and writes a calibration file a
+run can read. Speeds are not asserted (the machine is
 shared and noisy): the file's structure is, and that its ratios follow from the goodputs
 measured.
 
@@ -22,8 +23,11 @@ import pytest
 from orchestrator.calibration import capacity as cal
 from orchestrator.calibration import measure
 from orchestrator.cli import main as cli_main
+from orchestrator.emulation.recipe import BASE_MTU, current_recipe, packet_scale_of
+from orchestrator.run.experiment import load_experiment
+from orchestrator.run.runner import DEFAULT_EXPERIMENT
 from tests.helpers import REPO
-from topologies.units import TCP_PAYLOAD_SHARE
+from topologies.units import tcp_payload_share
 
 pytestmark = pytest.mark.integration
 
@@ -55,20 +59,29 @@ def test_quick_calibration_writes_a_sane_file(
     assert conditions["ovs_version"] and conditions["kernel"]
     assert loaded.fabric["name"] == "astral-small"
 
-    # the quick plan's steps (it stops early only below the threshold)
-    planned = [(n, f) for n, f in measure.QUICK_PLAN.steps]
-    assert 1 <= len(loaded.steps) <= len(planned)
+    # the quick plan's steps for the default experiment's packets (it stops early only
+    # below the threshold, at the last packet scale)
+    recipe = current_recipe()
     nic = loaded.fabric["nic_rate_bps"]
+    default = load_experiment(DEFAULT_EXPERIMENT)
+    scale = packet_scale_of(default.fabric, recipe)
+    planned = measure.plan_for(measure.QUICK_PLAN, recipe, nic, scale).steps
+    assert loaded.fabric["policy"] == measure.CALIBRATION_POLICY
+    assert 1 <= len(loaded.steps) <= len(planned)
+    ports = 16  # 8 GPUs x 2 NIC ports: one flow each at most
     for step, (flows, factor) in zip(loaded.steps, planned, strict=False):
-        assert step.flows == flows and step.rate_bps == pytest.approx(nic * factor)
+        assert step.flows == min(flows, ports) and step.rate_bps == pytest.approx(nic * factor)
+        assert step.packet_scale == recipe.scale_for(step.rate_bps)
         assert step.hops == 5  # GPU i <-> i + n/2: across the pods
-        assert step.offered_bps == pytest.approx(flows * step.rate_bps)
+        assert step.offered_bps == pytest.approx(step.flows * step.rate_bps)
         assert step.offered_hop_bps == pytest.approx(step.offered_bps * step.hops)
         assert step.achieved_bps > 0  # goodput was measured
-        assert step.ratio == pytest.approx(
-            step.achieved_bps / (step.offered_bps * TCP_PAYLOAD_SHARE)
-        )
+        mtu = BASE_MTU * step.packet_scale if recipe.scale_mtu else BASE_MTU
+        share = tcp_payload_share(mtu)  # of the frames the recipe used at that step
+        assert step.ratio == pytest.approx(step.achieved_bps / (step.offered_bps * share))
         assert 0 < step.jain <= 1 and step.vswitchd_cores >= 0
+    if len(loaded.steps) == len(planned):  # the run it is for was measured at its packets
+        assert loaded.steps[-1].packet_scale == scale
     capacity, bound = cal.find_capacity(loaded.steps, loaded.threshold)
     assert capacity == pytest.approx(loaded.capacity_bps) and bound == loaded.bound
 

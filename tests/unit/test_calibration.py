@@ -5,6 +5,7 @@ a calibration. No root: nothing here measures."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -233,9 +234,11 @@ def test_calibration_fabric_and_flows() -> None:
     assert spec.speeds.tor_agg == spec.speeds.agg_core == 4 * SMALL.speeds.nic
     fabric = build_fabric(spec)
     flows = measure.calibration_flows(fabric)
-    assert len(flows) == 8
-    assert sorted(f.src for f in flows) == sorted(fabric.gpus)  # one sending flow per GPU
-    assert sorted(f.dst for f in flows) == sorted(fabric.gpus)  # one receiving flow per GPU
+    assert len(flows) == 16  # one per NIC port: 8 GPUs with 2 each
+    first = flows[:8]
+    assert sorted(f.src for f in first) == sorted(fabric.gpus)  # one sending flow per GPU
+    assert sorted(f.dst for f in first) == sorted(fabric.gpus)  # one receiving flow per GPU
+    assert flows[8:] == first  # then each pair again, for the GPUs' other NIC port
     assert all(fabric.gpus[f.src].pod != fabric.gpus[f.dst].pod for f in flows)
     assert {cal.switch_hops(fabric, f.src)[f.dst] for f in flows} == {5}
 
@@ -314,8 +317,8 @@ def test_load_guard_warns_when_the_calibration_was_made_under_another_recipe(
     offered = cal.offered_load(spec.fabric, spec.gpus).hop_bps
     path = tmp_path / "cal.json"
     monkeypatch.setenv(cal.ENV_VAR, str(path))
-    monkeypatch.delenv(recipe.ENV_VAR, raising=False)
-    # made before recipes had names: small-packets, the default
+    monkeypatch.setenv(recipe.ENV_VAR, "small-packets")
+    # made before recipes had names: small-packets, the default then
     cal.save_calibration(sample(capacity_bps=offered * 2), path)
     same = load_guard(spec)
     assert same.recipe_mismatch is None and same.lines() == []
@@ -366,6 +369,47 @@ def test_a_run_with_smaller_packets_gets_its_share_of_the_capacity_never_more() 
     assert richer.at_packet_scale(4).capacity_bps == pytest.approx(4e9)
 
 
+def test_each_packet_scale_is_judged_by_its_own_steps_where_it_has_them() -> None:
+    steps = (
+        scaled(step(16, 1, 0.97), 1),  # 1600 hop-Mbit/s at scale 1: faithful
+        scaled(step(16, 1.95, 0.80), 1),  # 3120: not (the headline is bracketed here)
+        scaled(step(16, 2, 0.98), 2),  # 3200 at scale 2: faithful
+        scaled(step(16, 2.925, 0.95), 2),  # 4680: faithful, the most scale 2 offered
+        scaled(step(16, 4, 0.95), 4),  # 6400 at scale 4: faithful
+        scaled(step(16, 4.875, 0.85), 4),  # 7800: not
+    )
+    capacity, bound = cal.find_capacity(steps)
+    calibration = sample(capacity_bps=capacity, bound=bound, steps=steps)
+    assert calibration.packet_scale == 1 and 1600e6 < capacity < 3120e6
+    two = calibration.at_packet_scale(2)
+    assert two.capacity_bps == pytest.approx(4680e6) and two.bound == "lower"
+    four = calibration.at_packet_scale(4)
+    low, high = math.log(6400e6), math.log(7800e6)
+    assert four.capacity_bps == pytest.approx(math.exp(low + (0.95 - 0.9) / 0.1 * (high - low)))
+    assert four.bound == "bracketed"
+    # scale 3 has no steps: its share of scale 4's faithful steps, or scale 2's, whichever
+    # is more, never more than a step showed
+    assert calibration.at_packet_scale(3).capacity_bps == pytest.approx(6400e6 * 3 / 4)
+    # scale 1 keeps its own bracket: larger packets' steps do not raise a measured failure
+    assert calibration.at_packet_scale(1).capacity_bps == pytest.approx(capacity)
+    lines = calibration.lines()
+    assert any(line.strip().startswith("packets x2") and "4680" in line for line in lines)
+    assert sample().scale_lines() == []  # one scale: nothing to add
+
+
+def test_the_quick_plan_measures_the_packet_scale_of_the_run_it_is_for() -> None:
+    from orchestrator.emulation.recipe import RECIPES
+
+    quick = measure.QUICK_PLAN
+    assert measure.plan_for(quick, RECIPES["small-packets"], 20e6, 2) == quick
+    jumbo = RECIPES["jumbo-packets"]
+    assert measure.plan_for(quick, jumbo, 20e6, 1).steps == ((2, 1.0), (8, 1.95))
+    for_two = measure.plan_for(quick, jumbo, 20e6, 2)
+    assert for_two.steps == ((2, 1.0), (8, 1.95), (measure.ALL_FLOWS, 2.925))
+    assert for_two.name == "quick" and for_two.duration == quick.duration
+    assert measure.edge_factor(jumbo, 10e6, 2) == pytest.approx(5.85)
+
+
 def test_under_a_scaling_recipe_the_plan_measures_the_edge_of_every_packet_scale() -> None:
     from orchestrator.emulation.recipe import RECIPES
 
@@ -373,7 +417,8 @@ def test_under_a_scaling_recipe_the_plan_measures_the_edge_of_every_packet_scale
     assert small == measure.DEFAULT_PLAN
     jumbo = measure.plan_for(measure.DEFAULT_PLAN, RECIPES["jumbo-packets"], 20e6)
     added = [s for s in jumbo.steps if s not in measure.DEFAULT_PLAN.steps]
-    assert added == [(8, 1.95), (8, 2.925), (8, 4.875)]  # just below F = 2, 3 and 5
+    every = measure.ALL_FLOWS  # every NIC port's flow, just below F = 2, 3 and 5
+    assert added == [(every, 1.95), (every, 2.925), (every, 4.875)]
     recipe = RECIPES["jumbo-packets"]
     for _flows, factor in added:
         below = recipe.scale_for(20e6 * factor)

@@ -35,14 +35,14 @@ def description() -> FabricDescription:
     return FabricDescription.of(build_fabric(load_fabric_spec(resolve_fabric("astral-small"))))
 
 
-def test_the_default_recipe_is_the_one_the_fidelity_targets_were_met_with(
+def test_the_default_recipe_grows_packets_with_the_rate_from_the_measured_reference(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     recipe = current_recipe()
-    assert recipe.name == DEFAULT_RECIPE_NAME == "small-packets"
-    assert recipe.gso_segments == 4
-    assert recipe.shaping == DEFAULT_RECIPE
+    assert recipe.name == DEFAULT_RECIPE_NAME == "jumbo-packets"
+    assert recipe.gso_segments == 4 and recipe.scale_mtu and recipe.reference_bps == 20e6
+    assert recipe.shaping == DEFAULT_RECIPE  # below 40 Mbit/s: small-packets exactly
 
 
 def test_the_environment_selects_a_recipe_and_a_wrong_name_says_what_exists(
@@ -285,7 +285,7 @@ def test_a_recorded_runs_payload_share_is_the_one_its_forecast_uses(
 ) -> None:
     from orchestrator.emulation.recipe import payload_share_of
 
-    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv(ENV_VAR, "small-packets")
     fast = _at(description, 4)
     assert payload_share_of(fast) == TCP_PAYLOAD_SHARE  # this process: small-packets
     recorded = FabricDescription(fast.fabric, fast.addresses, {"tcp_payload_share": 0.991})

@@ -273,7 +273,10 @@ def test_astral_run_calibrates_unless_told_not_to() -> None:
     assert parser.parse_args(["run", "--no-calibrate"]).no_calibrate is True
 
 
-def test_an_uncalibrated_run_is_warned_before_it_starts() -> None:
+def test_an_uncalibrated_run_is_warned_before_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.emulation.recipe import DEFAULT_RECIPE_NAME, ENV_VAR
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
     spec = parse_experiment(
         {
             "name": "u",
@@ -287,5 +290,6 @@ def test_an_uncalibrated_run_is_warned_before_it_starts() -> None:
     )
     (line,) = load_guard(spec, uncalibrated=True).lines()
     assert line.startswith("warning: offered") and "unknown" in line
-    calibrated = cal.Calibration(capacity_bps=1e12, bound="bracketed")
+    conditions = {"recipe": DEFAULT_RECIPE_NAME}
+    calibrated = cal.Calibration(capacity_bps=1e12, bound="bracketed", conditions=conditions)
     assert load_guard(spec, calibration=calibrated).lines() == []
