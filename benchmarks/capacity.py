@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/capacity.py [--recipe small-packets,large-packets]
         [--fabric astral-small] [--factors 1,2,4,8,16] [--repeat 1] [--duration 4]
-        [--omit 2] [--json FILE] [--lock-wait SECONDS]
+        [--omit 2] [--json FILE] [--lock-wait SECONDS] [--reach 16,24]
 
 The calibration's measurement (orchestrator.calibration.measure, docs/calibration.md):
 astral-small's calibration fabric (tor-agg and agg-core links at 4x the NIC rate), 8 TCP
@@ -21,6 +21,11 @@ load as the calibration does (orchestrator.calibration.capacity.find_capacity), 
 ratio to the first recipe's. This measures throughput only; whether a recipe keeps the
 fidelity targets (one flow >= 0.95 of R, 8 flows on a bottleneck >= 0.93, Jain >= 0.98) is
 ``benchmarks/fidelity.py --recipe A,B`` (docs/capacity.md has both).
+
+``--reach N,M``: then, per recipe, ``astral run`` of direct all-to-all of 1 MiB under
+path-pinned on astral fabrics of N, M, ... GPUs at 12 Mbit/s per port (2 pods x GPUs/4
+servers x 2 GPUs, benchmarks/cluster.py's reach experiment, on this machine only): the
+largest each recipe runs without the saturation flag, and each run's bring-up time.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -46,7 +52,7 @@ from orchestrator.calibration.measure import (
     step_of,
 )
 from orchestrator.emulation.network import Emulation, Terminated
-from orchestrator.emulation.recipe import EmulatorRecipe, recipe_named
+from orchestrator.emulation.recipe import ENV_VAR, EmulatorRecipe, recipe_named
 from orchestrator.testbed.traffic import Flow, run_flows
 from topologies.catalog import resolve_fabric
 from topologies.fabricspec import FabricSpec
@@ -120,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--omit", type=float, default=2.0, help="seconds before the window")
     parser.add_argument("--json", type=Path, default=None, help="write every window here")
     parser.add_argument("--lock-wait", type=float, default=900.0)
+    parser.add_argument("--reach", default="", help="GPU counts: the largest unflagged fabric")
     args = parser.parse_args(argv)
     recipes = [recipe_named(name) for name in args.recipe.split(",") if name]
     factors = [float(f) for f in args.factors.split(",") if f]
@@ -158,12 +165,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{recipe.name:15} {hop_mbps(capacity):>18} ({bound})  x{capacity / first:.2f} of "
             f"{recipes[0].name}   {recipe.summary}"
         )
+    counts = [int(n) for n in args.reach.split(",") if n]
+    if counts and status == 0:
+        reach(recipes, counts)
     print(
         f"# load average at the end {os.getloadavg()[0]:.2f}; took {time.monotonic() - began:.0f} s"
     )
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(w) for w in windows], indent=1) + "\n")
     return status
+
+
+def reach(recipes: Sequence[EmulatorRecipe], counts: Sequence[int]) -> None:
+    """The reach experiment per recipe and GPU count (module docstring)."""
+    from cluster import REACH_SCALE, reach_experiment, run
+
+    rate = 200e9 * REACH_SCALE / 1e6
+    print(f"\n# reach: direct all-to-all of 1 MiB, path-pinned, {rate:g} Mbit/s per port")
+    print(f"{'recipe':15} {'GPUs':>5} {'busbw GB/s':>11} {'saturated':>10} {'bring-up s':>11}")
+    with tempfile.TemporaryDirectory(prefix="astral-capacity-reach-") as tmp:
+        for recipe in recipes:
+            largest = 0
+            for gpus in counts:
+                where = Path(tmp) / f"{recipe.name}-{gpus}"
+                where.mkdir()
+                try:
+                    result = run(reach_experiment(gpus), where, None, {ENV_VAR: recipe.name})
+                except SystemExit as failure:
+                    said = [line for line in str(failure).splitlines() if line.strip()]
+                    print(f"{recipe.name:15} {gpus:>5}  failed: {said[-1] if said else '?'}")
+                    continue
+                (cell,) = result["summary"]["configurations"]
+                flagged = bool(cell["emulator_saturated"])
+                largest = largest if flagged else max(largest, gpus)
+                print(
+                    f"{recipe.name:15} {gpus:>5} {cell['real']['busbw_GBps']:>11.2f} "
+                    f"{'yes' if flagged else 'no':>10} "
+                    f"{result['run']['timings']['bring_up']:>11.1f}"
+                )
+            print(f"{recipe.name:15} largest unflagged: {largest} GPUs")
 
 
 if __name__ == "__main__":

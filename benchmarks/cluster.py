@@ -56,12 +56,20 @@ def conditions() -> str:
     )
 
 
-def run(experiment: dict[str, Any], where: Path, inventory: Path) -> dict[str, Any]:
-    """``astral run`` of ``experiment``; its summary and run record."""
+def run(
+    experiment: dict[str, Any],
+    where: Path,
+    inventory: Path | None,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``astral run`` of ``experiment`` (with ``inventory``'s machines, and ``extra_env``
+    on top of this process's environment); its summary and run record."""
     path = where / "experiment.yaml"
     path.write_text(yaml.safe_dump(experiment), encoding="utf-8")
     out = where / "bundle"
-    env = dict(os.environ, ASTRAL_INVENTORY=str(inventory))
+    env = dict(os.environ, **(extra_env or {}))
+    if inventory is not None:
+        env["ASTRAL_INVENTORY"] = str(inventory)
     while True:
         began = time.monotonic()
         done = _run_to_its_end(
@@ -166,6 +174,20 @@ def reach_fabric(gpus: int) -> dict[str, Any]:
     }
 
 
+def reach_experiment(gpus: int) -> dict[str, Any]:
+    """Direct all-to-all of 1 MiB under path-pinned on :func:`reach_fabric`: what the reach
+    runs (here and in benchmarks/capacity.py --reach)."""
+    return {
+        "name": f"reach-{gpus}",
+        "fabric": reach_fabric(gpus),
+        "policies": ["path-pinned"],
+        "collectives": [{"op": "all-to-all", "algorithm": "direct"}],
+        "sizes": {"min": "1M", "max": "1M"},
+        "iterations": 1,
+        "warmup": 1,
+    }
+
+
 def reach(counts: list[int], scratch: Path, inventory: Path) -> None:
     print("\n## How far each goes: direct all-to-all of 1 MiB, path-pinned, 12 Mbit/s per port\n")
     print(f"{'GPUs':>5} {'machines':>9} {'busbw GB/s':>11} {'saturated':>10} {'bring-up s':>11}")
@@ -174,16 +196,9 @@ def reach(counts: list[int], scratch: Path, inventory: Path) -> None:
         for machines in (1, 2):
             where = scratch / f"reach-{gpus}-{machines}"
             where.mkdir()
-            experiment = {
-                "name": f"reach-{gpus}",
-                "fabric": reach_fabric(gpus),
-                "policies": ["path-pinned"],
-                "collectives": [{"op": "all-to-all", "algorithm": "direct"}],
-                "sizes": {"min": "1M", "max": "1M"},
-                "iterations": 1,
-                "warmup": 1,
-                **({"cluster": ["localhost", "m2"]} if machines == 2 else {}),
-            }
+            experiment = reach_experiment(gpus)
+            if machines == 2:
+                experiment["cluster"] = ["localhost", "m2"]
             try:
                 result = run(experiment, where, inventory)
             except SystemExit as failure:

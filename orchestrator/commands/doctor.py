@@ -52,24 +52,39 @@ def run(args: argparse.Namespace) -> int:
     report = diagnose(fabric, rto_min=rto.probe)  # the workers' own probe (emulation/
     # does not import worker/)
     print(render(report.results, report.demand))
-    print(capacity_line())
+    for line in capacity_lines():
+        print(line)
     return 0 if report.ok else EnvironmentProblem.exit_status
 
 
-def capacity_line() -> str:
-    """What this machine's stored calibration says the emulator carries, and under which
-    recipe it was measured (docs/calibration.md)."""
+def capacity_lines() -> list[str]:
+    """The emulator recipe runs use here, what this machine's stored calibration says the
+    emulator carries (per packet size, where it measured several), and under which recipe
+    it was measured (docs/calibration.md, docs/capacity.md)."""
     from orchestrator.calibration import capacity as cal
+    from orchestrator.emulation.recipe import current_recipe
 
+    recipe = current_recipe()
+    lines = [f"recipe: {recipe.describe()}"]
     path = cal.calibration_path(None)
     try:
         stored = cal.load_calibration(path)
     except AstralError as err:
-        return f"capacity: the calibration file is unusable: {err}"
+        return [*lines, f"capacity: the calibration file is unusable: {err}"]
     if stored is None:
-        return f"capacity: not calibrated ({path} absent): `sudo astral calibrate` measures it"
-    recipe = stored.conditions.get("recipe", cal.UNNAMED_RECIPE)
-    return (
+        return [
+            *lines,
+            f"capacity: not calibrated ({path} absent): `sudo astral calibrate` measures it",
+        ]
+    measured_under = stored.conditions.get("recipe", cal.UNNAMED_RECIPE)
+    lines.append(
         f"capacity: {cal.hop_mbps(stored.capacity_bps)} measured {stored.measured_at} under "
-        f"recipe {recipe} ({path})"
+        f"recipe {measured_under} ({path})"
     )
+    lines += [f"  {line}" for line in stored.scale_lines()]
+    if stored.recipe != recipe.name:
+        lines.append(
+            f"capacity: measured under another recipe than runs use here: `sudo astral "
+            f"calibrate` measures {recipe.name}"
+        )
+    return lines

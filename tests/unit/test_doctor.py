@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -218,3 +219,35 @@ def test_doctor_registers_with_a_default_fabric() -> None:
     args = parser.parse_args(["doctor"])
     assert args.fabric == doctor_command.DEFAULT_FABRIC
     assert args.func is doctor_command.run
+
+
+def test_doctor_reports_the_recipe_in_use_and_the_capacity_per_packet_size(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from orchestrator.calibration import capacity as cal
+    from orchestrator.emulation.recipe import ENV_VAR
+
+    path = tmp_path / "calibration.json"
+    monkeypatch.setenv(cal.ENV_VAR, str(path))
+    monkeypatch.setenv(ENV_VAR, "jumbo-packets")
+    lines = doctor_command.capacity_lines()
+    assert lines[0].startswith("recipe: jumbo-packets (")
+    assert "not calibrated" in lines[1]
+
+    def step(flows: int, rate: float, ratio: float, scale: int) -> cal.LoadStep:
+        offered = flows * rate
+        return cal.LoadStep(flows, rate, 5.0, offered, offered * 5, offered * ratio, ratio,
+                            packet_scale=scale)  # fmt: skip
+
+    steps = (step(16, 20e6, 0.97, 1), step(16, 40e6, 0.98, 2), step(16, 58.5e6, 0.95, 2))
+    measured = cal.Calibration(
+        capacity_bps=4680e6, bound="lower", conditions={"recipe": "jumbo-packets"}, steps=steps
+    )
+    cal.save_calibration(measured, path)
+    lines = doctor_command.capacity_lines()
+    assert "4680 hop-Mbit/s" in lines[1] and "under recipe jumbo-packets" in lines[1]
+    assert any("packets x1" in line and "2340 hop-Mbit/s" in line for line in lines)  # half
+    assert any("packets x2" in line and "4680 hop-Mbit/s" in line for line in lines)
+    assert not any("another recipe" in line for line in lines)
+    monkeypatch.setenv(ENV_VAR, "small-packets")
+    assert "another recipe" in doctor_command.capacity_lines()[-1]
