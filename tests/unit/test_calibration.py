@@ -431,7 +431,10 @@ def test_the_load_guard_judges_a_run_at_its_own_packet_scale(
 ) -> None:
     from orchestrator.emulation import recipe
 
-    spec = load_experiment(DEFAULT_EXPERIMENT)  # 12 Mbit/s per port: packets at scale 1
+    default = load_experiment(DEFAULT_EXPERIMENT)
+    slow = replace(default.fabric.emulation, scale=0.6e-4)  # 12 Mbit/s: packets at scale 1
+    spec = replace(default, fabric=replace(default.fabric, emulation=slow))
+    assert recipe.packet_scale_of(spec.fabric, recipe.RECIPES["jumbo-packets"]) == 1
     offered = cal.offered_load(spec.fabric, spec.gpus).hop_bps
     path = tmp_path / "cal.json"
     monkeypatch.setenv(cal.ENV_VAR, str(path))

@@ -22,6 +22,7 @@ from orchestrator.run.experiment import (
 from tests.helpers import REPO
 from topologies.catalog import preset_path
 from topologies.errors import ConfigError, ExperimentError, FabricSpecError
+from topologies.units import tcp_payload_share
 
 DEFAULT = REPO / "experiments" / "default.yaml"
 
@@ -388,20 +389,20 @@ def test_default_experiment_is_valid_and_fits_the_time_budget() -> None:
     assert spec.host_ports == "balanced"
     assert {c.op for c in spec.collectives} == {"all-reduce", "all-to-all"}
     assert spec.ranks == 8
-    # 2 ports x 12 Mbit/s x 0.964 = 2.89 MB/s of busbw per GPU at best: the traffic alone
-    # (3 iterations + 1 warm-up) needs about 40 s; at half of it for ECMP and 0.9 for
-    # path-pinned, plus set-up and plots, inside 3 minutes.
-    assert spec.fabric.emulation.emulated(200e9) == pytest.approx(12e6)
-    busbw = 2 * 12e6 * 1460 / 1514 / 8
-    assert spec.ideal_seconds(busbw) == pytest.approx(40.5, abs=0.1)
+    # 2 ports x 40 Mbit/s x 0.982 (TCP's payload share of the 3000-byte frames the default
+    # recipe uses at 40 Mbit/s) = 9.82 MB/s of busbw per GPU at best: the traffic alone
+    # (3 iterations + 1 warm-up) needs about 12 s; at half of it for ECMP and 0.9 for
+    # path-pinned, plus set-up and plots, well inside 3 minutes.
+    assert spec.fabric.emulation.emulated(200e9) == pytest.approx(40e6)
+    busbw = 2 * 40e6 * tcp_payload_share(3000) / 8
+    assert spec.ideal_seconds(busbw) == pytest.approx(11.9, abs=0.1)
     assert spec.ideal_seconds(busbw) / 2 * (1 / 0.5 + 1 / 0.9) + len(spec.steps()) + 40 < 180
-    # The fabric's latencies (docs/latency.md) add 1.3 s to every ring all-reduce (14 steps
-    # x 85 ms + 110 ms at 0.6e-4) and 0.2 s to every direct all-to-all: 60 s if they added
+    # The fabric's latencies (docs/latency.md) add 0.4 s to every ring all-reduce (14 steps
+    # x 25.5 ms + 33 ms at 2e-4) and 0.06 s to every direct all-to-all: 14 s if they added
     # up. They overlap the bytes instead (a send completes once TCP has it, so a step's
-    # wait runs while the previous step's bytes are still on the wire; measured: 64K and
-    # 1M ring all-reduces both about 1.35 s), so an operation takes about the larger of
-    # the two, which still fits.
-    assert spec.latency_seconds() == pytest.approx(59.8 * 4 / 5, abs=0.1)
+    # wait runs while the previous step's bytes are still on the wire), so an operation
+    # takes about the larger of the two, which still fits.
+    assert spec.latency_seconds() == pytest.approx(14.35, abs=0.1)
     latency = spec.step_latencies()
     efficiency = {"ecmp": 0.5, "path-pinned": 0.9}
     runs = spec.iterations + spec.warmup
