@@ -24,11 +24,13 @@ The measurement (:func:`calibrate`)
    (:func:`plan_for`), and a step below the threshold ends only its own packet scale:
    larger packets cost the emulator less per byte, so the next scale is measured too;
 4. each step runs its flows at once (orchestrator.testbed.traffic) and compares the goodput they
-   achieved with what a perfect emulator would carry, ``flows x rate x TCP_PAYLOAD_SHARE``
-   (1460/1514, TCP's payload share of the frames HTB counts, without TCP timestamps as the
-   GPUs send): the step's *fidelity ratio* (:func:`step_of`);
+   achieved with what a perfect emulator would carry, ``flows x rate x`` TCP's payload
+   share of the frames HTB counts at that step (1460/1514 at an MTU of 1500, without TCP
+   timestamps as the GPUs send; more with the larger frames of a scaling recipe): the
+   step's *fidelity ratio* (:func:`step_of`);
 5. the capacity is where the ratio falls below ``threshold`` (0.9), as
-   :func:`~orchestrator.calibration.capacity.find_capacity` interpolates it; a step that
+   :func:`~orchestrator.calibration.capacity.find_capacity` interpolates it (under a
+   scaling recipe, each packet scale's own too: Calibration.at_packet_scale); a step that
    falls below is measured once more and the two ratios averaged (:func:`merge_steps`), so
    one noisy sample does not end the search.
 """
@@ -404,7 +406,7 @@ def calibrate(
         assert fitted is not None
         ended: set[int] = set()  # packet scales a step below the threshold ended
         done: set[tuple[int, float]] = set()
-        for wanted, step_factor in plan.steps:
+        for index, (wanted, step_factor) in enumerate(plan.steps):
             chosen = flows[: min(wanted, len(flows))]
             scale = emu.recipe.scale_for(base_rate * step_factor)
             if (len(chosen), step_factor) in done or scale in ended:
@@ -434,9 +436,9 @@ def calibrate(
             steps.append(step)
             if step.ratio < plan.threshold:
                 ended.add(step.packet_scale)
-                later = {emu.recipe.scale_for(base_rate * f) for _, f in plan.steps}
-                if not any(s > step.packet_scale for s in later):
-                    break
+                later = plan.steps[index + 1 :]
+                if all(emu.recipe.scale_for(base_rate * f) in ended for _, f in later):
+                    break  # nothing left at a packet scale still open
         conditions["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         emu.stop()
