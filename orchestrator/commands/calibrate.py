@@ -1,15 +1,18 @@
 """``astral calibrate``: how much traffic this machine's emulator carries before fidelity drops.
 
     sudo astral calibrate                     default fabric (astral-small), about a minute
-    sudo astral calibrate --quick             two steps, well under a minute
+    sudo astral calibrate --quick             2-3 short steps (the last at the default
+                                              experiment's packets), well under a minute
     sudo astral calibrate FABRIC --out FILE   another fabric, another file
     astral calibrate --show                   print the stored calibration, measure nothing
 
 It brings up the fabric with trunks faster than its NICs, runs 1, 2, 4, ... TCP flows at
-the emulated NIC rate across it (the longest paths), then all of them with every link
-re-shaped 2x, 4x, 8x faster, until the goodput falls below 0.9 of what a perfect emulator
-would carry. The capacity is in hop-bit/s: bit/s summed over the Open vSwitch switches each
-bit crosses (the userspace datapath's work is per packet per switch). It is stored with the
+the emulated NIC rate across it (the longest paths, one flow per NIC port at most, each on
+a path of its own), then all of them with every link re-shaped 2x, 4x, 8x faster, until
+the goodput falls below 0.9 of what a perfect emulator would carry; under a recipe whose
+packets grow with the rate (the default), per packet size. The capacity is in hop-bit/s:
+bit/s summed over the Open vSwitch switches each bit crosses (the userspace datapath's
+work is per packet per switch). It is stored with the
 conditions it was measured under (cores, load, datapath, TSO, OVS version, date) in
 ``/var/lib/astral/calibration.json`` (``$ASTRAL_CALIBRATION`` or ``--out`` to change it).
 ``astral run`` compares each experiment's offered load (GPUs x NIC ports x emulated NIC
@@ -61,7 +64,9 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help=f"calibration file (default: ${cal.ENV_VAR} or {cal.DEFAULT_PATH})",
     )
-    parser.add_argument("--quick", action="store_true", help="two short steps (tests, a glance)")
+    parser.add_argument(
+        "--quick", action="store_true", help="2-3 short steps (a first run, tests, a glance)"
+    )
     parser.add_argument(
         "--recipe",
         default=None,
