@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/forecast.py [--fabrics astral-small,rail-optimized-small,
         astral-oversubscribed,fat-tree-one-pod] [--sizes 256K,1M,4M] [--iterations 2]
-        [--policies path-pinned,shortest,ecmp] [--out DIR]
+        [--policies path-pinned,shortest,ecmp] [--scale 0.6e-4] [--out DIR]
     .venv/bin/python benchmarks/forecast.py --from DIR     re-forecast bundles measured
                                                            before, with today's model and
                                                            calibration (no emulation)
@@ -192,7 +192,7 @@ def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str,
         "sizes": args.sizes,
         "iterations": args.iterations,
         "warmup": 1,
-        "scale": 0.6e-4,
+        "scale": args.scale,
     }
     spec = parse_experiment(document, f"benchmarks/forecast.py ({name})", ".")
     bundle = out / name
@@ -266,6 +266,9 @@ def main() -> int:
     )
     parser.add_argument("--sizes", default="256K,1M,4M")
     parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument(
+        "--scale", type=float, default=0.6e-4, help="emulation scale (default 0.6e-4: 12 Mbit/s)"
+    )
     parser.add_argument("--policies", default="path-pinned,shortest,ecmp")
     parser.add_argument("--out", type=Path, default=None, help="keep the bundles here")
     parser.add_argument(
