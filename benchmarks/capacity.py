@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def reach(recipes: Sequence[EmulatorRecipe], counts: Sequence[int]) -> None:
     """The reach experiment per recipe and GPU count (module docstring)."""
-    from cluster import REACH_SCALE, reach_experiment, run
+    from cluster import REACH_SCALE, reach_experiment, reach_row
 
     rate = 200e9 * REACH_SCALE / 1e6
     print(f"\n# reach: direct all-to-all of 1 MiB, path-pinned, {rate:g} Mbit/s per port")
@@ -189,20 +189,10 @@ def reach(recipes: Sequence[EmulatorRecipe], counts: Sequence[int]) -> None:
             for gpus in counts:
                 where = Path(tmp) / f"{recipe.name}-{gpus}"
                 where.mkdir()
-                try:
-                    result = run(reach_experiment(gpus), where, None, {ENV_VAR: recipe.name})
-                except SystemExit as failure:
-                    said = [line for line in str(failure).splitlines() if line.strip()]
-                    print(f"{recipe.name:15} {gpus:>5}  failed: {said[-1] if said else '?'}")
-                    continue
-                (cell,) = result["summary"]["configurations"]
-                flagged = bool(cell["emulator_saturated"])
-                largest = largest if flagged else max(largest, gpus)
-                print(
-                    f"{recipe.name:15} {gpus:>5} {cell['real']['busbw_GBps']:>11.2f} "
-                    f"{'yes' if flagged else 'no':>10} "
-                    f"{result['run']['timings']['bring_up']:>11.1f}"
-                )
+                label = f"{recipe.name:15} {gpus:>5}"
+                env = {ENV_VAR: recipe.name}
+                if reach_row(label, reach_experiment(gpus), where, None, env):
+                    largest = max(largest, gpus)
             print(f"{recipe.name:15} largest unflagged: {largest} GPUs")
 
 

@@ -188,6 +188,30 @@ def reach_experiment(gpus: int) -> dict[str, Any]:
     }
 
 
+def reach_row(
+    label: str,
+    experiment: dict[str, Any],
+    where: Path,
+    inventory: Path | None,
+    extra_env: dict[str, str] | None = None,
+) -> bool:
+    """Run one reach experiment and print its row after ``label`` (busbw at real speed,
+    the saturation flag, bring-up), or why it failed; whether it ran unflagged."""
+    try:
+        result = run(experiment, where, inventory, extra_env)
+    except SystemExit as failure:
+        said = [line for line in str(failure).splitlines() if line.strip()]
+        print(f"{label}  failed: {said[-1] if said else '?'}")
+        return False
+    (cell,) = result["summary"]["configurations"]
+    flagged = bool(cell["emulator_saturated"])
+    print(
+        f"{label} {cell['real']['busbw_GBps']:>11.2f} {'yes' if flagged else 'no':>10} "
+        f"{result['run']['timings']['bring_up']:>11.1f}"
+    )
+    return not flagged
+
+
 def reach(counts: list[int], scratch: Path, inventory: Path) -> None:
     print("\n## How far each goes: direct all-to-all of 1 MiB, path-pinned, 12 Mbit/s per port\n")
     print(f"{'GPUs':>5} {'machines':>9} {'busbw GB/s':>11} {'saturated':>10} {'bring-up s':>11}")
@@ -199,20 +223,8 @@ def reach(counts: list[int], scratch: Path, inventory: Path) -> None:
             experiment = reach_experiment(gpus)
             if machines == 2:
                 experiment["cluster"] = ["localhost", "m2"]
-            try:
-                result = run(experiment, where, inventory)
-            except SystemExit as failure:
-                said = [line for line in str(failure).splitlines() if line.strip()]
-                print(f"{gpus:>5} {machines:>9}  failed: {said[-1] if said else '?'}")
-                continue
-            (cell,) = result["summary"]["configurations"]
-            flagged = bool(cell["emulator_saturated"])
-            if not flagged:
+            if reach_row(f"{gpus:>5} {machines:>9}", experiment, where, inventory):
                 largest[machines] = max(largest.get(machines, 0), gpus)
-            print(
-                f"{gpus:>5} {machines:>9} {cell['real']['busbw_GBps']:>11.2f} "
-                f"{'yes' if flagged else 'no':>10} {result['run']['timings']['bring_up']:>11.1f}"
-            )
     for machines in (1, 2):
         print(f"largest unflagged on {machines} machine(s): {largest.get(machines, 0)} GPUs")
 

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     )
     where = cal.save_calibration(result, path)
     result = cal.load_calibration(where) or result  # what a run will read
-    print_calibration(result, spec)
+    print_calibration(result, spec, default)
     print(f"took {time.monotonic() - began:.0f} s; written to {where}")
     return 0
 
@@ -156,7 +156,11 @@ def _default_experiment() -> ExperimentSpec | None:
         return None
 
 
-def print_calibration(calibration: cal.Calibration, spec: Any) -> None:
+def print_calibration(
+    calibration: cal.Calibration, spec: Any, default: ExperimentSpec | None = None
+) -> None:
+    """The calibration's steps and summary, and the verdicts for ``spec``'s fabric and the
+    default experiment (``default``: already loaded by the caller, else loaded here)."""
     fabric = calibration.fabric
     print(
         f"# astral calibrate: fabric {fabric.get('name', '?')} with trunks "
@@ -173,7 +177,7 @@ def print_calibration(calibration: cal.Calibration, spec: Any) -> None:
     at_scale = calibration.at_packet_scale(packet_scale_of(spec, recipe))
     assessment = cal.assess(spec, calibration=at_scale)
     print(f"example    {spec.name}, every GPU: {assessment.line()}")
-    default = _default_experiment()
+    default = default or _default_experiment()
     if default is not None:
         at_scale = calibration.at_packet_scale(packet_scale_of(default.fabric, recipe))
         verdict = cal.assess(default.fabric, default.gpus, at_scale)
