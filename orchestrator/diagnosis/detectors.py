@@ -29,6 +29,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations
 from orchestrator.diagnosis.model import Suspect
@@ -40,6 +41,10 @@ SWITCH_SHARE = 0.75  # of a switch's links down together: the switch is down
 SWITCH_WINDOW_S = 1.0
 LEAK_MIN_PACKETS = 8  # a switch receiving this many more packets than it sent dropped them
 LEAK_MIN_BYTES = 16_000
+# Dropped beyond what the switch's full queues report: a healthy run's are packets in
+# flight at the two counter samples (at most 3 measured); a blackhole's, the stalled
+# connection's retransmissions into it (12-14 packets in 5 s); a lossy link's, tens
+SILENT_MIN_PACKETS = 5
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
 STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RTO after a
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
@@ -170,13 +175,49 @@ def port_events(obs: Observations) -> list[Suspect]:
 # --- the network layer: counters --------------------------------------------------------------
 
 
-def switch_leaks(obs: Observations) -> dict[str, tuple[int, int]]:
-    """Switches that received more than they sent over the run (packets, bytes): what
-    enters a switch leaves it, so a switch whose ports' receive counters add up to more
-    than their transmit counters dropped the difference inside, at an egress (where a
-    lossy link's drops and an overflowing shaper's happen, before the port counts a
-    transmission). Counted from the last sample before the first timed operation to the
-    first one a second after the last: the fabric is quiet at both ends."""
+@dataclass(frozen=True)
+class Leak:
+    """What a switch dropped inside over the run: ``packets`` and ``nbytes`` its ports
+    received and did not send, ``queued`` of those packets its egress queues report
+    discarding (None: its queues were not sampled)."""
+
+    packets: int
+    nbytes: int
+    queued: int | None = None
+
+    @property
+    def silent(self) -> int:
+        """Packets dropped that no queue reports: a lossy link's or a drop rule's (all of
+        them when the queues were not sampled)."""
+        return self.packets - (self.queued or 0)
+
+    def describe(self, switch: str) -> str:
+        said = (
+            f"counters: {switch} received {self.packets:,} packets ({self.nbytes:,} bytes) "
+            "more than it sent"
+        )
+        if self.queued is None:
+            return f"{said}: dropped at one of its egresses"
+        if not self.queued:
+            return f"{said}, and none of its egress queues dropped any: dropped, not congested"
+        return (
+            f"{said}; its egress queues dropped {self.queued:,} of them (full), "
+            f"{self.silent:,} more were dropped without a full queue"
+        )
+
+
+def switch_leaks(obs: Observations) -> dict[str, Leak]:
+    """Switches that dropped packets inside over the run, beyond what their full egress
+    queues discarded: what enters a switch leaves it, so a switch whose ports' receive
+    counters add up to more than their transmit counters dropped the difference inside,
+    at an egress (a lossy link's drops, a drop rule's and an overflowing shaper's all
+    happen before the port counts a transmission). The shapers' own counters
+    (:attr:`Observations.queues`) say how many of those a full queue discarded: the rest
+    is a drop no congestion explains (at least :data:`SILENT_MIN_PACKETS`). A bundle
+    without queue samples keeps every drop, at :data:`LEAK_MIN_PACKETS` and
+    :data:`LEAK_MIN_BYTES` (congestion's drops included). Counted from the last sample
+    before the first timed operation to the first one a second after the last: the
+    fabric is quiet at both ends."""
     span = obs.span
     if span is None:
         return {}
@@ -194,8 +235,13 @@ def switch_leaks(obs: Observations) -> dict[str, tuple[int, int]]:
             packets += (b[3] - a[3]) - (b[4] - a[4])
             nbytes += (b[1] - a[1]) - (b[2] - a[2])
         else:
-            if packets >= LEAK_MIN_PACKETS and nbytes >= LEAK_MIN_BYTES:
-                out[switch] = (packets, nbytes)
+            dropped = [obs.queue_drops((switch, port), start, end) for port in numbers]
+            if obs.queues and all(d is not None for d in dropped):
+                leak = Leak(packets, nbytes, sum(d or 0 for d in dropped))
+                if leak.silent >= SILENT_MIN_PACKETS:
+                    out[switch] = leak
+            elif packets >= LEAK_MIN_PACKETS and nbytes >= LEAK_MIN_BYTES:
+                out[switch] = Leak(packets, nbytes)
     return out
 
 
@@ -504,7 +550,7 @@ def _explain(
     *,
     typical_note: str = "",
     onsets: dict[int, float | None] | None = None,
-    leaks: dict[str, tuple[int, int]] | None = None,
+    leaks: dict[str, Leak] | None = None,
     queues: dict[str, int] | None = None,
 ) -> list[Suspect]:
     """The directions on the bad connections' paths, scored by how much of the badness
@@ -573,13 +619,10 @@ def _explain(
         if leaks and switch_ends:
             dropping = [src for src in switch_ends if src in leaks]
             if dropping:
-                src = max(dropping, key=lambda sw: leaks[sw][0])
-                packets, nbytes = leaks[src]
-                evidence.append(
-                    f"counters: {src} received {packets:,} packets ({nbytes:,} bytes) more "
-                    "than it sent: dropped at one of its egresses"
-                )
-                others = [n for sw, (n, _) in leaks.items() if sw not in dropping]
+                src = max(dropping, key=lambda sw: leaks[sw].silent)
+                packets = leaks[src].silent
+                evidence.append(leaks[src].describe(src))
+                others = [leak.silent for sw, leak in leaks.items() if sw not in dropping]
                 if len(others) >= 2 and packets < 2 * statistics.median(others):
                     factor = 0.4  # every switch drops: congestion, this one no more than most
                     evidence.append(
@@ -609,7 +652,7 @@ def _link_directions(obs: Observations) -> dict[str, list[Direction]]:
 def _beyond_first_hop(
     obs: Observations,
     bad: Sequence[ConnectionView],
-    leaks: dict[str, tuple[int, int]],
+    leaks: dict[str, Leak],
     lead: str,
     onset: float | None,
 ) -> list[Suspect]:
@@ -623,11 +666,9 @@ def _beyond_first_hop(
             if d.src == switch and d.dst in obs.fabric.switches
         ]  # fmt: skip
         for d in ups:
-            packets, nbytes = leaks[switch]
             evidence = [
                 lead,
-                f"counters: {switch} received {packets:,} packets ({nbytes:,} bytes) more than"
-                " it sent: dropped at one of its egresses",
+                leaks[switch].describe(switch),
                 f"paths: known to {switch} only: {d.name} is one of its {len(ups)} links on",
             ]
             # a loss for certain (retransmissions, and the switch that dropped them), its
@@ -724,10 +765,7 @@ def _explain_stalls(
             " everything else",
         ]
         if leak:
-            evidence.append(
-                f"counters: {switch} received {leak[0]:,} packets ({leak[1]:,} bytes) more "
-                "than it sent: it dropped them"
-            )
+            evidence.append(leak.describe(switch))
         holes.append(Suspect("switch", switch, "blackhole", score, evidence, onset=onset))
     best: dict[str, Suspect] = {}  # one per switch: its best-explained destination
     for hole in holes:

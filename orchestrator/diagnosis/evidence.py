@@ -131,6 +131,9 @@ class Observations:
     # a workload replay's workload.json (orchestrator/run/replay.py): per policy the
     # replayed timeline beside the forecast's, and each slot's ops; None: no replay
     workload: dict[str, Any] | None = None
+    # each switch port's egress queue: (t, packets sent, packets dropped, bytes held),
+    # cumulative, oldest first (orchestrator/testbed/queues.py); empty in older bundles
+    queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
 
     @property
     def fabric(self) -> Fabric:
@@ -142,6 +145,18 @@ class Observations:
         if not self.operations:
             return None
         return min(o.start for o in self.operations), max(o.end for o in self.operations)
+
+    def queue_drops(self, port: Port, start: float, end: float) -> int | None:
+        """Packets ``port``'s egress queue dropped between its last sample at or before
+        ``start`` and its last at or before ``end`` (a counter that went back, its qdisc
+        replaced, counts from where it restarted); None when the queue was not sampled."""
+        rows = self.queues.get(port)
+        if not rows:
+            return None
+        times = [r[0] for r in rows]
+        a = max(bisect.bisect_right(times, start) - 1, 0)
+        b = max(bisect.bisect_right(times, end) - 1, 0)
+        return sum(max(0, rows[i + 1][2] - rows[i][2]) for i in range(a, b))
 
     def counter_at(self, port: Port, t: float) -> tuple[float, int, int, int, int] | None:
         """The last sample of ``port`` at or before ``t`` (the first one if none is)."""
@@ -194,6 +209,9 @@ def observe(path: Path) -> Observations:
             )
         for rows in counters.values():
             rows.sort()
+        queues: dict[Port, list[tuple[float, int, int, int]]] = defaultdict(list)
+        for q in bundle.queue_counters():
+            queues[(q.switch, q.port)].append((q.t, q.packets, q.drops, q.backlog))
         connections = _connections(bundle, fabric, gpus_by_rank)
         events = bundle.controller_events() if bundle.has_table("controller_events") else []
         loads = bundle.emulator_loads() if bundle.has_table("emulator_load") else {}
@@ -212,6 +230,7 @@ def observe(path: Path) -> Observations:
             operations=sorted(operations, key=lambda o: o.start),
             directions=direction_map(description),
             counters=dict(counters),
+            queues=dict(queues),
             connections=connections,
             events=sorted(events, key=lambda e: e.t),
             saturated=saturated,

@@ -43,6 +43,10 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          tx_packets, drops, rx_dropped, tx_dropped, rx_errors, tx_errors)
                          cumulative, as OpenFlow port stats report (the last four 0 before
                          version 3)
+    queue_counters      (run_id, t, switch, port, packets, drops, backlog)
+                         a switch port's egress queue (its shaper's root qdisc): cumulative
+                         packets sent and dropped, bytes held at t
+                         (orchestrator/testbed/queues.py; absent before version 5)
     timelines           (config_id, iteration, rank, phase, start, end)
     ceilings            (config_id, rail, fabric_share, payload_share, burst_s)
                          the configuration's busbw ceiling, GB/s emulated
@@ -126,13 +130,14 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 4  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers,
-#: faults, forecasts; 4: controller_restarts
+SCHEMA_VERSION = 5  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers,
+#: faults, forecasts; 4: controller_restarts; 5: queue_counters
 #: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
 #: configurations.host_ports (read as 'unknown'); 1 and 2 lack the monitor's tables (read
 #: as empty), its columns (NULL or 0), the faults and the forecasts (read as none); 1 to 3
-#: lack the controller restarts (read as not recorded: ResultsBundle.controller_restarts).
-READABLE_VERSIONS = (1, 2, 3, 4)
+#: lack the controller restarts (read as not recorded: ResultsBundle.controller_restarts);
+#: 1 to 4 lack the egress queues' counters (read as none).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -241,6 +246,16 @@ CREATE TABLE port_counters (
 );
 CREATE INDEX port_counters_by_port ON port_counters (switch, port, t);
 CREATE INDEX port_counters_by_time ON port_counters (t);
+CREATE TABLE queue_counters (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    t REAL NOT NULL,
+    switch TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    packets INTEGER NOT NULL,
+    drops INTEGER NOT NULL,
+    backlog INTEGER NOT NULL
+);
+CREATE INDEX queue_counters_by_port ON queue_counters (switch, port, t);
 CREATE TABLE ceilings (
     config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
     rail REAL NOT NULL,
@@ -402,6 +417,20 @@ class ConnectionSample:
     five_tuple: FiveTuple
     t: float
     bytes: int
+
+
+@dataclass(frozen=True)
+class QueueCounter:
+    """One switch port's egress queue at time ``t`` (epoch seconds): cumulative packets
+    its shaper's root qdisc sent and dropped, and the bytes it held then
+    (orchestrator/testbed/queues.py samples them)."""
+
+    t: float
+    switch: str
+    port: int
+    packets: int
+    drops: int
+    backlog: int
 
 
 @dataclass(frozen=True)
@@ -1004,6 +1033,19 @@ class ResultsWriter:
             )
         return len(rows)
 
+    def add_queue_counters(self, counters: Iterable[QueueCounter]) -> int:
+        """Switch ports' egress queue counters (orchestrator/testbed/queues.py)."""
+        rows = [
+            (self.run_id, c.t, c.switch, c.port, c.packets, c.drops, c.backlog) for c in counters
+        ]
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO queue_counters (run_id, t, switch, port, packets, drops, backlog)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
     def add_ceiling(self, config_id: int, ceiling: Ceiling) -> None:
         """The busbw ceiling of a configuration (what its figures are judged against)."""
         with self._db:
@@ -1218,6 +1260,16 @@ class ResultsBundle:
         )
         for row in rows:
             yield PortCounter(*row)
+
+    def queue_counters(self) -> list[QueueCounter]:
+        """The switch ports' egress queue samples, by port and time (none before version 5)."""
+        if not self.has_table("queue_counters"):
+            return []
+        rows = self._db.execute(
+            "SELECT t, switch, port, packets, drops, backlog FROM queue_counters"
+            " ORDER BY switch, port, t"
+        )
+        return [QueueCounter(*row) for row in rows]
 
     # --- the monitor's layers (version 3; empty in older bundles) --------------------------
 

@@ -137,6 +137,7 @@ from orchestrator.testbed.cpuload import CpuSample, CpuSampler, host_intervals
 from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
+from orchestrator.testbed.queues import QueueSampler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
@@ -710,6 +711,10 @@ class Runner(Messages):
         # the CPU while configurations run (calibration.saturation; the monitor's host layer)
         groups = testbed.process_groups if self.monitor.process_cpu else None
         sampler = CpuSampler(groups=groups).start()
+        # the switches' egress queues (the diagnosis tells congestion drops from others)
+        queues = QueueSampler.for_emulation(
+            testbed.emulation, testbed.description, self.monitor.telemetry_interval
+        ).start()
         self._start_faults(testbed)
         self._start_live_diagnosis(testbed)
         step_times: list[dict[str, Any]] = []
@@ -782,17 +787,19 @@ class Runner(Messages):
             self._end_live_diagnosis()
             self._end_faults(writer)
             sampler.stop()
-            self._record_telemetry(writer, testbed, sampler)
+            queues.stop()
+            self._record_telemetry(writer, testbed, sampler, queues)
             writer.finish(status="interrupted")
             raise
         finally:
             sampler.stop()
+            queues.stop()
             if self.progress is not None:
                 self.progress.close()
         self._end_live_diagnosis()
         self._end_faults(writer)
         self._check_wrong(outcome)
-        self._record_telemetry(writer, testbed, sampler)
+        self._record_telemetry(writer, testbed, sampler, queues)
         writer.finish(status=outcome.status)
 
     def _replay(
@@ -1135,7 +1142,11 @@ class Runner(Messages):
             self.say(rto_min_line(outcome.rto_min[key]))
 
     def _record_telemetry(
-        self, writer: ResultsWriter, testbed: Testbed, sampler: CpuSampler | None = None
+        self,
+        writer: ResultsWriter,
+        testbed: Testbed,
+        sampler: CpuSampler | None = None,
+        queues: QueueSampler | None = None,
     ) -> None:
         """The controller's port counters into the database, its telemetry file (routes of
         the policies that place flows included) into the bundle as it is; then the rest of
@@ -1153,6 +1164,10 @@ class Runner(Messages):
             if path is not None and path.exists():
                 shutil.copyfile(path, writer.path / TELEMETRY_FILE)
             self.run_file["port_counters"] = len(counters)
+            if queues is not None:
+                self.run_file["queue_counters"] = writer.add_queue_counters(queues.snapshot())
+                if queues.failures:
+                    self.say(f"egress queues: {queues.failures} sample(s) could not be read")
             writer.confirm_paths()
         except (OSError, ValueError) as error:
             self.say(f"cannot read the controller's telemetry: {error}")

@@ -32,15 +32,14 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from orchestrator.emulation.sendbuffer import vswitchd_pid
 from orchestrator.results.store import HostCpu
+from orchestrator.testbed.sampling import PeriodicSampler
 from orchestrator.testbed.traffic import VSWITCHD_PIDFILE, cpu_times, process_ticks
 
 DEFAULT_INTERVAL = 0.1  # seconds between samples (10 Hz)
@@ -206,10 +205,12 @@ def load_between(
     )
 
 
-class CpuSampler:
+class CpuSampler(PeriodicSampler):
     """Samples the CPU every ``interval`` seconds in a daemon thread while in its ``with``
     block (one sample on entry and one on exit, so that any window inside is spanned).
     ``samples`` grows in time order; :meth:`sample` adds one from the caller's thread."""
+
+    name = "cpu-sampler"
 
     def __init__(
         self,
@@ -217,14 +218,11 @@ class CpuSampler:
         pidfile: str = VSWITCHD_PIDFILE,
         groups: Groups | None = None,
     ):
-        self.interval = interval
+        super().__init__(interval)
         self.pidfile = pidfile
         self.groups = groups  # process groups whose CPU each sample also reads
         self.softirqd = softirq_threads()
         self.samples: list[CpuSample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def sample(self) -> CpuSample:
         with self._lock:  # appended in time order, whichever thread reads
@@ -235,35 +233,3 @@ class CpuSampler:
     def snapshot(self) -> list[CpuSample]:
         with self._lock:
             return list(self.samples)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def start(self) -> CpuSampler:
-        """Take a sample and start the thread (what entering the ``with`` block does)."""
-        self.sample()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the thread and take a last sample; idempotent."""
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._thread.join()
-        self._thread = None
-        self.sample()
-
-    def __enter__(self) -> CpuSampler:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -152,9 +152,9 @@ def test_every_link_of_a_switch_down_together_is_the_switch_not_its_links(
     assert [s.key() for s in diagnosis.ranked] == [("switch", "p1r1t0", "down")]
 
 
-def test_retransmissions_through_a_switch_that_dropped_packets_blame_its_egress(
-    astral: FabricDescription,
-) -> None:
+def retransmitting() -> tuple[list[ConnectionView], list[str]]:
+    """A connection retransmitting through p0r1t1 and p0r1a0 (every switch of its path
+    also on a healthy one's), two healthy ones, and the switches whose ports are polled."""
     lossy_path = path("p0s0g1", "p0r1t1", "p0r1a0", "p0r1t0", "p0s1g0")
     healthy_path = path("p0s1g1", "p0r1t1", "p0r1a1", "p0r1t0", "p0s0g0")
     conns = [
@@ -162,7 +162,13 @@ def test_retransmissions_through_a_switch_that_dropped_packets_blame_its_egress(
         connection(2, 3, 0, healthy_path),
         connection(3, 4, 5, path("p1s0g0", "p1r0t0", "p1s0g1")),
     ]
-    switches = ["p0r1t1", "p0r1a0", "p0r1a1", "p0r1t0"]
+    return conns, ["p0r1t1", "p0r1a0", "p0r1a1", "p0r1t0"]
+
+
+def test_retransmissions_through_a_switch_that_dropped_packets_blame_its_egress(
+    astral: FabricDescription,
+) -> None:
+    conns, switches = retransmitting()
     obs = observations(astral, connections=conns, counters=counters({"p0r1t1": 20}, switches))
     assert top(obs) == ("link", "p0r1t1>p0r1a0", "lossy")
     # the same loss seen with first hops only: one of the leaking switch's uplinks
@@ -274,6 +280,69 @@ def test_one_connection_stalled_once_is_not_a_blackhole_unless_a_switch_dropped_
     leaking = counters({"p1r0a0": 40}, switches)
     suspect = diagnose(observations(astral, connections=conns, counters=leaking)).ranked[0]
     assert suspect.key() == ("switch", "p1r0a0", "blackhole")
+
+
+def queues(
+    drops: dict[str, int], switches: list[str]
+) -> dict[tuple[str, int], list[tuple[float, int, int, int]]]:
+    """Port 1's egress queue of each switch, sampled with :func:`counters`' ports: it
+    discards ``drops[switch]`` packets over the run (full), holding nothing at the ends."""
+    out = {}
+    for s in switches:
+        full = drops.get(s, 0)
+        rows = []
+        for k in range(45):
+            share = min(1.0, max(0.0, (k * 0.5 - 1) / 20))
+            rows.append((T0 - 1 + k * 0.5, round(10_000 * share), round(full * share), 0))
+        out[(s, 1)] = rows
+    return out
+
+
+def test_a_lone_stall_is_a_blackhole_by_the_drops_no_full_queue_explains(
+    astral: FabricDescription,
+) -> None:
+    """The shapers' counters split a switch's drops in two: those its full egress queues
+    discarded (congestion) and the rest. A lone stalled connection whose switch dropped a
+    handful of packets that no queue reports (a blackhole's few retransmissions, fewer
+    than the counters alone would believe) is that switch's blackhole; the same drops all
+    discarded by a full queue are congestion, and the stall stays under the line."""
+    alone = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")
+    conns = [
+        connection(1, 1, 6, alone, stall=(2.0, 7.2), retrans=6),
+        connection(2, 0, 4, path("p0s0g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")),
+        connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")),
+    ]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0"]
+    leaking = counters({"p0r1a0": 6}, switches)
+    # without the queues' counters, 6 packets are within what the leak rule calls noise
+    assert diagnose(observations(astral, connections=conns, counters=leaking)).healthy
+    silent = observations(astral, connections=conns, counters=leaking, queues=queues({}, switches))
+    suspect = diagnose(silent).ranked[0]
+    assert suspect.key() == ("switch", "p0r1a0", "blackhole")
+    assert any("none of its egress queues dropped any" in e for e in suspect.evidence)
+    congested = counters({"p0r1a0": 40}, switches)
+    full = observations(
+        astral, connections=conns, counters=congested, queues=queues({"p0r1a0": 40}, switches)
+    )
+    assert diagnose(full).healthy
+
+
+def test_retransmissions_through_congested_switches_do_not_make_a_lossy_link(
+    astral: FabricDescription,
+) -> None:
+    """Retransmissions through a switch whose drops its full queues all account for are
+    congestion's; the switch on the path that dropped packets no queue reports has the
+    lossy egress."""
+    conns, switches = retransmitting()
+    # either way round: the counters alone rank both egresses alike
+    for congested, lossy, egress in (
+        ("p0r1t1", "p0r1a0", "p0r1a0>p0r1t0"),
+        ("p0r1a0", "p0r1t1", "p0r1t1>p0r1a0"),
+    ):
+        drops = counters({congested: 300, lossy: 25}, switches)
+        full = queues({congested: 300}, switches)
+        diagnosis = diagnose(observations(astral, connections=conns, counters=drops, queues=full))
+        assert [s.key() for s in diagnosis.ranked] == [("link", egress, "lossy")]
 
 
 def test_a_collective_stalled_behind_a_hole_points_at_the_connections_retransmitting_into_it(

@@ -36,7 +36,13 @@ from orchestrator.results import (
 )
 from orchestrator.results.plots import link_utilization, nic_ceiling_real_gbps
 from orchestrator.results.report import render_bundle
-from orchestrator.results.store import DATABASE, FABRIC, SCHEMA_VERSION, ControllerRestart
+from orchestrator.results.store import (
+    DATABASE,
+    FABRIC,
+    SCHEMA_VERSION,
+    ControllerRestart,
+    QueueCounter,
+)
 from orchestrator.results.summary import OLD_TIME_DEFINITION, operation_time_us
 from tests.helpers import preset_description
 from topologies.description import FabricDescription
@@ -252,7 +258,7 @@ def test_operation_time_is_the_mean_over_ranks_of_each_ranks_mean() -> None:
 def test_database_has_schema_version_and_flat_samples_view(bundle: Path) -> None:
     db = sqlite3.connect(bundle / DATABASE)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         columns = [d[0] for d in db.execute("SELECT * FROM connection_samples_flat").description]
         assert " ".join(columns) == (
             "config_id rank protocol src_ip src_port dst_ip dst_port t bytes"
@@ -279,6 +285,23 @@ def test_the_runs_own_controller_restarts_read_back_and_are_unknown_before(
         db.execute("PRAGMA user_version = 3")
     with ResultsBundle.open(tmp_path / "b") as results:
         assert results.controller_restarts() is None  # not recorded, not "none made"
+
+
+def test_queue_counters_round_trip_and_an_older_bundle_has_none(tmp_path: Path) -> None:
+    sampled = [
+        QueueCounter(T0, "p0r0t0", 1, 10, 0, 0),
+        QueueCounter(T0 + 0.5, "p0r0t0", 1, 900, 12, 6_110),
+    ]
+    with ResultsWriter(tmp_path / "b", DESCRIPTION) as writer:
+        writer.add_run(experiment="x", host="h", versions=Versions("a", "b", "c", "d"))
+        assert writer.add_queue_counters(sampled) == 2
+    with ResultsBundle.open(tmp_path / "b") as results:
+        assert results.queue_counters() == sampled
+    with sqlite3.connect(tmp_path / "b" / DATABASE) as db:  # as astral wrote it before
+        db.execute("DROP TABLE queue_counters")
+        db.execute("PRAGMA user_version = 4")
+    with ResultsBundle.open(tmp_path / "b") as results:
+        assert results.queue_counters() == []
 
 
 TINY: dict[str, Any] = {
@@ -353,8 +376,10 @@ def test_a_version_1_bundle_still_reads_without_unpinned_counts(tmp_path: Path) 
     assert f"# {OLD_TIME_DEFINITION}" in text and TIME_DEFINITION not in text
     assert "busbw ceiling: not recorded" in text
     with sqlite3.connect(tmp_path / "old" / DATABASE) as db:
-        db.execute("PRAGMA user_version = 5")
-    with pytest.raises(ResultsError, match=r"schema version 1 or 2 or 3 or 4 .* found version 5"):
+        db.execute("PRAGMA user_version = 6")
+    with pytest.raises(
+        ResultsError, match=r"schema version 1 or 2 or 3 or 4 or 5 .* found version 6"
+    ):
         ResultsBundle.open(tmp_path / "old")
 
 

@@ -1,0 +1,145 @@
+"""The switches' egress queues: what each port's shaper dropped and held, sampled live.
+
+::
+
+    sampler = QueueSampler.for_emulation(testbed.emulation, testbed.description).start()
+    ...                                        # the run
+    sampler.stop()
+    writer.add_queue_counters(sampler.snapshot())
+
+Why a layer of its own: the OpenFlow port counters the controller polls count a packet
+when the port transmits it, so a packet a switch drops on its way out (its egress queue
+full, a lossy link's drop, a blackhole's drop rule) is in the receive counter of the port
+it came in by and in no transmit counter. The difference says *that* a switch dropped
+packets, not *why*. A real switch tells its operator more: per egress queue, how many
+packets the queue discarded because it was full and how deep it was. In this emulation
+that queue is the port's shaper (an HTB qdisc on the switch end of each link,
+orchestrator/emulation/shaping.py), and its own counters are that figure: ``drops`` (what
+the full queue discarded) and ``backlog`` (bytes it held at the sample). A switch whose
+ports received more than they sent, beyond what its queues discarded, dropped packets that
+no queue reports: a lossy link or a blackhole, not congestion (docs/diagnosis.md).
+
+One ``tc -s -j qdisc show`` per machine per sample lists every interface's root qdisc in
+the namespace the switches live in (a few ms for a few hundred ports); the switch ports
+are told from the rest by their names (``<switch>-eth<port>``,
+:func:`orchestrator.emulation.wiring.intf_name`). Counters are cumulative and read
+through the fabric's command executor, so a fabric over several machines is sampled on
+each (one switch of each machine names where the command runs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+from orchestrator.emulation.executor import CommandExecutor
+from orchestrator.emulation.wiring import intf_name
+from orchestrator.results.store import QueueCounter
+from orchestrator.testbed.sampling import PeriodicSampler
+from topologies.description import FabricDescription
+from topologies.errors import AstralError
+
+QUEUE_INTERVAL = 0.5  # seconds between samples: the controller's counter polling's pace
+QDISC_COMMAND = ["tc", "-s", "-j", "qdisc", "show"]
+
+
+def switch_interfaces(description: FabricDescription) -> dict[str, tuple[str, int]]:
+    """Every switch port's interface name -> (switch, model port)."""
+    fabric = description.fabric
+    out = {}
+    for link in fabric.links:
+        for node in (link.a, link.b):
+            if node in fabric.switches:
+                port = link.port_of(node)
+                out[intf_name(node, port)] = (node, port)
+    return out
+
+
+def parse_qdiscs(
+    text: str, interfaces: Mapping[str, tuple[str, int]], t: float
+) -> list[QueueCounter]:
+    """The root qdiscs of ``interfaces`` in ``tc -s -j qdisc show``'s output; others (the
+    machine's own interfaces, the GPUs' ends, child qdiscs) are skipped. Empty when the
+    text is not tc's JSON."""
+    try:
+        entries = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return []
+    out = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not entry.get("root"):
+            continue
+        where = interfaces.get(str(entry.get("dev", "")))
+        if where is None:
+            continue
+        out.append(
+            QueueCounter(
+                t=t,
+                switch=where[0],
+                port=where[1],
+                packets=int(entry.get("packets", 0)),
+                drops=int(entry.get("drops", 0)),
+                backlog=int(entry.get("backlog", 0)),
+            )
+        )
+    return out
+
+
+class QueueSampler(PeriodicSampler):
+    """Samples every switch port's egress queue every ``interval`` seconds in a daemon
+    thread (one sample on start and one on stop, so that the run is spanned). ``nodes``:
+    one switch per machine the fabric's switches live on (where the command runs)."""
+
+    name = "queue-sampler"
+
+    def __init__(
+        self,
+        executor: CommandExecutor,
+        interfaces: Mapping[str, tuple[str, int]],
+        nodes: Sequence[str],
+        interval: float = QUEUE_INTERVAL,
+    ) -> None:
+        super().__init__(interval)
+        self.executor = executor
+        self.interfaces = dict(interfaces)
+        self.nodes = list(nodes)
+        self.samples: list[QueueCounter] = []
+        self.failures = 0  # samples a machine did not answer (tc missing, a timeout)
+
+    @classmethod
+    def for_emulation(
+        cls,
+        emulation: CommandExecutor,
+        description: FabricDescription,
+        interval: float = QUEUE_INTERVAL,
+    ) -> QueueSampler:
+        """A sampler for ``emulation``'s switches: one command per machine that holds some
+        (an emulation over several machines says which holds a node: ``machine_of``)."""
+        switches = sorted(description.fabric.switches)
+        machine_of = getattr(emulation, "machine_of", None)
+        by_machine: dict[str, str] = {}
+        for switch in switches:
+            by_machine.setdefault(machine_of(switch) if callable(machine_of) else "", switch)
+        interfaces = switch_interfaces(description)
+        return cls(emulation, interfaces, list(by_machine.values()), interval)
+
+    def sample(self) -> None:
+        """One sample of every switch port's queue, one command per machine."""
+        for node in self.nodes:
+            t = time.time()
+            try:
+                done = self.executor.run(node, QDISC_COMMAND, timeout=10.0)
+            except (OSError, subprocess.SubprocessError, AstralError):
+                done = None  # a lost sample must not end the run: counted, said at the end
+            if done is None or done.returncode != 0:
+                self.failures += 1
+                continue
+            rows = parse_qdiscs(done.stdout, self.interfaces, t)
+            with self._lock:
+                self.samples += rows
+
+    def snapshot(self) -> list[QueueCounter]:
+        with self._lock:
+            return list(self.samples)
