@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations
+from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
 from orchestrator.diagnosis.model import Suspect
 from topologies.model import Link, LinkKind
 
@@ -41,11 +41,15 @@ SWITCH_SHARE = 0.75  # of a switch's links down together: the switch is down
 SWITCH_WINDOW_S = 1.0
 LEAK_MIN_PACKETS = 8  # a switch receiving this many more packets than it sent dropped them
 LEAK_MIN_BYTES = 16_000
-# Dropped beyond what the switch's full queues report: a healthy run's are packets in
-# flight at the two counter samples (at most 3 measured); a blackhole's, the stalled
-# connection's retransmissions into it (12-14 packets in 5 s); a lossy link's, tens
+# Dropped beyond what the switch's full queues report: a healthy run's are none, or up to
+# 4 packets beside 400-600 its queues discarded (in flight at a sample); a blackhole's,
+# the stalled connection's retransmissions into it (12-15 packets in 5 s); a lossy
+# link's, tens to hundreds
 SILENT_MIN_PACKETS = 5
+SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
+QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
+HOLE_S = 2.5  # stalled this long: a hole (a loss's timeouts back off 0.2, 0.4, 0.8 s ...)
 STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RTO after a
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
 RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
@@ -216,12 +220,15 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
     is a drop no congestion explains (at least :data:`SILENT_MIN_PACKETS`). A bundle
     without queue samples keeps every drop, at :data:`LEAK_MIN_PACKETS` and
     :data:`LEAK_MIN_BYTES` (congestion's drops included). Counted from the last sample
-    before the first timed operation to the first one a second after the last: the
-    fabric is quiet at both ends."""
+    before the run's first bytes (its connections' first samples; the warm-up operation
+    comes before the first timed one, and packets in flight at a sample are received and
+    not yet sent: up to 14 measured) to the last one a second after the last operation:
+    the fabric is quiet at both ends."""
     span = obs.span
     if span is None:
         return {}
-    start, end = span[0] - 0.5, span[1] + 1.0
+    first = min((c.samples[0][0] for c in obs.connections if c.samples), default=span[0])
+    start, end = min(span[0], first) - 0.5, span[1] + 1.0
     ports: dict[str, list[int]] = defaultdict(list)
     for switch, port in obs.counters:
         ports[switch].append(port)
@@ -238,7 +245,7 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
             dropped = [obs.queue_drops((switch, port), start, end) for port in numbers]
             if obs.queues and all(d is not None for d in dropped):
                 leak = Leak(packets, nbytes, sum(d or 0 for d in dropped))
-                if leak.silent >= SILENT_MIN_PACKETS:
+                if leak.silent >= max(SILENT_MIN_PACKETS, SILENT_SHARE * (leak.queued or 0)):
                     out[switch] = leak
             elif packets >= LEAK_MIN_PACKETS and nbytes >= LEAK_MIN_BYTES:
                 out[switch] = Leak(packets, nbytes)
@@ -246,11 +253,17 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
 
 
 def switch_queues(obs: Observations) -> dict[str, int]:
-    """Switches holding a queue through the run: bytes received and not yet sent (the sum
-    over its ports of receive minus transmit counters, from the run's start), at its 90th
-    percentile over the counter samples. A port shaped below what its senders offer
-    queues their bytes at this switch's egress; a healthy switch holds only what is in
-    flight through it (under 6 KB measured at 12 Mbit/s ports)."""
+    """Switches holding a queue through the run: their fullest egress queue's bytes at its
+    90th percentile over the samples (:func:`port_queues`), or, in a bundle without queue
+    samples, the bytes received and not yet sent (the sum over its ports of receive minus
+    transmit counters, from the run's start) at its 90th percentile. A port shaped below
+    what its senders offer queues their bytes at this switch's egress; a healthy switch
+    holds only what is in flight through it (under 6 KB measured at 12 Mbit/s ports)."""
+    out: dict[str, int] = {}
+    if obs.queues:
+        for (switch, _), most in port_queues(obs).items():
+            out[switch] = max(out.get(switch, 0), most)
+        return out
     span = obs.span
     if span is None:
         return {}
@@ -261,7 +274,6 @@ def switch_queues(obs: Observations) -> dict[str, int]:
         for row in rows:
             if span[0] - 1.0 <= row[0] <= span[1] + 1.0:
                 rounds[switch][row[0]].append(row)
-    out = {}
     for switch, by_t in rounds.items():
         ports = max(len(rows) for rows in by_t.values())
         held = [
@@ -275,6 +287,58 @@ def switch_queues(obs: Observations) -> dict[str, int]:
         p90 = levels[int(0.9 * (len(levels) - 1))]
         if p90 >= QUEUE_MIN_BYTES:
             out[switch] = p90
+    return out
+
+
+def _egress_ports(obs: Observations, d: Direction) -> list[Port]:
+    """The ports ``d`` leaves its switch by: one per link between its two nodes (parallel
+    links share a name, ``A>B``, and the fabric model's ports tell them apart)."""
+    if d.src not in obs.fabric.switches:
+        return []
+    return [
+        (d.src, link.port_of(d.src))
+        for link in obs.fabric.links_of(d.src)
+        if d.dst in (link.a, link.b)
+    ]
+
+
+def full_queues(obs: Observations) -> dict[Port, str]:
+    """Switch ports whose egress queue was full during the run, each with what says so:
+    it held :data:`QUEUE_MIN_BYTES` or more at its 90th percentile (:func:`port_queues`),
+    or it discarded :data:`QUEUE_DROPS_MIN` packets or more. A port slower than what its
+    senders offer does both; in a run without congestion nothing else does (an
+    all-to-all's incast fills many queues, which the transport layer's evidence then
+    has to tell apart)."""
+    span = obs.span
+    if span is None:
+        return {}
+    out = {
+        port: f"held {held:,} bytes (90th percentile)" for port, held in port_queues(obs).items()
+    }
+    for port in obs.queues:
+        dropped = obs.queue_drops(port, span[0] - 0.5, span[1] + 1.0) or 0
+        if dropped >= QUEUE_DROPS_MIN:
+            said = out.get(port)
+            out[port] = (f"{said} and " if said else "") + f"discarded {dropped:,} packets full"
+    return out
+
+
+def port_queues(obs: Observations) -> dict[Port, int]:
+    """Switch ports whose egress queue held :data:`QUEUE_MIN_BYTES` or more at its 90th
+    percentile over the run's samples (the shaper's backlog, :attr:`Observations.queues`):
+    the port slower than what its senders offer, named exactly, where the counters' sum
+    names only its switch."""
+    span = obs.span
+    if span is None:
+        return {}
+    out = {}
+    for port, rows in obs.queues.items():
+        held = sorted(r[3] for r in rows if span[0] - 1.0 <= r[0] <= span[1] + 1.0)
+        if len(held) < 4:
+            continue
+        p90 = held[int(0.9 * (len(held) - 1))]
+        if p90 >= QUEUE_MIN_BYTES:
+            out[port] = p90
     return out
 
 
@@ -537,6 +601,62 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     return out
 
 
+def dropped_without_congestion(obs: Observations) -> list[Suspect]:
+    """Switches that dropped packets no full queue of theirs explains (:func:`switch_leaks`
+    with the queues' counters) while every connection through them kept moving: a lossy
+    egress of that switch (a connection stalled there for :data:`HOLE_S` or more is a
+    blackhole's, which :func:`connection_faults` explains). Which egress: the one whose
+    connections retransmitted most beyond the run's median connection, each direction
+    scored by its share of that excess over the switch's egresses. This needs no
+    connection to stand out against the whole run (an all-to-all's congestion makes every
+    connection retransmit): the counters have already said where the loss is, the
+    retransmissions only choose among one switch's ports. Without queue samples a
+    switch's drops cannot be told from congestion's, and this says nothing."""
+    span = obs.span
+    conns = [c for c in obs.connections if c.samples]
+    if span is None or not obs.queues or not conns:
+        return []
+    start, end = span
+    retrans = {c.id: retransmissions(c, start, end) for c in conns}
+    typical = statistics.median(retrans.values())
+    out: list[Suspect] = []
+    for switch, leak in switch_leaks(obs).items():
+        through_switch = [c for c in conns if switch in c.switches()]
+        if any(b - a >= HOLE_S for c in through_switch for a, b in stalls(c)):
+            continue  # a hole: the stalls name it
+        rows = []
+        for d in obs.directions.values():
+            if d.src != switch:
+                continue
+            through = [c for c in conns if d.name in c.directions()]
+            if through:
+                excess = sum(max(0, retrans[c.id] - typical) for c in through) / len(through)
+                rows.append((excess, d, through))
+        total = sum(excess for excess, _, _ in rows)
+        if total <= 0:
+            continue
+        rows.sort(key=lambda row: (-row[0], row[1].name))
+        for excess, d, through in rows[:3]:
+            if excess <= 0:
+                break
+            share = excess / total
+            firsts = [_first_retransmission(c, start) for c in through]
+            onset = min((t for t in firsts if t is not None), default=None)
+            evidence = [
+                leak.describe(switch),
+                f"transport: the {len(through)} connection(s) through {d.name} retransmitted "
+                f"{excess:.0f} segments each beyond the median connection's {typical:g}: "
+                f"{share:.0%} of that excess over {switch}'s {len(rows)} egresses in use",
+            ]
+            # below a link seen down (0.8: reconcile's line), whose port drops what it
+            # would send as well; drops beside many more a full queue discarded are less
+            # sure than drops at a switch without congestion
+            purity = leak.silent / max(1, leak.packets)
+            score = 0.79 * share * (0.5 + 0.5 * purity)
+            out.append(Suspect("link", d.name, "lossy", score, evidence, onset))
+    return out
+
+
 def _describe(obs: Observations, c: ConnectionView) -> str:
     return f"connection {c.id} (rank {c.src_rank} {c.src_gpu} -> rank {c.dst_rank} {c.dst_gpu})"
 
@@ -598,15 +718,37 @@ def _explain(
         ]
         factor = 1.0
         sources = [d.src for d in ends]
-        if queues is not None:  # a slow direction: where do its bytes wait?
-            holding = [src for src in sources if src in queues]
+        if queues is not None and obs.queues:  # a slow direction: is its own queue full?
+            full = full_queues(obs)
+            said = {
+                d.name: [full[port] for port in _egress_ports(obs, d) if port in full] for d in ends
+            }
+            holding = [d for d in ends if said[d.name]]
             if holding:
+                factor = 0.65 + 0.35 * len(holding) / len(ends)
+                evidence += [
+                    f"counters: {d.name}'s egress queue at {d.src} {said[d.name][0]}: a port "
+                    "slower than its senders"
+                    for d in holding
+                ]
+            elif any(src in obs.fabric.switches for src in sources) or bad_switches & {
+                port[0] for port in full
+            }:
+                factor = 0.65  # below a direction whose queue is full
+            else:
+                evidence.append(
+                    "counters: no switch on these paths had a full queue: the bytes waited at "
+                    f"{' and '.join(sources)}'s own egress"
+                )
+        elif queues is not None:  # a bundle without queue samples: where do its bytes wait?
+            holding_at = [src for src in sources if src in queues]
+            if holding_at:
                 # both ways slow: each direction's queue waits at its own source
-                factor = 0.65 + 0.35 * len(holding) / len(sources)
+                factor = 0.65 + 0.35 * len(holding_at) / len(sources)
                 evidence += [
                     f"counters: {src} held {queues[src]:,} bytes received and not yet "
                     "sent through the run: the queue of a port slower than its senders"
-                    for src in holding
+                    for src in holding_at
                 ]
             elif any(src in obs.fabric.switches for src in sources) or bad_switches & set(queues):
                 factor = 0.65  # below a direction whose switch does hold the queue

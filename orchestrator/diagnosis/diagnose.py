@@ -27,6 +27,7 @@ Detector = Callable[[Observations], list[Suspect]]
 DETECTORS: Sequence[Detector] = (
     detectors.port_events,
     detectors.connection_faults,
+    detectors.dropped_without_congestion,
     detectors.stragglers,
     detectors.controller_outage,
     expectation.behind_forecast,  # a workload replay against its forecast timeline
