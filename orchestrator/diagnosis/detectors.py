@@ -290,7 +290,7 @@ def switch_queues(obs: Observations) -> dict[str, int]:
     return out
 
 
-def _egress_ports(obs: Observations, d: Direction) -> list[Port]:
+def egress_ports(obs: Observations, d: Direction) -> list[Port]:
     """The ports ``d`` leaves its switch by: one per link between its two nodes (parallel
     links share a name, ``A>B``, and the fabric model's ports tell them apart)."""
     if d.src not in obs.fabric.switches:
@@ -721,7 +721,7 @@ def _explain(
         if queues is not None and obs.queues:  # a slow direction: is its own queue full?
             full = full_queues(obs)
             said = {
-                d.name: [full[port] for port in _egress_ports(obs, d) if port in full] for d in ends
+                d.name: [full[port] for port in egress_ports(obs, d) if port in full] for d in ends
             }
             holding = [d for d in ends if said[d.name]]
             if holding:

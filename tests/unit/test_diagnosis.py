@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnosis import diagnose, diagnose_bundle, restarts
-from orchestrator.diagnosis.detectors import held_below_share
+from orchestrator.diagnosis.detectors import (
+    dropped_without_congestion,
+    egress_ports,
+    full_queues,
+    held_below_share,
+)
 from orchestrator.diagnosis.evidence import (
     ConnectionView,
     Observations,
@@ -24,8 +29,10 @@ from orchestrator.diagnosis.evidence import (
 )
 from orchestrator.results import IterationRecord, PortCounter, ResultsWriter, Versions
 from orchestrator.results.store import DATABASE, ControllerEvent, ControllerRestart, PathHop
-from tests.helpers import preset_description
+from tests.helpers import load_benchmark, preset_description
 from topologies.description import FabricDescription
+from topologies.generators import build_fabric
+from topologies.spec import parse_fabric_spec
 
 T0 = 1_000_000.0  # the first timed operation's start
 GPUS = ["p0s0g0", "p0s0g1", "p0s1g0", "p0s1g1", "p1s0g0", "p1s0g1", "p1s1g0", "p1s1g1"]
@@ -343,6 +350,97 @@ def test_retransmissions_through_congested_switches_do_not_make_a_lossy_link(
         full = queues({congested: 300}, switches)
         diagnosis = diagnose(observations(astral, connections=conns, counters=drops, queues=full))
         assert [s.key() for s in diagnosis.ranked] == [("link", egress, "lossy")]
+
+
+def test_drops_no_queue_explains_find_a_loss_that_congestion_hides(
+    astral: FabricDescription,
+) -> None:
+    """An all-to-all's congestion makes every connection retransmit, so none through a
+    lossy link stands out against the run; the counters still say which switch dropped
+    packets with room in its queues, and among its egresses the one whose connections
+    retransmitted most beyond the median is the lossy one. Without the queues' counters
+    those drops are congestion's as much as anything's; with a long stall through the
+    switch they are a hole's, which the stalls explain."""
+    via = {
+        "up": path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+        "down": path("p0s1g1", "p0r1t1", "p0r1a0", "p0r1t0", "p0s0g0"),
+        "other": path("p0s0g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1", "p1r0t1", "p1s1g0"),
+        "more": path("p0s1g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1", "p1r0t1", "p1s0g1"),
+    }
+    conns = [
+        connection(1, 1, 4, via["up"], retrans=70),
+        connection(2, 3, 0, via["down"], retrans=150),  # crosses p0r1a0>p0r1t0
+        connection(3, 0, 6, via["other"], retrans=70),
+        connection(4, 2, 5, via["more"], retrans=60),
+    ]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p0r0a0", "c1"]
+    drops = counters({"p0r1a0": 60, "c0": 300, "c1": 250}, switches)
+    full = queues({"c0": 300, "c1": 250}, switches)
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=drops, queues=full)
+    )
+    assert [s.key() for s in found][:1] == [("link", "p0r1a0>p0r1t0", "lossy")]
+    assert {s.target for s in found} <= {"p0r1a0>p0r1t0", "p0r1a0>c0"}
+    assert found[0].score >= 0.5 and "none of its egress queues" in found[0].evidence[0]
+    assert not dropped_without_congestion(observations(astral, connections=conns, counters=drops))
+    conns[0] = connection(1, 1, 4, via["up"], stall=(3.0, 8.0), retrans=12)
+    assert not dropped_without_congestion(
+        observations(astral, connections=conns, counters=drops, queues=full)
+    )
+
+
+def test_a_slow_direction_is_the_one_whose_own_queue_is_full(
+    astral: FabricDescription,
+) -> None:
+    """Two connections paced at a quarter share two directions of their paths: by the
+    paths alone neither is more suspect than the other. The one whose egress queue
+    discarded packets while they crawled is the slow one."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    shared = ("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0")
+    local = [  # most connections healthy: a slow link, not the machine
+        paced(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1"), rate),
+        paced(4, 6, 7, path("p1s1g0", "p1r0t1", "p1s1g1"), rate),
+        paced(5, 7, 6, path("p1s1g1", "p1r1t1", "p1s1g0"), rate),
+    ]
+    conns = [
+        paced(1, 1, 4, path(*shared, "p1s0g0"), rate, 0.25),
+        paced(2, 0, 5, path("p0s0g0", *shared[1:], "p1s0g1"), rate, 0.25),
+        *local,
+    ]
+    quiet = {
+        (switch, link.port_of(switch)): [(T0 - 1 + k * 0.5, 100 * k, 0, 0) for k in range(45)]
+        for switch in ("p0r1a0", "c0")
+        for link in astral.fabric.links_of(switch)
+    }
+    for slow in ("p0r1a0>c0", "c0>p1r0a0"):
+        src, dst = slow.split(">")
+        parallel = [
+            link.port_of(src) for link in astral.fabric.links_of(src) if dst in (link.a, link.b)
+        ]
+        full = dict(quiet)
+        full[(src, parallel[-1])] = [  # 3 discarded per sample while they crawl
+            (t, n, 3 * k if 8 <= k <= 28 else 3 * min(max(k, 8), 28) - 24, b)
+            for k, (t, n, _, b) in enumerate(quiet[(src, parallel[-1])])
+        ]
+        said = full_queues(observations(astral, connections=conns, queues=full))
+        assert set(said) == {(src, parallel[-1])}
+        first = diagnose(observations(astral, connections=conns, queues=full)).ranked[0]
+        assert first.key() == ("link", slow, "slow"), first
+        assert any("discarded" in e for e in first.evidence)
+
+
+def test_parallel_links_are_one_name_and_each_its_own_egress_queue() -> None:
+    """A fat-tree cut to two pods joins each core to each aggregation switch twice: one
+    name (``A>B``), two ports, and a full queue on either is that direction's."""
+    bench = load_benchmark("diagnosis")
+    spec = parse_fabric_spec(bench.INLINE_FABRICS["fat-tree-2pod"], "fat-tree-2pod")
+    description = FabricDescription.of(build_fabric(spec))
+    obs = observations(description)
+    d = obs.directions["c0>p1a0"]
+    ports = egress_ports(obs, d)
+    assert len(ports) == 2 and all(switch == "c0" for switch, _ in ports)
+    assert d.tx_at in ports
 
 
 def test_a_collective_stalled_behind_a_hole_points_at_the_connections_retransmitting_into_it(
