@@ -49,6 +49,8 @@ SILENT_MIN_PACKETS = 5
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
+LOCAL_SSTHRESH = 4  # segments: a window cut again and again (healthy, unretransmitted: 18+)
+LOCAL_RETRANS = 2  # segments retransmitted at most, beside such cuts
 HOLE_S = 2.5  # stalled this long: a hole (a loss's timeouts back off 0.2, 0.4, 0.8 s ...)
 STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RTO after a
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
@@ -654,6 +656,55 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
             purity = leak.silent / max(1, leak.packets)
             score = 0.79 * share * (0.5 + 0.5 * purity)
             out.append(Suspect("link", d.name, "lossy", score, evidence, onset))
+    return out
+
+
+def local_drops(obs: Observations) -> list[Suspect]:
+    """Connections whose sender's own egress refused their packets: a loss on the link
+    out of a GPU, which no switch counts (the packet never left the GPU) and which the
+    sender does not retransmit (its kernel was told at once, and sends the segment again
+    as new data). What its kernel does instead is cut its window, as for a loss, each
+    time: the slow-start threshold falls to :data:`LOCAL_SSTHRESH` segments or less
+    while the connection retransmits next to nothing (at most :data:`LOCAL_RETRANS`
+    segments, or a quarter of the run's median connection where congestion makes every
+    connection retransmit). Congestion in the fabric cuts
+    the window too, but through losses that are retransmitted; a slow link out of the
+    GPU queues in its deep FIFO instead of refusing. Scored per GPU egress by the share of
+    the connections leaving by it that show this."""
+    span = obs.span
+    conns = [c for c in obs.connections if c.ssthresh and len(c.path) >= 2]
+    if span is None or not conns:
+        return []
+    start, end = span
+    retrans = {c.id: retransmissions(c, start, end) for c in conns}
+    typical = statistics.median(retrans.values())
+    leaving: dict[str, list[ConnectionView]] = defaultdict(list)
+    for c in conns:
+        leaving[c.directions()[0]].append(c)
+    out = []
+    for name, through in leaving.items():
+        refused = []
+        for c in through:
+            cut = [(t, v) for t, v in c.ssthresh if start <= t <= end and v <= LOCAL_SSTHRESH]
+            if cut and retrans[c.id] <= max(LOCAL_RETRANS, 0.25 * typical):
+                refused.append((c, cut[0][0], min(v for _, v in cut)))
+        if not refused or name not in obs.directions:
+            continue
+        share = len(refused) / len(through)
+        listed = ", ".join(
+            f"{_describe(obs, c)}: {low} segments, {retrans[c.id]} retransmitted"
+            for c, _, low in refused[:3]
+        )
+        evidence = [
+            f"transport: {len(refused)} of the {len(through)} connection(s) leaving by {name} "
+            f"had their slow-start threshold cut to {LOCAL_SSTHRESH} segments or less with "
+            f"next to nothing retransmitted ({listed}; the median connection retransmitted "
+            f"{typical:g}): packets refused by their sender's own egress, lost before any "
+            "switch",
+            f"paths: {name} is the first hop of every one of them",
+        ]
+        onset = min(t for _, t, _ in refused)
+        out.append(Suspect("link", name, "lossy", 0.85 * share, evidence, onset))
     return out
 
 

@@ -28,6 +28,7 @@ DETECTORS: Sequence[Detector] = (
     detectors.port_events,
     detectors.connection_faults,
     detectors.dropped_without_congestion,
+    detectors.local_drops,
     detectors.stragglers,
     detectors.controller_outage,
     expectation.behind_forecast,  # a workload replay against its forecast timeline

@@ -91,6 +91,9 @@ class ConnectionView:
     retrans: list[tuple[float, int]] = field(default_factory=list)  # (t, total retrans)
     rtt: list[tuple[float, int]] = field(default_factory=list)  # (t, smoothed RTT us)
     unacked: list[tuple[float, int]] = field(default_factory=list)  # (t, segments in flight)
+    # (t, slow-start threshold in segments): the kernel halves it at each loss it sees,
+    # and at each packet its own egress refused (a local drop, no retransmission)
+    ssthresh: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def full_path(self) -> bool:
@@ -284,18 +287,20 @@ def _connections(
         if cid in senders:
             senders[cid].samples.append((t, nbytes))
     if bundle.has_table("tcp_info"):
-        for cid, t, rtt, retrans, unacked in bundle.sql(
-            "SELECT connection_id, t, rtt_us, retrans, unacked FROM tcp_info"
+        for cid, t, rtt, retrans, unacked, ssthresh in bundle.sql(
+            "SELECT connection_id, t, rtt_us, retrans, unacked, ssthresh FROM tcp_info"
         ):
             if cid in senders:
                 senders[cid].retrans.append((t, retrans))
                 senders[cid].rtt.append((t, rtt))
                 senders[cid].unacked.append((t, unacked))
+                senders[cid].ssthresh.append((t, ssthresh))
     for view in senders.values():
         view.samples.sort()
         view.retrans.sort()
         view.rtt.sort()
         view.unacked.sort()
+        view.ssthresh.sort()
     return list(senders.values())
 
 

@@ -128,14 +128,9 @@ def describe(diagnosis: Any) -> str:
 
 
 #: Kinds the diagnosis does not localize yet, each with why (a strict xfail: the day it
-#: does, the test says so and the mark goes).
-NOT_YET = {
-    "link-loss": (
-        "a loss at the sending GPU's own egress is a local drop: its kernel holds the "
-        "segment back instead of retransmitting it (iperf3 at 15 %: 80 drops, 0 "
-        "retransmissions, 1.25 of 12 Mbit/s), and no switch counts it"
-    ),
-}
+#: does, the test says so and the mark goes). A loss at the sending GPU's own egress was
+#: one until the kernel's window cuts without retransmissions were read (local_drops).
+NOT_YET: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from orchestrator.diagnosis.detectors import (
     egress_ports,
     full_queues,
     held_below_share,
+    local_drops,
 )
 from orchestrator.diagnosis.evidence import (
     ConnectionView,
@@ -441,6 +442,33 @@ def test_parallel_links_are_one_name_and_each_its_own_egress_queue() -> None:
     ports = egress_ports(obs, d)
     assert len(ports) == 2 and all(switch == "c0" for switch, _ in ports)
     assert d.tx_at in ports
+
+
+def windowed(c: ConnectionView, low: int, since: float = 5.0) -> ConnectionView:
+    """``c`` with its slow-start threshold at 64 segments, cut to ``low`` from ``since``."""
+    c.ssthresh = [(t, low if t >= T0 + since else 64) for t, _ in c.retrans]
+    return c
+
+
+def test_window_cuts_without_retransmissions_are_a_loss_at_the_senders_own_egress(
+    astral: FabricDescription,
+) -> None:
+    """A GPU's own egress that drops packets is seen by no switch, and its sender does not
+    retransmit what it was told at once was refused: its kernel cuts the window each time
+    instead. A connection cut to 2 segments with nothing retransmitted names the link it
+    leaves its GPU by; the same cut with many retransmissions is congestion's."""
+    out = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    conns = [
+        windowed(connection(1, 1, 4, out), 2),
+        windowed(connection(2, 0, 5, path("p0s0g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1",
+                                          "p1r0t1", "p1s0g1")), 30),
+        windowed(connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")), 30),
+    ]  # fmt: skip
+    suspect = diagnose(observations(astral, connections=conns)).ranked[0]
+    assert suspect.key() == ("link", "p0s0g1>p0r1t1", "lossy")
+    assert suspect.onset == pytest.approx(T0 + 5.0, abs=0.1)
+    conns[0] = windowed(connection(1, 1, 4, out, retrans=80), 2)
+    assert not local_drops(observations(astral, connections=conns))
 
 
 def test_a_collective_stalled_behind_a_hole_points_at_the_connections_retransmitting_into_it(
