@@ -52,6 +52,9 @@ QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-
 LOCAL_SSTHRESH = 4  # segments: a window cut again and again (healthy, unretransmitted: 18+)
 LOCAL_RETRANS = 2  # segments retransmitted at most, beside such cuts
 HOLE_S = 2.5  # stalled this long: a hole (a loss's timeouts back off 0.2, 0.4, 0.8 s ...)
+# the workers ship their samples every 0.2 s: a run still going sees a connection's last
+# bytes that much later, more on a busy machine
+LIVE_LAG_S = 0.5
 STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RTO after a
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
 RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
@@ -347,9 +350,13 @@ def port_queues(obs: Observations) -> dict[Port, int]:
 # --- the transport layer ----------------------------------------------------------------------
 
 
-def stalls(c: ConnectionView) -> list[tuple[float, float]]:
+def stalls(c: ConnectionView, now: float | None = None) -> list[tuple[float, float]]:
     """Periods of at least :data:`STALL_S` in which ``c`` got nothing acknowledged while
-    it had data outstanding (its kernel's unacknowledged segments), as (start, end)."""
+    it had data outstanding (its kernel's unacknowledged segments), as (start, end).
+    ``now`` (a run still going): a stall not over yet counts up to it, when the
+    connection's last kernel view still held unacknowledged data (one that finished its
+    step holds none) and it is longer than the samples' shipping lag allows
+    (:data:`LIVE_LAG_S` more); without it a stall is seen only once bytes move again."""
     out = []
     last_progress: float | None = None
     for t, nbytes in c.samples:
@@ -359,7 +366,11 @@ def stalls(c: ConnectionView) -> list[tuple[float, float]]:
             last_progress = t
         elif last_progress is None:
             last_progress = t
-    return [(a, b) for a, b in out if _outstanding(c, a, b)]
+    found = [(a, b) for a, b in out if _outstanding(c, a, b)]
+    open_since = last_progress if c.unacked and c.unacked[-1][1] > 0 else None
+    if now is not None and open_since is not None and now - open_since >= STALL_S + LIVE_LAG_S:
+        found.append((open_since, now))
+    return found
 
 
 def _outstanding(c: ConnectionView, start: float, end: float) -> bool:
@@ -533,7 +544,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         return []
     start, end = span
     by_id = {c.id: c for c in conns}
-    stalled = {c.id: s for c in conns if (s := stalls(c))}
+    stalled = {c.id: s for c in conns if (s := stalls(c, obs.now))}
     retrans = {c.id: retransmissions(c, start, end) for c in conns}
     typical = statistics.median(retrans.values()) if retrans else 0
     # A connection dropped into a hole keeps retransmitting into it; the collective's
@@ -624,7 +635,7 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     out: list[Suspect] = []
     for switch, leak in switch_leaks(obs).items():
         through_switch = [c for c in conns if switch in c.switches()]
-        if any(b - a >= HOLE_S for c in through_switch for a, b in stalls(c)):
+        if any(b - a >= HOLE_S for c in through_switch for a, b in stalls(c, obs.now)):
             continue  # a hole: the stalls name it
         rows = []
         for d in obs.directions.values():

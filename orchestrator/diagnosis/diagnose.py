@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.diagnosis import detectors, expectation
 from orchestrator.diagnosis.evidence import Observations, observe
-from orchestrator.diagnosis.model import Diagnosis, Suspect
+from orchestrator.diagnosis.model import THRESHOLD, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
 
 Detector = Callable[[Observations], list[Suspect]]
@@ -69,7 +69,28 @@ def diagnose(obs: Observations) -> Diagnosis:
             if s.fault == "slow" and all(e.startswith(("transport", "paths")) for e in s.evidence):
                 s.score *= 0.5
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
+    notes += unexplained_drops(obs, [s for s in suspects if s.score >= THRESHOLD])
     return Diagnosis(suspects, notes=notes)
+
+
+def unexplained_drops(obs: Observations, shown: Sequence[Suspect]) -> list[str]:
+    """A note per switch that dropped packets no full queue of its explains when no
+    suspect shown names it or one of its links: the counters say something was lost
+    there, the connections did not say where (e.g. only acknowledgements crossed the
+    lossy egress, or no recorded path did)."""
+    if not obs.queues:
+        return []
+    named = set()
+    for s in shown:
+        nodes = _link_nodes(s.target) if s.component == "link" else None
+        named |= set(nodes) if nodes else {s.target}
+    return [
+        f"counters: {switch} dropped {leak.silent:,} packets that no full queue of its "
+        "explains (a lossy egress or a drop rule), and no connection's evidence says which "
+        "egress"
+        for switch, leak in sorted(detectors.switch_leaks(obs).items())
+        if switch not in named
+    ]
 
 
 def own_restarts_note(obs: Observations) -> str | None:

@@ -134,6 +134,9 @@ class Observations:
     # a workload replay's workload.json (orchestrator/run/replay.py): per policy the
     # replayed timeline beside the forecast's, and each slot's ops; None: no replay
     workload: dict[str, Any] | None = None
+    # a run still going: when the observations were taken (epoch s; a stall not over yet
+    # counts up to it); None for a finished bundle
+    now: float | None = None
     # each switch port's egress queue: (t, packets sent, packets dropped, bytes held),
     # cumulative, oldest first (orchestrator/testbed/queues.py); empty in older bundles
     queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)

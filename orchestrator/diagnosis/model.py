@@ -39,6 +39,9 @@ class Suspect:
         }
 
 
+THRESHOLD = 0.5  # a suspect scored this or more is shown; none: healthy
+
+
 @dataclass
 class Diagnosis:
     """``healthy`` when no suspect scored enough; ``notes``: what limits the diagnosis
@@ -47,7 +50,7 @@ class Diagnosis:
     suspects: list[Suspect]
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
-    threshold: float = 0.5
+    threshold: float = THRESHOLD
 
     @property
     def healthy(self) -> bool:
@@ -69,7 +72,11 @@ class Diagnosis:
     def render(self) -> str:
         lines = []
         if self.healthy:
-            lines.append("healthy: nothing anomalous in any layer")
+            lines.append(
+                "healthy: nothing anomalous in any layer"
+                if not self.suspects and not self.notes
+                else f"healthy: no suspect scored {self.threshold} or more"
+            )
         else:
             lines.append(f"{len(self.ranked)} suspect(s), most likely first:")
             for n, s in enumerate(self.ranked, 1):

@@ -12,6 +12,7 @@ what a monitor sees and what the run did: the faults the run injects are not rea
 from __future__ import annotations
 
 import bisect
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,7 @@ def live_builder(
             labels={0: LABEL},
             lateness=_lateness(view, latency, len(ranks)),
             own_restarts=recorded(list(testbed.restarts)),
+            now=time.time(),
         )
 
     return build
@@ -150,11 +152,13 @@ def _connections(
             v.retrans.append((r.t, r.view.retrans))
             v.rtt.append((r.t, r.view.rtt_us))
             v.unacked.append((r.t, r.view.unacked))
+            v.ssthresh.append((r.t, r.view.ssthresh))
     for v in views.values():
         v.samples.sort()
         v.retrans.sort()
         v.rtt.sort()
         v.unacked.sort()
+        v.ssthresh.sort()
     return list(views.values())
 
 

@@ -21,6 +21,7 @@ from orchestrator.diagnosis.detectors import (
     full_queues,
     held_below_share,
     local_drops,
+    stalls,
 )
 from orchestrator.diagnosis.evidence import (
     ConnectionView,
@@ -469,6 +470,22 @@ def test_window_cuts_without_retransmissions_are_a_loss_at_the_senders_own_egres
     assert suspect.onset == pytest.approx(T0 + 5.0, abs=0.1)
     conns[0] = windowed(connection(1, 1, 4, out, retrans=80), 2)
     assert not local_drops(observations(astral, connections=conns))
+
+
+def test_a_stall_not_over_yet_counts_while_the_run_goes() -> None:
+    """Live, a connection in a hole has not moved since its stall began: the stall counts
+    up to now while its kernel still holds unacknowledged data, and not once the
+    connection has finished its step (nothing outstanding); a finished bundle sees a
+    stall only once bytes move again."""
+    hops = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    c = ConnectionView(1, 1, 1, 4, GPUS[1], GPUS[4], hops)
+    c.samples = [(T0 + k * 0.01, 12_000) for k in range(300)]  # moving until T0 + 3 s
+    c.unacked = [(T0 + 2.99, 30)]
+    assert stalls(c) == []
+    assert stalls(c, now=T0 + 4.2) == []  # 1.2 s: within what shipping samples lags
+    assert stalls(c, now=T0 + 5.0) == [(pytest.approx(T0 + 2.99), T0 + 5.0)]
+    c.unacked = [(T0 + 2.99, 0)]  # its step done: waiting for the next, not stalled
+    assert stalls(c, now=T0 + 5.0) == []
 
 
 def test_a_collective_stalled_behind_a_hole_points_at_the_connections_retransmitting_into_it(

@@ -36,6 +36,7 @@ from orchestrator.collectives.ceilings import (
     fabric_share,
 )
 from orchestrator.collectives.nccl import TIME_DEFINITION
+from orchestrator.emulation.executor import run_local
 from orchestrator.emulation.pathtrace import DROPPED, TRACED, Hop, TracedPath
 from orchestrator.monitor import record
 from orchestrator.results import ResultsBundle
@@ -108,7 +109,14 @@ class LoopbackTestbed:
 
     @property
     def emulation(self) -> Any:
-        return SimpleNamespace(datapath=None, timings={}, controller=None, fitted_recipe=None)
+        # its commands (the switches' queues: tc) run here, where no switch of the model is
+        return SimpleNamespace(
+            datapath=None,
+            timings={},
+            controller=None,
+            fitted_recipe=None,
+            run=lambda node, argv, **options: run_local(argv, **options),
+        )
 
     def use_monitor(self, level: MonitorLevel) -> float:
         self.monitor = level
