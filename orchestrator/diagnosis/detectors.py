@@ -51,6 +51,10 @@ QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
 LOCAL_SSTHRESH = 4  # segments: a window cut again and again (healthy, unretransmitted: 18+)
 LOCAL_RETRANS = 2  # segments retransmitted at most, beside such cuts
+# bytes per dropped packet below which the drops were acknowledgements (54 bytes each):
+# a healthy ECMP all-to-all on a fat-tree lost 10-21 of them at three switches, with
+# nothing retransmitted for it; a loss on a data path averages 1.5-5 KB
+ACK_BYTES = 200
 HOLE_S = 2.5  # stalled this long: a hole (a loss's timeouts back off 0.2, 0.4, 0.8 s ...)
 # the workers ship their samples every 0.2 s: a run still going sees a connection's last
 # bytes that much later, more on a busy machine
@@ -555,17 +559,22 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         if retrans[cid] >= max(HOLE_RETRANS_MIN, RETRANS_FACTOR * typical)
     }  # fmt: skip
     stalled = dropped or stalled
+    # Connections in a hole retransmit into it while they stall; those that retransmitted
+    # elsewhere in the run (congestion) and stalled only waiting for them did not
+    # retransmit across their stall: when some did, they are the evidence.
+    holes = {
+        cid: s for cid, s in stalled.items()
+        if retransmitted_across(by_id[cid], max(s, key=lambda ab: ab[1] - ab[0]))
+        >= HOLE_RETRANS_MIN
+    }  # fmt: skip
     if len(stalled) > GLOBAL_SHARE * len(conns):
         # Most connections stalled at once: the whole fabric's load (a congested
         # all-to-all's timeouts), the machine, or a collective waiting behind a few
         # connections in a hole. Those few retransmit into it while they stall; the
         # others wait with nothing to retransmit.
-        holes = {
-            cid: s for cid, s in stalled.items()
-            if retransmitted_across(by_id[cid], max(s, key=lambda ab: ab[1] - ab[0]))
-            >= HOLE_RETRANS_MIN
-        }  # fmt: skip
         stalled = holes if len(holes) <= GLOBAL_SHARE * len(conns) else {}
+    elif holes and dropped:
+        stalled = holes
     lossy = {
         cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
     } - set(stalled)
@@ -623,8 +632,9 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     scored by its share of that excess over the switch's egresses. This needs no
     connection to stand out against the whole run (an all-to-all's congestion makes every
     connection retransmit): the counters have already said where the loss is, the
-    retransmissions only choose among one switch's ports. Without queue samples a
-    switch's drops cannot be told from congestion's, and this says nothing."""
+    retransmissions only choose among one switch's ports. Drops of acknowledgements
+    only (:data:`ACK_BYTES`) cost no sender anything and name nothing. Without queue
+    samples a switch's drops cannot be told from congestion's, and this says nothing."""
     span = obs.span
     conns = [c for c in obs.connections if c.samples]
     if span is None or not obs.queues or not conns:
@@ -634,6 +644,8 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     typical = statistics.median(retrans.values())
     out: list[Suspect] = []
     for switch, leak in switch_leaks(obs).items():
+        if not leak.queued and leak.nbytes < ACK_BYTES * leak.packets:
+            continue  # acknowledgements only: nothing a sender waits for was lost
         through_switch = [c for c in conns if switch in c.switches()]
         if any(b - a >= HOLE_S for c in through_switch for a, b in stalls(c, obs.now)):
             continue  # a hole: the stalls name it
@@ -897,18 +909,22 @@ def _ranked_components(
     bad: Sequence[ConnectionView],
     everyone: Sequence[ConnectionView],
     components: object,
+    contradicting: Callable[[ConnectionView], list[str]] | None = None,
 ) -> list[tuple[str, float, float, list[ConnectionView]]]:
     """Components (what ``components(c)`` lists for a connection) ranked by recall over
-    the bad connections, then precision against the healthy ones."""
+    the bad connections, then precision against the healthy ones (those a fault of the
+    component would certainly have hit: ``contradicting(c)``, by default the same list)."""
     of = components  # a callable: connection -> component names
+    against = contradicting or of
     bad_ids = {c.id for c in bad}
     through: dict[str, list[ConnectionView]] = defaultdict(list)
     healthy: dict[str, int] = defaultdict(int)
     for c in everyone:
-        for name in set(of(c)):  # type: ignore[operator]
-            if c.id in bad_ids:
+        if c.id in bad_ids:
+            for name in set(of(c)):  # type: ignore[operator]
                 through[name].append(c)
-            else:
+        else:
+            for name in set(against(c)):  # type: ignore[operator]
                 healthy[name] += 1
     ranked = []
     for name, cs in through.items():
@@ -945,20 +961,34 @@ def _explain_stalls(
         # from it whose acknowledgements cross the switch on their way back
         return [f"{s}|{gpu}" for s in c.switches() for gpu in (c.dst_gpu, c.src_gpu)]
 
+    def hit(c: ConnectionView) -> list[str]:
+        # a healthy connection contradicts a hole only if its data went through the switch
+        # to that GPU: the path of a connection's acknowledgements is not recorded (under
+        # ECMP or pinned paths the way back is its own), so one from the GPU proves nothing
+        return [f"{s}|{c.dst_gpu}" for s in c.switches()]
+
     holes = []
-    for name, recall, precision, through in _ranked_components(bad, everyone, pairs):
+    for name, recall, precision, through in _ranked_components(bad, everyone, pairs, hit):
         switch, destination = name.split("|")
         others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
-        if not full or any(destination not in (c.dst_gpu, c.src_gpu) for c in bad):
-            recall *= 0.7  # only first hops known, or several destinations: less sure
         # the switch that drops them received them and sent nothing on: it leaks
         leak = leaks.get(switch)
+        elsewhere = sum(1 for c in bad if destination not in (c.dst_gpu, c.src_gpu))
+        # only first hops known, or several destinations: less sure; but drops that no
+        # full queue explains, counted at this switch, say the hole is here
+        if not full or (elsewhere and not (leak and leak.queued is not None)):
+            recall *= 0.7
         score = 0.9 * recall * precision * (1.0 if others else 0.6) * (1.0 if leak else 0.6)
         score *= 1.0 if leak or len(bad) > 1 else LONE_STALL
         acks = sum(1 for c in through if c.dst_gpu != destination)
         evidence = [
             lead,
-            f"paths: every stalled connection goes to {destination}"
+            (
+                f"paths: every stalled connection goes to {destination}"
+                if not elsewhere
+                else f"paths: {len(bad) - elsewhere} of the {len(bad)} stalled connections "
+                f"go to {destination}"
+            )
             + (f" (or, {acks} of them, comes from it: its acknowledgements)" if acks else "")
             + (
                 f" and {len(through)} of {len(bad)} cross {switch}"
