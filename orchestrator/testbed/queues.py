@@ -30,7 +30,6 @@ each (one switch of each machine names where the command runs).
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
@@ -39,7 +38,6 @@ from orchestrator.emulation.wiring import intf_name
 from orchestrator.results.store import QueueCounter
 from orchestrator.testbed.sampling import PeriodicSampler
 from topologies.description import FabricDescription
-from topologies.errors import AstralError
 
 QUEUE_INTERVAL = 0.5  # seconds between samples: the controller's counter polling's pace
 QDISC_COMMAND = ["tc", "-s", "-j", "qdisc", "show"]
@@ -131,7 +129,7 @@ class QueueSampler(PeriodicSampler):
             t = time.time()
             try:
                 done = self.executor.run(node, QDISC_COMMAND, timeout=10.0)
-            except (OSError, subprocess.SubprocessError, AstralError):
+            except Exception:  # OSError, a timeout, an SSH error on another machine's
                 done = None  # a lost sample must not end the run: counted, said at the end
             if done is None or done.returncode != 0:
                 self.failures += 1
