@@ -7,14 +7,21 @@ what several detectors say of the same component and ranks the result.
 - :func:`port_events`: the switches' port-status messages, as the controller logged them.
   A link whose ends went down is ``down``; down and up again more than once is
   ``flapping``; most of one switch's links down within a second is that switch ``down``.
-- :func:`switch_leaks` (used by the transport detector): a switch whose ports received
-  more than they transmitted dropped the difference at one of its egresses.
+- :func:`switch_leaks` (used by the transport detectors): a switch whose ports received
+  more than they transmitted dropped the difference at one of its egresses; with the
+  egress queues' counters, only what no full queue discarded (congestion's drops) counts.
+- :func:`full_queues`: switch ports whose egress queue was full (held bytes, discarded
+  packets): where a slow direction's bytes wait.
 - :func:`connection_faults`: the transport layer. Connections that stalled with data
   outstanding, that retransmitted far more than the others, or whose RTT rose far above
   their own healthy level, are explained by the one component on all their recorded paths
   and on few of the healthy connections' paths: a direction (``lossy`` or ``slow``), or a
   switch together with the one destination all the stalled connections share (``blackhole``:
   the switch forwards everything else).
+- :func:`dropped_without_congestion`: a switch whose drops no full queue explains has a
+  lossy egress, the one whose connections retransmitted most beyond the run's median.
+- :func:`local_drops`: connections whose window was cut again and again with next to
+  nothing retransmitted: their GPU's own egress refused packets (``lossy``).
 - :func:`stragglers`: a rank that enters the collective operations late, operation after
   operation, while the others wait for it: that GPU is a ``straggler``.
 - :func:`controller_outage`: the controller's process started again during the run (its
