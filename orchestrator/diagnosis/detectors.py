@@ -630,6 +630,38 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     return out
 
 
+def silent_onset(obs: Observations, switch: str) -> float | None:
+    """When ``switch`` began dropping what no full queue explains: the first of its queue
+    samples from which on its drops beyond the queues' discards stay at
+    :data:`SILENT_MIN_PACKETS` or more (packets crossing the switch at a sample count as
+    received and not yet sent for a moment; a drop stays counted). Each queue sample is
+    read against the port counters at or before it, so a counter that lags undercounts the
+    drops: late rather than early. None without queue samples or before the run's span."""
+    span = obs.span
+    ports = sorted(port for sw, port in obs.counters if sw == switch)
+    if span is None or not ports or any((switch, port) not in obs.queues for port in ports):
+        return None
+    first = min((c.samples[0][0] for c in obs.connections if c.samples), default=span[0])
+    start = min(span[0], first) - 0.5
+    times = sorted({r[0] for port in ports for r in obs.queues[(switch, port)]})
+    onset = None
+    for t in times:
+        if t < span[0] - 1.0:
+            continue
+        packets = 0
+        for port in ports:
+            a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), t)
+            if a is None or b is None:
+                return None
+            packets += (b[3] - a[3]) - (b[4] - a[4])
+        packets -= sum(obs.queue_drops((switch, port), start, t) or 0 for port in ports)
+        if packets < SILENT_MIN_PACKETS:
+            onset = None
+        elif onset is None:
+            onset = t
+    return onset
+
+
 def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     """Switches that dropped packets no full queue of theirs explains (:func:`switch_leaks`
     with the queues' counters) while every connection through them kept moving: a lossy
@@ -673,7 +705,9 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
                 break
             share = excess / total
             firsts = [_first_retransmission(c, start) for c in through]
-            onset = min((t for t in firsts if t is not None), default=None)
+            onset = silent_onset(obs, switch) or min(
+                (t for t in firsts if t is not None), default=None
+            )
             evidence = [
                 leak.describe(switch),
                 f"transport: the {len(through)} connection(s) through {d.name} retransmitted "

@@ -21,6 +21,7 @@ from orchestrator.diagnosis.detectors import (
     full_queues,
     held_below_share,
     local_drops,
+    silent_onset,
     stalls,
 )
 from orchestrator.diagnosis.evidence import (
@@ -389,6 +390,22 @@ def test_drops_no_queue_explains_find_a_loss_that_congestion_hides(
     assert not dropped_without_congestion(
         observations(astral, connections=conns, counters=drops, queues=full)
     )
+
+
+def test_drops_no_queue_explains_begin_when_they_stay_counted(
+    astral: FabricDescription,
+) -> None:
+    """A switch's unexplained drops are dated by the counters themselves (the first sample
+    from which on they stay at 5 packets or more), not by its connections' first
+    retransmission, which congestion can put before the fault."""
+    switches = ["p0r1a0", "c0"]
+    obs = observations(astral, counters=counters({"p0r1a0": 40}, switches))
+    obs.queues = queues({}, switches)
+    # the helper's drops grow with the run: 40 x (t - T0 + 1 - 1) / 20 >= 5 from T0 + 2.5
+    assert silent_onset(obs, "p0r1a0") == pytest.approx(T0 + 2.5)
+    assert silent_onset(obs, "c0") is None
+    obs.queues = queues({"p0r1a0": 40}, switches)  # a full queue discarded all of them
+    assert silent_onset(obs, "p0r1a0") is None
 
 
 def test_a_slow_direction_is_the_one_whose_own_queue_is_full(
