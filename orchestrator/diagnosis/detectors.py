@@ -700,14 +700,13 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
         if total <= 0:
             continue
         rows.sort(key=lambda row: (-row[0], row[1].name))
+        began = silent_onset(obs, switch)
         for excess, d, through in rows[:3]:
             if excess <= 0:
                 break
             share = excess / total
             firsts = [_first_retransmission(c, start) for c in through]
-            onset = silent_onset(obs, switch) or min(
-                (t for t in firsts if t is not None), default=None
-            )
+            onset = began or min((t for t in firsts if t is not None), default=None)
             evidence = [
                 leak.describe(switch),
                 f"transport: the {len(through)} connection(s) through {d.name} retransmitted "
