@@ -56,6 +56,8 @@ SILENT_MIN_PACKETS = 5
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
+# what :func:`local_drops` says of its connections (diagnose.reconcile looks for it)
+REFUSED = "packets refused by their sender's own egress"
 LOCAL_SSTHRESH = 4  # segments: a window cut again and again (healthy, unretransmitted: 18+)
 LOCAL_RETRANS = 2  # segments retransmitted at most, beside such cuts
 # bytes per dropped packet below which the drops were acknowledgements (54 bytes each):
@@ -762,7 +764,7 @@ def local_drops(obs: Observations) -> list[Suspect]:
             f"transport: {len(refused)} of the {len(through)} connection(s) leaving by {name} "
             f"had their slow-start threshold cut to {LOCAL_SSTHRESH} segments or less with "
             f"next to nothing retransmitted ({listed}; the median connection retransmitted "
-            f"{typical:g}): packets refused by their sender's own egress, lost before any "
+            f"{typical:g}): {REFUSED}, lost before any "
             "switch",
             f"paths: {name} is the first hop of every one of them",
         ]
@@ -986,6 +988,7 @@ def _explain_stalls(
     connections cross the switch to elsewhere), else a direction that carried nothing."""
     out: list[Suspect] = []
     onset = min(s[0][0] for s in stalled.values())
+    stalls_end = max(b for s in stalled.values() for _, b in s)
     longest = max(b - a for s in stalled.values() for a, b in s)
     listed = ", ".join(_describe(obs, c) for c in bad[:3])
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
@@ -1011,8 +1014,15 @@ def _explain_stalls(
     for name, recall, precision, through in _ranked_components(bad, everyone, pairs, hit):
         switch, destination = name.split("|")
         others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
-        # the switch that drops them received them and sent nothing on: it leaks
+        # the switch that drops them received them and sent nothing on: it leaks, and
+        # while they stalled (drops that began after every stall ended are not this hole's;
+        # dated only where a full queue's discards do not swamp them: the queue and port
+        # counters are sampled apart, and thousands of discards make the rest jitter)
         leak = leaks.get(switch)
+        began = silent_onset(obs, switch) if leak and (leak.queued or 0) <= leak.silent else None
+        late = began is not None and began > stalls_end + 1.0
+        if late:
+            leak = None
         elsewhere = sum(1 for c in bad if destination not in (c.dst_gpu, c.src_gpu))
         # only first hops known, or several destinations: less sure; but drops that no
         # full queue explains, counted at this switch, say the hole is here
@@ -1040,6 +1050,11 @@ def _explain_stalls(
         ]
         if leak:
             evidence.append(leak.describe(switch))
+        elif late and began is not None:
+            evidence.append(
+                f"counters: {switch} dropped packets no full queue explains, but from "
+                f"{rel(obs, began)}, after the stalls ended"
+            )
         holes.append(Suspect("switch", switch, "blackhole", score, evidence, onset=onset))
     best: dict[str, Suspect] = {}  # one per switch: its best-explained destination
     for hole in holes:

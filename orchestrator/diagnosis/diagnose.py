@@ -181,6 +181,22 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
         if s.component == "switch" and s.fault == "blackhole" and s.target in down_switches:
             continue
         kept.append(s)
+    # A GPU's egress that refuses packets paces its connections too: where their window
+    # cuts without retransmissions say so, a slow link there is the loss's consequence.
+    refusing = {
+        frozenset(nodes)
+        for s in kept
+        if s.fault == "lossy" and (nodes := _link_nodes(s.target))
+        and any(detectors.REFUSED in e for e in s.evidence)
+    }  # fmt: skip
+    for s in kept:
+        nodes = _link_nodes(s.target) if s.component == "link" else None
+        if s.fault == "slow" and nodes and frozenset(nodes) in refusing:
+            s.score *= 0.5
+            s.evidence.append(
+                "but its connections' windows were cut with nothing retransmitted: their "
+                "sender's egress refused packets, a loss, which paces them as well"
+            )
     # Traffic moves off a link or switch that went down onto its neighbours, which then
     # overflow and retransmit: what begins after a strong down is its consequence.
     downs = [

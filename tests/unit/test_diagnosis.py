@@ -102,18 +102,26 @@ def connection(
 
 
 def counters(
-    leaks: dict[str, int], switches: list[str]
+    leaks: dict[str, int], switches: list[str], during: tuple[float, float] | None = None
 ) -> dict[tuple[str, int], list[tuple[float, int, int, int, int]]]:
     """Port 1 of each switch polled every 0.5 s, receiving 10,000 packets over the run and
-    sending as many less the switch's leak (a drop inside it)."""
+    sending as many less the switch's leak (a drop inside it), spread over the run or over
+    ``during`` (s from T0)."""
     out = {}
     for s in switches:
         lost = leaks.get(s, 0)
         rows = []
         for k in range(45):
-            share = min(1.0, max(0.0, (k * 0.5 - 1) / 20))
-            rx, tx = round(10_000 * share), round((10_000 - lost) * share)
-            rows.append((T0 - 1 + k * 0.5, rx * 1500, tx * 1500, rx, tx))
+            t = k * 0.5 - 1
+            share = min(1.0, max(0.0, t / 20))
+            dropped = (
+                share
+                if during is None
+                else min(1.0, max(0.0, (t - during[0]) / (during[1] - during[0])))
+            )
+            rx = round(10_000 * share)
+            tx = rx - round(lost * dropped)
+            rows.append((T0 + t, rx * 1500, tx * 1500, rx, tx))
         out[(s, 1)] = rows
     return out
 
@@ -323,13 +331,18 @@ def test_a_lone_stall_is_a_blackhole_by_the_drops_no_full_queue_explains(
         connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")),
     ]
     switches = ["p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0"]
-    leaking = counters({"p0r1a0": 6}, switches)
+    leaking = counters({"p0r1a0": 6}, switches, during=(2.0, 7.2))
     # without the queues' counters, 6 packets are within what the leak rule calls noise
     assert diagnose(observations(astral, connections=conns, counters=leaking)).healthy
     silent = observations(astral, connections=conns, counters=leaking, queues=queues({}, switches))
     suspect = diagnose(silent).ranked[0]
     assert suspect.key() == ("switch", "p0r1a0", "blackhole")
     assert any("none of its egress queues dropped any" in e for e in suspect.evidence)
+    # the same drops, but from well after the stall ended: not this hole's
+    later = counters({"p0r1a0": 6}, switches, during=(12.0, 18.0))
+    assert diagnose(
+        observations(astral, connections=conns, counters=later, queues=queues({}, switches))
+    ).healthy
     congested = counters({"p0r1a0": 40}, switches)
     full = observations(
         astral, connections=conns, counters=congested, queues=queues({"p0r1a0": 40}, switches)
@@ -487,6 +500,18 @@ def test_window_cuts_without_retransmissions_are_a_loss_at_the_senders_own_egres
     assert suspect.onset == pytest.approx(T0 + 5.0, abs=0.1)
     conns[0] = windowed(connection(1, 1, 4, out, retrans=80), 2)
     assert not local_drops(observations(astral, connections=conns))
+    # refused packets pace the connection too: its slowness is the loss's, not a slow link
+    rate = 0.95 * observations(astral).directions["p0s0g1>p0r1t1"].capacity_bps / 8
+    crawling = paced(1, 1, 4, out, rate, 0.25)
+    crawling.ssthresh = [(T0 + t, 2 if t >= 5 else 64) for t in range(20)]
+    local = [
+        paced(k, src, dst, path(GPUS[src], tor, GPUS[dst]), rate)
+        for k, src, dst, tor in ((2, 2, 3, "p0r0t0"), (3, 6, 7, "p1r0t1"), (4, 7, 6, "p1r1t1"))
+    ]
+    diagnosis = diagnose(observations(astral, connections=[crawling, *local]))
+    assert diagnosis.ranked[0].key() == ("link", "p0s0g1>p0r1t1", "lossy")
+    slow = [s for s in diagnosis.suspects if s.fault == "slow" and "p0s0g1" in s.target]
+    assert slow and all(s.score < diagnosis.ranked[0].score for s in slow)
 
 
 def test_a_stall_not_over_yet_counts_while_the_run_goes() -> None:
