@@ -814,6 +814,7 @@ def _explain(
 
     ranked = _ranked_components(bad, everyone, components)
     recall_of = {name: recall for name, recall, _, _ in ranked}
+    full = full_queues(obs) if queues is not None and obs.queues else {}
     out: list[Suspect] = []
     for name, recall, precision, through in ranked:
         if len(out) == 6:
@@ -835,7 +836,6 @@ def _explain(
         factor = 1.0
         sources = [d.src for d in ends]
         if queues is not None and obs.queues:  # a slow direction: is its own queue full?
-            full = full_queues(obs)
             said = {
                 d.name: [full[port] for port in egress_ports(obs, d) if port in full] for d in ends
             }
@@ -1011,6 +1011,7 @@ def _explain_stalls(
         return [f"{s}|{c.dst_gpu}" for s in c.switches()]
 
     holes = []
+    onsets: dict[str, float | None] = {}  # switch -> when its unexplained drops began
     for name, recall, precision, through in _ranked_components(bad, everyone, pairs, hit):
         switch, destination = name.split("|")
         others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
@@ -1019,7 +1020,10 @@ def _explain_stalls(
         # dated only where a full queue's discards do not swamp them: the queue and port
         # counters are sampled apart, and thousands of discards make the rest jitter)
         leak = leaks.get(switch)
-        began = silent_onset(obs, switch) if leak and (leak.queued or 0) <= leak.silent else None
+        datable = leak is not None and (leak.queued or 0) <= leak.silent
+        if datable and switch not in onsets:
+            onsets[switch] = silent_onset(obs, switch)
+        began = onsets[switch] if datable else None
         late = began is not None and began > stalls_end + 1.0
         if late:
             leak = None
