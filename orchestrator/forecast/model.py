@@ -40,7 +40,7 @@ from orchestrator.collectives.plans import element_count
 from orchestrator.emulation.recipe import payload_share_of
 from orchestrator.forecast.calibration import ForecastCalibration, Parts
 from orchestrator.forecast.paths import PolicyRouter, Routed
-from orchestrator.forecast.playout import Fabric, Figures, play_out
+from orchestrator.forecast.playout import Fabric, Figures, converging_links, play_out
 from orchestrator.forecast.schedule import Step, schedule, split_channels
 from orchestrator.forecast.sharing import FlowClass, completion_time
 from orchestrator.testbed.hostports import HASH
@@ -74,7 +74,8 @@ class Prediction:
     transfer_us: float = 0.0
     steps: int = 0
     # the prediction interval of a measurement: the hash draws' spread widened by the
-    # model's own error (the calibration's rms), :func:`prediction_band`; None: the draws'
+    # model's expected error (the calibration's held-out error), :func:`prediction_band`;
+    # None: the draws' own percentiles
     band_p10_us: float | None = None
     band_p90_us: float | None = None
 
@@ -134,8 +135,8 @@ class FabricModel:
 def prediction_band(times: Sequence[float], error: float) -> tuple[float, float]:
     """The 10th and 90th percentiles of the time a run will measure, in the units of
     ``times``: one of the equally likely hash draws' times, off by the model's relative
-    error, taken as normal with standard deviation ``error`` (the calibration's rms over
-    its cells). A run measures t x (1 + e): below x with probability
+    error, taken as normal with standard deviation ``error`` (the calibration's error on
+    cells its fit left out). A run measures t x (1 + e): below x with probability
     mean over draws of P(e <= x / t - 1). ``error`` 0: the draws' own percentiles.
 
     Why: the draws alone say how the paths may fall; a path-independent configuration has
@@ -282,13 +283,11 @@ class ConfigurationModel:
         return routed.paths[(flow[0], flow[1], 0)]
 
     def _incast_links(self, flows: Sequence[FlowClass]) -> list[DirectedLink]:
-        """NIC downlinks that more than one connection crosses in this step."""
-        load: dict[DirectedLink, float] = {}
-        for f in flows:
-            for link, share in f.per_link.items():
-                if link in self.fabric.into_gpu:
-                    load[link] = load.get(link, 0.0) + share
-        return [link for link, n in load.items() if n > 1]
+        """NIC downlinks that this step's connections reach over more than one upstream
+        link (:func:`orchestrator.forecast.playout.converging_links`)."""
+        return converging_links(
+            [f.per_link for f in flows if f.count > 0], frozenset(self.fabric.into_gpu)
+        )
 
     def wait(self, step: Step) -> float:
         return max((self.one_way[s][d] for s, d, _ in step.transfers), default=0.0)
@@ -401,7 +400,7 @@ class ConfigurationModel:
             times = [cal.time(d) for d in draws]
             median = _median_index(times)
             chosen = draws[median]
-        band = prediction_band(times, cal.rms_relative_error)
+        band = prediction_band(times, cal.expected_error)
         return Prediction(
             time_us=fmean(times) * 1e6,
             p10_us=percentile(times, 0.1) * 1e6,
