@@ -6,6 +6,11 @@
     .venv/bin/python benchmarks/forecast.py --from DIR     re-forecast bundles measured
                                                            before, with today's model and
                                                            calibration (no emulation)
+    .venv/bin/python benchmarks/forecast.py --from DIR --repeat DIR2
+                                                           ... and a second run's bundles:
+                                                           the emulator's own spread per
+                                                           cell, and the error against the
+                                                           two runs' mean
     .venv/bin/python benchmarks/forecast.py --from DIR --paths
                                                            ... and each bundle's ecmp cells
                                                            again with the paths its own
@@ -206,6 +211,9 @@ def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str,
         f"{os.getloadavg()[0]:.2f}, bundle {bundle}",
         flush=True,
     )
+    if outcome.status == "interrupted":  # Ctrl-C or SIGTERM: the runner tore down; stop here
+        print("# interrupted: the fabrics after this one were not run", flush=True)
+        raise SystemExit(outcome.exit_status or 130)
     cells = []
     with ResultsBundle.open(bundle) as opened:
         forecasts = opened.forecasts()
@@ -258,6 +266,49 @@ def report(cells: list[dict[str, Any]], label: str) -> list[str]:
     return lines
 
 
+def repeatability(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[str]:
+    """The deterministic cells of two runs of the benchmark side by side: how much the
+    emulator's own measurement moves between runs, and the forecast's error against the
+    mean of the two. The two causes of a large error are told apart: a cell whose runs
+    agree and whose forecast is off is the model's error; a cell whose runs differ by as
+    much is the measurement's noise."""
+
+    def key(c: dict[str, Any]) -> tuple[str, str, str, int]:
+        return (c["fabric"], c["policy"], c["collective"], c["size"])
+
+    before = {key(c): c for c in first if c["policy"] in DETERMINISTIC and c["paths"] is None}
+    pairs = [
+        (before[key(c)], c)
+        for c in second
+        if key(c) in before and c["paths"] is None and c["measured"] > 0
+    ]
+    if not pairs:
+        return ["# repeat: no deterministic cell measured in both runs"]
+    spreads, errors, off = [], [], []
+    for a, b in pairs:
+        mean = (a["measured"] + b["measured"]) / 2
+        spread = abs(a["measured"] - b["measured"]) / mean
+        error = (a["forecast"] + b["forecast"]) / 2 / mean - 1
+        spreads.append(spread)
+        errors.append(abs(error))
+        if abs(error) > 0.08:
+            off.append((key(a), error, spread))
+    lines = [
+        f"# repeat: {len(pairs)} deterministic cells measured in both runs: the runs differ "
+        f"by median {statistics.median(spreads):.1%}, max {max(spreads):.1%} ("
+        f"{sum(s > 0.08 for s in spreads)} cells by more than 8 %)",
+        f"# repeat: forecast against the two runs' mean: median |error| "
+        f"{statistics.median(errors):.1%}, max {max(errors):.1%}",
+    ]
+    for (fabric, policy, collective, size), error, spread in sorted(off):
+        cause = "the runs differ as much" if spread >= abs(error) / 2 else "the runs agree"
+        lines.append(
+            f"#   beyond 8 %: {fabric} {policy} {collective} {size}: {error:+.1%} "
+            f"(runs differ {spread:.1%}: {cause})"
+        )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -275,13 +326,20 @@ def main() -> int:
         "--from", dest="source", type=Path, default=None, help="re-forecast the bundles in DIR"
     )
     parser.add_argument(
+        "--repeat",
+        type=Path,
+        default=None,
+        help="with --from: the same benchmark run again (its bundles' DIR): the two runs' "
+        "spread per cell, and the forecast against their mean",
+    )
+    parser.add_argument(
         "--paths",
         action="store_true",
         help="with --from: ecmp cells again, with each bundle's recorded paths",
     )
     args = parser.parse_args()
-    if args.paths and args.source is None:
-        parser.error("--paths re-forecasts bundles measured before: give --from DIR")
+    if (args.paths or args.repeat) and args.source is None:
+        parser.error("--paths and --repeat re-forecast bundles measured before: give --from DIR")
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     args.sizes = {"min": min(sizes), "max": max(sizes), "factor": 4}
     args.policies = args.policies.split(",")
@@ -321,6 +379,15 @@ def main() -> int:
         cells += found
     for line in report(cells, "all fabrics"):
         print(line)
+    if args.repeat is not None:
+        again = [
+            c
+            for name in names
+            if (args.repeat / name / "results.sqlite").exists()
+            for c in reforecast(args.repeat / name)
+        ]
+        for line in repeatability(cells, again):
+            print(line)
     calibrated = {c["calibrated"] for c in cells}
     print(f"# forecasts calibrated: {sorted(calibrated)}; bundles in {out}")
     if args.source is None:
