@@ -182,7 +182,9 @@ def _rank(
                     conns.expected[c] += part
                     needs.append((c, conns.expected[c]))
             yield needs
-        yield [(c, conns.posted[c]) for c in sorted(mine)]  # delivery of the last sends
+        # the operation ends when every byte this rank sent has been delivered (the
+        # executor drains its connections before the next operation starts)
+        yield [(c, conns.posted[c]) for c in sorted(mine)]
 
 
 def play_out(
