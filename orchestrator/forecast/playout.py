@@ -19,8 +19,9 @@ The play-out is a fluid discrete-event simulation:
   the policy gives it; it holds the bytes its sender has posted and not yet delivered;
 - the connections that hold bytes share the links max-min fairly
   (orchestrator/forecast/sharing.py), each link at its capacity x TCP's efficiency on
-  the emulated links, a NIC downlink that several connections converge on at the incast
-  share; rates change only when a connection starts or stops holding bytes;
+  the emulated links, a NIC downlink that connections reach over several upstream links
+  at the incast share (:func:`converging_links`); rates change only when a connection
+  starts or stops holding bytes;
 - each **rank** is a generator that yields what it waits for: a sleep (the step's
   latency and overhead, as the worker's ``StepLatency`` computes it), or thresholds on
   its connections' delivered bytes: a receive needs the step's bytes delivered, a send is

@@ -113,8 +113,8 @@ def test_connections_from_one_upstream_link_are_no_incast() -> None:
 
 
 def test_operations_back_to_back_pipeline_into_each_other() -> None:
-    """Per operation, a batch of several is never slower than one alone (the next starts
-    while the last bytes of the one before are still moving)."""
+    """Per operation, a batch of several is never slower than one alone (a rank starts
+    the next once its own bytes have arrived, while other ranks' are still moving)."""
     fabric = star(4, latency=0.3)
     one = play_out(fabric, "all-reduce", "ring", 1_000_000, 1, Figures(send_buffer=2e5))
     three = play_out(
