@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
-from orchestrator.diagnosis.model import Suspect
+from orchestrator.diagnosis.model import REFUSED, Suspect
 from topologies.model import Link, LinkKind
 
 # A port's down and up messages closer than this are one event seen from both ends.
@@ -56,8 +56,6 @@ SILENT_MIN_PACKETS = 5
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
-# what :func:`local_drops` says of its connections (diagnose.reconcile looks for it)
-REFUSED = "packets refused by their sender's own egress"
 LOCAL_SSTHRESH = 4  # segments: a window cut again and again (healthy, unretransmitted: 18+)
 LOCAL_RETRANS = 2  # segments retransmitted at most, beside such cuts
 # bytes per dropped packet below which the drops were acknowledgements (54 bytes each):
@@ -764,12 +762,12 @@ def local_drops(obs: Observations) -> list[Suspect]:
             f"transport: {len(refused)} of the {len(through)} connection(s) leaving by {name} "
             f"had their slow-start threshold cut to {LOCAL_SSTHRESH} segments or less with "
             f"next to nothing retransmitted ({listed}; the median connection retransmitted "
-            f"{typical:g}): {REFUSED}, lost before any "
+            f"{typical:g}): packets refused by their sender's own egress, lost before any "
             "switch",
             f"paths: {name} is the first hop of every one of them",
         ]
         onset = min(t for _, t, _ in refused)
-        out.append(Suspect("link", name, "lossy", 0.85 * share, evidence, onset))
+        out.append(Suspect("link", name, "lossy", 0.85 * share, evidence, onset, {REFUSED}))
     return out
 
 

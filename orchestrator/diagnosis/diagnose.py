@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.diagnosis import detectors, expectation
 from orchestrator.diagnosis.evidence import Observations, observe
-from orchestrator.diagnosis.model import THRESHOLD, Diagnosis, Suspect
+from orchestrator.diagnosis.model import REFUSED, THRESHOLD, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
 
 Detector = Callable[[Observations], list[Suspect]]
@@ -134,7 +134,7 @@ def merge(suspects: Sequence[Suspect]) -> list[Suspect]:
         key = (s.component, _canonical(s.target), s.fault)
         if key not in by_key:
             by_key[key] = Suspect(
-                s.component, s.target, s.fault, s.score, list(s.evidence), s.onset
+                s.component, s.target, s.fault, s.score, list(s.evidence), s.onset, set(s.signs)
             )
             continue
         kept = by_key[key]
@@ -144,6 +144,7 @@ def merge(suspects: Sequence[Suspect]) -> list[Suspect]:
             kept.onset = s.onset
         kept.score = 1 - (1 - kept.score) * (1 - s.score)
         kept.evidence += [e for e in s.evidence if e not in kept.evidence]
+        kept.signs |= s.signs
     return list(by_key.values())
 
 
@@ -186,9 +187,8 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
     refusing = {
         frozenset(nodes)
         for s in kept
-        if s.fault == "lossy" and (nodes := _link_nodes(s.target))
-        and any(detectors.REFUSED in e for e in s.evidence)
-    }  # fmt: skip
+        if s.fault == "lossy" and REFUSED in s.signs and (nodes := _link_nodes(s.target))
+    }
     for s in kept:
         nodes = _link_nodes(s.target) if s.component == "link" else None
         if s.fault == "slow" and nodes and frozenset(nodes) in refusing:

@@ -24,6 +24,9 @@ class Suspect:
     score: float
     evidence: list[str] = field(default_factory=list)
     onset: float | None = None
+    #: what kind of evidence it rests on, for the rules that weigh suspects against each
+    #: other (diagnose.reconcile): e.g. :data:`REFUSED`; not part of the output
+    signs: set[str] = field(default_factory=set)
 
     def key(self) -> tuple[str, str, str]:
         return (self.component, self.target, self.fault)
@@ -40,6 +43,8 @@ class Suspect:
 
 
 THRESHOLD = 0.5  # a suspect scored this or more is shown; none: healthy
+#: a sign: packets refused by their sender's own egress (detectors.local_drops)
+REFUSED = "refused-at-sender"
 
 
 @dataclass

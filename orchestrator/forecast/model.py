@@ -285,9 +285,7 @@ class ConfigurationModel:
     def _incast_links(self, flows: Sequence[FlowClass]) -> list[DirectedLink]:
         """NIC downlinks that this step's connections reach over more than one upstream
         link (:func:`orchestrator.forecast.playout.converging_links`)."""
-        return converging_links(
-            [f.per_link for f in flows if f.count > 0], frozenset(self.fabric.into_gpu)
-        )
+        return converging_links([f.per_link for f in flows if f.count > 0], self.fabric.into_gpu)
 
     def wait(self, step: Step) -> float:
         return max((self.one_way[s][d] for s, d, _ in step.transfers), default=0.0)

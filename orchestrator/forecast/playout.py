@@ -43,6 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from orchestrator.collectives.plans import (
@@ -304,7 +305,7 @@ def _share(
 
 
 def converging_links(
-    paths: Sequence[Mapping[DirectedLink, float]], into_gpu: frozenset[DirectedLink]
+    paths: Sequence[Mapping[DirectedLink, float]], into_gpu: AbstractSet[DirectedLink]
 ) -> list[DirectedLink]:
     """The NIC downlinks (of ``into_gpu``) that connections reach over more than one
     upstream link: ``paths`` are the connections' links in path order.
