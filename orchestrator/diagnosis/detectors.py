@@ -81,12 +81,14 @@ GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a c
 CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collision's half
 CAPPED_SHARE_FAIR = 0.5  # the same, each peak over its fair share (collisions accounted for)
 CAPPED_SECONDS = 3  # busy seconds at that pace
+LOW_DENSITY = 0.5  # ... and that share of its busy seconds from the first such to the last
 PEAK_WINDOW_S = 0.03  # three of the workers' 10 ms samples
 # Sending pace: consecutive samples that moved bytes at most this far apart belong to one
 # transfer (a 6 kB packet every 16 ms at a quarter of a 12 Mbit/s link); a longer gap is
 # the collective making the connection wait.
 SENDING_GAP_S = 0.1
 SENDING_MIN_S = 0.2  # of sending in a second for its pace to count
+KEPT_SHARE = 0.75  # of its fair share, median while a slow link held others under theirs
 SENDING_SHARE = 0.45  # of its fair share: a link slowed to a quarter measures 0.2-0.3,
 # healthy connections (collisions, ECMP, a busy machine) at least 0.29 in one second and
 # at least 0.48 in a third one (the saved diagnosis suite's 10 healthy runs)
@@ -485,7 +487,7 @@ def capped(
     return {
         cid: (max(s for _, s in xs), len(xs), float(xs[0][0]))
         for cid, xs in low.items()
-        if len(xs) >= CAPPED_SECONDS
+        if len(xs) >= CAPPED_SECONDS and _dense([s for s, _ in xs], peaks[cid])
     }
 
 
@@ -505,34 +507,87 @@ def sending_pace(c: ConnectionView) -> dict[int, float]:
     return {s: moved[s] / sending[s] for s in moved if sending[s] >= SENDING_MIN_S}
 
 
-def held_below_share(
+def pace_shares(
     conns: Sequence[ConnectionView], capacity: dict[str, float]
-) -> dict[int, tuple[float, int, float]]:
-    """Connections whose sending pace (:func:`sending_pace`) stayed under
-    :data:`SENDING_SHARE` of their fair share of their path in :data:`CAPPED_SECONDS` or
-    more seconds: a link slower than the fabric model says. Needs every connection's whole
-    path (the fair share counts the connections sending through each link that second);
-    returns, as :func:`capped` does, the highest of those shares, their number and the
-    first such second."""
+) -> dict[int, dict[int, float]]:
+    """Per connection, per whole second it sent in (:func:`sending_pace`): its pace over
+    its fair share of its path that second (the fair share counts the connections sending
+    through each link then). Seconds with fewer than three connections sending say too
+    little and are left out; so is everything when some connection's whole path is not
+    known."""
     if not conns or not all(c.full_path for c in conns):
         return {}
     paces = {c.id: sending_pace(c) for c in conns}
     bytes_per_s = {d: bps / 8 for d, bps in capacity.items()}
-    low: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    out: dict[int, dict[int, float]] = defaultdict(dict)
     for second in sorted({s for p in paces.values() for s in p}):
         sending = [c for c in conns if second in paces[c.id]]
         if len(sending) < 3:
             continue
         fair = _fair_shares(sending, bytes_per_s)
         for c in sending:
-            share = paces[c.id][second] / fair[c.id]
-            if share < SENDING_SHARE:
-                low[c.id].append((second, share))
+            out[c.id][second] = paces[c.id][second] / fair[c.id]
+    return out
+
+
+def held_below_share(
+    conns: Sequence[ConnectionView], capacity: dict[str, float]
+) -> dict[int, tuple[float, int, float]]:
+    """Connections whose sending pace (:func:`sending_pace`) stayed under
+    :data:`SENDING_SHARE` of their fair share of their path in :data:`CAPPED_SECONDS` or
+    more seconds: a link slower than the fabric model says. Needs every connection's whole
+    path (:func:`pace_shares`); returns, as :func:`capped` does, the highest of those
+    shares, their number and the first such second."""
+    shares = pace_shares(conns, capacity)
+    low = {
+        cid: [(second, share) for second, share in sorted(mine.items()) if share < SENDING_SHARE]
+        for cid, mine in shares.items()
+    }
     return {
         cid: (max(s for _, s in xs), len(xs), float(xs[0][0]))
         for cid, xs in low.items()
-        if len(xs) >= CAPPED_SECONDS
+        if len(xs) >= CAPPED_SECONDS and _dense([s for s, _ in xs], shares[cid])
     }
+
+
+def _dense(low: Sequence[int], busy: Iterable[int]) -> bool:
+    """Whether the ``low`` seconds are at least :data:`LOW_DENSITY` of the ``busy`` ones
+    from the first low second to the last: a shaper holds a connection down in every
+    second it lasts; a share the fabric model misjudges (a collision it does not see,
+    TCP's unequal shares) dips under the line in a few seconds scattered over the run."""
+    first, last = min(low), max(low)
+    between = [s for s in busy if first <= s <= last]
+    return len(low) >= LOW_DENSITY * len(between)
+
+
+def kept_share(
+    conns: Sequence[ConnectionView], capacity: dict[str, float], slow: Iterable[int]
+) -> set[int] | None:
+    """The connections that kept their fair share while the ``slow`` ones were held under
+    theirs: in the seconds some slow connection sent under :data:`SENDING_SHARE`, their
+    median share was :data:`KEPT_SHARE` or more. Only these contradict a slow link on
+    their path: a connection that crossed it after the fault ended, or crossed it paced
+    low too (a link slowed to a quarter holds every connection on it to 0.2-0.6 of its
+    share, only some under the line), says nothing against it. None when the shares are
+    not known (a path known only in part)."""
+    shares = pace_shares(conns, capacity)
+    if not shares:
+        return None
+    slow = set(slow)
+    window = {
+        second
+        for cid in slow
+        for second, share in shares.get(cid, {}).items()
+        if share < SENDING_SHARE
+    }
+    if not window:
+        return None
+    kept = set()
+    for cid, mine in shares.items():
+        during = [share for second, share in mine.items() if second in window]
+        if cid not in slow and during and statistics.median(during) >= KEPT_SHARE:
+            kept.add(cid)
+    return kept
 
 
 def _fair_shares(busy: Sequence[ConnectionView], capacity: dict[str, float]) -> dict[int, float]:
@@ -555,7 +610,18 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         return []
     start, end = span
     by_id = {c.id: c for c in conns}
-    stalled = {c.id: s for c in conns if (s := stalls(c, obs.now))}
+    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    rates = capped(conns, capacity)
+    paced = held_below_share(conns, capacity)
+    if len(paced) > GLOBAL_SHARE * len(conns):
+        # most connections paced low at once: a pipelined collective (a ring forwards as
+        # it receives) sends at its slowest link's pace everywhere; the peaks must tell
+        paced = {}
+    # A connection held under its share second after second crosses a slow link; the
+    # tail drops of the slow link's full queue time it out now and then (an all-to-all's
+    # connections stall 1-4 s so), which makes it no hole: it is slow, not stalled.
+    held = set(rates) | set(paced)
+    stalled = {c.id: s for c in conns if c.id not in held and (s := stalls(c, obs.now))}
     retrans = {c.id: retransmissions(c, start, end) for c in conns}
     typical = statistics.median(retrans.values()) if retrans else 0
     # A connection dropped into a hole keeps retransmitting into it; the collective's
@@ -585,13 +651,6 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     lossy = {
         cid for cid, n in retrans.items() if n >= max(RETRANS_MIN, RETRANS_FACTOR * typical)
     } - set(stalled)
-    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
-    rates = capped(conns, capacity)
-    paced = held_below_share(conns, capacity)
-    if len(paced) > GLOBAL_SHARE * len(conns):
-        # most connections paced low at once: a pipelined collective (a ring forwards as
-        # it receives) sends at its slowest link's pace everywhere; the peaks must tell
-        paced = {}
     # a peak rate held down second after second is a shaper's: a slow link, even when
     # the sender overflowed its queue and retransmitted (a lossy link at full rate
     # loses in bursts between which its sender runs at the link's pace)
@@ -625,7 +684,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         onsets = {i: (rates.get(i) or paced[i])[2] for i in slow}
         out += _explain(
             obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets,
-            queues=switch_queues(obs),
+            queues=switch_queues(obs), kept=kept_share(conns, capacity, slow),
         )  # fmt: skip
     return out
 
@@ -786,6 +845,7 @@ def _explain(
     onsets: dict[int, float | None] | None = None,
     leaks: dict[str, Leak] | None = None,
     queues: dict[str, int] | None = None,
+    kept: set[int] | None = None,
 ) -> list[Suspect]:
     """The directions on the bad connections' paths, scored by how much of the badness
     they explain (recall) and how little health they would contradict (precision). A
@@ -794,7 +854,8 @@ def _explain(
     directions, and a ring's two neighbours may cross it in opposite directions. With
     ``leaks`` (a loss): a direction out of a switch is believed when that switch dropped
     packets inside, one out of a GPU when no switch on the bad paths did (its own
-    egress is not counted by any switch)."""
+    egress is not counted by any switch). With ``kept`` (a slow link): only those healthy
+    connections contradict a component (:func:`kept_share`)."""
     leaks = leaks or {}
     bad_switches = {n for c in bad for n in c.switches()}
     listed = ", ".join(f"{_describe(obs, c)}: {why[c.id]}" for c in bad[:3])
@@ -810,7 +871,10 @@ def _explain(
         mine = c.directions()
         return mine + [obs.directions[d].link_name for d in mine if d in obs.directions]
 
-    ranked = _ranked_components(bad, everyone, components)
+    def contradicting(c: ConnectionView) -> list[str]:
+        return components(c) if kept is None or c.id in kept else []
+
+    ranked = _ranked_components(bad, everyone, components, contradicting)
     recall_of = {name: recall for name, recall, _, _ in ranked}
     full = full_queues(obs) if queues is not None and obs.queues else {}
     out: list[Suspect] = []
@@ -829,7 +893,8 @@ def _explain(
         evidence = [
             lead,
             f"paths: {name} is on {len(through)} of them and on "
-            f"{_healthy_through(name, bad, everyone, components)} healthy connection(s)",
+            f"{_healthy_through(name, bad, everyone, contradicting)} healthy connection(s)"
+            + (" that kept their share meanwhile" if kept is not None else ""),
         ]
         factor = 1.0
         sources = [d.src for d in ends]

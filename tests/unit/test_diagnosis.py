@@ -9,6 +9,7 @@ conclude; the end-to-end runs with real faults are in tests/integration/test_dia
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from orchestrator.diagnosis.detectors import (
     egress_ports,
     full_queues,
     held_below_share,
+    kept_share,
     local_drops,
     silent_onset,
     stalls,
@@ -76,6 +78,14 @@ def event(
 
 def path(*nodes: str) -> list[PathHop]:
     return [PathHop(i, n, None, None, "traced") for i, n in enumerate(nodes)]
+
+
+# Paths on astral-small for the slow-link cases: two across p0r1a0>c0, one across the other
+# pod's core link c2, one inside a rack
+ACROSS_C0 = path("p0s1g1", "p0r1t1", "p0r1a0", "c0", "p1r1a0", "p1r1t0", "p1s1g1")
+ALSO_C0 = path("p0s0g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+ELSEWHERE = path("p1s1g0", "p1r0t1", "p1r0a1", "c2", "p0r0a1", "p0r0t0", "p0s1g0")
+LOCAL = path("p0s1g0", "p0r0t0", "p0s0g0")
 
 
 def connection(
@@ -239,15 +249,7 @@ def paced(
 ) -> ConnectionView:
     """A sender busy for 20 s at ``rate`` bytes/s, at ``slowed`` x that from t = 5 s to
     t = 12 s (a quarter: a 6 kB packet acknowledged every 16 ms rather than every 4)."""
-    c = ConnectionView(cid, 1, src, dst, GPUS[src], GPUS[dst], hops)
-    t = 0.0
-    while t < 20.0:
-        pace = rate * (slowed if 5.0 <= t < 12.0 else 1.0)
-        c.samples.append((T0 + t, 6_000))
-        t += 6_000 / pace
-    c.unacked.append((T0, 4))
-    c.retrans.append((T0, 0))
-    return c
+    return shaped(cid, src, dst, hops, rate, lambda t: slowed if 5.0 <= t < 12.0 else 1.0)
 
 
 def test_a_link_slowed_both_ways_is_that_link_though_no_one_direction_explains_it(
@@ -258,17 +260,15 @@ def test_a_link_slowed_both_ways_is_that_link_though_no_one_direction_explains_i
     the link is."""
     obs = observations(astral)
     rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
-    out = path("p0s1g1", "p0r1t1", "p0r1a0", "c0", "p1r1a0", "p1r1t0", "p1s1g1")
     back = path("p1s0g0", "p1r0t0", "p1r0a0", "c0", "p0r1a0", "p0r1t0", "p0s0g1")
-    elsewhere = path("p1s1g0", "p1r0t1", "p1r0a1", "c2", "p0r0a1", "p0r0t0", "p0s1g0")
-    local = path("p0s1g0", "p0r0t0", "p0s0g0")
-    healthy = [paced(3, 6, 2, elsewhere, rate), paced(4, 2, 0, local, rate)]
+    healthy = [paced(3, 6, 2, ELSEWHERE, rate), paced(4, 2, 0, LOCAL, rate)]
     assert diagnose(
         observations(
-            astral, connections=[paced(1, 3, 7, out, rate), paced(2, 4, 1, back, rate), *healthy]
+            astral,
+            connections=[paced(1, 3, 7, ACROSS_C0, rate), paced(2, 4, 1, back, rate), *healthy],
         )
     ).healthy
-    conns = [paced(1, 3, 7, out, rate, 0.25), paced(2, 4, 1, back, rate, 0.25), *healthy]
+    conns = [paced(1, 3, 7, ACROSS_C0, rate, 0.25), paced(2, 4, 1, back, rate, 0.25), *healthy]
     suspect = diagnose(observations(astral, connections=conns)).ranked[0]
     assert suspect.key() == ("link", obs.directions["p0r1a0>c0"].link_name, "slow")
     assert suspect.onset == pytest.approx(T0 + 5, abs=1.0)
@@ -276,6 +276,79 @@ def test_a_link_slowed_both_ways_is_that_link_though_no_one_direction_explains_i
     capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
     held = held_below_share(conns, capacity)
     assert set(held) == {1, 2} and all(0.2 < share < 0.3 for share, _, _ in held.values())
+
+
+def shaped(
+    cid: int, src: int, dst: int, hops: list[PathHop], rate: float, factor: Callable[[float], float]
+) -> ConnectionView:
+    """A sender busy for 20 s at ``factor(t)`` x ``rate`` bytes/s."""
+    c = ConnectionView(cid, 1, src, dst, GPUS[src], GPUS[dst], hops)
+    t = 0.0
+    while t < 20.0:
+        c.samples.append((T0 + t, 6_000))
+        t += 6_000 / (rate * factor(t))
+    c.unacked.append((T0, 4))
+    c.retrans.append((T0, 0))
+    return c
+
+
+def test_a_share_misjudged_in_scattered_seconds_is_no_slow_link(
+    astral: FabricDescription,
+) -> None:
+    """A connection under the line in four seconds spread over the run (a collision the
+    fabric model does not see, TCP's unequal shares) is no shaper's: one holds it down in
+    every second it lasts. The same four seconds back to back are one."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    healthy = [paced(3, 6, 2, ELSEWHERE, rate), paced(4, 2, 0, LOCAL, rate)]
+    scattered = shaped(1, 3, 7, ACROSS_C0, rate, lambda t: 0.3 if int(t) in (2, 7, 12, 17) else 1.0)
+    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    assert held_below_share([scattered, *healthy], capacity) == {}
+    assert diagnose(observations(astral, connections=[scattered, *healthy])).healthy
+    together = shaped(1, 3, 7, ACROSS_C0, rate, lambda t: 0.3 if 7 <= t < 11 else 1.0)
+    assert set(held_below_share([together, *healthy], capacity)) == {1}
+    assert top(observations(astral, connections=[together, *healthy]))[2] == "slow"
+
+
+def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_it(
+    astral: FabricDescription,
+) -> None:
+    """A link slowed to a quarter holds every connection on it low, some only to 0.6 of
+    their share (others' shares of it are smaller anyway): those are not healthy evidence
+    against the link; one that kept its share while the others were held down is."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    third = rate / 3  # each one's fair share of the link the three cross
+    slow = [paced(1, 3, 7, ACROSS_C0, third, 0.25), paced(2, 1, 4, ALSO_C0, third, 0.25)]
+    healthy = [paced(4, 6, 2, ELSEWHERE, rate), paced(5, 2, 0, LOCAL, rate)]
+    held_some = paced(3, 3, 7, ACROSS_C0, third, 0.6)
+    conns = [*slow, held_some, *healthy]
+    assert kept_share(conns, capacity, {1, 2}) == {4, 5}
+    suspect = diagnose(observations(astral, connections=conns)).ranked[0]
+    assert suspect.key() == ("link", "p0r1a0>c0", "slow")
+    assert "on 0 healthy connection(s) that kept their share" in suspect.evidence[1]
+    kept_it = paced(3, 3, 7, ACROSS_C0, third)
+    assert kept_share([*slow, kept_it, *healthy], capacity, {1, 2}) == {3, 4, 5}
+
+
+def test_a_connection_held_low_that_times_out_is_slow_not_in_a_hole(
+    astral: FabricDescription,
+) -> None:
+    """The tail drops of a slow link's full queue time its connections ACROSS_C0 now and then
+    (1-4 s under an all-to-all), with retransmissions across the stall: held under their
+    share around it, they are slow, not dropped into a hole."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    half = rate / 2  # each one's fair share of the link the two cross
+    timed_out = paced(1, 3, 7, ACROSS_C0, half, 0.25)
+    timed_out.samples = [(t, n) for t, n in timed_out.samples if not T0 + 8 <= t < T0 + 9.5]
+    timed_out.unacked += [(T0 + 7.9, 20), (T0 + 8.5, 20), (T0 + 9.6, 0)]
+    timed_out.retrans += [(T0 + 7.9, 3), (T0 + 9.6, 12)]
+    assert stalls(timed_out)
+    conns = [timed_out, paced(2, 1, 4, ALSO_C0, half, 0.25)]
+    conns += [paced(4, 6, 2, ELSEWHERE, rate), paced(5, 2, 0, LOCAL, rate)]
+    assert top(observations(astral, connections=conns)) == ("link", "p0r1a0>c0", "slow")
 
 
 def test_one_connection_stalled_once_is_not_a_blackhole_unless_a_switch_dropped_it(
