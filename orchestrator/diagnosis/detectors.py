@@ -73,6 +73,7 @@ RETRANS_FACTOR = 4.0  # x the median connection's
 # a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
 # ... 4 s): some 10 to 20 times in several seconds
 HOLE_RETRANS_MIN = 5
+CASCADE_S = 1.0  # a hole's connections stall together; those that wait for them, later
 # One connection stalled, and no switch's counters saying it dropped anything: a healthy
 # run's first operation shows that now and then (one connection 1.2 s at its start, a lost
 # first segment under the kernel's 1 s initial timeout); alone it stays under the line
@@ -402,6 +403,20 @@ def _outstanding(c: ConnectionView, start: float, end: float) -> bool:
     return bool(views) and sum(1 for u in views if u > 0) >= 0.5 * len(views)
 
 
+def _first_stalled(
+    stalled: dict[int, list[tuple[float, float]]],
+) -> dict[int, list[tuple[float, float]]]:
+    """The connections whose longest stall began within :data:`CASCADE_S` of the first
+    one's: a hole stalls its own connections at once; the collective's others run on
+    until they wait for them, and then time out too (an all-to-all's receivers stop
+    reading: 1.2-2.6 s after the hole's, with a few retransmissions of their own)."""
+    begun = {cid: max(s, key=lambda ab: ab[1] - ab[0])[0] for cid, s in stalled.items()}
+    if not begun:
+        return stalled
+    first = min(begun.values())
+    return {cid: s for cid, s in stalled.items() if begun[cid] <= first + CASCADE_S}
+
+
 def retransmissions(c: ConnectionView, start: float, end: float) -> int:
     inside = [r for t, r in c.retrans if start <= t <= end]
     before = [r for t, r in c.retrans if t < start]
@@ -640,6 +655,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         if retransmitted_across(by_id[cid], max(s, key=lambda ab: ab[1] - ab[0]))
         >= HOLE_RETRANS_MIN
     }  # fmt: skip
+    holes = _first_stalled(holes)
     if len(stalled) > GLOBAL_SHARE * len(conns):
         # Most connections stalled at once: the whole fabric's load (a congested
         # all-to-all's timeouts), the machine, or a collective waiting behind a few

@@ -351,6 +351,37 @@ def test_a_connection_held_low_that_times_out_is_slow_not_in_a_hole(
     assert top(observations(astral, connections=conns)) == ("link", "p0r1a0>c0", "slow")
 
 
+def test_connections_that_stall_later_waiting_for_a_hole_are_not_its_evidence(
+    astral: FabricDescription,
+) -> None:
+    """Under an all-to-all the rest of the collective stalls too once its receivers wait
+    for the data in a hole, and times out with retransmissions of its own, but 1-3 s
+    after the hole's connections: the first to stall are the hole's."""
+    into = [
+        path("p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+        path("p0s1g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+    ]
+    hole = [
+        connection(i + 1, 3 - i, 4, p, stall=(3.0, 9.0), retrans=12) for i, p in enumerate(into)
+    ]
+    waiting = [
+        connection(3, 0, 2, path("p0s0g0", "p0r0t0", "p0s1g0"), stall=(4.5, 9.0), retrans=8),
+        connection(4, 1, 3, path("p0s0g1", "p0r1t0", "p0s1g1"), stall=(4.8, 9.0), retrans=8),
+        connection(5, 2, 0, path("p0s1g0", "p0r0t0", "p0s0g0"), stall=(5.2, 9.0), retrans=8),
+    ]
+    healthy = [
+        connection(6, 5, 6, path("p1s0g1", "p1r1t0", "p1r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")),
+        connection(7, 7, 6, path("p1s1g1", "p1r1t1", "p1r0t1", "p1s1g0")),
+        connection(8, 6, 7, path("p1s1g0", "p1r0t1", "p1r1t1", "p1s1g1")),
+    ]
+    switches = ["c0", "p1r0a0", "p1r0t0", "p0r0t0", "p0r1t0"]
+    leaking = counters({"p1r0a0": 300}, switches)
+    obs = observations(astral, connections=[*hole, *waiting, *healthy], counters=leaking)
+    suspect = diagnose(obs).ranked[0]
+    assert suspect.key() == ("switch", "p1r0a0", "blackhole")
+    assert "2 connection(s) stalled" in suspect.evidence[0]
+
+
 def test_one_connection_stalled_once_is_not_a_blackhole_unless_a_switch_dropped_it(
     astral: FabricDescription,
 ) -> None:
