@@ -757,12 +757,16 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     retrans = {c.id: retransmissions(c, start, end) for c in conns}
     typical = statistics.median(retrans.values())
     out: list[Suspect] = []
+    leaking = {}
     for switch, leak in switch_leaks(obs).items():
         if not leak.queued and leak.nbytes < ACK_BYTES * leak.packets:
             continue  # acknowledgements only: nothing a sender waits for was lost
         through_switch = [c for c in conns if switch in c.switches()]
         if any(b - a >= HOLE_S for c in through_switch for a, b in stalls(c, obs.now)):
             continue  # a hole: the stalls name it
+        leaking[switch] = leak
+    out += _lossy_between(obs, leaking, conns)
+    for switch, leak in leaking.items():
         rows = []
         for d in obs.directions.values():
             if d.src != switch:
@@ -794,6 +798,37 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
             purity = leak.silent / max(1, leak.packets)
             score = 0.79 * share * (0.5 + 0.5 * purity)
             out.append(Suspect("link", d.name, "lossy", score, evidence, onset))
+    return out
+
+
+def _lossy_between(
+    obs: Observations, leaking: dict[str, Leak], conns: Sequence[ConnectionView]
+) -> list[Suspect]:
+    """Links whose two ends both dropped packets no full queue explains, and which some
+    connection crossed: a loss on the link both ways drops at each end's egress, and each
+    end's counters say so whatever the congestion around it makes the retransmissions say
+    (an all-to-all under ECMP: every connection retransmits 40-180 segments). Healthy
+    switches leave at most 4 packets unexplained; a hole or a down link drops at one end
+    (a down link's ends are named by their port events, above this score)."""
+    out = []
+    crossed = {
+        obs.directions[d].link_name for c in conns for d in c.directions() if d in obs.directions
+    }
+    for name, ends in _link_directions(obs).items():
+        nodes = {d.src for d in ends}
+        if name not in crossed or len(nodes) != 2 or not nodes <= set(leaking):
+            continue
+        leaks = [(node, leaking[node]) for node in sorted(nodes)]
+        purity = sum(leak.silent for _, leak in leaks) / max(
+            1, sum(leak.packets for _, leak in leaks)
+        )
+        began = [t for node, _ in leaks if (t := silent_onset(obs, node)) is not None]
+        evidence = [leak.describe(node) for node, leak in leaks]
+        evidence.append(
+            f"paths: {name} joins the two: a loss on it both ways drops at each end's egress"
+        )
+        score = 0.79 * (0.5 + 0.5 * purity)
+        out.append(Suspect("link", name, "lossy", score, evidence, min(began, default=None)))
     return out
 
 

@@ -509,6 +509,47 @@ def test_drops_no_queue_explains_find_a_loss_that_congestion_hides(
     )
 
 
+def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
+    astral: FabricDescription,
+) -> None:
+    """A link lossy both ways drops at the egress of each of its ends: both switches leak
+    what no full queue explains, though the all-to-all's congestion makes every connection
+    retransmit alike. Two leaking switches that no link joins say nothing of the kind."""
+    across = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    back = path("p1s0g0", "p1r0t0", "p1r0a0", "c0", "p0r1a0", "p0r1t0", "p0s0g1")
+    other = path("p0s0g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1", "p1r0t1", "p1s1g0")
+    conns = [
+        connection(1, 1, 4, across, retrans=70),
+        connection(2, 4, 1, back, retrans=60),
+        connection(3, 0, 6, other, retrans=70),
+        connection(
+            4,
+            2,
+            5,
+            path("p0s1g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1", "p1r0t1", "p1s0g1"),
+            retrans=80,
+        ),
+    ]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p0r0a0", "c1", "p1r0a0"]
+    full = queues({"c0": 40, "p0r1a0": 30, "c1": 200}, switches)
+    both = counters({"p0r1a0": 60, "c0": 70, "c1": 200}, switches)
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=both, queues=full)
+    )
+    link = observations(astral).directions["p0r1a0>c0"].link_name
+    assert found[0].key() == ("link", link, "lossy") and found[0].score >= 0.5
+    assert top(observations(astral, connections=conns, counters=both, queues=full)) == (
+        "link",
+        link,
+        "lossy",
+    )
+    apart = counters({"p0r1a0": 60, "p1r0a0": 70, "c1": 200}, switches)
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=apart, queues=full)
+    )
+    assert all(s.target != link for s in found)
+
+
 def test_drops_no_queue_explains_begin_when_they_stay_counted(
     astral: FabricDescription,
 ) -> None:
