@@ -1316,10 +1316,16 @@ def controller_outage(obs: Observations) -> list[Suspect]:
 
 def _telemetry_gaps(obs: Observations) -> list[tuple[float, float]]:
     """Pauses of at least :data:`TELEMETRY_GAP_S` in the counter polling of every switch
-    at once (the controller polls them; one busy switch pausing is not an outage)."""
+    at once (the controller polls them; one busy switch pausing is not an outage), and
+    while a run goes (``obs.now``) one not over yet."""
     span = obs.span
     if span is None or not obs.counters:
         return []
-    times = sorted({round(r[0], 1) for rows in obs.counters.values() for r in rows})
-    times = [t for t in times if span[0] - 1 <= t <= span[1] + 1]
-    return [(a, b) for a, b in itertools.pairwise(times) if b - a >= TELEMETRY_GAP_S]
+    polled = sorted({round(r[0], 1) for rows in obs.counters.values() for r in rows})
+    times = [t for t in polled if span[0] - 1 <= t <= span[1] + 1]
+    gaps = [(a, b) for a, b in itertools.pairwise(times) if b - a >= TELEMETRY_GAP_S]
+    # a run still going: polling that stopped and has not come back yet (beyond the lag
+    # with which the telemetry file is read) is a gap up to now
+    if obs.now is not None and polled and obs.now - polled[-1] >= TELEMETRY_GAP_S + LIVE_LAG_S:
+        gaps.append((polled[-1], obs.now))
+    return gaps

@@ -749,6 +749,22 @@ def test_a_controller_that_started_again_is_an_outage(astral: FabricDescription)
     assert diagnose(observations(astral, events=loads[:1])).healthy  # its start before the run
 
 
+def test_counter_polling_that_stopped_during_a_run_is_an_outage_before_it_restarts(
+    astral: FabricDescription,
+) -> None:
+    """While a run goes, a controller that crashed is seen before it starts again: the
+    polling of every switch stopped and has not come back (beyond the telemetry file's
+    lag). Offline the same counters are merely the end of the bundle's telemetry."""
+    polled = counters({}, ["p0r0t0", "p1r0t0"])
+    cut = {port: [r for r in rows if r[0] <= T0 + 6.0] for port, rows in polled.items()}
+    assert diagnose(observations(astral, counters=cut, now=T0 + 7.0)).healthy
+    suspect = diagnose(observations(astral, counters=cut, now=T0 + 9.0)).ranked[0]
+    assert suspect.key() == ("controller", "controller", "controller outage")
+    assert suspect.onset == pytest.approx(T0 + 6.0, abs=0.1)
+    assert diagnose(observations(astral, counters=polled, now=T0 + 9.0)).healthy
+    assert diagnose(observations(astral, counters=cut)).healthy
+
+
 def test_what_follows_a_switch_going_down_is_its_consequence(astral: FabricDescription) -> None:
     fabric = astral.fabric
     events = [
