@@ -1147,6 +1147,10 @@ def _explain_stalls(
         if not full or (elsewhere and not (leak and leak.queued is not None)):
             recall *= 0.7
         score = 0.9 * recall * precision * (1.0 if others else 0.6) * (1.0 if leak else 0.6)
+        if leak:
+            # two switches on every stalled path, both leaking: the one whose drops no
+            # full queue explains, not the one whose drops are mostly congestion's
+            score *= 0.9 + 0.1 * leak.silent / max(1, leak.packets)
         score *= 1.0 if leak or len(bad) > 1 else LONE_STALL
         acks = sum(1 for c in through if c.dst_gpu != destination)
         evidence = [

@@ -242,6 +242,12 @@ def test_connections_stalled_to_one_gpu_through_one_switch_are_its_blackhole(
     suspect = diagnose(obs).ranked[0]
     assert suspect.key() == ("switch", "p1r0a0", "blackhole")
     assert suspect.onset == pytest.approx(T0 + 3.0, abs=0.02)
+    # two of them leak: the one whose drops its full queues do not explain
+    both = counters({"p1r0a0": 40, "c0": 300}, switches)
+    full = queues({"c0": 280}, switches)
+    ranked = diagnose(observations(astral, connections=conns, counters=both, queues=full)).ranked
+    assert [s.target for s in ranked[:2]] == ["p1r0a0", "c0"]
+    assert ranked[0].score > ranked[1].score >= 0.5
 
 
 def paced(
