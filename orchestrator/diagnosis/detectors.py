@@ -499,11 +499,13 @@ def capped(
         for cid, rate in busy.items():
             if rate <= line[cid] * typical:
                 low[cid].append((second, rate / typical))
-    return {
-        cid: (max(s for _, s in xs), len(xs), float(xs[0][0]))
-        for cid, xs in low.items()
-        if len(xs) >= CAPPED_SECONDS and _dense([s for s, _ in xs], peaks[cid])
-    }
+    out = {}
+    for cid, xs in low.items():
+        share = dict(xs)
+        run = _dense(list(share), peaks[cid])
+        if run:
+            out[cid] = (max(share[second] for second in run), len(run), float(run[0]))
+    return out
 
 
 def sending_pace(c: ConnectionView) -> dict[int, float]:
@@ -553,26 +555,34 @@ def held_below_share(
     more seconds: a link slower than the fabric model says. Needs every connection's whole
     path (:func:`pace_shares`); returns, as :func:`capped` does, the highest of those
     shares, their number and the first such second."""
-    shares = pace_shares(conns, capacity)
-    low = {
-        cid: [(second, share) for second, share in sorted(mine.items()) if share < SENDING_SHARE]
-        for cid, mine in shares.items()
-    }
-    return {
-        cid: (max(s for _, s in xs), len(xs), float(xs[0][0]))
-        for cid, xs in low.items()
-        if len(xs) >= CAPPED_SECONDS and _dense([s for s, _ in xs], shares[cid])
-    }
+    out = {}
+    for cid, mine in pace_shares(conns, capacity).items():
+        run = _dense([second for second, share in mine.items() if share < SENDING_SHARE], mine)
+        if run:
+            out[cid] = (max(mine[second] for second in run), len(run), float(run[0]))
+    return out
 
 
-def _dense(low: Sequence[int], busy: Iterable[int]) -> bool:
-    """Whether the ``low`` seconds are at least :data:`LOW_DENSITY` of the ``busy`` ones
-    from the first low second to the last: a shaper holds a connection down in every
-    second it lasts; a share the fabric model misjudges (a collision it does not see,
-    TCP's unequal shares) dips under the line in a few seconds scattered over the run."""
-    first, last = min(low), max(low)
-    between = [s for s in busy if first <= s <= last]
-    return len(low) >= LOW_DENSITY * len(between)
+def _dense(low: Sequence[int], busy: Iterable[int]) -> list[int]:
+    """The longest run of ``low`` seconds that are at least :data:`LOW_DENSITY` of the
+    ``busy`` ones from its first to its last, if it holds :data:`CAPPED_SECONDS` of them
+    (else empty): a shaper holds a connection down in every second it lasts; a share the
+    fabric model misjudges (a collision it does not see, TCP's unequal shares) dips under
+    the line in a few seconds scattered over the run. A connection whose share the model
+    misjudges all along and that a slow link then held down shows both: the run is the
+    slow link's."""
+    seconds = sorted(set(busy))
+    low = sorted(low)
+    best: list[int] = []
+    for a, first in enumerate(low):
+        for b in range(len(low) - 1, a + CAPPED_SECONDS - 2, -1):
+            if b - a + 1 <= len(best):
+                break
+            between = sum(1 for s in seconds if first <= s <= low[b])
+            if b - a + 1 >= LOW_DENSITY * between:
+                best = low[a : b + 1]
+                break
+    return best
 
 
 def kept_share(

@@ -314,6 +314,12 @@ def test_a_share_misjudged_in_scattered_seconds_is_no_slow_link(
     together = shaped(1, 3, 7, ACROSS_C0, rate, lambda t: 0.3 if 7 <= t < 11 else 1.0)
     assert set(held_below_share([together, *healthy], capacity)) == {1}
     assert top(observations(astral, connections=[together, *healthy]))[2] == "slow"
+    # both: the back-to-back seconds are a shaper's whatever the scattered ones around
+    both = shaped(
+        1, 3, 7, ACROSS_C0, rate, lambda t: 0.3 if 7 <= t < 11 or int(t) in (2, 15, 18) else 1.0
+    )
+    held = held_below_share([both, *healthy], capacity)
+    assert set(held) == {1} and held[1][1] >= 4 and held[1][2] == pytest.approx(T0 + 7, abs=1)
 
 
 def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_it(
