@@ -472,6 +472,8 @@ class Outcome:
     saturated: bool | None = None
     crossed: bool | None = None
     alerts: list[dict[str, Any]] | None = None  # the run's live alerts (run.json)
+    # the alerts are a replay of the live diagnosis on the bundle (--replay), not the run's
+    replayed: bool = False
 
     @property
     def top(self) -> str:
@@ -653,8 +655,13 @@ def timing_lines(outcomes: Sequence[Outcome]) -> list[str]:
     if recorded:
         faulty = [o for o in recorded if o.scenario.kind is not None]
         healthy_alerts = sum(bool(o.alerts) for o in recorded if o.scenario.kind is None)
+        how = (
+            "replayed from the bundles with the code of now, not the runs' own alerts"
+            if any(o.replayed for o in recorded)
+            else "first matching ALERT - applied"
+        )
         lines.append(
-            f"  live alert delay (first matching ALERT - applied): {_spread(alerted)}; "
+            f"  live alert delay ({how}): {_spread(alerted)}; "
             f"{len(alerted)} of {len(faulty)} fault runs alerted on the injected fault, "
             f"{sum(d <= 5.0 for d in alerted)} within 5 s; healthy runs with an alert: "
             f"{healthy_alerts} of {len(recorded) - len(faulty)}"
@@ -868,8 +875,10 @@ def saved_runs(directory: Path) -> list[tuple[Path, Scenario]]:
     return runs
 
 
-def rediagnose(directory: Path) -> list[Outcome]:
-    """Every saved run diagnosed again (its status and duration from its outcome.json)."""
+def rediagnose(directory: Path, replay: bool = False) -> list[Outcome]:
+    """Every saved run diagnosed again (its status and duration from its outcome.json);
+    ``replay``: its live alerts replayed from the bundle with the code of now
+    (orchestrator.diagnosis.replay) in place of those the run raised."""
     outcomes = []
     for run_dir, scenario in saved_runs(directory):
         status, seconds = "ok", float("nan")
@@ -877,7 +886,14 @@ def rediagnose(directory: Path) -> list[Outcome]:
         if saved.exists():
             before = json.loads(saved.read_text())
             status, seconds = before.get("status", "ok"), before.get("run_seconds", seconds)
-        outcomes.append(evaluate(run_dir, scenario, status, seconds))
+        outcome = evaluate(run_dir, scenario, status, seconds)
+        if replay and outcome.error is None:
+            replayed = importlib.import_module("orchestrator.diagnosis.replay")
+            evidence = importlib.import_module("orchestrator.diagnosis.evidence")
+            obs = evidence.observe(run_dir / "bundle")
+            outcome.alerts = [a.to_dict() for a in replayed.replay(obs)]
+            outcome.replayed = True
+        outcomes.append(outcome)
     return outcomes
 
 
@@ -922,6 +938,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--fabrics and --policies select among them)",
     )  # fmt: skip
     parser.add_argument(
+        "--replay", action="store_true",
+        help="with --diagnose-only: the live alerts replayed from each bundle with the code "
+        "of now, in place of those the run raised (approximate: docs/diagnosis.md)",
+    )  # fmt: skip
+    parser.add_argument(
         "--resume", action="store_true",
         help="with --out: keep the runs of DIR that finished (outcome.json), run the rest",
     )  # fmt: skip
@@ -949,7 +970,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.monotonic()
     if args.diagnose_only is not None:
-        again = [o for o in rediagnose(args.diagnose_only) if selected(o.scenario, args)]
+        again = [
+            o for o in rediagnose(args.diagnose_only, args.replay) if selected(o.scenario, args)
+        ]
         print(f"# re-diagnosed {len(again)} saved runs of {args.diagnose_only}")
         print("# suite")
         for line in suite_counts([o.scenario for o in again]):

@@ -44,10 +44,12 @@ class LiveDiagnosis:
         build: Callable[[], Observations | None],
         say: Callable[[str], None],
         interval: float = INTERVAL_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.build = build
         self.say = say
         self.interval = interval
+        self.clock = clock  # what stamps an alert (a replay's cut: its own instant)
         self.alerts: list[Alert] = []
         self.errors: list[str] = []
         self.checks = 0
@@ -78,7 +80,7 @@ class LiveDiagnosis:
             if key in self._seen:
                 continue
             self._seen.add(key)
-            alert = Alert(time.time(), suspect)
+            alert = Alert(self.clock(), suspect)
             self.alerts.append(alert)
             raised.append(alert)
             self.say(alert.line())

@@ -530,7 +530,10 @@ class Sampler:
     With ``tcp_info`` (seconds, 0: never), a sample of a sending end carries the kernel's
     :class:`TcpView` from the same read when the connection's previous view is at least
     that old: the kernel's RTT estimate moves slower than the byte counts, and every view
-    is a row the launcher must parse while the collective runs.
+    is a row the launcher must parse while the collective runs. A connection with work
+    queued that moves nothing (stalled: a timeout, a hole) carries on sending its views at
+    that pace in zero-byte samples: its retransmissions while it stalls are the evidence
+    of a hole, and a run still going has no other way to see them.
     """
 
     def __init__(self, pool: ConnectionPool, interval: float = 0.01, tcp_info: float = 0.0):
@@ -542,6 +545,7 @@ class Sampler:
         self._samples: list[Sample] = []
         self._last: dict[int, int] = {}  # index -> counter at the previous tick
         self._active: dict[int, bool] = {}  # index -> the previous tick had bytes
+        self._held: dict[int, float] = {}  # index -> its last zero-byte view's tick
         self._prev_t = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -599,11 +603,16 @@ class Sampler:
             self._last[conn.index] = value
             was_active = self._active.get(conn.index, False)
             if delta:
-                if not was_active:
+                if not was_active and self._held.get(conn.index) != self._prev_t:
                     out.append(Sample(self._prev_t, conn.index, 0))
                 out.append(Sample(now, conn.index, delta, view))
             elif was_active:
                 out.append(Sample(now, conn.index, 0, view))
+            elif view is not None:
+                # work queued and nothing moving: a stall (a hole, a timeout); its kernel
+                # view (retransmissions, data outstanding) is what tells it, live
+                out.append(Sample(now, conn.index, 0, view))
+                self._held[conn.index] = now
             self._active[conn.index] = bool(delta)
         self._prev_t = now
         if out:

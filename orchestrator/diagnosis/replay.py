@@ -1,0 +1,76 @@
+"""The live diagnosis replayed from a finished bundle: what its alerts would have been.
+
+The live diagnosis (:mod:`orchestrator.diagnosis.live`) runs the detectors every second on
+what the layers hold so far, and its detection delays can only be measured in a run (the
+bundle keeps the alerts it raised). To try a change of the detectors against saved runs
+without emulating them again, :func:`replay` cuts a bundle's observations at successive
+instants the way the live builder (orchestrator/run/alerts.py) sees them, diagnoses each
+cut exactly as the live diagnosis does, and raises an alert the first time a suspect
+scores above the threshold, stamped with the instant of the cut.
+
+What a cut holds, as live: the operations every rank had finished, the counters and the
+controller's events up to the instant, each connection's samples and kernel views up to
+:data:`SHIP_LAG_S` before it (the workers ship them every 0.2 s), the entry lateness of
+finished operations, no egress-queue samples (the live builder reads none), and ``now``
+(a stall or a pause of the polling not over yet counts up to it). What differs from a
+real run, so that a replayed delay approximates a live one rather than measures it: the
+paths are the bundle's (traced after each batch; live, as first traced), every
+configuration's connections are in every cut (live, the running launch's only), and the
+machine is not busy diagnosing while the fabric runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from orchestrator.diagnosis.evidence import ConnectionView, Observations
+from orchestrator.diagnosis.live import INTERVAL_S, Alert, LiveDiagnosis
+
+SHIP_LAG_S = 0.2  # the workers ship their samples this often: a cut sees them this late
+
+
+def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
+    """``obs`` as a live look at ``now`` would have seen it (the module docstring)."""
+    seen = now - lag
+    operations = [o for o in obs.operations if o.end <= now]
+    done = {(o.config_id, o.iteration) for o in operations}
+    return dataclasses.replace(
+        obs,
+        status="running",
+        operations=operations,
+        counters={p: [r for r in rows if r[0] <= now] for p, rows in obs.counters.items()},
+        connections=[_cut(c, seen) for c in obs.connections],
+        events=[e for e in obs.events if e.t <= now],
+        lateness={k: v for k, v in obs.lateness.items() if (k[0], k[1]) in done},
+        queues={},
+        workload=None,
+        now=now,
+    )
+
+
+def _cut(c: ConnectionView, seen: float) -> ConnectionView:
+    return dataclasses.replace(
+        c,
+        samples=[s for s in c.samples if s[0] <= seen],
+        retrans=[s for s in c.retrans if s[0] <= seen],
+        rtt=[s for s in c.rtt if s[0] <= seen],
+        unacked=[s for s in c.unacked if s[0] <= seen],
+        ssthresh=[s for s in c.ssthresh if s[0] <= seen],
+    )
+
+
+def replay(obs: Observations, interval: float = INTERVAL_S) -> list[Alert]:
+    """The alerts a live diagnosis looking every ``interval`` seconds would have raised,
+    from the first timed operation's start to a second after the last one's end (each
+    stamped with its look's instant)."""
+    span = obs.span
+    if span is None:
+        return []
+    start, end = span
+    now = start
+    live = LiveDiagnosis(lambda: at(obs, now), say=lambda line: None, clock=lambda: now)
+    alerts: list[Alert] = []
+    while now <= end + 1.0:
+        alerts += live.check()
+        now += interval
+    return alerts
