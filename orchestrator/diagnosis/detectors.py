@@ -321,38 +321,43 @@ def egress_ports(obs: Observations, d: Direction) -> list[Port]:
     ]
 
 
-def full_queues(obs: Observations) -> dict[Port, str]:
+def full_queues(obs: Observations, window: tuple[float, float] | None = None) -> dict[Port, str]:
     """Switch ports whose egress queue was full during the run, each with what says so:
     it held :data:`QUEUE_MIN_BYTES` or more at its 90th percentile (:func:`port_queues`),
     or it discarded :data:`QUEUE_DROPS_MIN` packets or more. A port slower than what its
     senders offer does both; in a run without congestion nothing else does (an
     all-to-all's incast fills many queues, which the transport layer's evidence then
-    has to tell apart)."""
+    has to tell apart). ``window`` (start, end): full then (a slow link's queue fills
+    while it is slow; a port upstream of it that is the bottleneck the rest of the time
+    fills only then)."""
     span = obs.span
     if span is None:
         return {}
+    start, end = window or (span[0] - 0.5, span[1] + 1.0)
     out = {
-        port: f"held {held:,} bytes (90th percentile)" for port, held in port_queues(obs).items()
+        port: f"held {held:,} bytes (90th percentile{' then' if window else ''})"
+        for port, held in port_queues(obs, window).items()
     }
     for port in obs.queues:
-        dropped = obs.queue_drops(port, span[0] - 0.5, span[1] + 1.0) or 0
+        dropped = obs.queue_drops(port, start, end) or 0
         if dropped >= QUEUE_DROPS_MIN:
             said = out.get(port)
             out[port] = (f"{said} and " if said else "") + f"discarded {dropped:,} packets full"
     return out
 
 
-def port_queues(obs: Observations) -> dict[Port, int]:
+def port_queues(obs: Observations, window: tuple[float, float] | None = None) -> dict[Port, int]:
     """Switch ports whose egress queue held :data:`QUEUE_MIN_BYTES` or more at its 90th
     percentile over the run's samples (the shaper's backlog, :attr:`Observations.queues`):
     the port slower than what its senders offer, named exactly, where the counters' sum
-    names only its switch."""
+    names only its switch. ``window`` (start, end): over its samples only."""
     span = obs.span
     if span is None:
         return {}
+    start, end = window or (span[0] - 1.0, span[1] + 1.0)
     out = {}
     for port, rows in obs.queues.items():
-        held = sorted(r[3] for r in rows if span[0] - 1.0 <= r[0] <= span[1] + 1.0)
+        held = sorted(r[3] for r in rows if start <= r[0] <= end)
         if len(held) < 4:
             continue
         p90 = held[int(0.9 * (len(held) - 1))]
@@ -585,6 +590,26 @@ def _dense(low: Sequence[int], busy: Iterable[int]) -> list[int]:
     return best
 
 
+def _held_seconds(shares: dict[int, dict[int, float]], slow: Iterable[int]) -> set[int]:
+    """The seconds in which some of the ``slow`` connections sent under
+    :data:`SENDING_SHARE` of their fair share (:func:`pace_shares`)."""
+    return {
+        second
+        for cid in slow
+        for second, share in shares.get(cid, {}).items()
+        if share < SENDING_SHARE
+    }
+
+
+def held_window(
+    conns: Sequence[ConnectionView], capacity: dict[str, float], slow: Iterable[int]
+) -> tuple[float, float] | None:
+    """From the first second the ``slow`` connections were held under their share to the
+    end of the last one (None when their shares are not known)."""
+    seconds = _held_seconds(pace_shares(conns, capacity), slow)
+    return (float(min(seconds)), float(max(seconds)) + 1.0) if seconds else None
+
+
 def kept_share(
     conns: Sequence[ConnectionView], capacity: dict[str, float], slow: Iterable[int]
 ) -> set[int] | None:
@@ -596,15 +621,8 @@ def kept_share(
     share, only some under the line), says nothing against it. None when the shares are
     not known (a path known only in part)."""
     shares = pace_shares(conns, capacity)
-    if not shares:
-        return None
     slow = set(slow)
-    window = {
-        second
-        for cid in slow
-        for second, share in shares.get(cid, {}).items()
-        if share < SENDING_SHARE
-    }
+    window = _held_seconds(shares, slow)
     if not window:
         return None
     kept = set()
@@ -638,7 +656,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
     rates = capped(conns, capacity)
     paced = held_below_share(conns, capacity)
-    if len(paced) > GLOBAL_SHARE * len(conns):
+    if len(paced) > GLOBAL_SHARE * len(conns) and not _through_full_queue(obs, paced, by_id):
         # most connections paced low at once: a pipelined collective (a ring forwards as
         # it receives) sends at its slowest link's pace everywhere; the peaks must tell
         paced = {}
@@ -684,7 +702,10 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     lossy -= slow
     # most connections at once: the machine (a busy neighbour, the emulator's CPU) or the
     # whole fabric's load, not one component; no link is blamed for it
-    if len(set(stalled) | lossy | slow) > GLOBAL_SHARE * len(conns):
+    anomalous = set(stalled) | lossy | slow
+    if len(anomalous) > GLOBAL_SHARE * len(conns) and not (
+        anomalous == slow and _through_full_queue(obs, slow, by_id)
+    ):
         return []
     out: list[Suspect] = []
     if stalled:
@@ -711,8 +732,32 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         out += _explain(
             obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets,
             queues=switch_queues(obs), kept=kept_share(conns, capacity, slow),
+            window=held_window(conns, capacity, slow),
         )  # fmt: skip
     return out
+
+
+def _through_full_queue(
+    obs: Observations, ids: Iterable[int], by_id: dict[int, ConnectionView]
+) -> bool:
+    """Whether every one of the connections ``ids`` crosses one direction whose egress
+    queue was full (:func:`full_queues`): most connections held low at once is the
+    machine or a pipelined collective, unless they all wait at one port that could not
+    keep up. A small fabric (one spine) sends every connection that leaves a leaf through
+    the same link: a slow one holds them all."""
+    common: set[str] | None = None
+    for cid in ids:
+        mine = set(by_id[cid].directions())
+        common = mine if common is None else common & mine
+    if not common or not obs.queues:
+        return False
+    full = full_queues(obs)
+    return any(
+        port in full
+        for name in common
+        if name in obs.directions
+        for port in egress_ports(obs, obs.directions[name])
+    )
 
 
 def silent_onset(obs: Observations, switch: str) -> float | None:
@@ -907,6 +952,7 @@ def _explain(
     leaks: dict[str, Leak] | None = None,
     queues: dict[str, int] | None = None,
     kept: set[int] | None = None,
+    window: tuple[float, float] | None = None,
 ) -> list[Suspect]:
     """The directions on the bad connections' paths, scored by how much of the badness
     they explain (recall) and how little health they would contradict (precision). A
@@ -916,7 +962,8 @@ def _explain(
     ``leaks`` (a loss): a direction out of a switch is believed when that switch dropped
     packets inside, one out of a GPU when no switch on the bad paths did (its own
     egress is not counted by any switch). With ``kept`` (a slow link): only those healthy
-    connections contradict a component (:func:`kept_share`)."""
+    connections contradict a component (:func:`kept_share`); with ``window``, a queue
+    full then is the evidence (:func:`full_queues`)."""
     leaks = leaks or {}
     bad_switches = {n for c in bad for n in c.switches()}
     listed = ", ".join(f"{_describe(obs, c)}: {why[c.id]}" for c in bad[:3])
@@ -937,7 +984,7 @@ def _explain(
 
     ranked = _ranked_components(bad, everyone, components, contradicting)
     recall_of = {name: recall for name, recall, _, _ in ranked}
-    full = full_queues(obs) if queues is not None and obs.queues else {}
+    full = full_queues(obs, window) if queues is not None and obs.queues else {}
     out: list[Suspect] = []
     for name, recall, precision, through in ranked:
         if len(out) == 6:

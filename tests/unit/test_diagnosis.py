@@ -344,6 +344,42 @@ def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_i
     assert kept_share([*slow, kept_it, *healthy], capacity, {1, 2}) == {3, 4, 5}
 
 
+def test_most_connections_held_low_at_one_full_port_is_that_port_while_it_was_slow(
+    astral: FabricDescription,
+) -> None:
+    """A small fabric sends most connections through one link (one spine): a slow one
+    holds most of them low at once, which is not the machine when they all wait at one
+    port whose queue was full. Which of their shared directions: the one whose queue was
+    full while they were held low; the next one up is the bottleneck (full) the rest of
+    the time."""
+    obs = observations(astral)
+    third = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8 / 3
+    via = [
+        (1, 3, 7, ACROSS_C0),
+        (2, 1, 6, path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")),
+        (3, 3, 4, path("p0s1g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")),
+    ]
+    conns = [paced(cid, src, dst, hops, third, 0.25) for cid, src, dst, hops in via]
+    conns.append(paced(4, 6, 2, ELSEWHERE, 3 * third))
+    slowed = egress_ports(obs, obs.directions["p0r1t1>p0r1a0"])[0]
+    after = egress_ports(obs, obs.directions["p0r1a0>c0"])[0]
+
+    def backlog(full: Callable[[float], bool]) -> list[tuple[float, int, int, int]]:
+        return [
+            (T0 + k * 0.5 - 1, k * 10, 0, 40_000 if full(k * 0.5 - 1) else 0) for k in range(45)
+        ]
+
+    queues = {
+        slowed: backlog(lambda t: 5.0 <= t < 12.0),
+        after: backlog(lambda t: not 5.0 <= t < 12.0),
+    }
+    suspect = diagnose(observations(astral, connections=conns, queues=queues)).ranked[0]
+    assert suspect.key() == ("link", "p0r1t1>p0r1a0", "slow") and suspect.score >= 0.8
+    assert any("90th percentile then" in e for e in suspect.evidence)
+    # with no port full, most connections held low at once stay the machine's
+    assert diagnose(observations(astral, connections=conns)).healthy
+
+
 def test_a_connection_held_low_that_times_out_is_slow_not_in_a_hole(
     astral: FabricDescription,
 ) -> None:
