@@ -70,6 +70,7 @@ STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RT
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
 RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
 RETRANS_FACTOR = 4.0  # x the median connection's
+LOSS_EXCESS = 10  # segments each beyond the median: a loss's connections retransmitted so
 # a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
 # ... 4 s): some 10 to 20 times in several seconds
 HOLE_RETRANS_MIN = 5
@@ -829,16 +830,24 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
             through = [c for c in conns if d.name in c.directions()]
             if through:
                 excess = sum(max(0, retrans[c.id] - typical) for c in through) / len(through)
-                rows.append((excess, d, through))
-        total = sum(excess for excess, _, _ in rows)
+                # an egress whose own queue discarded packets owes its connections'
+                # retransmissions to that, in the measure its discards outnumber the
+                # switch's unexplained drops: the loss is more likely where none were
+                discarded = sum(
+                    obs.queue_drops(port, start - 0.5, end + 1.0) or 0
+                    for port in egress_ports(obs, d)
+                )
+                purity = leak.silent / max(1, leak.silent + discarded)
+                rows.append((excess * purity, excess, purity, d, through))
+        total = sum(row[0] for row in rows)
         if total <= 0:
             continue
-        rows.sort(key=lambda row: (-row[0], row[1].name))
+        rows.sort(key=lambda row: (-row[0], row[3].name))
         began = silent_onset(obs, switch)
-        for excess, d, through in rows[:3]:
-            if excess <= 0:
+        for weighted, excess, purity, d, through in rows[:3]:
+            if weighted <= 0:
                 break
-            share = excess / total
+            share = weighted / total
             firsts = [_first_retransmission(c, start) for c in through]
             onset = began or min((t for t in firsts if t is not None), default=None)
             evidence = [
@@ -848,10 +857,12 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
                 f"{share:.0%} of that excess over {switch}'s {len(rows)} egresses in use",
             ]
             # below a link seen down (0.8: reconcile's line), whose port drops what it
-            # would send as well; drops beside many more a full queue discarded are less
-            # sure than drops at a switch without congestion
-            purity = leak.silent / max(1, leak.packets)
+            # would send as well; drops beside many more this egress's full queue
+            # discarded are less sure than drops at an egress without congestion
             score = 0.79 * share * (0.5 + 0.5 * purity)
+            # a share of next to nothing says nothing: a lost data packet costs its
+            # connection tens of segments (a 64 KiB one, 45)
+            score *= min(1.0, excess / LOSS_EXCESS)
             out.append(Suspect("link", d.name, "lossy", score, evidence, onset))
     return out
 

@@ -557,6 +557,50 @@ def test_drops_no_queue_explains_find_a_loss_that_congestion_hides(
     )
 
 
+def test_the_unexplained_drops_are_at_the_egress_whose_queue_did_not_overflow(
+    astral: FabricDescription,
+) -> None:
+    """A switch whose one egress overflows (congestion: its connections retransmit most)
+    and which drops a few packets no queue explains: those were lost at an egress whose
+    queue discarded nothing, among whose connections the retransmissions beyond the
+    median are then the loss's."""
+    obs = observations(astral)
+    congested = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    lossy = path("p0s1g1", "p0r1t1", "p0r1a0", "p0r1t0", "p0s0g0")
+    elsewhere = [
+        connection(
+            3,
+            0,
+            6,
+            path("p0s0g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1", "p1r0t1", "p1s1g0"),
+            retrans=60,
+        ),
+        connection(
+            4,
+            2,
+            5,
+            path("p0s1g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1", "p1r0t1", "p1s0g1"),
+            retrans=50,
+        ),
+    ]
+    conns = [connection(1, 1, 4, congested, retrans=150), connection(2, 3, 0, lossy, retrans=110)]
+    conns += elsewhere
+    switches = ["p0r1t1", "p0r1a0", "p0r0a0", "c1"]
+    drops = counters({"p0r1a0": 230}, switches)
+    full = queues({}, switches)
+    (port,) = egress_ports(obs, obs.directions["p0r1a0>c0"])
+    drops[port] = [(t, rx, rx, p, p) for t, rx, _, p, _ in drops[("p0r1a0", 1)]]  # polled too
+    full[port] = [
+        (T0 + k * 0.5 - 1, k * 10, round(200 * min(1.0, max(0.0, (k * 0.5 - 1) / 20))), 0)
+        for k in range(45)
+    ]
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=drops, queues=full)
+    )
+    assert found[0].key() == ("link", "p0r1a0>p0r1t0", "lossy") and found[0].score >= 0.5
+    assert all(s.score < 0.5 for s in found[1:])
+
+
 def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
     astral: FabricDescription,
 ) -> None:
