@@ -70,6 +70,7 @@ STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RT
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
 RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
 RETRANS_FACTOR = 4.0  # x the median connection's
+BOTH_ENDS_SURE = 40  # packets unexplained at each end of a link: a loss on it, surely
 LOSS_EXCESS = 10  # segments each beyond the median: a loss's connections retransmitted so
 # a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
 # ... 4 s): some 10 to 20 times in several seconds
@@ -813,15 +814,18 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     retrans = {c.id: retransmissions(c, start, end) for c in conns}
     typical = statistics.median(retrans.values())
     out: list[Suspect] = []
-    leaking = {}
+    leaking, dropping = {}, {}
     for switch, leak in switch_leaks(obs).items():
         if not leak.queued and leak.nbytes < ACK_BYTES * leak.packets:
             continue  # acknowledgements only: nothing a sender waits for was lost
         through_switch = [c for c in conns if switch in c.switches()]
+        dropping[switch] = leak
         if any(b - a >= HOLE_S for c in through_switch for a, b in stalls(c, obs.now)):
             continue  # a hole: the stalls name it
         leaking[switch] = leak
-    out += _lossy_between(obs, leaking, conns)
+    # a hole drops at one switch; both ends of one link dropping is a loss on it, however
+    # long its timeouts stalled the connections through it
+    out += _lossy_between(obs, dropping, conns)
     for switch, leak in leaking.items():
         rows = []
         for d in obs.directions.values():
@@ -885,9 +889,20 @@ def _lossy_between(
         if name not in crossed or len(nodes) != 2 or not nodes <= set(leaking):
             continue
         leaks = [(node, leaking[node]) for node in sorted(nodes)]
-        purity = sum(leak.silent for _, leak in leaks) / max(
-            1, sum(leak.packets for _, leak in leaks)
+        # what the link's own egress queues discarded (congestion on it), not the rest
+        # of the two switches' discards, makes its ends' unexplained drops less sure
+        span = obs.span
+        assert span is not None
+        discarded = sum(
+            obs.queue_drops(port, span[0] - 0.5, span[1] + 1.0) or 0
+            for d in ends
+            for port in egress_ports(obs, d)
         )
+        silent = sum(leak.silent for _, leak in leaks)
+        purity = silent / max(1, silent + discarded)
+        # ... unless each end's unexplained drops are many on their own: healthy switches
+        # leave at most 4, and the queues' jitter grows with their discards, not this far
+        purity = max(purity, min(1.0, min(leak.silent for _, leak in leaks) / BOTH_ENDS_SURE))
         began = [t for node, _ in leaks if (t := silent_onset(obs, node)) is not None]
         evidence = [leak.describe(node) for node, leak in leaks]
         evidence.append(

@@ -640,6 +640,13 @@ def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
         observations(astral, connections=conns, counters=apart, queues=full)
     )
     assert all(s.target != link for s in found)
+    # the loss's timeouts stall a connection across the link for 3 s: still the link's
+    # loss (a hole drops at one switch, not at both ends of a link)
+    conns[0] = connection(1, 1, 4, across, stall=(6.0, 9.0), retrans=70)
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=both, queues=full)
+    )
+    assert [s.key() for s in found] == [("link", link, "lossy")] and found[0].score >= 0.5
 
 
 def test_drops_no_queue_explains_begin_when_they_stay_counted(
