@@ -686,6 +686,14 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         >= HOLE_RETRANS_MIN
     }  # fmt: skip
     holes = _first_stalled(holes)
+    if obs.now is not None and not obs.queues:
+        # live, where no queue says whether a switch's drops were congestion's: a
+        # congested all-to-all's timeouts stall connections 1-1.5 s with retransmissions
+        # (a healthy run alerted on a "hole" so), a hole holds them until it ends
+        stalled = {
+            cid: s for cid, s in stalled.items() if max(b - a for a, b in s) >= HOLE_S
+        }  # fmt: skip
+        holes = {cid: s for cid, s in holes.items() if cid in stalled}
     if len(stalled) > GLOBAL_SHARE * len(conns):
         # Most connections stalled at once: the whole fabric's load (a congested
         # all-to-all's timeouts), the machine, or a collective waiting behind a few

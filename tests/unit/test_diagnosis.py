@@ -864,6 +864,31 @@ def test_counter_polling_that_stopped_during_a_run_is_an_outage_before_it_restar
     assert diagnose(observations(astral, counters=cut)).healthy
 
 
+def test_live_without_queues_a_short_stall_is_no_hole(astral: FabricDescription) -> None:
+    """While a run goes no egress queue says whether a switch's drops were congestion's:
+    a congested all-to-all's timeouts stall connections for 1-1.5 s with retransmissions
+    and its switches drop packets, which must not raise a blackhole alert; a stall as
+    long as a hole's (2.5 s) still does."""
+    into = [
+        path("p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+        path("p0s1g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+    ]
+    healthy = [
+        connection(3, 5, 6, path("p1s0g1", "p1r1t0", "p1r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")),
+        connection(4, 7, 6, path("p1s1g1", "p1r1t1", "p1r0t1", "p1s1g0")),
+    ]
+    leaking = counters({"p1r0a0": 300}, ["c0", "p1r0a0", "p1r0t0"])
+
+    def live(stall: tuple[float, float]) -> Observations:
+        conns = [
+            connection(i + 1, 3 - i, 4, p, stall=stall, retrans=12) for i, p in enumerate(into)
+        ]
+        return observations(astral, connections=conns + healthy, counters=leaking, now=T0 + 20.0)
+
+    assert diagnose(live((4.5, 5.8))).healthy
+    assert top(live((4.5, 7.5))) == ("switch", "p1r0a0", "blackhole")
+
+
 def test_what_follows_a_switch_going_down_is_its_consequence(astral: FabricDescription) -> None:
     fabric = astral.fabric
     events = [
