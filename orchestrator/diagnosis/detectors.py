@@ -1325,7 +1325,16 @@ def stragglers(obs: Observations) -> list[Suspect]:
             continue  # two late operations count only back to back
         if len(ops) < 3 and excesses[0] < TWO_LATE_S:
             continue  # and only by more than a busy machine's hiccup
-        span = sum(1 for c, i in by_op if c == config_id and iterations[0] <= i <= iterations[-1])
+        # the operations between its first late one and its last in which its entry was
+        # measured (an operation whose first byte a sample missed says nothing either way)
+        span = sum(
+            1
+            for (c, i), ranks in by_op.items()
+            if c == config_id
+            and iterations[0] <= i <= iterations[-1]
+            and rank in ranks
+            and len(ranks) >= 3
+        )
         if len(ops) < LATE_SHARE * span:
             continue  # late now and then, not in every operation while it lasted
         gpu = obs.gpus_by_rank.get(config_id, {}).get(rank, f"rank {rank}")
