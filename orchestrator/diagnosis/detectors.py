@@ -562,8 +562,13 @@ def held_below_share(
     more seconds: a link slower than the fabric model says. Needs every connection's whole
     path (:func:`pace_shares`); returns, as :func:`capped` does, the highest of those
     shares, their number and the first such second."""
+    return _held_below(pace_shares(conns, capacity))
+
+
+def _held_below(shares: dict[int, dict[int, float]]) -> dict[int, tuple[float, int, float]]:
+    """:func:`held_below_share` on shares already computed (:func:`pace_shares`)."""
     out = {}
-    for cid, mine in pace_shares(conns, capacity).items():
+    for cid, mine in shares.items():
         run = _dense([second for second, share in mine.items() if share < SENDING_SHARE], mine)
         if run:
             out[cid] = (max(mine[second] for second in run), len(run), float(run[0]))
@@ -608,7 +613,11 @@ def held_window(
 ) -> tuple[float, float] | None:
     """From the first second the ``slow`` connections were held under their share to the
     end of the last one (None when their shares are not known)."""
-    seconds = _held_seconds(pace_shares(conns, capacity), slow)
+    return _window(pace_shares(conns, capacity), slow)
+
+
+def _window(shares: dict[int, dict[int, float]], slow: Iterable[int]) -> tuple[float, float] | None:
+    seconds = _held_seconds(shares, slow)
     return (float(min(seconds)), float(max(seconds)) + 1.0) if seconds else None
 
 
@@ -622,7 +631,10 @@ def kept_share(
     low too (a link slowed to a quarter holds every connection on it to 0.2-0.6 of its
     share, only some under the line), says nothing against it. None when the shares are
     not known (a path known only in part)."""
-    shares = pace_shares(conns, capacity)
+    return _kept(pace_shares(conns, capacity), slow)
+
+
+def _kept(shares: dict[int, dict[int, float]], slow: Iterable[int]) -> set[int] | None:
     slow = set(slow)
     window = _held_seconds(shares, slow)
     if not window:
@@ -657,7 +669,8 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     by_id = {c.id: c for c in conns}
     capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
     rates = capped(conns, capacity)
-    paced = held_below_share(conns, capacity)
+    shares = pace_shares(conns, capacity)  # once: the pace rule, the window and who kept up
+    paced = _held_below(shares)
     if len(paced) > GLOBAL_SHARE * len(conns) and not _through_full_queue(obs, paced, by_id):
         # most connections paced low at once: a pipelined collective (a ring forwards as
         # it receives) sends at its slowest link's pace everywhere; the peaks must tell
@@ -741,8 +754,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         onsets = {i: (rates.get(i) or paced[i])[2] for i in slow}
         out += _explain(
             obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets,
-            queues=switch_queues(obs), kept=kept_share(conns, capacity, slow),
-            window=held_window(conns, capacity, slow),
+            queues=switch_queues(obs), kept=_kept(shares, slow), window=_window(shares, slow),
         )  # fmt: skip
     return out
 
