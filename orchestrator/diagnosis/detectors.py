@@ -20,8 +20,8 @@ what several detectors say of the same component and ranks the result.
   the switch forwards everything else).
 - :func:`dropped_without_congestion`: a switch whose drops no full queue explains has a
   lossy egress, the one whose connections retransmitted most beyond the run's median.
-- :func:`local_drops`: connections whose window was cut again and again with next to
-  nothing retransmitted: their GPU's own egress refused packets (``lossy``).
+- :func:`uncounted_losses`: retransmissions no counter explains (no discarding queue, no
+  leaking switch on their paths), gathered on the link out of one GPU (``lossy``).
 - :func:`stragglers`: a rank that enters the collective operations late, operation after
   operation, while the others wait for it: that GPU is a ``straggler``.
 - :func:`controller_outage`: the controller's process started again during the run (its
@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
-from orchestrator.diagnosis.model import REFUSED, Suspect
+from orchestrator.diagnosis.model import UNCOUNTED, Suspect
 from topologies.model import Link, LinkKind
 
 # A port's down and up messages closer than this are one event seen from both ends.
@@ -56,8 +56,9 @@ SILENT_MIN_PACKETS = 5
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
-LOCAL_SSTHRESH = 4  # segments: a window cut again and again (healthy, unretransmitted: 18+)
-LOCAL_RETRANS = 2  # segments retransmitted at most, beside such cuts
+UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
+UNCOUNTED_SURE = 40  # ... this many: surely a loss (healthy: at most 6 on one link, 29 in all)
+UNCOUNTED_PAD_S = 1.0  # a queue's discard is retransmitted within this (RTTs, timeouts)
 # bytes per dropped packet below which the drops were acknowledgements (54 bytes each):
 # a healthy ECMP all-to-all on a fat-tree lost 10-21 of them at three switches, with
 # nothing retransmitted for it; a loss on a data path averages 1.5-5 KB
@@ -933,52 +934,79 @@ def _lossy_between(
     return out
 
 
-def local_drops(obs: Observations) -> list[Suspect]:
-    """Connections whose sender's own egress refused their packets: a loss on the link
-    out of a GPU, which no switch counts (the packet never left the GPU) and which the
-    sender does not retransmit (its kernel was told at once, and sends the segment again
-    as new data). What its kernel does instead is cut its window, as for a loss, each
-    time: the slow-start threshold falls to :data:`LOCAL_SSTHRESH` segments or less
-    while the connection retransmits next to nothing (at most :data:`LOCAL_RETRANS`
-    segments, or a quarter of the run's median connection where congestion makes every
-    connection retransmit). Congestion in the fabric cuts
-    the window too, but through losses that are retransmitted; a slow link out of the
-    GPU queues in its deep FIFO instead of refusing. Scored per GPU egress by the share of
-    the connections leaving by it that show this."""
+def uncounted_losses(obs: Observations) -> list[Suspect]:
+    """Retransmissions no counter explains, gathered on the link out of one GPU: a loss
+    there. Every other place a packet can be lost is counted somewhere: a switch's full
+    egress queue reports its discards (:attr:`Observations.queues`), and whatever else a
+    switch drops shows in its ports' counters (:func:`switch_leaks`). A packet lost on
+    its way out of a GPU never reaches a switch, so no counter sees it; its sender
+    retransmits it. So per connection, the segments it retransmitted while no egress queue
+    on its path discarded anything (within :data:`UNCOUNTED_PAD_S`, the time a loss
+    takes to be retransmitted), outside its stalls (a hole's or a down link's timeouts,
+    which their own detectors read), and on no leaking switch's path; summed per link
+    out of a GPU (every connection's first hop). Congestion's drops hide a loss behind
+    them (a connection through a discarding queue is explained while it discards), so
+    only the connections on quiet paths speak; they do not have to be many. Scored by
+    the share of the run's unexplained retransmissions on that link (healthy runs:
+    up to 29 in all, at most 6 on one link, over 50 runs of the diagnosis suite) and
+    by their number against :data:`UNCOUNTED_SURE`. A link or switch that went down also
+    loses packets no counter reports; its port events name it, and the reconciliation
+    ranks what followed it below it (diagnose.reconcile)."""
     span = obs.span
-    conns = [c for c in obs.connections if c.ssthresh and len(c.path) >= 2]
-    if span is None or not conns:
-        return []
-    start, end = span
-    retrans = {c.id: retransmissions(c, start, end) for c in conns}
-    typical = statistics.median(retrans.values())
-    leaving: dict[str, list[ConnectionView]] = defaultdict(list)
-    for c in conns:
-        leaving[c.directions()[0]].append(c)
-    out = []
-    for name, through in leaving.items():
-        refused = []
-        for c in through:
-            cut = [(t, v) for t, v in c.ssthresh if start <= t <= end and v <= LOCAL_SSTHRESH]
-            if cut and retrans[c.id] <= max(LOCAL_RETRANS, 0.25 * typical):
-                refused.append((c, cut[0][0], min(v for _, v in cut)))
-        if not refused or name not in obs.directions:
+    if span is None or not obs.queues:
+        return []  # without the queues' discards, congestion's losses are not told apart
+    leaking = set(switch_leaks(obs))
+    discarding = _discarding(obs)
+    unexplained: dict[str, int] = defaultdict(int)
+    onset: dict[str, float] = {}
+    whose: dict[str, list[tuple[ConnectionView, int]]] = defaultdict(list)
+    for c in obs.connections:
+        if len(c.path) < 2 or leaking & set(c.switches()):
             continue
-        share = len(refused) / len(through)
-        listed = ", ".join(
-            f"{_describe(obs, c)}: {low} segments, {retrans[c.id]} retransmitted"
-            for c, _, low in refused[:3]
-        )
+        ports = [(h.node, h.out_port) for h in c.path[1:] if h.out_port is not None]
+        quiet = [iv for port in ports for iv in discarding.get(port, [])] + stalls(c)
+        count, first = 0, None
+        for (t0, r0), (t1, r1) in itertools.pairwise(c.retrans):
+            if r1 > r0 and not any(a <= t1 and t0 <= b for a, b in quiet):
+                count += r1 - r0
+                first = t1 if first is None else first
+        if count:
+            name = c.directions()[0]
+            unexplained[name] += count
+            whose[name].append((c, count))
+            if first is not None:
+                onset[name] = min(onset.get(name, first), first)
+    total = sum(unexplained.values())
+    out = []
+    for name, count in unexplained.items():
+        if count < UNCOUNTED_MIN or name not in obs.directions:
+            continue
+        purity = count / total
+        shown = sorted(whose[name], key=lambda cn: -cn[1])[:3]
+        listed = ", ".join(f"{_describe(obs, c)}: {n}" for c, n in shown)
         evidence = [
-            f"transport: {len(refused)} of the {len(through)} connection(s) leaving by {name} "
-            f"had their slow-start threshold cut to {LOCAL_SSTHRESH} segments or less with "
-            f"next to nothing retransmitted ({listed}; the median connection retransmitted "
-            f"{typical:g}): packets refused by their sender's own egress, lost before any "
-            "switch",
-            f"paths: {name} is the first hop of every one of them",
+            f"transport: the connections leaving by {name} retransmitted {count} segments "
+            f"while no egress queue on their paths discarded anything and no switch on "
+            f"them dropped packets ({listed}); {total - count} such segments on every "
+            "other link out of a GPU",
+            f"paths: {name} is their first hop, out of the GPU, where no switch counts "
+            "what is lost",
         ]
-        onset = min(t for _, t, _ in refused)
-        out.append(Suspect("link", name, "lossy", 0.85 * share, evidence, onset, {REFUSED}))
+        score = 0.85 * purity * min(1.0, count / UNCOUNTED_SURE)
+        out.append(Suspect("link", name, "lossy", score, evidence, onset.get(name), {UNCOUNTED}))
+    return out
+
+
+def _discarding(obs: Observations) -> dict[Port, list[tuple[float, float]]]:
+    """Per switch port, the intervals between two queue samples in which its egress queue
+    discarded packets, widened by :data:`UNCOUNTED_PAD_S` on each side."""
+    out: dict[Port, list[tuple[float, float]]] = {}
+    for port, rows in obs.queues.items():
+        out[port] = [
+            (a[0] - UNCOUNTED_PAD_S, b[0] + UNCOUNTED_PAD_S)
+            for a, b in itertools.pairwise(rows)
+            if b[2] > a[2]
+        ]
     return out
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.diagnosis import detectors, expectation
 from orchestrator.diagnosis.evidence import Observations, observe
-from orchestrator.diagnosis.model import REFUSED, THRESHOLD, Diagnosis, Suspect
+from orchestrator.diagnosis.model import THRESHOLD, UNCOUNTED, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
 
 Detector = Callable[[Observations], list[Suspect]]
@@ -28,7 +28,7 @@ DETECTORS: Sequence[Detector] = (
     detectors.port_events,
     detectors.connection_faults,
     detectors.dropped_without_congestion,
-    detectors.local_drops,
+    detectors.uncounted_losses,
     detectors.stragglers,
     detectors.controller_outage,
     expectation.behind_forecast,  # a workload replay against its forecast timeline
@@ -182,20 +182,22 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
         if s.component == "switch" and s.fault == "blackhole" and s.target in down_switches:
             continue
         kept.append(s)
-    # A GPU's egress that refuses packets paces its connections too: where their window
-    # cuts without retransmissions say so, a slow link there is the loss's consequence.
-    refusing = {
+    # A loss on a GPU's link out paces its connections too (each loss halves a window):
+    # where retransmissions no counter explains say so, a slow link there is its
+    # consequence.
+    losing = {
         frozenset(nodes)
         for s in kept
-        if s.fault == "lossy" and REFUSED in s.signs and (nodes := _link_nodes(s.target))
-    }
+        if s.fault == "lossy" and UNCOUNTED in s.signs and s.score >= THRESHOLD
+        and (nodes := _link_nodes(s.target))
+    }  # fmt: skip
     for s in kept:
         nodes = _link_nodes(s.target) if s.component == "link" else None
-        if s.fault == "slow" and nodes and frozenset(nodes) in refusing:
+        if s.fault == "slow" and nodes and frozenset(nodes) in losing:
             s.score *= 0.5
             s.evidence.append(
-                "but its connections' windows were cut with nothing retransmitted: their "
-                "sender's egress refused packets, a loss, which paces them as well"
+                "but its connections retransmitted what no counter saw dropped: a loss on "
+                "it, which paces them as well"
             )
     # Traffic moves off a link or switch that went down onto its neighbours, which then
     # overflow and retransmit: what begins after a strong down is its consequence.

@@ -25,7 +25,7 @@ class Suspect:
     evidence: list[str] = field(default_factory=list)
     onset: float | None = None
     #: what kind of evidence it rests on, for the rules that weigh suspects against each
-    #: other (diagnose.reconcile): e.g. :data:`REFUSED`; not part of the output
+    #: other (diagnose.reconcile): e.g. :data:`UNCOUNTED`; not part of the output
     signs: set[str] = field(default_factory=set)
 
     def key(self) -> tuple[str, str, str]:
@@ -43,8 +43,8 @@ class Suspect:
 
 
 THRESHOLD = 0.5  # a suspect scored this or more is shown; none: healthy
-#: a sign: packets refused by their sender's own egress (detectors.local_drops)
-REFUSED = "refused-at-sender"
+#: a sign: retransmissions no counter explains, on a GPU's link out (detectors.uncounted_losses)
+UNCOUNTED = "uncounted-loss"
 
 
 @dataclass

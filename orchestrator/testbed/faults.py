@@ -291,7 +291,11 @@ class FaultInjector:
                 self._resource(fault, FaultResource("nft", table, self._gpu_or_root(node)))
             for link in target.links:
                 self.links.add_link_loss(table, link, fault.probability, self._ends_of(fault, link))
-            return f"nftables netdev table {table}: egress drop p={fault.probability:g}"
+            gpus = self.description.fabric.gpus
+            how = sorted(
+                {"lost after the GPU sends" if n in gpus else "drop" for n, _ in self._ends(fault)}
+            )
+            return f"nftables netdev table {table}: egress {', '.join(how)} p={fault.probability:g}"
         if kind == "switch-down":
             assert target.switch is not None
             self._resource(fault, FaultResource("link-state", target.switch))

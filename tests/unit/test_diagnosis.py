@@ -22,9 +22,9 @@ from orchestrator.diagnosis.detectors import (
     full_queues,
     held_below_share,
     kept_share,
-    local_drops,
     silent_onset,
     stalls,
+    uncounted_losses,
 )
 from orchestrator.diagnosis.evidence import (
     ConnectionView,
@@ -719,40 +719,74 @@ def test_parallel_links_are_one_name_and_each_its_own_egress_queue() -> None:
     assert d.tx_at in ports
 
 
-def windowed(c: ConnectionView, low: int, since: float = 5.0) -> ConnectionView:
-    """``c`` with its slow-start threshold at 64 segments, cut to ``low`` from ``since``."""
-    c.ssthresh = [(t, low if t >= T0 + since else 64) for t, _ in c.retrans]
-    return c
+def routed(description: FabricDescription, *nodes: str) -> list[PathHop]:
+    """A recorded path with each hop's ports, as the fabric model numbers them."""
+    fabric = description.fabric
+
+    def port(node: str, peer: str) -> int:
+        link = next(k for k in fabric.links_of(node) if peer in (k.a, k.b))
+        return link.port_of(node)
+
+    return [
+        PathHop(
+            i,
+            n,
+            port(n, nodes[i - 1]) if i else None,
+            port(n, nodes[i + 1]) if i + 1 < len(nodes) else None,
+            "traced",
+        )
+        for i, n in enumerate(nodes)
+    ]
 
 
-def test_window_cuts_without_retransmissions_are_a_loss_at_the_senders_own_egress(
+def discarding(packets: int) -> list[tuple[float, int, int, int]]:
+    """An egress queue's samples discarding ``packets`` over the whole run (full all along)."""
+    return [
+        (T0 - 1 + k * 0.5, 500 * k, round(packets * min(1.0, max(0.0, (k * 0.5 - 1) / 20))), 0)
+        for k in range(45)
+    ]
+
+
+def test_retransmissions_no_counter_explains_are_a_loss_on_the_link_out_of_their_gpu(
     astral: FabricDescription,
 ) -> None:
-    """A GPU's own egress that drops packets is seen by no switch, and its sender does not
-    retransmit what it was told at once was refused: its kernel cuts the window each time
-    instead. A connection cut to 2 segments with nothing retransmitted names the link it
-    leaves its GPU by; the same cut with many retransmissions is congestion's."""
-    out = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    """A packet lost on its way out of a GPU reaches no switch, so no counter sees it; its
+    sender retransmits it. Retransmissions while no queue on the path discarded anything
+    and no switch on it dropped packets name the link the connection leaves its GPU by;
+    the same retransmissions through a queue discarding then are congestion's, and a
+    few are what healthy runs show."""
+    switches = sorted(astral.fabric.switches)
+    out = routed(astral, "p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    across = routed(astral, "p0s0g0", "p0r0t0", "p0r0a0", "c1", "p1r0a0", "p1r0t1", "p1s0g0")
+    local = routed(astral, "p0s1g0", "p0r0t0", "p0s0g0")
+    quiet = queues({}, switches)
     conns = [
-        windowed(connection(1, 1, 4, out), 2),
-        windowed(connection(2, 0, 5, path("p0s0g0", "p0r0t0", "p0r0a0", "c1", "p1r0a1",
-                                          "p1r0t1", "p1s0g1")), 30),
-        windowed(connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")), 30),
-    ]  # fmt: skip
-    suspect = diagnose(observations(astral, connections=conns)).ranked[0]
+        connection(1, 1, 4, out, retrans=60),
+        connection(2, 0, 4, across, retrans=4),
+        connection(3, 2, 0, local, retrans=3),
+    ]
+    suspect = diagnose(observations(astral, connections=conns, queues=quiet)).ranked[0]
     assert suspect.key() == ("link", "p0s0g1>p0r1t1", "lossy")
     assert suspect.onset == pytest.approx(T0 + 5.0, abs=0.1)
-    conns[0] = windowed(connection(1, 1, 4, out, retrans=80), 2)
-    assert not local_drops(observations(astral, connections=conns))
-    # refused packets pace the connection too: its slowness is the loss's, not a slow link
+    assert any("no egress queue on their paths discarded" in e for e in suspect.evidence)
+    # a queue on its path discarding all along: congestion's drops explain them
+    full = {**quiet, ("p0r1a0", out[2].out_port): discarding(400)}
+    assert not uncounted_losses(observations(astral, connections=conns, queues=full))
+    # a healthy run's few unexplained retransmissions are nothing
+    conns[0] = connection(1, 1, 4, out, retrans=6)
+    assert not uncounted_losses(observations(astral, connections=conns, queues=quiet))
+    # without the queues' counters congestion cannot be told apart: no verdict
+    conns[0] = connection(1, 1, 4, out, retrans=60)
+    assert not uncounted_losses(observations(astral, connections=conns))
+    # the losses pace the connection too: its slowness is the loss's, not a slow link
     rate = 0.95 * observations(astral).directions["p0s0g1>p0r1t1"].capacity_bps / 8
     crawling = paced(1, 1, 4, out, rate, 0.25)
-    crawling.ssthresh = [(T0 + t, 2 if t >= 5 else 64) for t in range(20)]
-    local = [
-        paced(k, src, dst, path(GPUS[src], tor, GPUS[dst]), rate)
-        for k, src, dst, tor in ((2, 2, 3, "p0r0t0"), (3, 6, 7, "p1r0t1"), (4, 7, 6, "p1r1t1"))
+    crawling.retrans = [(T0 + t, 60 if t >= 5 else 0) for t in range(20)]
+    others = [
+        paced(k, src, dst, routed(astral, GPUS[src], tor, GPUS[dst]), rate)
+        for k, src, dst, tor in ((2, 0, 2, "p0r0t0"), (3, 4, 6, "p1r0t1"), (4, 7, 5, "p1r1t1"))
     ]
-    diagnosis = diagnose(observations(astral, connections=[crawling, *local]))
+    diagnosis = diagnose(observations(astral, connections=[crawling, *others], queues=quiet))
     assert diagnosis.ranked[0].key() == ("link", "p0s0g1>p0r1t1", "lossy")
     slow = [s for s in diagnosis.suspects if s.fault == "slow" and "p0s0g1" in s.target]
     assert slow and all(s.score < diagnosis.ranked[0].score for s in slow)

@@ -222,6 +222,17 @@ def test_loss_is_one_netdev_egress_table_per_end_dropping_at_random() -> None:
     assert loss_threshold(1e-9) == 1 and loss_threshold(1.0) == LOSS_MODULUS
 
 
+def test_a_gpu_end_of_a_lossy_link_steals_its_packets_so_that_its_sender_retransmits() -> None:
+    # a drop at the GPU's own egress would be reported to its TCP as a refused send (no
+    # retransmission); a packet forwarded away counts as sent and is lost as on a wire
+    link = Link("p0s0g1", 1, "p0r0t0", 2, LinkKind.NIC, 200e9)
+    gpu_end, tor_end = loss_commands("t", link, 0.03, hosts={"p0s0g1"})
+    assert gpu_end.node == "p0s0g1"
+    assert 'counter fwd to "lo"' in (gpu_end.input or "")
+    assert "drop" not in (gpu_end.input or "")
+    assert tor_end.node == "p0r0t0" and "counter drop" in (tor_end.input or "")
+
+
 def test_a_blackhole_drops_each_address_above_every_policy_with_its_own_cookie() -> None:
     cookie = fault_cookie(7)
     assert is_fault_cookie(cookie) and not is_fault_cookie(COOKIE)
