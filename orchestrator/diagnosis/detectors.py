@@ -1361,10 +1361,6 @@ def stragglers(obs: Observations) -> list[Suspect]:
         if len(ops) < LATE_OPS or excesses[-1] > 2.5 * excesses[len(excesses) // 4]:
             continue  # too few, or too uneven for one delay that every operation pays
         iterations = sorted(i for i, _ in ops)
-        if len(ops) < 3 and iterations[-1] - iterations[0] != len(ops) - 1:
-            continue  # two late operations count only back to back
-        if len(ops) < 3 and excesses[0] < TWO_LATE_S:
-            continue  # and only by more than a busy machine's hiccup
         # the operations between its first late one and its last in which its entry was
         # measured (an operation whose first byte a sample missed says nothing either way)
         span = sum(
@@ -1375,6 +1371,10 @@ def stragglers(obs: Observations) -> list[Suspect]:
             and rank in ranks
             and len(ranks) >= 3
         )
+        if len(ops) < 3 and span != len(ops):
+            continue  # two late operations count only back to back (of those measured)
+        if len(ops) < 3 and excesses[0] < TWO_LATE_S:
+            continue  # and only by more than a busy machine's hiccup
         if len(ops) < LATE_SHARE * span:
             continue  # late now and then, not in every operation while it lasted
         gpu = obs.gpus_by_rank.get(config_id, {}).get(rank, f"rank {rank}")

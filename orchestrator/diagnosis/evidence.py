@@ -147,10 +147,17 @@ class Observations:
 
     @property
     def span(self) -> tuple[float, float] | None:
-        """From the first timed operation's start to the last one's end."""
+        """From the first timed operation's start to the last one's end. Live (``now``
+        set), from the first operation's start or the first byte a connection moved,
+        whichever came first, to now: an operation held up by a fault has not ended, and
+        the diagnosis must not wait for it to."""
+        starts = [o.start for o in self.operations]
+        if self.now is not None:
+            starts += [c.samples[0][0] for c in self.connections if c.samples]
+            return (min(starts), self.now) if starts else None
         if not self.operations:
             return None
-        return min(o.start for o in self.operations), max(o.end for o in self.operations)
+        return min(starts), max(o.end for o in self.operations)
 
     def queue_drops(self, port: Port, start: float, end: float) -> int | None:
         """Packets ``port``'s egress queue dropped between its last sample at or before

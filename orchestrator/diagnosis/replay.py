@@ -11,8 +11,9 @@ scores above the threshold, stamped with the instant of the cut.
 What a cut holds, as live: the operations every rank had finished, the counters and the
 controller's events up to the instant, each connection's samples and kernel views up to
 :data:`SHIP_LAG_S` before it (the workers ship them every 0.2 s), the entry lateness of
-finished operations, no egress-queue samples (the live builder reads none), and ``now``
-(a stall or a pause of the polling not over yet counts up to it). What differs from a
+finished operations, no egress-queue samples (the live builder reads none), ``now`` (a stall or a
+pause of the polling not over yet counts up to it), and of the controller's events those
+after its first start (the live diagnosis starts after the bring-up). What differs from a
 real run, so that a replayed delay approximates a live one rather than measures it: the
 paths are the bundle's (traced after each batch; live, as first traced), every
 configuration's connections are in every cut (live, the running launch's only), and the
@@ -27,11 +28,16 @@ from orchestrator.diagnosis.evidence import ConnectionView, Observations
 from orchestrator.diagnosis.live import INTERVAL_S, Alert, LiveDiagnosis
 
 SHIP_LAG_S = 0.2  # the workers ship their samples this often: a cut sees them this late
+BRING_UP_S = 0.5  # the controller's first start logs its apps within this
 
 
 def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
     """``obs`` as a live look at ``now`` would have seen it (the module docstring)."""
     seen = now - lag
+    # live, the controller's events are read from when the live diagnosis started, after
+    # the fabric came up: its controller's first start (the bundle's first events, about
+    # a second before the first bytes) is not among them
+    since = obs.events[0].t + BRING_UP_S if obs.events else float("-inf")
     operations = [o for o in obs.operations if o.end <= now]
     done = {(o.config_id, o.iteration) for o in operations}
     return dataclasses.replace(
@@ -40,7 +46,7 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         operations=operations,
         counters={p: [r for r in rows if r[0] <= now] for p, rows in obs.counters.items()},
         connections=[_cut(c, seen) for c in obs.connections],
-        events=[e for e in obs.events if e.t <= now],
+        events=[e for e in obs.events if since <= e.t <= now],
         lateness={k: v for k, v in obs.lateness.items() if (k[0], k[1]) in done},
         queues={},
         workload=None,
@@ -61,12 +67,18 @@ def _cut(c: ConnectionView, seen: float) -> ConnectionView:
 
 def replay(obs: Observations, interval: float = INTERVAL_S) -> list[Alert]:
     """The alerts a live diagnosis looking every ``interval`` seconds would have raised,
-    from the first timed operation's start to a second after the last one's end (each
-    stamped with its look's instant)."""
+    from the first timed operation's start to a second after the last one's end, or after
+    the controller's last port or switch event (each stamped with its look's instant). A
+    run that failed before an operation finished is looked at over its connections'
+    samples."""
     span = obs.span
+    moved = [t for c in obs.connections for t, _ in c.samples[:1] + c.samples[-1:]]
+    if span is None and moved:
+        span = min(moved), max(moved)
     if span is None:
         return []
     start, end = span
+    end = max([end] + [e.t for e in obs.events if e.kind != "log"])
     now = start
     live = LiveDiagnosis(lambda: at(obs, now), say=lambda line: None, clock=lambda: now)
     alerts: list[Alert] = []

@@ -876,6 +876,19 @@ def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
         "p1s0g1",
         "straggler",
     )
+    # two late with the one between them not measured are back to back too (a live
+    # straggler from the start, entries of every other operation missed: it waited for a
+    # third); two with one measured on time between them are not
+    base = {(1, i, r): 0.005 + 0.001 * ((i * 7 + r) % 9) for i in range(20) for r in range(8)}
+    measured = {k: v for k, v in base.items() if k != (1, 3, 5)}
+    skipped = measured | {(1, 2, 5): 0.21, (1, 4, 5): 0.21}
+    assert diagnose(observations(astral, lateness=skipped)).ranked[0].key() == (
+        "gpu",
+        "p1s0g1",
+        "straggler",
+    )
+    on_time = base | {(1, 2, 5): 0.21, (1, 4, 5): 0.21}
+    assert diagnose(observations(astral, lateness=on_time)).healthy
 
 
 def test_a_controller_that_started_again_is_an_outage(astral: FabricDescription) -> None:
@@ -1140,3 +1153,18 @@ def test_a_bundle_knows_its_policy_switches_and_an_older_one_infers_them(
     assert diagnose_bundle(bundle).ranked[0].key() == outage
     as_before_the_record(bundle)
     assert diagnose_bundle(bundle).ranked[0].key() == outage
+
+
+def test_live_the_run_spans_from_its_first_bytes_to_now_though_no_operation_ended(
+    astral: FabricDescription,
+) -> None:
+    """A fault at the start can hold the first operation up for as long as it lasts: the
+    live diagnosis must not wait for an operation to end before it looks. Live, the run
+    spans from the first byte any connection moved to now; a finished bundle, from its
+    first timed operation to its last."""
+    c = connection(1, 1, 4, path("p0s0g1", "p0r1t1", "p0s1g1"))
+    live = observations(astral, connections=[c], operations=[], now=T0 + 4.0)
+    assert live.span == (pytest.approx(T0), T0 + 4.0)
+    assert observations(astral, connections=[c], operations=[]).span is None
+    finished = observations(astral, connections=[c])
+    assert finished.span == (T0, T0 + 20.0)
