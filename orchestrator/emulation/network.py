@@ -282,6 +282,10 @@ class Emulation:
             self._wait_programmed()
         with self._step("reachable"):
             self._wait_reachable()
+        if self.datapath is not None and self.datapath.kind == "userspace" and not self.send_buffer:
+            # ovs-vswitchd opens its sending socket at its first transmit: one just started
+            # had none at the plan step, and the probes have sent through it since
+            self._raise_send_buffer()
         self.check_shapers()
         state.set_status("up")
 
@@ -345,6 +349,7 @@ class Emulation:
         send buffer (orchestrator.emulation.sendbuffer). Not fatal: the run goes on, and says so."""
         try:
             self.send_buffer = raise_send_buffer()
+            self.send_buffer_problem = None
         except OSError as exc:
             self.send_buffer_problem = (
                 f"could not raise ovs-vswitchd's send buffer ({exc}); with several congested "

@@ -613,6 +613,9 @@ class Runner(Messages):
                 testbed.start()
                 outcome.timings["bring_up"] = round(testbed.emulation.timings.get("total", 0.0), 3)
                 self.say(f"fabric up in {outcome.timings['bring_up']:.1f} s ({testbed.run_dir})")
+                problem = getattr(testbed.emulation, "send_buffer_problem", None)
+                if problem:
+                    self.say(f"WARNING: {problem}")
                 placement = getattr(testbed.emulation, "placement", None)
                 if placement is not None:
                     for line in placement.lines():

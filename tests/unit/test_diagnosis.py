@@ -889,6 +889,12 @@ def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
     )
     on_time = base | {(1, 2, 5): 0.21, (1, 4, 5): 0.21}
     assert diagnose(observations(astral, lateness=on_time)).healthy
+    # three late by a hiccup's 24 ms beyond the typical rank (a healthy run right after
+    # Open vSwitch started, a live alert) are a hiccup too; by 200 ms, a straggler
+    hiccups = base | {(1, i, 0): base[(1, i, 0)] + 0.03 for i in (9, 10, 12)}
+    assert diagnose(observations(astral, lateness=hiccups)).healthy
+    slow = base | {(1, i, 0): 0.21 for i in (9, 10, 12)}
+    assert diagnose(observations(astral, lateness=slow)).ranked[0].target == "p0s0g0"
 
 
 def test_a_controller_that_started_again_is_an_outage(astral: FabricDescription) -> None:
