@@ -18,6 +18,8 @@ what several detectors say of the same component and ranks the result.
   and on few of the healthy connections' paths: a direction (``lossy`` or ``slow``), or a
   switch together with the one destination all the stalled connections share (``blackhole``:
   the switch forwards everything else).
+- :func:`overfull_queues`: a switch port whose queue filled although what could reach
+  it could not outrun it sends slower than its link's rate (``slow``).
 - :func:`dropped_without_congestion`: a switch whose drops no full queue explains has a
   lossy egress, the one whose connections retransmitted most beyond the run's median.
 - :func:`uncounted_losses`: retransmissions no counter explains (no discarding queue, no
@@ -56,6 +58,14 @@ SILENT_MIN_PACKETS = 5
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
+# a port fed no faster than its rate: full when it holds this in this many samples (0.5 s
+# apart); fed by one connection at its own rate, bursts held up to 31 KB (median over the
+# samples above 24 KB) in healthy runs of the diagnosis suite, ports slowed to a quarter
+# 50-80 KB (and 26-37 KB twice)
+OVERFULL_BYTES = 40_000
+OVERFULL_SAMPLES = 3
+OVERFULL_MARGIN = 1.0  # x its rate: what can arrive, at most, for a full queue to be its own
+OVERFULL_SCORE = 0.85
 UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
 UNCOUNTED_SURE = 40  # ... this many: surely a loss (healthy: at most 6 on one link, 29 in all)
 UNCOUNTED_PAD_S = 1.0  # a queue's discard is retransmitted within this (RTTs, timeouts)
@@ -999,6 +1009,66 @@ def uncounted_losses(obs: Observations) -> list[Suspect]:
         score = 0.85 * purity * min(1.0, count / UNCOUNTED_SURE)
         out.append(Suspect("link", name, "lossy", score, evidence, onset.get(name), {UNCOUNTED}))
     return out
+
+
+def overfull_queues(obs: Observations) -> list[Suspect]:
+    """A switch port whose egress queue filled although what could reach it could not
+    outrun it: that port sends slower than its link's rate (``slow``). A queue builds
+    only where packets arrive faster than the port sends them; the connections crossing
+    it arrive at most at their paths' rates before it (each at its narrowest direction
+    upstream, one such direction feeding several connections counted once). When those
+    rates together do not exceed the port's own, a full queue (:data:`QUEUE_MIN_BYTES`
+    held in :data:`OVERFULL_SAMPLES` samples or more, :data:`OVERFULL_BYTES` their
+    median) says the port is slower than its
+    link should be. Congestion cannot look like it: an incast or a collision is more
+    arriving than the port's rate. This reads a slow link under a collective whose other
+    connections wait for the slow one (a ring), where the slow connection's own pace,
+    against the share its waiting neighbours leave it, looks healthy."""
+    span = obs.span
+    if span is None or not obs.queues:
+        return []
+    start, end = span[0] - 0.5, span[1] + 1.0
+    direction_of = {port: d for d in obs.directions.values() for port in egress_ports(obs, d)}
+    out: dict[str, Suspect] = {}
+    for port, rows in sorted(obs.queues.items()):
+        d = direction_of.get(port)
+        full = [r for r in rows if start <= r[0] <= end and r[3] >= QUEUE_MIN_BYTES]
+        held = sorted(r[3] for r in full)[len(full) // 2] if full else 0
+        if d is None or len(full) < OVERFULL_SAMPLES or held < OVERFULL_BYTES:
+            continue
+        a, b = full[0][0], full[-1][0]
+        through = [c for c in obs.connections if d.name in c.directions() and _moved(c, a, b)]
+        feeds = {_narrowest_upstream(obs, c, d.name) for c in through}
+        if not through or None in feeds:
+            continue
+        offered = sum(obs.directions[x].capacity_bps for x in feeds if x is not None)
+        if offered > d.capacity_bps * OVERFULL_MARGIN:
+            continue  # more could arrive than it sends at its rate: congestion's queue
+        evidence = [
+            f"counters: {port[0]}'s egress to {d.dst} held {held:,} bytes (median of "
+            f"{len(full)} samples from {rel(obs, a)} to {rel(obs, b)})",
+            f"paths: only {len(through)} connection(s) crossed it then, arriving at most at "
+            f"{offered / 1e6:.1f} Mbit/s together (their narrowest links before it: "
+            f"{', '.join(sorted(x for x in feeds if x is not None))}), its rate "
+            f"{d.capacity_bps / 1e6:.1f} Mbit/s: it sent slower than its link's rate",
+        ]
+        said = out.get(d.name)
+        if said is None or said.onset is None or a < said.onset:
+            out[d.name] = Suspect("link", d.name, "slow", OVERFULL_SCORE, evidence, a)
+    return list(out.values())
+
+
+def _moved(c: ConnectionView, start: float, end: float) -> bool:
+    return any(start <= t <= end and n > 0 for t, n in c.samples)
+
+
+def _narrowest_upstream(obs: Observations, c: ConnectionView, name: str) -> str | None:
+    """The direction of ``c``'s path before ``name`` with the lowest rate (the first such),
+    None when one is not in the fabric model."""
+    before = c.directions()[: c.directions().index(name)]
+    if not before or any(x not in obs.directions for x in before):
+        return None
+    return min(before, key=lambda x: obs.directions[x].capacity_bps)
 
 
 def _discarding(obs: Observations) -> dict[Port, list[tuple[float, float]]]:

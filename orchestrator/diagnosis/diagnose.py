@@ -28,6 +28,7 @@ DETECTORS: Sequence[Detector] = (
     detectors.port_events,
     detectors.connection_faults,
     detectors.dropped_without_congestion,
+    detectors.overfull_queues,
     detectors.uncounted_losses,
     detectors.stragglers,
     detectors.controller_outage,

@@ -22,6 +22,7 @@ from orchestrator.diagnosis.detectors import (
     full_queues,
     held_below_share,
     kept_share,
+    overfull_queues,
     silent_onset,
     stalls,
     uncounted_losses,
@@ -1174,3 +1175,29 @@ def test_live_the_run_spans_from_its_first_bytes_to_now_though_no_operation_ende
     assert observations(astral, connections=[c], operations=[]).span is None
     finished = observations(astral, connections=[c])
     assert finished.span == (T0, T0 + 20.0)
+
+
+def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
+    astral: FabricDescription,
+) -> None:
+    """A queue builds only where packets arrive faster than the port sends. One ring
+    connection arrives at most at its NIC link's rate; a port of the same rate holding a
+    full queue for seconds sends slower than it should, though the connection's pace
+    looks like what its waiting neighbours leave it. Two connections from two GPUs could
+    outrun it (congestion), and a queue a single connection's bursts fill is not full."""
+    out = routed(astral, "p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    port = ("p0r1a0", out[2].out_port)
+
+    def held(nbytes: int) -> dict[tuple[str, int], list[tuple[float, int, int, int]]]:
+        rows = [(T0 - 1 + k * 0.5, 500 * k, 0, nbytes if 10 <= k < 24 else 0) for k in range(45)]
+        return {**queues({}, ["c0"]), port: rows}
+
+    conns = [connection(1, 1, 4, out)]
+    suspect = diagnose(observations(astral, connections=conns, queues=held(55_000))).ranked[0]
+    assert suspect.key() == ("link", "p0r1a0>c0", "slow")
+    assert suspect.onset == pytest.approx(T0 + 4.0)
+    assert any("sent slower than its link's rate" in e for e in suspect.evidence)
+    assert not overfull_queues(observations(astral, connections=conns, queues=held(30_000)))
+    other = routed(astral, "p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    two = [*conns, connection(3, 3, 4, other)]
+    assert not overfull_queues(observations(astral, connections=two, queues=held(55_000)))
