@@ -216,6 +216,29 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
                 f"but it began after {cause.component} {cause.target} went down: traffic "
                 "that moved off it (a consequence, not a fault of its own)"
             )
+    # A straggler sends each step late, so its own connections look slow while the bytes
+    # wait at its own egress: a slow link out of that GPU and nothing else strong in the
+    # network is the straggler's doing (a slow link does not make its GPU enter late).
+    late = {s.target for s in kept if s.fault == "straggler" and s.score >= THRESHOLD}
+    own = {
+        id(s): nodes[0]
+        for s in kept
+        if s.fault == "slow" and s.score >= 0.8 and (nodes := _link_nodes(s.target))
+        and nodes[0] in late
+    }  # fmt: skip
+    others = [
+        s for s in kept
+        if s.score >= 0.8 and id(s) not in own
+        and (s.fault in NETWORK_FAULTS or s.fault == "controller outage")
+    ]  # fmt: skip
+    if own and not others:
+        for s in kept:
+            if id(s) in own:
+                s.score *= 0.5
+                s.evidence.append(
+                    f"but {own[id(s)]} entered its operations late: a straggler's "
+                    "connections send late, and look slow"
+                )
     network = max(
         (s.score for s in kept if s.fault in NETWORK_FAULTS or s.fault == "controller outage"),
         default=0.0,

@@ -27,12 +27,14 @@ from orchestrator.diagnosis.detectors import (
     stalls,
     uncounted_losses,
 )
+from orchestrator.diagnosis.diagnose import reconcile
 from orchestrator.diagnosis.evidence import (
     ConnectionView,
     Observations,
     Operation,
     direction_map,
 )
+from orchestrator.diagnosis.model import Suspect
 from orchestrator.results import IterationRecord, PortCounter, ResultsWriter, Versions
 from orchestrator.results.store import DATABASE, ControllerEvent, ControllerRestart, PathHop
 from tests.helpers import load_benchmark, preset_description
@@ -1201,3 +1203,23 @@ def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
     other = routed(astral, "p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
     two = [*conns, connection(3, 3, 4, other)]
     assert not overfull_queues(observations(astral, connections=two, queues=held(55_000)))
+
+
+def test_a_straggler_whose_own_link_out_looks_slow_is_the_straggler(
+    astral: FabricDescription,
+) -> None:
+    """A straggler sends each step late, so its connection looks slow with the bytes
+    waiting at its own egress; a slow link does not make its GPU enter late. A slow link
+    out of the straggler, and nothing else strong in the network, is the straggler's;
+    a slow link elsewhere still halves the straggler (ranks behind it enter later)."""
+
+    def suspects(slow: str) -> list[Suspect]:
+        return [
+            Suspect("gpu", "p0s0g1", "straggler", 0.88, ["late"], T0 + 6),
+            Suspect("link", slow, "slow", 0.85, ["slow"], T0 + 6),
+        ]
+
+    straggler, own = reconcile(observations(astral), suspects("p0s0g1>p0r1t1"))
+    assert straggler.score == pytest.approx(0.88) and own.score == pytest.approx(0.425)
+    straggler, elsewhere = reconcile(observations(astral), suspects("p0r1a0>c0"))
+    assert straggler.score == pytest.approx(0.44) and elsewhere.score == pytest.approx(0.85)
