@@ -58,12 +58,14 @@ SILENT_MIN_PACKETS = 5
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
-# a port fed no faster than its rate: full when it holds this in this many samples (0.5 s
-# apart); fed by one connection at its own rate, bursts held up to 31 KB (median over the
-# samples above 24 KB) in healthy runs of the diagnosis suite, ports slowed to a quarter
-# 50-80 KB (and 26-37 KB twice)
+# a port fed no faster than its rate is full when QUEUE_MIN_BYTES or more were held in
+# OVERFULL_SAMPLES samples (0.5 s apart), OVERFULL_BYTES or more in OVERFULL_PEAKS of them:
+# fed by one connection at its own rate, its bursts held at most 37 KB at a sample over the
+# 42 x 7 runs of the diagnosis suite (none of 40 KB); ports slowed to a quarter, 48-84 KB,
+# at 40 KB or more in 2-13 samples (in 1 and 0 in two runs, which other rules caught)
 OVERFULL_BYTES = 40_000
 OVERFULL_SAMPLES = 3
+OVERFULL_PEAKS = 2
 OVERFULL_MARGIN = 1.0  # x its rate: what can arrive, at most, for a full queue to be its own
 OVERFULL_SCORE = 0.85
 UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
@@ -883,6 +885,11 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
             continue
         rows.sort(key=lambda row: (-row[0], row[3].name))
         began = silent_onset(obs, switch)
+        # every switch dropping about as much, none of it much: congestion's or the
+        # emulator's own (a healthy ECMP ring on an oversubscribed fat-tree: 7 to 14
+        # packets at four switches), not one lossy egress
+        others = [x.silent for sw, x in dropping.items() if sw != switch]
+        common = len(others) >= 2 and leak.silent <= 2 * statistics.median(others)
         for weighted, excess, purity, d, through in rows[:3]:
             if weighted <= 0:
                 break
@@ -902,6 +909,12 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
             # a share of next to nothing says nothing: a lost data packet costs its
             # connection tens of segments (a 64 KiB one, 45)
             score *= min(1.0, excess / LOSS_EXCESS)
+            if common:
+                score *= 0.4
+                evidence.append(
+                    f"but {len(others)} other switches dropped about as much (median "
+                    f"{statistics.median(others):.0f} packets): congestion"
+                )
             out.append(Suspect("link", d.name, "lossy", score, evidence, onset))
     return out
 
@@ -1018,8 +1031,8 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
     it arrive at most at their paths' rates before it (each at its narrowest direction
     upstream, one such direction feeding several connections counted once). When those
     rates together do not exceed the port's own, a full queue (:data:`QUEUE_MIN_BYTES`
-    held in :data:`OVERFULL_SAMPLES` samples or more, :data:`OVERFULL_BYTES` their
-    median) says the port is slower than its
+    held in :data:`OVERFULL_SAMPLES` samples or more, :data:`OVERFULL_BYTES` in
+    :data:`OVERFULL_PEAKS` of them) says the port is slower than its
     link should be. Congestion cannot look like it: an incast or a collision is more
     arriving than the port's rate. This reads a slow link under a collective whose other
     connections wait for the slow one (a ring), where the slow connection's own pace,
@@ -1034,7 +1047,8 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
         d = direction_of.get(port)
         full = [r for r in rows if start <= r[0] <= end and r[3] >= QUEUE_MIN_BYTES]
         held = sorted(r[3] for r in full)[len(full) // 2] if full else 0
-        if d is None or len(full) < OVERFULL_SAMPLES or held < OVERFULL_BYTES:
+        peaks = sum(1 for r in full if r[3] >= OVERFULL_BYTES)
+        if d is None or len(full) < OVERFULL_SAMPLES or peaks < OVERFULL_PEAKS:
             continue
         a, b = full[0][0], full[-1][0]
         through = [c for c in obs.connections if d.name in c.directions() and _moved(c, a, b)]
@@ -1200,7 +1214,7 @@ def _explain(
                 packets = leaks[src].silent
                 evidence.append(leaks[src].describe(src))
                 others = [leak.silent for sw, leak in leaks.items() if sw not in dropping]
-                if len(others) >= 2 and packets < 2 * statistics.median(others):
+                if len(others) >= 2 and packets <= 2 * statistics.median(others):
                     factor = 0.4  # every switch drops: congestion, this one no more than most
                     evidence.append(
                         f"but {len(others)} other switches dropped about as much "

@@ -602,6 +602,16 @@ def test_the_unexplained_drops_are_at_the_egress_whose_queue_did_not_overflow(
     )
     assert found[0].key() == ("link", "p0r1a0>p0r1t0", "lossy") and found[0].score >= 0.5
     assert all(s.score < 0.5 for s in found[1:])
+    # every switch dropping about as much unexplained (30 here, 15 at three others):
+    # congestion's or the emulator's own, not one lossy egress
+    noisy = counters({"p0r1a0": 230, "p0r1t1": 15, "p0r0a0": 15, "c1": 15}, switches)
+    noisy[port] = drops[port]
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=noisy, queues=full)
+    )
+    lossy_egress = [s for s in found if s.target == "p0r1a0>p0r1t0"]
+    assert lossy_egress and lossy_egress[0].score < 0.5
+    assert any("dropped about as much" in e for e in lossy_egress[0].evidence)
 
 
 def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
