@@ -887,9 +887,10 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
         began = silent_onset(obs, switch)
         # every switch dropping about as much, none of it much: congestion's or the
         # emulator's own (a healthy ECMP ring on an oversubscribed fat-tree: 7 to 14
-        # packets at four switches), not one lossy egress
+        # packets at four switches), not one lossy egress to choose
         others = [x.silent for sw, x in dropping.items() if sw != switch]
-        common = len(others) >= 2 and leak.silent <= 2 * statistics.median(others)
+        if about_as_much(leak.silent, others):
+            continue
         for weighted, excess, purity, d, through in rows[:3]:
             if weighted <= 0:
                 break
@@ -909,12 +910,7 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
             # a share of next to nothing says nothing: a lost data packet costs its
             # connection tens of segments (a 64 KiB one, 45)
             score *= min(1.0, excess / LOSS_EXCESS)
-            if common:
-                score *= 0.4
-                evidence.append(
-                    f"but {len(others)} other switches dropped about as much (median "
-                    f"{statistics.median(others):.0f} packets): congestion"
-                )
+
             out.append(Suspect("link", d.name, "lossy", score, evidence, onset))
     return out
 
@@ -957,8 +953,23 @@ def _lossy_between(
             f"paths: {name} joins the two: a loss on it both ways drops at each end's egress"
         )
         score = 0.79 * (0.5 + 0.5 * purity)
+        others = [x.silent for sw, x in leaking.items() if sw not in nodes]
+        if about_as_much(max(leak.silent for _, leak in leaks), others):
+            score *= 0.4
+            evidence.append(
+                f"but {len(others)} other switches dropped about as much (median "
+                f"{statistics.median(others):.0f} packets): congestion"
+            )
         out.append(Suspect("link", name, "lossy", score, evidence, min(began, default=None)))
     return out
+
+
+def about_as_much(silent: int, others: Sequence[int]) -> bool:
+    """Whether ``silent`` unexplained drops are no more than twice the median of two or
+    more other switches': drops that every switch shows are congestion's or the
+    emulator's own, not one lossy egress (healthy runs on fabrics of 16-26 switches left
+    6 to 16 at several switches at once)."""
+    return len(others) >= 2 and silent <= 2 * statistics.median(others)
 
 
 def uncounted_losses(obs: Observations) -> list[Suspect]:
@@ -1214,7 +1225,7 @@ def _explain(
                 packets = leaks[src].silent
                 evidence.append(leaks[src].describe(src))
                 others = [leak.silent for sw, leak in leaks.items() if sw not in dropping]
-                if len(others) >= 2 and packets <= 2 * statistics.median(others):
+                if about_as_much(packets, others):
                     factor = 0.4  # every switch drops: congestion, this one no more than most
                     evidence.append(
                         f"but {len(others)} other switches dropped about as much "

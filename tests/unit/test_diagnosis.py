@@ -609,9 +609,7 @@ def test_the_unexplained_drops_are_at_the_egress_whose_queue_did_not_overflow(
     found = dropped_without_congestion(
         observations(astral, connections=conns, counters=noisy, queues=full)
     )
-    lossy_egress = [s for s in found if s.target == "p0r1a0>p0r1t0"]
-    assert lossy_egress and lossy_egress[0].score < 0.5
-    assert any("dropped about as much" in e for e in lossy_egress[0].evidence)
+    assert not [s for s in found if s.target.startswith("p0r1a0>")]
 
 
 def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
@@ -660,6 +658,13 @@ def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
         observations(astral, connections=conns, counters=both, queues=full)
     )
     assert [s.key() for s in found] == [("link", link, "lossy")] and found[0].score >= 0.5
+    # both ends dropping a few unexplained packets where every switch drops about as
+    # many (a healthy run on a larger fabric: 6 to 16 at several switches) is no loss
+    few = counters({"p0r1a0": 36, "c0": 50, "p0r1t1": 8, "p0r0a0": 10, "p1r0a0": 9}, switches)
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=few, queues=full)
+    )
+    assert all(s.score < 0.5 for s in found if s.target == link)
 
 
 def test_drops_no_queue_explains_begin_when_they_stay_counted(
