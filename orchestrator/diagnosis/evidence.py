@@ -137,6 +137,9 @@ class Observations:
     # a run still going: when the observations were taken (epoch s; a stall not over yet
     # counts up to it); None for a finished bundle
     now: float | None = None
+    # when every rank of the first configuration had finished its warm-up (epoch s; None:
+    # not yet, or not known)
+    warmed: float | None = None
     # each switch port's egress queue: (t, packets sent, packets dropped, bytes held),
     # cumulative, oldest first (orchestrator/testbed/queues.py); empty in older bundles
     queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
@@ -148,12 +151,16 @@ class Observations:
     @property
     def span(self) -> tuple[float, float] | None:
         """From the first timed operation's start to the last one's end. Live (``now``
-        set), from the first operation's start or the first byte a connection moved,
-        whichever came first, to now: an operation held up by a fault has not ended, and
-        the diagnosis must not wait for it to."""
+        set), to now, from the first operation's start or, before one has ended, from the
+        end of the warm-up (:attr:`warmed`), or before that from the first byte a
+        connection moved: an operation held up by a fault has not ended, and the
+        diagnosis must not wait for it to; and what the warm-up did (slow start's losses)
+        is no fault, as offline."""
         starts = [o.start for o in self.operations]
         if self.now is not None:
-            starts += [c.samples[0][0] for c in self.connections if c.samples]
+            if not starts and self.warmed is not None:
+                starts = [self.warmed]
+            starts = starts or [c.samples[0][0] for c in self.connections if c.samples]
             return (min(starts), self.now) if starts else None
         if not self.operations:
             return None
@@ -232,7 +239,9 @@ def observe(path: Path) -> Observations:
         lateness = entry_lateness(bundle, fabric, configs, gpus)
         record = bundle.controller_restarts()
         own = restarts.recorded(record) if record is not None else restarts.inferred(windows)
+        warm = [r for r in bundle.iterations(configs[0].id) if r.warmup] if configs else []
         return Observations(
+            warmed=_warmed(warm),
             config_policies={c.id: c.policy for c in configs},
             workload=read_workload(path),
             lateness=lateness,
@@ -264,6 +273,13 @@ def _operations(records: list[IterationRecord], config_id: int, label: str) -> l
         entries = {rank: s for rank, (s, _) in ranks.items()}
         out.append(Operation(config_id, label, iteration, start, end, entries))
     return out
+
+
+def _warmed(records: list[IterationRecord]) -> float | None:
+    """When the last rank finished the last warm-up iteration of ``records`` (the warm-up
+    ones of a configuration); None without any timed record."""
+    ends = [r.start + r.time_us / 1e6 for r in records if r.start is not None]
+    return max(ends) if ends else None
 
 
 def _window(records: list[IterationRecord]) -> tuple[float, float] | None:

@@ -49,6 +49,7 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         events=[e for e in obs.events if since <= e.t <= now],
         lateness={k: v for k, v in obs.lateness.items() if (k[0], k[1]) in done},
         queues={},
+        warmed=obs.warmed if obs.warmed is not None and obs.warmed <= now else None,
         workload=None,
         now=now,
     )

@@ -77,12 +77,26 @@ def live_builder(
             lateness=_lateness(view, latency, len(ranks)),
             own_restarts=recorded(list(testbed.restarts)),
             now=time.time(),
+            warmed=_warmed(view.dones, view.warmup),
         )
 
     return build
 
 
 Dones = dict[int, dict[int, tuple[float, float, float | None]]]
+
+
+def _warmed(dones: Dones, warmup: int) -> float | None:
+    """When every rank had finished the warm-up iterations (None: not yet, or none)."""
+    if not warmup or not dones:
+        return None
+    ends = []
+    for done in dones.values():
+        warm = [start + seconds for i, (start, seconds, _) in done.items() if i < warmup]
+        if len(warm) < warmup:
+            return None
+        ends.append(max(warm))
+    return max(ends)
 
 
 def _operations(dones: Dones, warmup: int) -> list[Operation]:

@@ -1192,6 +1192,10 @@ def test_live_the_run_spans_from_its_first_bytes_to_now_though_no_operation_ende
     assert observations(astral, connections=[c], operations=[]).span is None
     finished = observations(astral, connections=[c])
     assert finished.span == (T0, T0 + 20.0)
+    # once the warm-up is over, from its end: what it did (slow start's losses) is no
+    # fault, as offline, where the run spans from the first timed operation
+    warm = observations(astral, connections=[c], operations=[], now=T0 + 4.0, warmed=T0 + 1.0)
+    assert warm.span == (T0 + 1.0, T0 + 4.0)
 
 
 def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
