@@ -864,6 +864,11 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     # long its timeouts stalled the connections through it
     out += _lossy_between(obs, dropping, conns)
     for switch, leak in leaking.items():
+        # every switch dropping about as much, none of it much: congestion's or the
+        # emulator's own (a healthy ECMP ring on an oversubscribed fat-tree: 7 to 14
+        # packets at four switches), not one lossy egress to choose
+        if about_as_much(leak.silent, [x.silent for sw, x in dropping.items() if sw != switch]):
+            continue
         rows = []
         for d in obs.directions.values():
             if d.src != switch:
@@ -885,12 +890,6 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
             continue
         rows.sort(key=lambda row: (-row[0], row[3].name))
         began = silent_onset(obs, switch)
-        # every switch dropping about as much, none of it much: congestion's or the
-        # emulator's own (a healthy ECMP ring on an oversubscribed fat-tree: 7 to 14
-        # packets at four switches), not one lossy egress to choose
-        others = [x.silent for sw, x in dropping.items() if sw != switch]
-        if about_as_much(leak.silent, others):
-            continue
         for weighted, excess, purity, d, through in rows[:3]:
             if weighted <= 0:
                 break

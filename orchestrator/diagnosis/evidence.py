@@ -91,9 +91,6 @@ class ConnectionView:
     retrans: list[tuple[float, int]] = field(default_factory=list)  # (t, total retrans)
     rtt: list[tuple[float, int]] = field(default_factory=list)  # (t, smoothed RTT us)
     unacked: list[tuple[float, int]] = field(default_factory=list)  # (t, segments in flight)
-    # (t, slow-start threshold in segments): the kernel halves it at each loss it sees,
-    # and at each packet its own egress refused (a local drop, no retransmission)
-    ssthresh: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def full_path(self) -> bool:
@@ -213,12 +210,15 @@ def observe(path: Path) -> Observations:
         gpus = [g.name for g in fabric.gpus_by_rank()]
         labels, gpus_by_rank = {}, {}
         operations: list[Operation] = []
+        warmed = None
         windows: list[tuple[float, float, str]] = []
         for c in configs:
             labels[c.id] = f"{c.collective} ({c.algorithm}) {_size(c.size)}, {c.policy}"
             gpus_by_rank[c.id] = dict(enumerate(gpus[: c.ranks]))
             records = bundle.iterations(c.id)
             operations += _operations(records, c.id, labels[c.id])
+            if c is configs[0]:
+                warmed = _warmed([r for r in records if r.warmup])
             window = _window(records)
             if window is not None:
                 windows.append((*window, c.policy))
@@ -239,9 +239,8 @@ def observe(path: Path) -> Observations:
         lateness = entry_lateness(bundle, fabric, configs, gpus)
         record = bundle.controller_restarts()
         own = restarts.recorded(record) if record is not None else restarts.inferred(windows)
-        warm = [r for r in bundle.iterations(configs[0].id) if r.warmup] if configs else []
         return Observations(
-            warmed=_warmed(warm),
+            warmed=warmed,
             config_policies={c.id: c.policy for c in configs},
             workload=read_workload(path),
             lateness=lateness,
@@ -313,20 +312,18 @@ def _connections(
         if cid in senders:
             senders[cid].samples.append((t, nbytes))
     if bundle.has_table("tcp_info"):
-        for cid, t, rtt, retrans, unacked, ssthresh in bundle.sql(
-            "SELECT connection_id, t, rtt_us, retrans, unacked, ssthresh FROM tcp_info"
+        for cid, t, rtt, retrans, unacked in bundle.sql(
+            "SELECT connection_id, t, rtt_us, retrans, unacked FROM tcp_info"
         ):
             if cid in senders:
                 senders[cid].retrans.append((t, retrans))
                 senders[cid].rtt.append((t, rtt))
                 senders[cid].unacked.append((t, unacked))
-                senders[cid].ssthresh.append((t, ssthresh))
     for view in senders.values():
         view.samples.sort()
         view.retrans.sort()
         view.rtt.sort()
         view.unacked.sort()
-        view.ssthresh.sort()
     return list(senders.values())
 
 

@@ -62,7 +62,6 @@ def _cut(c: ConnectionView, seen: float) -> ConnectionView:
         retrans=[s for s in c.retrans if s[0] <= seen],
         rtt=[s for s in c.rtt if s[0] <= seen],
         unacked=[s for s in c.unacked if s[0] <= seen],
-        ssthresh=[s for s in c.ssthresh if s[0] <= seen],
     )
 
 

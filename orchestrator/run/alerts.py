@@ -166,13 +166,11 @@ def _connections(
             v.retrans.append((r.t, r.view.retrans))
             v.rtt.append((r.t, r.view.rtt_us))
             v.unacked.append((r.t, r.view.unacked))
-            v.ssthresh.append((r.t, r.view.ssthresh))
     for v in views.values():
         v.samples.sort()
         v.retrans.sort()
         v.rtt.sort()
         v.unacked.sort()
-        v.ssthresh.sort()
     return list(views.values())
 
 
