@@ -181,6 +181,9 @@ class _Rank:
     closed_at: float | None = None  # control connection closed
     bye: bool = False
     connections: dict[int, ConnectionInfo] = field(default_factory=dict)
+    # samples shipped before the launcher knew the rank's connections (the handshake's
+    # bytes, moved while the other ranks were still connecting): kept until it does
+    early: list[Message] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -648,7 +651,35 @@ class Launcher:
                 rank.connections[int(c["index"])] = info
                 if c["outgoing"]:
                     seen[(info.src, info.dst, info.channel)] = info
+        for number, rank in self._ranks.items():
+            early, rank.early = rank.early, []
+            for message in early:
+                self._take_samples(number, rank, message)
+            rank.early = []  # still unknown: not this launch's
         return [seen[key] for key in sorted(seen)]
+
+    def _take_samples(self, number: int, rank: _Rank, message: Message) -> None:
+        """A SAMPLES message of rank ``number`` into the run's samples and kernel views;
+        rows of a connection the launcher does not know yet wait in ``rank.early`` for
+        :meth:`_connections` (a row still unknown then is dropped)."""
+        unknown: Message = {"samples": [], "tcp": []}
+        for row in message["samples"]:
+            t, index, nbytes = row
+            connection = rank.connections.get(int(index))
+            if connection is None:
+                unknown["samples"].append(row)
+            else:
+                self._samples.append(ThroughputSample(number, connection, t, int(nbytes)))
+        for row in message.get("tcp", ()):
+            t, index, *fields = row
+            connection = rank.connections.get(int(index))
+            if connection is None:
+                unknown["tcp"].append(row)
+            elif len(fields) == len(TCP_VIEW_FIELDS):
+                view = TcpView(*(int(v) for v in fields))
+                self._tcp_info.append(TcpInfoRecord(number, connection, t, view))
+        if unknown["samples"] or unknown["tcp"]:
+            rank.early.append(unknown)
 
     # --- the event loop -------------------------------------------------------------------------
 
@@ -785,15 +816,7 @@ class Launcher:
         if kind == protocol.HEARTBEAT:
             rank.heartbeat, rank.heartbeat_at = message, now
         elif kind == protocol.SAMPLES:
-            for t, index, nbytes in message["samples"]:
-                connection = rank.connections.get(int(index))
-                if connection is not None:
-                    self._samples.append(ThroughputSample(link.rank, connection, t, int(nbytes)))
-            for t, index, *fields in message.get("tcp", ()):
-                connection = rank.connections.get(int(index))
-                if connection is not None and len(fields) == len(TCP_VIEW_FIELDS):
-                    view = TcpView(*(int(v) for v in fields))
-                    self._tcp_info.append(TcpInfoRecord(link.rank, connection, t, view))
+            self._take_samples(link.rank, rank, message)
         elif kind == protocol.READY:
             rank.ready = message
         elif kind == protocol.DONE:
