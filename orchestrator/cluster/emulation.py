@@ -304,6 +304,9 @@ class ClusterEmulation(Emulation):
         self.clock_offsets: dict[str, float] = {}
         self._controller_port = 0
         self._forwards: dict[str, subprocess.Popen[bytes]] = {}
+        # machine -> the worker sockets sshd made there for our -R forwards: sshd leaves
+        # the file behind when the session ends, so the teardown removes it
+        self._socket_files: dict[str, list[str]] = {}
         self.tunnel_probes: dict[str, TunnelProbe] = {}
         self.part_reports: list[str] = []  # what each other machine's teardown removed
         self._cpu_since: dict[str, float] = {}
@@ -574,6 +577,7 @@ class ClusterEmulation(Emulation):
             there = f"/tmp/astral-{self.state.run_id}-{gpu}.sock"
             forwards.append((there, argv[at]))
             argv[at] = there
+            self._socket_files.setdefault(ssh.name, []).append(there)
         if argv and argv[0] == sys.executable:  # this checkout's interpreter: that one's
             argv[0] = ssh.python
         kwargs.pop("cwd", None)
@@ -677,6 +681,7 @@ class ClusterEmulation(Emulation):
             threads.append(thread)
         for thread in threads:
             thread.join(PART_STOP_S + 15)
+        socket_errors = self._remove_socket_files()
         for forward in self._forwards.values():
             forward.terminate()
             forward.wait()
@@ -685,7 +690,28 @@ class ClusterEmulation(Emulation):
             lines, errors = results.get(name, ([], [f"{name}: its part did not report"]))
             self.part_reports += lines + errors
             report.errors += errors
+        report.errors += socket_errors
         return report
+
+    def _remove_socket_files(self) -> list[str]:
+        """Remove the worker sockets sshd created on the other machines for the runs'
+        ``-R`` forwards (over the master connection while it still lives); what could
+        not be removed is reported, not left silently."""
+        errors = []
+        for name, paths in self._socket_files.items():
+            ssh = self.machines[name].ssh
+            if ssh is None or not paths:
+                continue
+            done = ssh.run(["rm", "-f", "--", *sorted(set(paths))], timeout=15)
+            if done.returncode == 0:
+                self.part_reports.append(f"{name}: removed {len(set(paths))} worker socket(s)")
+            else:
+                errors.append(
+                    f"{name}: could not remove the worker sockets {' '.join(sorted(set(paths)))}:"
+                    f" {done.stderr.strip() or f'status {done.returncode}'}"
+                )
+        self._socket_files.clear()
+        return errors
 
 
 class _MachineExecutor:

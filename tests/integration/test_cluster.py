@@ -71,6 +71,12 @@ def second_links(machine: NamespaceMachine) -> set[str]:
     return {line.split(":", 2)[1].strip().split("@", 1)[0] for line in out.splitlines()}
 
 
+def worker_sockets(machine: NamespaceMachine) -> set[str]:
+    """The sockets sshd made there for the workers' forwarded control channels."""
+    out = machine.exec(["find", "/tmp", "-maxdepth", "1", "-name", "astral-*.sock"]).stdout
+    return set(out.split())
+
+
 def unfinished_runs(machine: NamespaceMachine | None) -> list[str]:
     """Run records whose status is not ``clean`` (the state directory of that machine)."""
     script = (
@@ -96,6 +102,7 @@ def test_an_experiment_runs_across_two_machines(
     second, inventory = machine
     before_here = snapshot()
     links_there = second_links(second)
+    sockets_there = worker_sockets(second)
     experiment = {
         "name": "cluster",
         "fabric": "astral-small",
@@ -139,6 +146,7 @@ def test_an_experiment_runs_across_two_machines(
     assert not {n for n in after_here.links - before_here.links if "-eth" in n}
     assert second_bridges(second) == set()
     assert second_links(second) == links_there
+    assert worker_sockets(second) == sockets_there
     assert unfinished_runs(second) == []
 
 
