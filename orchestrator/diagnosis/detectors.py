@@ -20,6 +20,9 @@ what several detectors say of the same component and ranks the result.
   the switch forwards everything else).
 - :func:`overfull_queues`: a switch port whose queue filled although what could reach
   it could not outrun it sends slower than its link's rate (``slow``).
+- :func:`sending_below_rate`: a switch port that held a queue from one sample to the next
+  and still sent far below its link's rate, sample after sample (``slow``): a queue
+  waiting at a working port leaves at the port's rate.
 - :func:`dropped_without_congestion`: a switch whose drops no full queue explains has a
   lossy egress, the one whose connections retransmitted most beyond the run's median.
 - :func:`uncounted_losses`: retransmissions no counter explains (no discarding queue, no
@@ -33,6 +36,7 @@ what several detectors say of the same component and ranks the result.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -68,6 +72,11 @@ OVERFULL_SAMPLES = 3
 OVERFULL_PEAKS = 2
 OVERFULL_MARGIN = 1.0  # x its rate: what can arrive, at most, for a full queue to be its own
 OVERFULL_SCORE = 0.85
+BACKLOG_BYTES = 20_000  # held at both ends of a sampling interval: the port had work
+BACKLOGGED_INTERVALS = 4  # such intervals for a port's pace to be read
+BELOW_RATE = 0.35  # x its rate, in every such interval: a quarter-rate link sends 0.18-0.27,
+# healthy ports 0.34-1.0 (their backlog a single 64 KiB GSO packet, gone between samples)
+BELOW_RATE_SCORE = 0.9
 UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
 UNCOUNTED_SURE = 40  # ... this many: surely a loss (healthy: at most 6 on one link, 29 in all)
 UNCOUNTED_PAD_S = 1.0  # a queue's discard is retransmitted within this (RTTs, timeouts)
@@ -1080,6 +1089,64 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
         if said is None or said.onset is None or a < said.onset:
             out[d.name] = Suspect("link", d.name, "slow", OVERFULL_SCORE, evidence, a)
     return list(out.values())
+
+
+def sending_below_rate(obs: Observations) -> list[Suspect]:
+    """A switch port that held a queue and still sent far below its link's rate: that
+    port is ``slow``. A port's egress is work-conserving: while bytes wait in its queue it
+    sends at its rate, whatever congestion brought them there. Where its queue held
+    :data:`BACKLOG_BYTES` at two consecutive samples, the port's transmit counter over
+    that interval says how fast it sent; a port that did so in
+    :data:`BACKLOGGED_INTERVALS` intervals or more and never above :data:`BELOW_RATE` of
+    its rate in any of them sends slower than its link should. Unlike
+    :func:`overfull_queues` this needs no reasoning about what arrived: an all-to-all's
+    incast fills the queue of a healthy port too, which then sends at its rate."""
+    span = obs.span
+    if span is None or not obs.queues or not obs.counters:
+        return []
+    start, end = span[0] - 0.5, span[1] + 1.0
+    out: dict[str, Suspect] = {}
+    for d in obs.directions.values():
+        for port in egress_ports(obs, d):
+            rows = [r for r in obs.queues.get(port, []) if start <= r[0] <= end]
+            paces = []
+            for a, b in itertools.pairwise(rows):
+                if a[3] < BACKLOG_BYTES or b[3] < BACKLOG_BYTES or not 0.2 <= b[0] - a[0] <= 2.0:
+                    continue
+                sent = _sent_bytes(obs, port, a[0], b[0])
+                if sent is not None:
+                    paces.append((a[0], b[0], sent * 8 / (b[0] - a[0]) / d.capacity_bps))
+            if len(paces) < BACKLOGGED_INTERVALS or max(p for _, _, p in paces) > BELOW_RATE:
+                continue
+            median = statistics.median(p for _, _, p in paces)
+            evidence = [
+                f"counters: {port[0]}'s egress to {d.dst} held >= {BACKLOG_BYTES:,} bytes "
+                f"at both ends of {len(paces)} sampling intervals from {rel(obs, paces[0][0])} "
+                f"to {rel(obs, paces[-1][1])}, and sent at {median:.2f} of its "
+                f"{d.capacity_bps / 1e6:.1f} Mbit/s (at most {max(p for _, _, p in paces):.2f})",
+                "a port with bytes waiting sends at its rate, whatever brought them: it sent "
+                "slower than its link's rate",
+            ]
+            onset = paces[0][0]
+            said = out.get(d.name)
+            if said is None or said.onset is None or onset < said.onset:
+                out[d.name] = Suspect("link", d.name, "slow", BELOW_RATE_SCORE, evidence, onset)
+    return list(out.values())
+
+
+def _sent_bytes(obs: Observations, port: Port, start: float, end: float) -> float | None:
+    """Bytes ``port`` transmitted between ``start`` and ``end``, its OpenFlow counter
+    interpolated between polls; None outside the polled span."""
+    rows = obs.counters.get(port)
+    if not rows or start < rows[0][0] or end > rows[-1][0]:
+        return None
+
+    def at(t: float) -> float:
+        i = min(max(bisect.bisect_right([r[0] for r in rows], t) - 1, 0), len(rows) - 2)
+        (t0, _, b0, _, _), (t1, _, b1, _, _) = rows[i], rows[i + 1]
+        return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else float(b0)
+
+    return max(0.0, at(end) - at(start))
 
 
 def _moved(c: ConnectionView, start: float, end: float) -> bool:

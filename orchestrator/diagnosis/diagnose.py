@@ -29,6 +29,7 @@ DETECTORS: Sequence[Detector] = (
     detectors.connection_faults,
     detectors.dropped_without_congestion,
     detectors.overfull_queues,
+    detectors.sending_below_rate,
     detectors.uncounted_losses,
     detectors.stragglers,
     detectors.controller_outage,

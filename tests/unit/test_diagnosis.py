@@ -23,6 +23,7 @@ from orchestrator.diagnosis.detectors import (
     held_below_share,
     kept_share,
     overfull_queues,
+    sending_below_rate,
     silent_onset,
     stalls,
     uncounted_losses,
@@ -1222,6 +1223,42 @@ def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
     other = routed(astral, "p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
     two = [*conns, connection(3, 3, 4, other)]
     assert not overfull_queues(observations(astral, connections=two, queues=held(55_000)))
+
+
+def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
+    astral: FabricDescription,
+) -> None:
+    """A port with bytes waiting sends at its rate, whatever congestion brought them (an
+    all-to-all's incast fills a healthy port's queue too). One that held a queue at both
+    ends of every sampling interval for seconds and sent a quarter of its rate in each is
+    slow; one that sent at its rate is congested, not slow; a single fast interval (the
+    backlog a burst that left between samples) or too few intervals say nothing."""
+    obs0 = observations(astral)
+    d = obs0.directions["p0r1a0>c0"]
+    port = (d.src, d.link.port_of(d.src))
+
+    def layers(paces: list[float], backlog: int = 30_000) -> dict[str, object]:
+        queue = [
+            (T0 + k * 0.5, 10 * k, 0, backlog if 4 <= k < 4 + len(paces) + 1 else 0)
+            for k in range(40)
+        ]
+        sent, counter = 0.0, []
+        for k in range(40):
+            t = T0 + k * 0.5
+            if 4 < k <= 4 + len(paces):
+                sent += paces[k - 5] * d.capacity_bps / 8 * 0.5
+            counter.append((t, 0, int(sent), 0, 0))
+        return {"queues": {port: queue}, "counters": {port: counter}}
+
+    slow = sending_below_rate(observations(astral, **layers([0.24] * 8)))
+    assert [(s.key(), s.onset) for s in slow] == [
+        (("link", "p0r1a0>c0", "slow"), pytest.approx(T0 + 2.0))
+    ]
+    assert any("sent slower than its link's rate" in e for e in slow[0].evidence)
+    assert not sending_below_rate(observations(astral, **layers([0.95] * 8))), "congested"
+    assert not sending_below_rate(observations(astral, **layers([0.24] * 3 + [0.7] + [0.24] * 4)))
+    assert not sending_below_rate(observations(astral, **layers([0.24] * 3))), "too few"
+    assert not sending_below_rate(observations(astral, **layers([0.24] * 8, backlog=12_000)))
 
 
 def test_a_straggler_whose_own_link_out_looks_slow_is_the_straggler(
