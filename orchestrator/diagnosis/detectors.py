@@ -1203,6 +1203,10 @@ def _explain(
     egress is not counted by any switch). With ``kept`` (a slow link): only those healthy
     connections contradict a component (:func:`kept_share`); with ``window``, a queue
     full then is the evidence (:func:`full_queues`)."""
+    # a loss with the switches' port counters at hand: a switch that lost packets on an
+    # egress shows them as received and not sent (none leaking: its drops were its full
+    # queues', congestion's, or none)
+    counted = leaks is not None and bool(obs.counters)
     leaks = leaks or {}
     bad_switches = {n for c in bad for n in c.switches()}
     listed = ", ".join(f"{_describe(obs, c)}: {why[c.id]}" for c in bad[:3])
@@ -1284,7 +1288,7 @@ def _explain(
                     f"{' and '.join(sources)}'s own egress"
                 )
         switch_ends = [src for src in sources if src in obs.fabric.switches]
-        if leaks and switch_ends:
+        if counted and switch_ends:
             dropping = [src for src in switch_ends if src in leaks]
             if dropping:
                 src = max(dropping, key=lambda sw: leaks[sw].silent)

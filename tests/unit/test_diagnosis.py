@@ -210,6 +210,14 @@ def test_retransmissions_through_a_switch_that_dropped_packets_blame_its_egress(
     # retransmissions but no switch dropped anything: the sender's own NIC egress
     obs = observations(astral, connections=conns, counters=counters({}, switches))
     assert top(obs) == ("link", "p0s0g1>p0r1t1", "lossy")
+    # ... and with the full paths known, none of the switches' egresses: a switch losing
+    # packets on one would have received more than it sent
+    conns[0].path = path("p0s0g1", "p0r1t1", "p0r1a0", "p0r1t0", "p0s1g0")
+    obs = observations(astral, connections=conns, counters=counters({}, switches))
+    assert top(obs) == ("link", "p0s0g1>p0r1t1", "lossy")
+    assert not [
+        s for s in diagnose(obs).ranked if s.target.startswith("p0r1") and s.fault == "lossy"
+    ]
 
 
 def test_connections_stalled_to_one_gpu_through_one_switch_are_its_blackhole(
