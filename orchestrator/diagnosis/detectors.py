@@ -131,6 +131,10 @@ TWO_LATE_S = 0.050
 # in operations 9, 10 and 12 of 12, a live alert): fewer late operations than this count
 # only when late by TWO_LATE_S
 FEW_LATE_OPS = 4
+# a rank late by this many times the next latest rank's lateness is late alone: seed 8's
+# straggler entered 175-291 ms late while two other ranks were 20-45 ms late behind a
+# congested 2:1 aggregation, in 2 of its 5 late operations
+DOMINANT = 5.0
 TELEMETRY_GAP_S = 2.0
 
 
@@ -1520,7 +1524,11 @@ def stragglers(obs: Observations) -> list[Suspect]:
         behind = [
             (rank, late - typical) for rank, late in ranks.items() if late - typical >= LATE_S
         ]
-        if len(behind) == 1:  # several ranks late at once: the machine, not one GPU
+        behind.sort(key=lambda rx: -rx[1])
+        # several ranks late at once by similar amounts: the machine, not one GPU; one
+        # far later than the rest (a straggler's whole delay beside a congested path's
+        # tens of ms at two others) is still that rank's
+        if len(behind) == 1 or (len(behind) > 1 and behind[0][1] >= DOMINANT * behind[1][1]):
             rank, excess = behind[0]
             late_ops[(config_id, rank)].append((iteration, excess))
     starts = {(o.config_id, o.iteration): o.start for o in obs.operations}

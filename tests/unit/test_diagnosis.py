@@ -922,6 +922,18 @@ def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
     assert diagnose(observations(astral, lateness=hiccups)).healthy
     slow = base | {(1, i, 0): 0.21 for i in (9, 10, 12)}
     assert diagnose(observations(astral, lateness=slow)).ranked[0].target == "p0s0g0"
+    # late by 200-290 ms while two other ranks are late by 20-45 ms in some of those
+    # operations (a congested path delays their first bytes): still that rank alone; two
+    # ranks late by 200 and 100 ms are not one straggler's
+    crowded = base | {(1, i, 7): 0.2 + 0.02 * i for i in range(2, 7)}
+    crowded |= {(1, i, r): 0.05 for i in (3, 4) for r in (0, 6)}
+    assert diagnose(observations(astral, lateness=crowded)).ranked[0].key() == (
+        "gpu",
+        "p1s1g1",
+        "straggler",
+    )
+    shared = crowded | {(1, i, 6): 0.11 for i in range(2, 7)}
+    assert diagnose(observations(astral, lateness=shared)).healthy
 
 
 def test_a_controller_that_started_again_is_an_outage(astral: FabricDescription) -> None:
