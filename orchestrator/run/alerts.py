@@ -12,6 +12,7 @@ what a monitor sees and what the run did: the faults the run injects are not rea
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -229,6 +230,15 @@ def _lateness(
         c = s.connection
         if s.rank == c.src and s.bytes > 0:
             firsts[(c.src, c.dst)].append(s.t)
+    # more data in flight than at the sample before: sent by then (as offline)
+    flight: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
+    for r in view.tcp_info:
+        c = r.connection
+        if r.rank == c.src:
+            flight[(c.src, c.dst)].append((r.t, r.view.unacked))
+    for key, rows in flight.items():
+        rows.sort()
+        firsts[key] += [b[0] for a, b in itertools.pairwise(rows) if b[1] > a[1]]
     for times in firsts.values():
         times.sort()
     out = {}
