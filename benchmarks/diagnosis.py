@@ -330,6 +330,13 @@ def fault_scenarios(
     combos = [(f, p) for f in fabrics for p in policies]
     start = rng.randrange(len(combos))
     usages = {name: ring_usage(fabric, ring_gpus(fabric)) for name, fabric in fabrics.items()}
+    for name, usage in usages.items():
+        if kind.startswith("link-") and not usage.links:
+            raise ValueError(
+                f"fabric {name}: its ring crosses no network link on a shortest path (a "
+                "rail-only fabric's cross-rail pairs ride NVLink), so there is nowhere to "
+                f"put a {kind}; pick another fabric, or --kinds without link faults"
+            )
     link_turns = {n: _rotation(rng, list(u.links)) for n, u in usages.items()}
     switch_turns = {n: _rotation(rng, list(u.switches)) for n, u in usages.items()}
     gpu_turns = {n: _rotation(rng, u.gpus) for n, u in usages.items()}
@@ -982,7 +989,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     fabrics = resolve_fabrics(args.fabrics, out / "fabrics")
     models = {name: build_fabric(spec) for name, (_, spec) in fabrics.items()}
-    scenarios = suite(models, args.policies, args.kinds, args.per_kind, args.healthy, args.seed)
+    try:
+        scenarios = suite(models, args.policies, args.kinds, args.per_kind, args.healthy, args.seed)
+    except ValueError as error:
+        print(f"diagnosis benchmark: {error}", file=sys.stderr)
+        return 2
     document = {"seed": args.seed, "fabrics": {n: r for n, (r, _) in fabrics.items()},
                 "scenarios": [s.to_dict() for s in scenarios]}  # fmt: skip
     (out / "suite.json").write_text(json.dumps(document, indent=1) + "\n")
