@@ -503,11 +503,11 @@ def peak_rates(c: ConnectionView) -> dict[int, float]:
 
 def capped(
     conns: Sequence[ConnectionView], capacity: dict[str, float] | None = None
-) -> dict[int, tuple[float, int, float]]:
+) -> dict[int, tuple[float, int, float, float]]:
     """Connections that, in :data:`CAPPED_SECONDS` or more of the seconds they were busy,
     peaked at no more than a share of what the typical busy connection peaked at that
     second: a slower link on their path. Each with its worst share, the number of such
-    seconds and the first of them.
+    seconds, the first of them and the end of the last.
 
     Connections that share a link peak lower without any fault (two at half each: a
     collision). Without more to go on, the share is :data:`CAPPED_SHARE`, under a
@@ -541,7 +541,12 @@ def capped(
         share = dict(xs)
         run = _dense(list(share), peaks[cid])
         if run:
-            out[cid] = (max(share[second] for second in run), len(run), float(run[0]))
+            out[cid] = (
+                max(share[second] for second in run),
+                len(run),
+                float(run[0]),
+                run[-1] + 1.0,
+            )
     return out
 
 
@@ -782,9 +787,14 @@ def connection_faults(obs: Observations) -> list[Suspect]:
             for i in slow
         }
         onsets = {i: (rates.get(i) or paced[i])[2] for i in slow}
+        # where a queue says which direction is slow: full while they were held (a
+        # port that is the bottleneck the rest of the time fills only then)
+        window = _window(shares, slow)
+        if window is None and (held_at := [rates[i] for i in slow if i in rates]):
+            window = (min(r[2] for r in held_at), max(r[3] for r in held_at))
         out += _explain(
             obs, [by_id[i] for i in slow], conns, "slow", why, onsets=onsets,
-            queues=switch_queues(obs), kept=_kept(shares, slow), window=_window(shares, slow),
+            queues=switch_queues(obs), kept=_kept(shares, slow), window=window,
         )  # fmt: skip
     return out
 

@@ -17,6 +17,8 @@ import pytest
 
 from orchestrator.diagnosis import diagnose, diagnose_bundle, restarts
 from orchestrator.diagnosis.detectors import (
+    CAPPED_SHARE_FAIR,
+    capped,
     dropped_without_congestion,
     egress_ports,
     full_queues,
@@ -731,6 +733,24 @@ def test_a_slow_direction_is_the_one_whose_own_queue_is_full(
         first = diagnose(observations(astral, connections=conns, queues=full)).ranked[0]
         assert first.key() == ("link", slow, "slow"), first
         assert any("discarded" in e for e in first.evidence)
+
+
+def test_a_capped_connection_is_held_from_its_first_low_second_to_its_last(
+    astral: FabricDescription,
+) -> None:
+    """A connection whose peaks a slow link held under half the typical connection's is
+    capped from the first such second to the end of the last: the seconds in which a
+    queue on its path says which direction is slow (a port that is its bottleneck once
+    the fault is over fills only then; seed 10: a GPU's link slowed to 3 Mbit/s under a
+    4 Mbit/s core, whose full queue after the fault was called the slow link)."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    slow = shaped(1, 3, 7, ACROSS_C0, rate, lambda t: 0.3 if 2.0 <= t < 9.0 else 1.0)
+    healthy = [paced(3, 6, 2, ELSEWHERE, rate), paced(4, 2, 0, LOCAL, rate)]
+    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    share, seconds, first, end = capped([slow, *healthy], capacity)[1]
+    assert share <= CAPPED_SHARE_FAIR and seconds == 6  # 2-7: second 8 peaks as it ends
+    assert (first, end) == (int(T0) + 2.0, int(T0) + 8.0)
 
 
 def test_parallel_links_are_one_name_and_each_its_own_egress_queue() -> None:
