@@ -662,6 +662,14 @@ def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
         observations(astral, connections=conns, counters=apart, queues=full)
     )
     assert all(s.target != link for s in found)
+    # one end leaving no more than a healthy switch's noise (8 packets) is no second
+    # witness: the link is not named lossy both ways on its word
+    quiet = dict(queues({"c0": 0, "p0r1a0": 0}, switches))
+    faint = counters({"p0r1a0": 60, "c0": 8}, switches)
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=faint, queues=quiet)
+    )
+    assert all(s.score < 0.5 for s in found if s.target == link)
     # the loss's timeouts stall a connection across the link for 3 s: still the link's
     # loss (a hole drops at one switch, not at both ends of a link)
     conns[0] = connection(1, 1, 4, across, stall=(6.0, 9.0), retrans=70)
@@ -1263,6 +1271,17 @@ def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
     other = routed(astral, "p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
     two = [*conns, connection(3, 3, 4, other)]
     assert not overfull_queues(observations(astral, connections=two, queues=held(55_000)))
+    # the same queue while the port sent at its rate: a working port, the bottleneck of a
+    # chain of equal rates whose shaper runs a little slower than the one before it
+    d = observations(astral).directions["p0r1a0>c0"]
+    sending = [
+        (T0 - 1 + k * 0.5, 0, int(k * 0.5 * 0.96 * d.capacity_bps / 8), 0, 0) for k in range(45)
+    ]
+    busy = observations(astral, connections=conns, queues=held(55_000), counters={port: sending})
+    assert not overfull_queues(busy)
+    crawling = [(t, 0, b // 4, 0, 0) for t, _, b, _, _ in sending]
+    slow = observations(astral, connections=conns, queues=held(55_000), counters={port: crawling})
+    assert [s.target for s in overfull_queues(slow)] == ["p0r1a0>c0"]
 
 
 def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
