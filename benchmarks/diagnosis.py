@@ -24,7 +24,8 @@ preset: a k = 4 fat-tree cut to 2 pods of 2 servers x 2 GPUs (one NIC port per G
 4 aggregation and 2 core switches), written as a fabric file into the suite's directory.
 A preset's name or a fabric file works too. Each run is one ``astral run`` (a subprocess:
 real emulation, the machine-wide lock taken by it, ``--lock-wait``) of one collective, ring
-all-reduce or direct all-to-all (alternating), 1 MiB, at the scale of
+all-reduce or direct all-to-all (alternating), 1 MiB (less on a fabric with a slower
+tier: :func:`size_for`, so that an operation keeps its length), at the scale of
 experiments/faults.yaml (0.6e-4, 12 Mbit/s per 200G port), with iterations for about 18 s
 of collectives; every fault lasts 7 s (a GPU with one NIC port cut off stalls the
 collective until it ends). Then ``orchestrator.diagnosis.diagnose_bundle`` on the bundle,
@@ -305,6 +306,23 @@ def iterations_for(spec: FabricSpec, collective: str) -> int:
     return max(4, round(COLLECTIVE_SECONDS / per_iteration))
 
 
+def size_for(spec: FabricSpec) -> int:
+    """:data:`SIZE` scaled by the fabric's slowest network link against its NIC links
+    (a 3:1 core: a third), in whole 64 KiB, at least 256 KiB: an operation whose ring
+    crosses a slow core would take that many times longer, and a fault of
+    :data:`FAULT_SECONDS` would cover one operation or none (seed 10's straggler on a
+    3:1 core, 200 ms for 7 s, delayed one operation of 8 s), which no rule reading
+    operations can tell from noise. Fabrics without a slower tier keep 1 MiB."""
+    fabric = build_fabric(spec)
+    network = [k for k in fabric.links if k.kind is not LinkKind.NVLINK]
+    nic = max((k.capacity for k in network if k.kind is LinkKind.NIC), default=0.0)
+    slowest = min((k.capacity for k in network), default=nic)
+    if nic <= 0 or slowest >= nic:
+        return SIZE
+    step = 64 << 10
+    return max(4 * step, int(SIZE * slowest / nic) // step * step)
+
+
 def _rotation(rng: random.Random, options: Sequence[Any]) -> list[Any]:
     order = list(options)
     rng.shuffle(order)
@@ -424,7 +442,7 @@ def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -
         "fabric": fabric_ref,
         "policy": scenario.policy,
         "collectives": [{"op": op, "algorithm": algorithm}],
-        "sizes": {"min": SIZE, "max": SIZE},
+        "sizes": {"min": size_for(spec), "max": size_for(spec)},
         "iterations": iterations_for(spec, scenario.collective),
         "warmup": 1,
         "placement": {"gpus": RANKS},

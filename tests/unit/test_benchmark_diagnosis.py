@@ -297,3 +297,20 @@ def test_kinds_fabrics_and_policies_select_saved_runs(bench: ModuleType) -> None
     assert not bench.selected(
         bench.Scenario(4, "straggler", "astral-small", "path-pinned", "ring"), args
     )
+
+
+def test_a_slower_core_shrinks_the_operation_so_a_fault_spans_several(bench: ModuleType) -> None:
+    """An operation whose ring crosses a core at a third of the NIC rate takes three times
+    as long; the size shrinks by as much (whole 64 KiB, at least 256 KiB) so that a 7 s
+    fault still covers several operations. A fabric without a slower tier keeps 1 MiB."""
+    from topologies.spec import parse_fabric_spec
+
+    base = {
+        "name": "x", "kind": "astral", "pods": 2, "servers_per_pod": 2, "gpus_per_server": 2,
+        "nic_ports": 1, "switch": {"radix": 4, "down_ports": 2},
+    }  # fmt: skip
+    assert bench.size_for(parse_fabric_spec(base, "x")) == 1 << 20
+    over = parse_fabric_spec(base | {"oversubscription": {"tor": 1, "agg": 2}}, "x")
+    assert bench.size_for(over) == 512 << 10
+    far = parse_fabric_spec(base | {"oversubscription": {"tor": 1, "agg": 15}}, "x")
+    assert bench.size_for(far) == 256 << 10
