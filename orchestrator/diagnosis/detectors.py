@@ -93,7 +93,6 @@ STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RT
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
 RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
 RETRANS_FACTOR = 4.0  # x the median connection's
-BOTH_ENDS_MIN = 16  # ... and below this at either end, the noise healthy switches leave
 BOTH_ENDS_SURE = 40  # packets unexplained at each end of a link: a loss on it, surely
 LOSS_EXCESS = 10  # segments each beyond the median: a loss's connections retransmitted so
 # a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
@@ -977,14 +976,6 @@ def _lossy_between(
             f"paths: {name} joins the two: a loss on it both ways drops at each end's egress"
         )
         score = 0.79 * (0.5 + 0.5 * purity)
-        # an end that left no more unexplained than healthy switches do (6-16 packets on
-        # the larger fabrics) is no second witness: its drops are the emulator's noise
-        weakest = min(leak.silent for _, leak in leaks)
-        if weakest < BOTH_ENDS_MIN:
-            score *= weakest / BOTH_ENDS_MIN
-            evidence.append(
-                f"but one end's {weakest} packets are as few as a healthy switch leaves"
-            )
         others = [x.silent for sw, x in leaking.items() if sw not in nodes]
         if about_as_much(max(leak.silent for _, leak in leaks), others):
             score *= 0.4

@@ -662,14 +662,6 @@ def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
         observations(astral, connections=conns, counters=apart, queues=full)
     )
     assert all(s.target != link for s in found)
-    # one end leaving no more than a healthy switch's noise (8 packets) is no second
-    # witness: the link is not named lossy both ways on its word
-    quiet = dict(queues({"c0": 0, "p0r1a0": 0}, switches))
-    faint = counters({"p0r1a0": 60, "c0": 8}, switches)
-    found = dropped_without_congestion(
-        observations(astral, connections=conns, counters=faint, queues=quiet)
-    )
-    assert all(s.score < 0.5 for s in found if s.target == link)
     # the loss's timeouts stall a connection across the link for 3 s: still the link's
     # loss (a hole drops at one switch, not at both ends of a link)
     conns[0] = connection(1, 1, 4, across, stall=(6.0, 9.0), retrans=70)
