@@ -93,6 +93,7 @@ STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RT
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
 RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
 RETRANS_FACTOR = 4.0  # x the median connection's
+BOTH_ENDS_MIN = 16  # ... and below this at the fewer end, the transport must agree
 BOTH_ENDS_SURE = 40  # packets unexplained at each end of a link: a loss on it, surely
 LOSS_EXCESS = 10  # segments each beyond the median: a loss's connections retransmitted so
 # a connection stalled in a hole retransmits one segment at a doubling timeout (8 ms, 16,
@@ -976,6 +977,24 @@ def _lossy_between(
             f"paths: {name} joins the two: a loss on it both ways drops at each end's egress"
         )
         score = 0.79 * (0.5 + 0.5 * purity)
+        # ends that each left no more unexplained than healthy switches do (up to 18
+        # packets in a healthy run) need the transport to agree: the connections across
+        # the link retransmitted beyond the run's median (seed 10: a healthy ECMP ring
+        # left 5 and 7 at the two ends of one link; seed 8's loss, 7 and 9, and its one
+        # connection across retransmitted 32 segments beyond the median's 2.5)
+        weakest = min(leak.silent for _, leak in leaks)
+        if weakest < BOTH_ENDS_MIN:
+            across = [c for c in conns if {d.name for d in ends} & set(c.directions())]
+            excess = max(
+                (retransmissions(c, *span) for c in across), default=0
+            ) - statistics.median(retransmissions(c, *span) for c in conns)
+            if excess < LOSS_EXCESS:
+                score *= weakest / BOTH_ENDS_MIN
+                evidence.append(
+                    f"but each end's drops ({weakest} packets at the fewer) are as few as a "
+                    "healthy switch leaves, and no connection across retransmitted beyond "
+                    "the others"
+                )
         others = [x.silent for sw, x in leaking.items() if sw not in nodes]
         if about_as_much(max(leak.silent for _, leak in leaks), others):
             score *= 0.4

@@ -662,6 +662,21 @@ def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
         observations(astral, connections=conns, counters=apart, queues=full)
     )
     assert all(s.target != link for s in found)
+    # each end leaving no more than a healthy switch's noise (7 and 9 packets): only when
+    # a connection across the link retransmitted beyond the run's median (a healthy ring
+    # left 5 and 7 at the ends of one link; a real loss, 7 and 9, and 32 segments more)
+    quiet = queues({}, switches)
+    faint = counters({"p0r1a0": 9, "c0": 7}, switches)
+
+    def score(connections: list[ConnectionView]) -> float:
+        found = dropped_without_congestion(
+            observations(astral, connections=connections, counters=faint, queues=quiet)
+        )
+        return max((s.score for s in found if s.target == link), default=0.0)
+
+    assert score(conns) < 0.5
+    lossy = [connection(1, 1, 4, across, retrans=120), *conns[1:]]
+    assert score(lossy) >= 0.5
     # the loss's timeouts stall a connection across the link for 3 s: still the link's
     # loss (a hole drops at one switch, not at both ends of a link)
     conns[0] = connection(1, 1, 4, across, stall=(6.0, 9.0), retrans=70)
