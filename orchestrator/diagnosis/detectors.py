@@ -44,6 +44,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from controllers.routing import RoutingGraph
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
 from orchestrator.diagnosis.model import UNCOUNTED, Suspect
 from topologies.model import Link, LinkKind
@@ -1432,6 +1433,16 @@ def _ranked_components(
     return ranked
 
 
+def _shortest_path_switches(graph: RoutingGraph, src: str, dst: str) -> set[str]:
+    """The switches on some shortest path from GPU ``src`` to GPU ``dst``."""
+    to_dst, to_src = graph.distances_to(dst), graph.distances_to(src)
+    both = {s: to_src[s] + to_dst[s] for s in to_dst.keys() & to_src.keys() if s in graph.switches}
+    if not both:
+        return set()
+    shortest = min(both.values())
+    return {s for s, n in both.items() if n == shortest}
+
+
 def _explain_stalls(
     obs: Observations,
     bad: Sequence[ConnectionView],
@@ -1454,10 +1465,27 @@ def _explain_stalls(
     full = [c for c in bad if c.full_path]
     leaks = switch_leaks(obs)
 
+    graph = RoutingGraph(obs.fabric)
+    ways: dict[tuple[str, str], set[str]] = {}
+
+    # switches that dropped more than healthy ones leave (up to 18 packets), with room in
+    # their queues: a hole may be there though no recorded path says so
+    dropping = {sw for sw, leak in leaks.items() if leak.silent >= BOTH_ENDS_MIN}
+
+    def way_back(c: ConnectionView) -> set[str]:
+        # the acknowledgements' path is not recorded (under ECMP the reverse five-tuple
+        # hashes on its own): a dropping switch on a shortest path back may carry them
+        key = (c.dst_gpu, c.src_gpu)
+        if key not in ways:
+            ways[key] = _shortest_path_switches(graph, *key) & dropping
+        return ways[key] | set(c.switches())
+
     def pairs(c: ConnectionView) -> list[str]:
         # a switch dropping what goes to a GPU stalls the connections to it, and those
         # from it whose acknowledgements cross the switch on their way back
-        return [f"{s}|{gpu}" for s in c.switches() for gpu in (c.dst_gpu, c.src_gpu)]
+        return [f"{s}|{c.dst_gpu}" for s in c.switches()] + [
+            f"{s}|{c.src_gpu}" for s in sorted(way_back(c))
+        ]
 
     def hit(c: ConnectionView) -> list[str]:
         # a healthy connection contradicts a hole only if its data went through the switch
@@ -1507,6 +1535,12 @@ def _explain_stalls(
                 f" and {len(through)} of {len(bad)} cross {switch}"
                 if recall < 1
                 else f" through {switch}"
+            )
+            + (
+                f" ({unrecorded} only on a shortest way back for their acknowledgements, "
+                f"which no path records: {switch} dropped more than a healthy switch does)"
+                if (unrecorded := sum(1 for c in through if switch not in c.switches()))
+                else ""
             ),
             f"paths: {others} healthy connection(s) cross {switch} to other GPUs: it forwards"
             " everything else",

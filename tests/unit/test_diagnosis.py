@@ -904,6 +904,39 @@ def test_a_collective_stalled_behind_a_hole_points_at_the_connections_retransmit
     assert diagnose(observations(astral, connections=conns)).healthy
 
 
+def test_a_hole_on_the_unrecorded_way_back_is_found_by_its_drops(
+    astral: FabricDescription,
+) -> None:
+    """Connections from one GPU stall when a switch drops what goes to that GPU: their
+    acknowledgements are lost on the way back, a path no connection records (under ECMP
+    the reverse five-tuple hashes on its own). A switch on a shortest way back that
+    dropped more than healthy switches do (30 packets, room in its queues) is the hole;
+    one that dropped only a healthy switch's few is not named on that ground alone."""
+    out = [
+        path("p0s0g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0"),
+        path("p0s0g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0"),
+        path("p0s0g0", "p0r0t1", "p0r0a1", "c2", "p1r0a1", "p1r0t1", "p1s0g0"),
+    ]
+    conns = [
+        connection(i + 1, 0, 4 + i, p, stall=(3.0, 9.0), retrans=12) for i, p in enumerate(out)
+    ]
+    healthy = [
+        connection(5, 5, 1, path("p1s0g1", "p1r1t0", "p1r1a0", "c1", "p0r1a0", "p0r1t0", "p0s0g1")),
+        connection(6, 2, 6, path("p0s1g0", "p0r0t0", "p0r0a0", "c1", "p1r0a0", "p1r0t0", "p1s1g0")),
+        connection(7, 3, 7, path("p0s1g1", "p0r1t1", "p0r1a1", "c3", "p1r1a1", "p1r1t1", "p1s1g1")),
+        connection(8, 7, 3, path("p1s1g1", "p1r1t1", "p1r1a1", "c3", "p0r1a1", "p0r1t1", "p0s1g1")),
+    ]
+    switches = ["c0", "c1", "c2", "c3", "p0r0t0", "p0r0a0", "p1r0a0", "p1r0t0"]
+    dropped = counters({"c3": 30}, switches)
+    obs = observations(astral, connections=[*conns, *healthy], counters=dropped)
+    first = diagnose(obs).ranked[0]
+    assert first.key() == ("switch", "c3", "blackhole"), first
+    assert any("way back" in e for e in first.evidence)
+    few = counters({"c3": 9}, switches)
+    obs = observations(astral, connections=[*conns, *healthy], counters=few)
+    assert all(s.target != "c3" for s in diagnose(obs).ranked)
+
+
 def test_a_rank_entering_operations_late_is_a_straggler_and_noise_is_not(
     astral: FabricDescription,
 ) -> None:
