@@ -40,11 +40,10 @@ import bisect
 import itertools
 import math
 import statistics
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from controllers.routing import RoutingGraph
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
 from orchestrator.diagnosis.model import UNCOUNTED, Suspect
 from topologies.model import Link, LinkKind
@@ -1433,10 +1432,36 @@ def _ranked_components(
     return ranked
 
 
-def _shortest_path_switches(graph: RoutingGraph, src: str, dst: str) -> set[str]:
+def _network(obs: Observations) -> dict[str, list[str]]:
+    """Each node's neighbours over the fabric's network links (NVLink is not the network)."""
+    adjacency: dict[str, list[str]] = defaultdict(list)
+    for link in obs.fabric.links:
+        if link.kind is not LinkKind.NVLINK:
+            adjacency[link.a].append(link.b)
+            adjacency[link.b].append(link.a)
+    return adjacency
+
+
+def _hops_to(obs: Observations, adjacency: dict[str, list[str]], gpu: str) -> dict[str, int]:
+    """Hops from every switch that reaches ``gpu`` through switches only."""
+    dist, queue = {gpu: 0}, deque([gpu])
+    while queue:
+        node = queue.popleft()
+        for nxt in adjacency.get(node, ()):
+            if nxt in obs.fabric.switches and nxt not in dist:
+                dist[nxt] = dist[node] + 1
+                queue.append(nxt)
+    return dist
+
+
+def _shortest_path_switches(
+    obs: Observations, adjacency: dict[str, list[str]], src: str, dst: str
+) -> set[str]:
     """The switches on some shortest path from GPU ``src`` to GPU ``dst``."""
-    to_dst, to_src = graph.distances_to(dst), graph.distances_to(src)
-    both = {s: to_src[s] + to_dst[s] for s in to_dst.keys() & to_src.keys() if s in graph.switches}
+    to_dst, to_src = _hops_to(obs, adjacency, dst), _hops_to(obs, adjacency, src)
+    both = {
+        s: to_src[s] + to_dst[s] for s in to_dst.keys() & to_src.keys() if s in obs.fabric.switches
+    }
     if not both:
         return set()
     shortest = min(both.values())
@@ -1465,7 +1490,7 @@ def _explain_stalls(
     full = [c for c in bad if c.full_path]
     leaks = switch_leaks(obs)
 
-    graph = RoutingGraph(obs.fabric)
+    adjacency = _network(obs)
     ways: dict[tuple[str, str], set[str]] = {}
 
     # switches that dropped more than healthy ones leave (up to 18 packets), with room in
@@ -1477,7 +1502,7 @@ def _explain_stalls(
         # hashes on its own): a dropping switch on a shortest path back may carry them
         key = (c.dst_gpu, c.src_gpu)
         if key not in ways:
-            ways[key] = _shortest_path_switches(graph, *key) & dropping
+            ways[key] = _shortest_path_switches(obs, adjacency, *key) & dropping
         return ways[key] | set(c.switches())
 
     def pairs(c: ConnectionView) -> list[str]:
