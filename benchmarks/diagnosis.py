@@ -435,6 +435,7 @@ def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -
     """The ``astral run`` experiment of one scenario (``fabric_ref``: a preset's name or
     a fabric file's path)."""
     ring = scenario.collective == "ring"
+    size = size_for(spec)
     op, algorithm = ("all-reduce", "ring") if ring else ("all-to-all", "direct")
     document: dict[str, Any] = {
         "name": f"diag-{scenario.index:03d}-{scenario.kind or HEALTHY}",
@@ -442,7 +443,7 @@ def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -
         "fabric": fabric_ref,
         "policy": scenario.policy,
         "collectives": [{"op": op, "algorithm": algorithm}],
-        "sizes": {"min": size_for(spec), "max": size_for(spec)},
+        "sizes": {"min": size, "max": size},
         "iterations": iterations_for(spec, scenario.collective),
         "warmup": 1,
         "placement": {"gpus": RANKS},

@@ -952,6 +952,10 @@ def _lossy_between(
     crossed = {
         obs.directions[d].link_name for c in conns for d in c.directions() if d in obs.directions
     }
+    span = obs.span
+    assert span is not None
+    retrans = {c.id: retransmissions(c, *span) for c in conns}
+    typical = statistics.median(retrans.values()) if retrans else 0
     for name, ends in _link_directions(obs).items():
         nodes = {d.src for d in ends}
         if name not in crossed or len(nodes) != 2 or not nodes <= set(leaking):
@@ -959,8 +963,6 @@ def _lossy_between(
         leaks = [(node, leaking[node]) for node in sorted(nodes)]
         # what the link's own egress queues discarded (congestion on it), not the rest
         # of the two switches' discards, makes its ends' unexplained drops less sure
-        span = obs.span
-        assert span is not None
         discarded = sum(
             obs.queue_drops(port, span[0] - 0.5, span[1] + 1.0) or 0
             for d in ends
@@ -985,9 +987,7 @@ def _lossy_between(
         weakest = min(leak.silent for _, leak in leaks)
         if weakest < BOTH_ENDS_MIN:
             across = [c for c in conns if {d.name for d in ends} & set(c.directions())]
-            excess = max(
-                (retransmissions(c, *span) for c in across), default=0
-            ) - statistics.median(retransmissions(c, *span) for c in conns)
+            excess = max((retrans[c.id] for c in across), default=0) - typical
             if excess < LOSS_EXCESS:
                 score *= weakest / BOTH_ENDS_MIN
                 evidence.append(
@@ -1182,8 +1182,10 @@ def _sent_bytes(obs: Observations, port: Port, start: float, end: float) -> floa
     if not rows or start < rows[0][0] or end > rows[-1][0]:
         return None
 
+    times = [r[0] for r in rows]
+
     def at(t: float) -> float:
-        i = min(max(bisect.bisect_right([r[0] for r in rows], t) - 1, 0), len(rows) - 2)
+        i = min(max(bisect.bisect_right(times, t) - 1, 0), len(rows) - 2)
         (t0, _, b0, _, _), (t1, _, b1, _, _) = rows[i], rows[i + 1]
         return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else float(b0)
 
@@ -1455,10 +1457,11 @@ def _hops_to(obs: Observations, adjacency: dict[str, list[str]], gpu: str) -> di
 
 
 def _shortest_path_switches(
-    obs: Observations, adjacency: dict[str, list[str]], src: str, dst: str
+    obs: Observations, hops: Callable[[str], dict[str, int]], src: str, dst: str
 ) -> set[str]:
-    """The switches on some shortest path from GPU ``src`` to GPU ``dst``."""
-    to_dst, to_src = _hops_to(obs, adjacency, dst), _hops_to(obs, adjacency, src)
+    """The switches on some shortest path from GPU ``src`` to GPU ``dst`` (``hops``: each
+    GPU's :func:`_hops_to`)."""
+    to_dst, to_src = hops(dst), hops(src)
     both = {
         s: to_src[s] + to_dst[s] for s in to_dst.keys() & to_src.keys() if s in obs.fabric.switches
     }
@@ -1491,6 +1494,13 @@ def _explain_stalls(
     leaks = switch_leaks(obs)
 
     adjacency = _network(obs)
+    reach: dict[str, dict[str, int]] = {}
+
+    def hops(gpu: str) -> dict[str, int]:
+        if gpu not in reach:
+            reach[gpu] = _hops_to(obs, adjacency, gpu)
+        return reach[gpu]
+
     ways: dict[tuple[str, str], set[str]] = {}
 
     # switches that dropped more than healthy ones leave (up to 18 packets), with room in
@@ -1502,7 +1512,7 @@ def _explain_stalls(
         # hashes on its own): a dropping switch on a shortest path back may carry them
         key = (c.dst_gpu, c.src_gpu)
         if key not in ways:
-            ways[key] = _shortest_path_switches(obs, adjacency, *key) & dropping
+            ways[key] = _shortest_path_switches(obs, hops, *key) & dropping
         return ways[key] | set(c.switches())
 
     def pairs(c: ConnectionView) -> list[str]:

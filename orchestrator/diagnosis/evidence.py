@@ -339,6 +339,14 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def sent_by(unacked: list[tuple[float, int]]) -> list[float]:
+    """The sample times of a sender's (t, segments in flight) at which more was in flight
+    than at the sample before: new bytes had left by then (not any in flight: the previous
+    operation's tail may still be when the next begins). Sorts ``unacked`` in place."""
+    unacked.sort()
+    return [b[0] for a, b in itertools.pairwise(unacked) if b[1] > a[1]]
+
+
 def entry_lateness(
     bundle: ResultsBundle, fabric: Fabric, configs: list[Configuration], gpus: list[str]
 ) -> dict[tuple[int, int, int], float]:
@@ -371,8 +379,7 @@ def entry_lateness(
     ):
         flight[(config_id, src, dst)].append((t, unacked))
     for key, rows in flight.items():
-        rows.sort()
-        firsts[key] += [b[0] for a, b in itertools.pairwise(rows) if b[1] > a[1]]
+        firsts[key] += sent_by(rows)
     for times in firsts.values():
         times.sort()
     out = {}

@@ -12,7 +12,6 @@ what a monitor sees and what the run did: the faults the run injects are not rea
 from __future__ import annotations
 
 import bisect
-import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from orchestrator.diagnosis.evidence import (
     Observations,
     Operation,
     direction_map,
+    sent_by,
 )
 from orchestrator.diagnosis.restarts import recorded
 from orchestrator.monitor.live import EVENTS_NAME
@@ -237,8 +237,7 @@ def _lateness(
         if r.rank == c.src:
             flight[(c.src, c.dst)].append((r.t, r.view.unacked))
     for key, rows in flight.items():
-        rows.sort()
-        firsts[key] += [b[0] for a, b in itertools.pairwise(rows) if b[1] > a[1]]
+        firsts[key] += sent_by(rows)
     for times in firsts.values():
         times.sort()
     out = {}
