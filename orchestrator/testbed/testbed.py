@@ -50,6 +50,7 @@ from typing import IO, Any
 
 from controllers.policies import PolicyRegistry
 from controllers.policies import default_registry as policy_registry
+from controllers.routing import programmable_switches
 from orchestrator import REPO
 from orchestrator.cluster.emulation import ClusterEmulation, ClusterMachine
 from orchestrator.collectives.ceilings import (
@@ -89,6 +90,8 @@ from topologies.fabricspec import FabricSpec
 from topologies.latency import applied_latency
 
 TELEMETRY_INTERVAL = FULL.telemetry_interval  # seconds between counter polls (None: off)
+# the longest a controller restart waits for its first round of port counters
+FIRST_COUNTERS_S = 2.0
 LIVE_FILE = "live.json"  # the ranks' progress while a launch runs (orchestrator.monitor.live)
 
 
@@ -258,7 +261,25 @@ class Testbed:
         self.restarts.append(ControllerRestart(self._policy_since, None, self.policy, reason))
         controller.restart()
         controller.wait_programmed(timeout=timeout or self.ready_timeout)
+        if controller.telemetry_interval:
+            self._wait_first_counters(self._policy_since)
         self.restarts[-1] = replace(self.restarts[-1], ended=time.time())
+
+    def _wait_first_counters(self, since: float) -> None:
+        """Wait (at most :data:`FIRST_COUNTERS_S`) for the restarted controller's first
+        round of port counters: a connection that starts before it has no counter sample
+        before its first byte, and the counters cannot confirm its path (a run's first
+        configuration started 50 ms after that round, and tests/integration/test_path_trace.py
+        failed now and then when a switch's reply came after the first byte)."""
+        switches = {s.name for s in programmable_switches(self.description.fabric)}
+        deadline = time.monotonic() + FIRST_COUNTERS_S
+        while time.monotonic() < deadline:
+            try:
+                if switches <= {c.switch for c in self.port_counters(since=since)}:
+                    return
+            except (OSError, ValueError):
+                pass  # the file not written yet, or a line being written
+            time.sleep(0.1)
 
     def process_groups(self) -> dict[str, list[int]]:
         """The emulator's own processes by role, for the host layer's CPU figures: the
