@@ -1036,7 +1036,7 @@ def uncounted_losses(obs: Observations) -> list[Suspect]:
     if span is None or not obs.queues:
         return []  # without the queues' discards, congestion's losses are not told apart
     leaking = set(switch_leaks(obs))
-    discarding = _discarding(obs)
+    discards = discarding(obs)
     unexplained: dict[str, int] = defaultdict(int)
     onset: dict[str, float] = {}
     whose: dict[str, list[tuple[ConnectionView, int]]] = defaultdict(list)
@@ -1044,7 +1044,7 @@ def uncounted_losses(obs: Observations) -> list[Suspect]:
         if len(c.path) < 2 or leaking & set(c.switches()):
             continue
         ports = [(h.node, h.out_port) for h in c.path[1:] if h.out_port is not None]
-        quiet = [iv for port in ports for iv in discarding.get(port, [])] + stalls(c)
+        quiet = [iv for port in ports for iv in discards.get(port, [])] + stalls(c)
         count, first = 0, None
         for (t0, r0), (t1, r1) in itertools.pairwise(c.retrans):
             if r1 > r0 and not any(a <= t1 and t0 <= b for a, b in quiet):
@@ -1205,7 +1205,7 @@ def _narrowest_upstream(obs: Observations, c: ConnectionView, name: str) -> str 
     return min(before, key=lambda x: obs.directions[x].capacity_bps)
 
 
-def _discarding(obs: Observations) -> dict[Port, list[tuple[float, float]]]:
+def discarding(obs: Observations) -> dict[Port, list[tuple[float, float]]]:
     """Per switch port, the intervals between two queue samples in which its egress queue
     discarded packets, widened by :data:`UNCOUNTED_PAD_S` on each side."""
     out: dict[Port, list[tuple[float, float]]] = {}

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestrator.diagnosis import detectors, expectation
+from orchestrator.diagnosis import detectors, expectation, probes
 from orchestrator.diagnosis.evidence import Observations, observe
 from orchestrator.diagnosis.model import THRESHOLD, UNCOUNTED, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
@@ -33,6 +33,8 @@ DETECTORS: Sequence[Detector] = (
     detectors.uncounted_losses,
     detectors.stragglers,
     detectors.controller_outage,
+    probes.probe_losses,  # the probe mesh: faults where the collectives do not go
+    probes.probe_holes,
     expectation.behind_forecast,  # a workload replay against its forecast timeline
 )
 NETWORK_FAULTS = ("down", "flapping", "slow", "lossy", "blackhole")

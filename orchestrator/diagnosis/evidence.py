@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnosis import restarts
+from orchestrator.diagnosis.probes import ProbeRecord, read_probes
 from orchestrator.diagnosis.restarts import OwnRestart
 from orchestrator.results import ResultsBundle
 from orchestrator.results.store import (
@@ -141,6 +142,9 @@ class Observations:
     # each switch port's egress queue: (t, packets sent, packets dropped, bytes held),
     # cumulative, oldest first (orchestrator/testbed/queues.py); empty in older bundles
     queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
+    # the probe mesh's probes, paths and samples (orchestrator.diagnosis.probes); None
+    # without one
+    probes: ProbeRecord | None = None
 
     @property
     def fabric(self) -> Fabric:
@@ -253,6 +257,7 @@ def observe(path: Path) -> Observations:
             directions=direction_map(description),
             counters=dict(counters),
             queues=dict(queues),
+            probes=read_probes(path),
             connections=connections,
             events=sorted(events, key=lambda e: e.t),
             saturated=saturated,

@@ -35,8 +35,8 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 ICMP_ECHO_REQUEST = 8
 ICMP_ECHO_REPLY = 0
@@ -78,6 +78,8 @@ def parse_reply(packet: bytes) -> tuple[str, int, int] | None:
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
+K = TypeVar("K")
+T = TypeVar("T")
 Echo = Mapping[str, Any]  # {"target": address, "dev": interface or None}
 
 
@@ -121,16 +123,20 @@ class _Sockets:
             sock.close()
 
 
-def _open(specs: Mapping[str, tuple[str | None, set[str | None]]]) -> dict[str, _Sockets]:
-    """Sockets per namespace (name -> (its /proc/PID/ns/net or None for ours, devices)),
-    created by a helper thread that enters each namespace in turn."""
-    opened: dict[str, _Sockets] = {}
+def opened_in(
+    namespaces: Mapping[K, str | None], make: Callable[[K], T], close: Callable[[T], None]
+) -> dict[K, T]:
+    """``make(key)`` called inside each namespace (key -> its /proc/PID/ns/net, or None for
+    ours) by a helper thread that enters them in turn: what it makes (sockets) stays in the
+    namespace it was made in, and the calling thread never changes namespace. On a failure
+    what was made is closed and the error raised here."""
+    opened: dict[K, T] = {}
     failure: list[BaseException] = []
 
     def work() -> None:
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         try:
-            for name, (path, devs) in specs.items():
+            for key, path in namespaces.items():
                 if path is None:
                     _setns(home)
                 else:
@@ -139,7 +145,7 @@ def _open(specs: Mapping[str, tuple[str | None, set[str | None]]]) -> dict[str, 
                         _setns(fd)
                     finally:
                         os.close(fd)
-                opened[name] = _Sockets(devs)
+                opened[key] = make(key)
         except BaseException as err:  # handed to the calling thread
             failure.append(err)
         finally:
@@ -152,10 +158,19 @@ def _open(specs: Mapping[str, tuple[str | None, set[str | None]]]) -> dict[str, 
     thread.start()
     thread.join()
     if failure:
-        for sockets in opened.values():
-            sockets.close()
+        for made in opened.values():
+            close(made)
         raise failure[0]
     return opened
+
+
+def _open(specs: Mapping[str, tuple[str | None, set[str | None]]]) -> dict[str, _Sockets]:
+    """Sockets per namespace (name -> (its /proc/PID/ns/net or None for ours, devices))."""
+    return opened_in(
+        {name: path for name, (path, _) in specs.items()},
+        lambda name: _Sockets(specs[name][1]),
+        _Sockets.close,
+    )
 
 
 def probe_namespaces(

@@ -60,6 +60,7 @@ tear down too (the Emulation handles its part) and mark the bundle ``interrupted
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -137,6 +138,7 @@ from orchestrator.testbed.cpuload import CpuSample, CpuSampler, host_intervals
 from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
+from orchestrator.testbed.probemesh import ProbeMesh
 from orchestrator.testbed.queues import QueueSampler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.tracing import PathTraces
@@ -718,6 +720,7 @@ class Runner(Messages):
         queues = QueueSampler.for_emulation(
             testbed.emulation, testbed.description, self.monitor.telemetry_interval
         ).start()
+        mesh = self._probe_mesh(testbed, writer.path)
         self._start_faults(testbed)
         self._start_live_diagnosis(testbed)
         step_times: list[dict[str, Any]] = []
@@ -730,6 +733,7 @@ class Runner(Messages):
                 outcome.timings["policy_switch"][policy] = round(seconds, 3)
                 if seconds:
                     self.say(f"policy {policy}: fabric reprogrammed in {seconds:.1f} s")
+                mesh = self._probe(mesh, policy)
                 if spec.workload is not None:
                     (step,) = policy_steps
                     replayed = self._replay(
@@ -787,6 +791,7 @@ class Runner(Messages):
             outcome.error = str(error)
             outcome.exit_status = error.exit_status
         except BaseException:
+            self._stop_probes(mesh)
             self._end_live_diagnosis()
             self._end_faults(writer)
             sampler.stop()
@@ -799,6 +804,7 @@ class Runner(Messages):
             queues.stop()
             if self.progress is not None:
                 self.progress.close()
+        self._stop_probes(mesh)
         self._end_live_diagnosis()
         self._end_faults(writer)
         self._check_wrong(outcome)
@@ -941,6 +947,54 @@ class Runner(Messages):
         except Exception as error:
             self.say(f"no forecast of the workload: {type(error).__name__}: {error}")
             return None
+
+    def _probe_mesh(self, testbed: Testbed, bundle: Path) -> ProbeMesh | None:
+        """The run's probe mesh (orchestrator.testbed.probemesh), not started yet; None
+        when the monitor level leaves it out or the emulation spans several machines."""
+        if not self.monitor.probes:
+            self.run_file["probes"] = {"enabled": False, "why": f"monitor {self.monitor.name}"}
+            return None
+        if isinstance(testbed.emulation, ClusterEmulation):
+            self.run_file["probes"] = {
+                "enabled": False,
+                "why": "a cluster run: its GPUs are on several machines",
+            }
+            return None
+        return ProbeMesh(testbed.emulation, testbed.description, bundle, seed=self.spec.seed)
+
+    def _probe(self, mesh: ProbeMesh | None, policy: str) -> ProbeMesh | None:
+        """Start the mesh under the first policy, trace it again under each next one; a
+        mesh that cannot is said and dropped (the run goes on without it)."""
+        if mesh is None:
+            return None
+        try:
+            if mesh.tracings:
+                mesh.retrace(policy)
+            else:
+                mesh.start(policy)
+                self.say(
+                    f"probe mesh: {len(mesh.probes)} probes over every link direction"
+                    + (f" but {len(mesh.uncovered)}" if mesh.uncovered else "")
+                    + f" (planned in {mesh.plan_seconds:.1f} s)"
+                )
+        except (EmulationError, OSError) as error:
+            self.say(f"WARNING: no probe mesh: {error}")
+            with contextlib.suppress(EmulationError, OSError):
+                mesh.stop()
+            self.run_file["probes"] = {"enabled": False, "why": str(error)}
+            return None
+        return mesh
+
+    def _stop_probes(self, mesh: ProbeMesh | None) -> None:
+        if mesh is None:
+            return
+        try:
+            mesh.stop()
+        except OSError as error:
+            self.say(f"WARNING: the probe mesh's record is incomplete: {error}")
+        self.run_file["probes"] = {"enabled": True, **mesh.summary()}
+        for problem in mesh.problems:
+            self.say(f"WARNING: probe mesh: {problem}")
 
     def _start_faults(self, testbed: Testbed) -> None:
         """The experiment's faults on their schedule, applied on this testbed's fabric by

@@ -10,7 +10,10 @@ controller's events with its log), but three are work done while the traffic flo
 - the switches' counters, polled by the controller (every 0.5 s at full detail: the
   network layer's resolution; every 2 s at the lightest, enough for the heat map);
 - the ranks' progress written for the live view, and the CPU of the controller and the
-  workers read with every CPU sample (a few /proc files at 10 Hz).
+  workers read with every CPU sample (a few /proc files at 10 Hz);
+- the probe mesh (orchestrator.testbed.probemesh): a few dozen 64-byte TCP messages every
+  50 ms on paths that cover every link direction, so that a fault where the collectives
+  do not go is seen too.
 
 ``full`` does all of it, ``light`` none of the optional parts. ``benchmarks/monitor_overhead.py``
 measures what full costs against light (docs/monitoring.md, "Overhead").
@@ -30,10 +33,15 @@ class MonitorLevel:
     telemetry_interval: float  # seconds between the controller's counter polls
     live: bool  # the ranks' progress file for `astral top`
     process_cpu: bool  # the controller's and the workers' CPU with every CPU sample
+    probes: bool  # the probe mesh across every link (orchestrator.testbed.probemesh)
 
 
-FULL = MonitorLevel("full", tcp_info=True, telemetry_interval=0.5, live=True, process_cpu=True)
-LIGHT = MonitorLevel("light", tcp_info=False, telemetry_interval=2.0, live=False, process_cpu=False)
+FULL = MonitorLevel(
+    "full", tcp_info=True, telemetry_interval=0.5, live=True, process_cpu=True, probes=True
+)
+LIGHT = MonitorLevel(
+    "light", tcp_info=False, telemetry_interval=2.0, live=False, process_cpu=False, probes=False
+)
 LEVELS = {level.name: level for level in (FULL, LIGHT)}
 DEFAULT_MONITOR = FULL.name
 

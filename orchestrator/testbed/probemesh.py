@@ -1,0 +1,354 @@
+"""The probe mesh: TCP probes whose paths cover every link direction, run beside a run.
+
+The collectives' connections show the links they cross; a fault elsewhere is invisible to
+them until traffic moves there. The probe mesh makes every link direction carry a few
+small probes (:mod:`orchestrator.testbed.prober` sends them) whose paths are known, so the
+diagnosis can tell a lossy or blackholing element from the pattern of probes that lost
+packets and probes that did not (network tomography: NetBouncer, 007; Astral's monitor
+probes its fabric as SkeletonHunter and Pingmesh do).
+
+Choosing the probes (:func:`choose`, pure): candidates are TCP five-tuples between GPUs of
+different servers, a few source ports per ordered pair; each is traced through the
+switches as they forward it (``ip route get`` for the NIC, then ``ofproto/trace`` hop by
+hop: :mod:`orchestrator.testbed.tracing`), and a greedy cover picks, while any link
+direction has fewer than ``cover`` probes or any (switch, destination GPU) that a
+candidate passes fewer than ``pair_cover``, the candidate that raises the most of them
+towards that (then pairs not used yet, then fewer hops). Several probes per direction from
+different sources and to different destinations are what lets the diagnosis tell the
+links of one path apart: a direction is suspected when the probes that cross it lost
+packets and cleared when one that crosses it did not. The (switch, destination) cover is
+for drop rules, which match destinations: a switch that drops what goes to one GPU is
+seen only by probes that pass it towards that GPU (or whose acknowledgements do).
+
+A policy switch reprograms the switches: the same probes are traced again
+(:meth:`ProbeMesh.retrace`) and each tracing is kept with its time, so the diagnosis reads
+a probe's loss against the path it had then. What the mesh costs: each probe sends
+:data:`~orchestrator.testbed.prober.MESSAGE` bytes every ``interval`` (64 B at 20 per
+second, about 10 kbit/s of frames per probe direction, under 0.1 % of a 12 Mbit/s
+emulated port per probe) and the prober samples ``TCP_INFO`` every ``sample`` seconds.
+
+Files in the bundle: ``probes.json`` (the probes, their paths per tracing, what failed)
+and ``probes.jsonl`` (the prober's samples). Single-machine emulations only: a cluster
+run's GPUs live on several machines, which one process cannot enter (said in run.json).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.emulation.pathtrace import TracedPath, TraceRequest, open_control, trace_paths
+from orchestrator.testbed.pinning import route_devices
+from orchestrator.testbed.prober import MESSAGE, ProbeSpec
+from topologies.description import FabricDescription
+from topologies.fivetuple import FiveTuple
+from topologies.model import LinkKind
+
+PROBE_PORT = 46999  # the probes' listening port in every destination (the workers': 47000+)
+SPORT_BASE = 61000  # above Linux's ephemeral range (32768-60999), the workers' (16384+) too
+PER_PAIR = 4  # candidate source ports per ordered GPU pair
+MAX_CANDIDATES = 2000  # traced at most (about 0.2 ms a switch)
+COVER = 3  # probes wanted across each link direction
+PAIR_COVER = 1  # ... and through each switch towards each GPU
+INTERVAL_S = 0.05  # a message per probe this often, at most
+MESSAGES_PER_S = 1500  # all probes together at most (each a few switch hops, and an
+# acknowledgement back: what the userspace datapath forwards for them, beside the
+# collectives' few thousand packets a second)
+SAMPLE_S = 0.1  # the kernels' counters read this often
+PLAN_FILE = "probes.json"
+SAMPLES_FILE = "probes.jsonl"
+STOP_S = 3.0
+
+
+class Emulated(Protocol):
+    """What the mesh needs of an emulation (orchestrator.emulation.network.Emulation)."""
+
+    def netns_paths(self) -> dict[str, str]: ...
+
+    def popen(self, gpu: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]: ...
+
+    def run(self, node: str | None, argv: Sequence[str], *, input: str | None = ...,
+            timeout: float = ...) -> Any: ...  # fmt: skip
+
+
+def candidates(
+    description: FabricDescription, gpus: Iterable[str], seed: int = 0
+) -> list[ProbeSpec]:
+    """A few probes per ordered pair of ``gpus`` on different servers (at most
+    :data:`MAX_CANDIDATES`, pairs sampled with ``seed`` beyond that), each with its own
+    source port."""
+    fabric = description.fabric
+    names = sorted(gpus)
+    pairs = [
+        (s, d) for s in names for d in names
+        if s != d and fabric.gpus[s].server != fabric.gpus[d].server
+    ]  # fmt: skip
+    if len(pairs) * PER_PAIR > MAX_CANDIDATES:
+        pairs = sorted(random.Random(seed).sample(pairs, MAX_CANDIDATES // PER_PAIR))
+    found: list[ProbeSpec] = []
+    for i, (s, d) in enumerate(pairs):
+        for k in range(PER_PAIR):
+            found.append(
+                ProbeSpec(
+                    id=len(found),
+                    src=s,
+                    dst=d,
+                    src_ip=description.addresses[s].fabric_ip,
+                    # spread over the low bits that pinning and hashing read
+                    sport=SPORT_BASE + (i * PER_PAIR + k) * 7 % (65535 - SPORT_BASE),
+                    dst_ip=description.addresses[d].fabric_ip,
+                    dport=PROBE_PORT,
+                )
+            )
+    return found
+
+
+def five_tuple(probe: ProbeSpec) -> FiveTuple:
+    return FiveTuple(probe.src_ip, probe.sport, probe.dst_ip, probe.dport)
+
+
+def directions(path: TracedPath) -> list[str]:
+    """The link directions ``A>B`` a traced path crosses (up to where it stopped)."""
+    nodes = path.nodes
+    return [f"{a}>{b}" for a, b in itertools.pairwise(nodes)]
+
+
+def all_directions(description: FabricDescription) -> set[str]:
+    """Every direction of every network link (NIC and switch-to-switch; NVLink is inside
+    a server, not the network's)."""
+    found = set()
+    for link in description.fabric.links:
+        if link.kind is not LinkKind.NVLINK:
+            found |= {f"{link.a}>{link.b}", f"{link.b}>{link.a}"}
+    return found
+
+
+def toward(path: TracedPath, dst: str) -> set[str]:
+    """``X~D`` for each switch X the path crosses towards its destination D: a drop rule
+    for D's addresses at X is seen by the probes that pass X towards D, and by no other."""
+    return {f"{node}~{dst}" for node in path.nodes[1:-1]}
+
+
+def choose(
+    probes: Sequence[ProbeSpec],
+    paths: Mapping[int, TracedPath],
+    wanted: set[str],
+    cover: int = COVER,
+    pair_cover: int = PAIR_COVER,
+) -> list[ProbeSpec]:
+    """The greedy cover of the module docstring: probes (of those traced to their
+    destination) until every direction of ``wanted`` that any candidate crosses has
+    ``cover`` of them and every (switch, destination) any candidate passes has
+    ``pair_cover``, or no candidate adds one."""
+    crossing = {
+        p.id: set(directions(paths[p.id])) & wanted
+        for p in probes
+        if p.id in paths and paths[p.id].complete
+    }
+    passing = {i: toward(paths[i], paths[i].nodes[-1]) for i in crossing}
+    count: Counter[str] = Counter()
+    pairs: set[tuple[str, str]] = set()
+    chosen: list[ProbeSpec] = []
+    left = [p for p in probes if crossing.get(p.id)]
+    while left:
+
+        def gain(p: ProbeSpec) -> tuple[int, int, int, int]:
+            added = sum(1 for d in crossing[p.id] if count[d] < cover)
+            passed = sum(1 for x in passing[p.id] if count[x] < pair_cover)
+            return (added + passed, (p.src, p.dst) not in pairs, added, -len(crossing[p.id]))
+
+        best = max(left, key=gain)
+        if gain(best)[0] == 0:
+            break
+        chosen.append(best)
+        left.remove(best)
+        pairs.add((best.src, best.dst))
+        count.update(crossing[best.id] | passing[best.id])
+    return sorted(chosen, key=lambda p: p.id)
+
+
+def reverse(probe: ProbeSpec) -> ProbeSpec:
+    """The probe's acknowledgements, as a probe from its destination back: a hole on
+    their way stalls the probe as surely as one on its own."""
+    return ProbeSpec(
+        probe.id, probe.dst, probe.src, probe.dst_ip, probe.dport, probe.src_ip, probe.sport
+    )
+
+
+def trace_probes(
+    executor: Emulated, description: FabricDescription, probes: Sequence[ProbeSpec]
+) -> dict[int, TracedPath]:
+    """Each probe's path as the kernels and switches forward it now."""
+    by_gpu: dict[str, list[ProbeSpec]] = {}
+    for p in probes:
+        by_gpu.setdefault(p.src, []).append(p)
+    devices: dict[int, str | None] = {}
+    for gpu, mine in by_gpu.items():
+        queries = [(p.src_ip, p.dst_ip, p.sport, p.dport) for p in mine]
+        got = route_devices(executor, gpu, queries)
+        devices.update(zip((p.id for p in mine), got, strict=True))
+    requests = []
+    for p in probes:
+        nic_of = {n.intf: n.port for n in description.addresses[p.src].nics}
+        device = devices.get(p.id)
+        nic = nic_of.get(device) if device else None
+        why = "" if nic is not None else f"its kernel routes it out of {device}, not a NIC port"
+        requests.append(TraceRequest(five_tuple(p), p.src, p.dst, nic, why))
+    with closing(open_control(executor)) as control:
+        traced = trace_paths(description, requests, control) if requests else []
+    return {p.id: path for p, path in zip(probes, traced, strict=True)}
+
+
+def path_record(path: TracedPath) -> dict[str, Any]:
+    return {
+        "hops": [[h.node, h.in_port, h.out_port] for h in path.hops],
+        "outcome": path.outcome,
+        **({"reason": path.reason} if path.reason else {}),
+    }
+
+
+@dataclass
+class Tracing:
+    """The probes' paths as traced at ``t`` (epoch s), under ``policy``: their own and
+    their acknowledgements' (``back``)."""
+
+    t: float
+    policy: str
+    paths: dict[int, TracedPath]
+    back: dict[int, TracedPath]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "t": round(self.t, 4),
+            "policy": self.policy,
+            "paths": {str(i): path_record(p) for i, p in sorted(self.paths.items())},
+            "back": {str(i): path_record(p) for i, p in sorted(self.back.items())},
+        }
+
+
+class ProbeMesh:
+    """The mesh of one run: planned and started under the first policy
+    (:meth:`start`), traced again after every policy switch (:meth:`retrace`), stopped
+    and written into the bundle (:meth:`stop`). Its prober is a process of the emulation's
+    (started in a GPU's namespace and recorded there), so a run's teardown stops it
+    whatever happens to this object."""
+
+    def __init__(
+        self,
+        emulation: Emulated,
+        description: FabricDescription,
+        bundle: Path,
+        *,
+        interval: float = INTERVAL_S,
+        sample: float = SAMPLE_S,
+        seed: int = 0,
+    ) -> None:
+        self.emulation = emulation
+        self.description = description
+        self.bundle = Path(bundle)
+        self.interval = interval
+        self.sample = sample
+        self.seed = seed
+        self.probes: list[ProbeSpec] = []
+        self.tracings: list[Tracing] = []
+        self.process: subprocess.Popen[bytes] | None = None
+        self.plan_seconds = 0.0
+        self.uncovered: list[str] = []
+        self.problems: list[str] = []
+
+    def start(self, policy: str) -> None:
+        began = time.monotonic()
+        namespaces = self.emulation.netns_paths()
+        gpus = [g for g in self.description.fabric.gpus if g in namespaces]
+        pool = candidates(self.description, gpus, self.seed)
+        traced = trace_probes(self.emulation, self.description, pool)
+        wanted = all_directions(self.description)
+        self.probes = choose(pool, traced, wanted)
+        covered = {d for p in self.probes for d in directions(traced[p.id])}
+        self.uncovered = sorted(wanted - covered)
+        back = trace_probes(self.emulation, self.description, [reverse(p) for p in self.probes])
+        self.tracings.append(
+            Tracing(time.time(), policy, {p.id: traced[p.id] for p in self.probes}, back)
+        )
+        self.plan_seconds = time.monotonic() - began
+        if not self.probes:
+            self.problems.append("no candidate probe could be traced to its destination")
+            return
+        self.interval = max(self.interval, len(self.probes) / MESSAGES_PER_S)
+        plan = {
+            "out": str(self.bundle / SAMPLES_FILE),
+            "interval": self.interval,
+            "sample": self.sample,
+            "namespaces": {g: namespaces[g] for g in gpus},
+            "probes": [p.to_dict() for p in self.probes],
+        }
+        self.process = self.emulation.popen(
+            self.probes[0].src,
+            [sys.executable, "-m", "orchestrator.testbed.prober"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(plan).encode())
+        self.process.stdin.close()
+        self.process.stdin = None
+
+    def retrace(self, policy: str) -> None:
+        if not self.probes:
+            return
+        traced = trace_probes(self.emulation, self.description, self.probes)
+        back = trace_probes(self.emulation, self.description, [reverse(p) for p in self.probes])
+        self.tracings.append(Tracing(time.time(), policy, traced, back))
+
+    def stop(self) -> None:
+        """Stop the prober (SIGTERM: it writes a last sample) and write ``probes.json``."""
+        process, self.process = self.process, None
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                _, err = process.communicate(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, err = process.communicate()
+                self.problems.append(f"the prober did not stop within {STOP_S:g} s")
+            if process.returncode not in (0, -signal.SIGTERM):
+                text = err.decode(errors="replace").strip().splitlines()
+                self.problems.append(
+                    f"the prober exited with {process.returncode}: {text[-1] if text else ''}"
+                )
+        self.write()
+
+    def summary(self) -> dict[str, Any]:
+        """What run.json keeps of the mesh."""
+        return {
+            "probes": len(self.probes),
+            "interval": self.interval,
+            "plan_seconds": round(self.plan_seconds, 3),
+            "uncovered": self.uncovered,
+            "problems": self.problems,
+        }
+
+    def write(self) -> None:
+        document = {
+            "version": 1,
+            "interval": self.interval,
+            "sample": self.sample,
+            "message": MESSAGE,
+            "probes": [p.to_dict() for p in self.probes],
+            "tracings": [t.to_dict() for t in self.tracings],
+            "summary": self.summary(),
+        }
+        (self.bundle / PLAN_FILE).write_text(json.dumps(document, indent=1) + "\n")
