@@ -380,6 +380,11 @@ def probe_holes(obs: Observations) -> list[Suspect]:
         return []
     most = max(count.values())
     suspects = sorted(switch for switch, n in count.items() if n == most)
+    # one drop rule for one GPU explains more simply than one for each of several: the
+    # switch that needs the fewest destinations to explain every stalled probe
+    rules = {x: _destinations_needed(x, held, left) for x in suspects}
+    fewest = min(rules.values())
+    suspects = [x for x in suspects if rules[x] == fewest]
     if len(suspects) > 1:
         # the probes cannot tell them apart; the counters can, if one of them dropped
         # packets that no full queue of its explains while the probes stalled
@@ -414,6 +419,26 @@ def probe_holes(obs: Observations) -> list[Suspect]:
             evidence.append(f"{others} other stalled probe(s) not through it")
         out.append(Suspect("switch", switch, "blackhole", score, evidence, first))
     return out
+
+
+def _destinations_needed(
+    switch: str,
+    held: Sequence[tuple[Probe, tuple[float, float]]],
+    left: Sequence[set[tuple[str, str]]],
+) -> int:
+    """How many destinations a drop rule at ``switch`` needs to stall every stalled probe
+    that passes it (greedy: the destination most of them go towards, then the next)."""
+    need: dict[int, set[str]] = {}
+    for (probe, _), ways in zip(held, left, strict=True):
+        towards = {d for s, d in ways if s == switch}
+        if towards:
+            need.setdefault(probe.id, set()).update(towards)
+    rules = 0
+    while need:
+        best = Counter(d for ds in need.values() for d in ds).most_common(1)[0][0]
+        need = {p: ds for p, ds in need.items() if best not in ds}
+        rules += 1
+    return rules
 
 
 def _silent(obs: Observations, switch: str, start: float, end: float) -> int:

@@ -1,0 +1,223 @@
+"""The probe mesh's pure parts: choosing probes that cover the fabric, and the diagnosis
+placing losses and holes from what the probes saw (orchestrator.testbed.probemesh,
+orchestrator.diagnosis.probes). Paths are astral-small's, written out; samples are what
+the prober writes every 0.1 s."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from orchestrator.diagnosis import diagnose
+from orchestrator.diagnosis.probes import Probe, ProbeRecord, read_probes, stalls
+from orchestrator.emulation.pathtrace import TRACED, Hop, TracedPath
+from orchestrator.testbed.probemesh import all_directions, choose, directions
+from orchestrator.testbed.prober import ProbeSpec
+from tests.helpers import preset_description
+from tests.unit.test_diagnosis import T0, observations
+from topologies.description import FabricDescription
+
+
+@pytest.fixture(scope="module")
+def astral() -> FabricDescription:
+    return preset_description("astral-small")
+
+
+def hops(*nodes: str) -> list[tuple[str, int | None, int | None]]:
+    """A path with made-up port numbers: out port 1 at every switch (the queues the
+    cases give are keyed by them)."""
+    return [
+        (n, None if i == 0 else 9, None if i == len(nodes) - 1 else 1) for i, n in enumerate(nodes)
+    ]
+
+
+def traced(*nodes: str) -> TracedPath:
+    return TracedPath(tuple(Hop(n, None, None) for n in nodes), TRACED)
+
+
+def samples(
+    *,
+    lost: Sequence[float] = (),
+    dups: Sequence[float] = (),
+    stall: tuple[float, float] | None = None,
+    until: float = 20.0,
+) -> list[tuple[float, int, int, int, int, int]]:
+    """A probe's samples every 0.1 s from T0 - 2 s: two 64-byte messages acknowledged in
+    each; one retransmission at each of ``lost`` (s from T0), a duplicate reported at
+    each of ``dups``; nothing acknowledged during ``stall`` (messages outstanding)."""
+    out = []
+    acked = retrans = dup = 0
+    for k in range(int((until + 2) * 10) + 1):
+        t = k * 0.1 - 2.0
+        held = stall is not None and stall[0] <= t < stall[1]
+        if not held:
+            acked += 128
+        retrans += sum(1 for x in lost if t - 0.1 < x <= t)
+        dup += sum(1 for x in dups if t - 0.1 < x <= t)
+        out.append((T0 + t, acked, retrans, 90_000, 5 if held else 1, dup))
+    return out
+
+
+# astral-small paths (pod 1, rail 0 is p1r0*): three probes down p1r0a1>p1r0t0 from three
+# sources, two that pass p1r0t0 by the other aggregation switch, one elsewhere
+DOWN_A1 = [
+    ("p0s0g0", "p1s0g0", ("p0s0g0", "p0r0t0", "p0r0a1", "c3", "p1r0a1", "p1r0t0", "p1s0g0")),
+    ("p0s1g1", "p1s1g0", ("p0s1g1", "p0r1t1", "p0r1a1", "c3", "p1r0a1", "p1r0t0", "p1s1g0")),
+    ("p1s1g1", "p1s0g0", ("p1s1g1", "p1r1t1", "p1r1a1", "c2", "p1r0a1", "p1r0t0", "p1s0g0")),
+]
+DOWN_A0 = [
+    ("p0s0g1", "p1s0g0", ("p0s0g1", "p0r1t0", "p0r1a0", "c1", "p1r0a0", "p1r0t0", "p1s0g0")),
+    ("p0s1g0", "p1s1g0", ("p0s1g0", "p0r0t1", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")),
+]
+ELSEWHERE = [
+    ("p1s0g1", "p0s0g1", ("p1s0g1", "p1r1t0", "p1r1a0", "c0", "p0r1a0", "p0r1t1", "p0s0g1")),
+]
+
+
+def record(
+    cases: Sequence[tuple[str, str, Sequence[str]]],
+    kinds: dict[int, dict[str, object]],
+    back: dict[int, Sequence[str]] | None = None,
+) -> ProbeRecord:
+    probes, paths, backs = {}, {}, {}
+    for i, (src, dst, nodes) in enumerate(cases):
+        probes[i] = Probe(i, src, dst, samples(**kinds.get(i, {})))  # type: ignore[arg-type]
+        paths[i] = hops(*nodes)
+        backs[i] = hops(*(back or {}).get(i, tuple(reversed(nodes))))
+    return ProbeRecord(probes, [(T0 - 3.0, paths)], [backs])
+
+
+def test_the_cover_gives_every_direction_its_probes_then_stops() -> None:
+    pool = [
+        ProbeSpec(i, src, dst, "10.0.0.1", 61000 + i, "10.0.0.2", 46999)
+        for i, (src, dst, _) in enumerate(DOWN_A1 + DOWN_A0 + ELSEWHERE)
+    ]
+    paths = {i: traced(*nodes) for i, (_, _, nodes) in enumerate(DOWN_A1 + DOWN_A0 + ELSEWHERE)}
+    wanted = {"p1r0a1>p1r0t0", "p1r0a0>p1r0t0"}
+    chosen = choose(pool, paths, wanted, cover=2, pair_cover=0)
+    crossing = [d for p in chosen for d in directions(paths[p.id]) if d in wanted]
+    assert sorted(crossing) == ["p1r0a0>p1r0t0"] * 2 + ["p1r0a1>p1r0t0"] * 2
+    assert len(chosen) == 4  # nothing beyond what the cover needs
+
+
+def test_the_cover_also_passes_each_switch_towards_each_destination() -> None:
+    pool = [
+        ProbeSpec(i, s, d, "10.0.0.1", 61000 + i, "10.0.0.2", 46999)
+        for i, (s, d, _) in enumerate(DOWN_A1)
+    ]
+    paths = {i: traced(*nodes) for i, (_, _, nodes) in enumerate(DOWN_A1)}
+    # one probe covers the direction; the other destination's probe is chosen for the pairs
+    chosen = choose(pool, paths, {"p1r0a1>p1r0t0"}, cover=1, pair_cover=1)
+    assert {p.dst for p in chosen} == {"p1s0g0", "p1s1g0"}
+
+
+def test_the_network_directions_leave_nvlink_out(astral: FabricDescription) -> None:
+    wanted = all_directions(astral)
+    assert "p0r0t0>p0r0a0" in wanted and "p0s0g0>p0r0t0" in wanted
+    assert not any("nv" in d for d in wanted)
+
+
+def test_a_retransmission_the_receiver_had_already_is_no_loss() -> None:
+    probe = Probe(0, "a", "b", samples(lost=[3.0, 6.0, 9.0], dups=[3.3, 9.5]))
+    assert [round(b - T0, 1) for _, b, _ in probe.losses()] == [6.0]
+
+
+def test_a_stall_is_nothing_acknowledged_with_messages_outstanding() -> None:
+    probe = Probe(0, "a", "b", samples(stall=(5.0, 9.0)))
+    ((a, b),) = stalls(probe)
+    assert round(a - T0, 1) == 4.9 and round(b - T0, 1) == 9.0
+    assert stalls(Probe(1, "a", "b", samples(stall=(5.0, 6.0)))) == []
+
+
+def test_probes_that_lost_across_one_direction_and_only_they_place_the_loss(
+    astral: FabricDescription,
+) -> None:
+    lossy = {i: {"lost": [2.0 + i, 4.0 + i, 6.0]} for i in range(3)}
+    obs = observations(astral, probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, lossy))
+    diagnosis = diagnose(obs)
+    top = diagnosis.ranked[0]
+    assert top.key() == ("link", "p1r0a1>p1r0t0", "lossy"), diagnosis.render()
+    assert "3 probes across p1r0a1>p1r0t0 lost 9 segments" in top.evidence[0]
+
+
+def test_losses_while_a_queue_on_the_way_discarded_are_congestion(
+    astral: FabricDescription,
+) -> None:
+    lossy = {i: {"lost": [2.0 + i, 4.0 + i, 6.0]} for i in range(3)}
+    # every probe's paths leave p1r0a1 by port 1 (hops()): it discarded all along
+    rows = [(T0 + k * 0.5 - 2, 1000 * k, 3 * k, 20_000) for k in range(50)]
+    obs = observations(
+        astral,
+        probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, lossy),
+        queues={("p1r0a1", 1): rows},
+    )
+    assert diagnose(obs).healthy, diagnose(obs).render()
+
+
+def test_one_lossy_probe_or_losses_everywhere_place_nothing(astral: FabricDescription) -> None:
+    one = {0: {"lost": [2.0, 4.0, 6.0, 8.0]}}
+    assert diagnose(observations(astral, probes=record(DOWN_A1 + DOWN_A0, one))).healthy
+    everywhere = {i: {"lost": [2.0 + i, 4.0 + i, 6.0, 8.0]} for i in range(6)}
+    obs = observations(astral, probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, everywhere))
+    assert not any(s.fault == "lossy" for s in diagnose(obs).ranked)
+
+
+def test_probes_stalled_towards_one_gpu_through_one_switch_are_its_blackhole(
+    astral: FabricDescription,
+) -> None:
+    # probes 0 and 2 go to p1s0g0 by p1r0a1 and stall; probe 1 passes p1r0a1 to another
+    # GPU, probe 3 reaches p1s0g0 by p1r0a0 and p1r0t0: both go on
+    held = {0: {"stall": (5.0, 12.0)}, 2: {"stall": (5.0, 12.0)}}
+    obs = observations(astral, probes=record(DOWN_A1 + DOWN_A0, held))
+    top = diagnose(obs).ranked[0]
+    assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
+    assert top.score >= 0.8
+    assert "to other GPUs went on" in top.evidence[1]
+
+
+def test_a_hole_on_the_acknowledgements_way_is_found_there(astral: FabricDescription) -> None:
+    # probe 5 (p1s0g1 -> p0s0g1) stalls: its packets' way is clear (probe 4's ACKs... no:
+    # probes 3 and 4 cross the same switches towards the same GPU and go on), but its
+    # acknowledgements come back by p0r1a1 towards p1s0g1, where no probe that went on passed
+    cases = [
+        *DOWN_A0,
+        ("p1s1g1", "p0s0g1", ("p1s1g1", "p1r1t0", "p1r1a0", "c0", "p0r1a0", "p0r1t1", "p0s0g1")),
+        ("p1s0g1", "p0s0g1", ("p1s0g1", "p1r1t0", "p1r1a0", "c0", "p0r1a0", "p0r1t1", "p0s0g1")),
+    ]
+    back = {3: ("p0s0g1", "p0r1t1", "p0r1a1", "c2", "p1r1a1", "p1r1t0", "p1s0g1")}
+    obs = observations(astral, probes=record(cases, {3: {"stall": (5.0, 12.0)}}, back))
+    suspects = [s for s in diagnose(obs).ranked if s.fault == "blackhole"]
+    assert "p0r1a1" in {s.target for s in suspects}, diagnose(obs).render()
+
+
+def test_the_bundle_files_read_back(tmp_path: Path) -> None:
+    plan = {
+        "probes": [ProbeSpec(7, "p0s0g0", "p1s0g0", "a", 61007, "b", 46999).to_dict()],
+        "tracings": [
+            {
+                "t": T0,
+                "policy": "ecmp",
+                "paths": {
+                    "7": {
+                        "hops": [["p0s0g0", None, 1], ["p0r0t0", 3, 2], ["p1s0g0", 1, None]],
+                        "outcome": "traced",
+                    }
+                },
+                "back": {},
+            }
+        ],
+    }
+    (tmp_path / "probes.json").write_text(json.dumps(plan))
+    rows = [
+        {"started": T0, "connected": [7], "failed": {}},
+        {"t": T0 + 0.1, "v": [[7, 64, 0, 9000, 1, 0]]},
+    ]
+    (tmp_path / "probes.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + '\n{"t": 1')
+    rec = read_probes(tmp_path)
+    assert rec is not None
+    assert rec.probes[7].samples == [(T0 + 0.1, 64, 0, 9000, 1, 0)]
+    assert [h[0] for h in rec.path_at(7, T0 + 5)] == ["p0s0g0", "p0r0t0", "p1s0g0"]
+    assert read_probes(tmp_path / "missing") is None
