@@ -1208,8 +1208,15 @@ def _narrowest_upstream(obs: Observations, c: ConnectionView, name: str) -> str 
 def discarding(obs: Observations) -> dict[Port, list[tuple[float, float]]]:
     """Per switch port, the intervals between two queue samples in which its egress queue
     discarded packets, widened by :data:`UNCOUNTED_PAD_S` on each side."""
+    return discards_of(obs.queues)
+
+
+def discards_of(
+    queues: dict[Port, list[tuple[float, int, int, int]]],
+) -> dict[Port, list[tuple[float, float]]]:
+    """:func:`discarding` of these queue samples."""
     out: dict[Port, list[tuple[float, float]]] = {}
-    for port, rows in obs.queues.items():
+    for port, rows in queues.items():
         out[port] = [
             (a[0] - UNCOUNTED_PAD_S, b[0] + UNCOUNTED_PAD_S)
             for a, b in itertools.pairwise(rows)

@@ -34,7 +34,7 @@ import bisect
 import itertools
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,7 @@ CONTRAST = 5.0  # x the loss rate of the probes not across it, at least
 SILENT_MIN = 5  # packets a switch dropped silently while probes stalled (in flight: a few)
 DUPLICATE_S = 2.0  # a duplicate is reported about an RTT after the retransmission
 Hop = tuple[str, int | None, int | None]  # node, in port, out port
+Port = tuple[str, int]  # (switch, model port)
 
 
 @dataclass
@@ -99,6 +100,10 @@ class ProbeRecord:
     probes: dict[int, Probe]
     tracings: list[tuple[float, dict[int, list[Hop]]]]
     back: list[dict[int, list[Hop]]]  # per tracing, the acknowledgements' paths
+    # live, the egress queues' samples so far ride with the probes (the other detectors'
+    # live rules were measured without them, :mod:`orchestrator.run.alerts`); None: the
+    # bundle's, in the observations
+    queues: dict[Port, list[tuple[float, int, int, int]]] | None = None
 
     def path_at(self, probe: int, t: float) -> list[Hop]:
         """The probe's path as last traced at or before ``t`` (the first tracing's
@@ -125,11 +130,22 @@ def read_probes(bundle: Path) -> ProbeRecord | None:
     """The probe mesh of the bundle at ``bundle``; None without one (older bundles, a
     monitor level without probes, a cluster run)."""
     plan_file, samples_file = bundle / PLAN_FILE, bundle / SAMPLES_FILE
-    if not plan_file.exists() or not samples_file.exists():
+    if not samples_file.exists():
         return None
+    record = _read_plan(plan_file)
+    if record is None:
+        return None
+    with samples_file.open(encoding="utf-8") as lines:
+        _add_samples(record, lines)
+    return record
+
+
+def _read_plan(plan_file: Path) -> ProbeRecord | None:
+    """The probes and their tracings of ``probes.json``, no samples yet; None without
+    the file, or without a probe or a tracing."""
     try:
         plan = json.loads(plan_file.read_text())
-    except ValueError:
+    except (OSError, ValueError):
         return None
     probes = {
         int(p["id"]): Probe(int(p["id"]), str(p["src"]), str(p["dst"]))
@@ -141,19 +157,63 @@ def read_probes(bundle: Path) -> ProbeRecord | None:
         back.append(_paths(tr.get("back", {})))
     if not probes or not tracings:
         return None
-    with samples_file.open(encoding="utf-8") as lines:
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a last line cut short
-            for pid, acked, retrans, rtt, unacked, *dups in row.get("v", ()):
-                probe = probes.get(int(pid))
-                if probe is not None:
-                    probe.samples.append(
-                        (float(row["t"]), acked, retrans, rtt, unacked, dups[0] if dups else 0)
-                    )
     return ProbeRecord(probes, tracings, back)
+
+
+def _add_samples(record: ProbeRecord, lines: Iterable[str]) -> None:
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a last line cut short
+        for pid, acked, retrans, rtt, unacked, *dups in row.get("v", ()):
+            probe = record.probes.get(int(pid))
+            if probe is not None:
+                probe.samples.append(
+                    (float(row["t"]), acked, retrans, rtt, unacked, dups[0] if dups else 0)
+                )
+
+
+class ProbeFollower:
+    """The probe mesh of a run still going, read as it grows (the live diagnosis looks
+    every second): ``probes.json`` again when it changed (the mesh writes it when it starts
+    and after every tracing), ``probes.jsonl`` from where the last look stopped."""
+
+    def __init__(self, bundle: Path) -> None:
+        self.bundle = Path(bundle)
+        self._plan_stamp: float | None = None
+        self._record: ProbeRecord | None = None
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> ProbeRecord | None:
+        plan_file = self.bundle / PLAN_FILE
+        try:
+            stamp = plan_file.stat().st_mtime
+        except OSError:
+            return None
+        if stamp != self._plan_stamp:
+            fresh = _read_plan(plan_file)
+            if fresh is None:
+                return self._record
+            if self._record is not None:  # the samples so far stay
+                for pid, probe in fresh.probes.items():
+                    old = self._record.probes.get(pid)
+                    if old is not None:
+                        probe.samples = old.samples
+            self._record, self._plan_stamp = fresh, stamp
+        assert self._record is not None
+        try:
+            with (self.bundle / SAMPLES_FILE).open("rb") as lines:
+                lines.seek(self._offset)
+                data = self._partial + lines.read()
+                self._offset = lines.tell()
+        except OSError:
+            return self._record
+        complete, _, self._partial = data.rpartition(b"\n")
+        if complete:
+            _add_samples(self._record, complete.decode(errors="replace").splitlines())
+        return self._record
 
 
 def _paths(records: dict[str, Any]) -> dict[int, list[Hop]]:
@@ -246,12 +306,10 @@ class _Unit:
 
 
 def _units(obs: Observations) -> list[_Unit]:
-    from orchestrator.diagnosis.detectors import discarding
-
     rec = obs.probes
     if rec is None:
         return []
-    quiet = discarding(obs)
+    quiet = _discards(obs, rec)
     downs = down_windows(obs)
     span = obs.span
     units = []
@@ -340,10 +398,8 @@ def probe_holes(obs: Observations) -> list[Suspect]:
     rec = obs.probes
     if rec is None:
         return []
-    from orchestrator.diagnosis.detectors import discarding
-
     downs = down_windows(obs)
-    quiet = discarding(obs)
+    quiet = _discards(obs, rec)
     span = obs.span
     held: list[tuple[Probe, tuple[float, float]]] = []
     for probe in rec.probes.values():
@@ -419,6 +475,12 @@ def probe_holes(obs: Observations) -> list[Suspect]:
             evidence.append(f"{others} other stalled probe(s) not through it")
         out.append(Suspect("switch", switch, "blackhole", score, evidence, first))
     return out
+
+
+def _discards(obs: Observations, rec: ProbeRecord) -> dict[Port, list[tuple[float, float]]]:
+    from orchestrator.diagnosis.detectors import discards_of
+
+    return discards_of(rec.queues if rec.queues is not None else obs.queues)
 
 
 def _destinations_needed(

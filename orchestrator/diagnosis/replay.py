@@ -11,7 +11,8 @@ scores above the threshold, stamped with the instant of the cut.
 What a cut holds, as live: the operations every rank had finished, the counters and the
 controller's events up to the instant, each connection's samples and kernel views up to
 :data:`SHIP_LAG_S` before it (the workers ship them every 0.2 s), the entry lateness of
-finished operations, no egress-queue samples (the live builder reads none), ``now`` (a stall or a
+finished operations, no egress-queue samples (the live builder reads none but the probe
+mesh's, which it cuts like the rest), ``now`` (a stall or a
 pause of the polling not over yet counts up to it), and of the controller's events those
 after its first start (the live diagnosis starts after the bring-up). What differs from a
 real run, so that a replayed delay approximates a live one rather than measures it: the
@@ -26,6 +27,7 @@ import dataclasses
 
 from orchestrator.diagnosis.evidence import ConnectionView, Observations
 from orchestrator.diagnosis.live import INTERVAL_S, Alert, LiveDiagnosis
+from orchestrator.diagnosis.probes import ProbeRecord
 
 SHIP_LAG_S = 0.2  # the workers ship their samples this often: a cut sees them this late
 BRING_UP_S = 0.5  # the controller's first start logs its apps within this
@@ -52,6 +54,26 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         warmed=obs.warmed if obs.warmed is not None and obs.warmed <= now else None,
         workload=None,
         now=now,
+        probes=_cut_probes(obs, now, seen),
+    )
+
+
+def _cut_probes(obs: Observations, now: float, seen: float) -> ProbeRecord | None:
+    """The probe mesh as the live look saw it: the prober's samples up to ``seen`` (it
+    writes them every 0.1 s), the tracings done by ``now``, the egress queues' samples
+    by ``now`` riding with it (as live: orchestrator/run/alerts.py)."""
+    rec = obs.probes
+    if rec is None:
+        return None
+    kept = [i for i, (t, _) in enumerate(rec.tracings) if t <= now] or [0]
+    return ProbeRecord(
+        {
+            pid: dataclasses.replace(p, samples=[s for s in p.samples if s[0] <= seen])
+            for pid, p in rec.probes.items()
+        },
+        [rec.tracings[i] for i in kept],
+        [rec.back[i] for i in kept if i < len(rec.back)],
+        {port: [r for r in rows if r[0] <= now] for port, rows in obs.queues.items()},
     )
 
 

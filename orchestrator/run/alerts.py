@@ -26,6 +26,7 @@ from orchestrator.diagnosis.evidence import (
     direction_map,
     sent_by,
 )
+from orchestrator.diagnosis.probes import ProbeRecord
 from orchestrator.diagnosis.restarts import recorded
 from orchestrator.monitor.live import EVENTS_NAME
 from orchestrator.monitor.record import connection_paths, controller_events
@@ -39,10 +40,14 @@ LABEL = "the collective running now"
 
 
 def live_builder(
-    testbed: Testbed, current: Callable[[], Launcher | None], since: float
+    testbed: Testbed,
+    current: Callable[[], Launcher | None],
+    since: float,
+    probes: Callable[[], ProbeRecord | None] | None = None,
 ) -> Callable[[], Observations | None]:
     """Observations of the launch ``current()`` returns (None while there is none), and
-    of the counters and events from ``since`` (epoch s) on."""
+    of the counters and events from ``since`` (epoch s) on; ``probes``: the probe mesh so
+    far, with the egress queues' samples (orchestrator.diagnosis.probes)."""
     description = testbed.description
     directions = direction_map(description)
     gpus = [g.name for g in description.fabric.gpus_by_rank()]
@@ -79,6 +84,7 @@ def live_builder(
             own_restarts=recorded(list(testbed.restarts)),
             now=time.time(),
             warmed=_warmed(view.dones, view.warmup),
+            probes=probes() if probes is not None else None,
         )
 
     return build

@@ -88,6 +88,7 @@ from orchestrator.collectives.program import PROGRAM, Program
 from orchestrator.collectives.sizes import format_size
 from orchestrator.diagnosis import diagnose_bundle
 from orchestrator.diagnosis.live import LiveDiagnosis
+from orchestrator.diagnosis.probes import ProbeFollower, ProbeRecord
 from orchestrator.emulation.network import Terminated
 from orchestrator.emulation.recipe import current_recipe, packet_scale_of
 from orchestrator.forecast.calibration import ForecastCalibration, load_forecast_calibration
@@ -139,7 +140,7 @@ from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.probemesh import ProbeMesh
-from orchestrator.testbed.queues import QueueSampler
+from orchestrator.testbed.queues import QueueSampler, queue_rows
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
@@ -722,7 +723,7 @@ class Runner(Messages):
         ).start()
         mesh = self._probe_mesh(testbed, writer.path)
         self._start_faults(testbed)
-        self._start_live_diagnosis(testbed)
+        self._start_live_diagnosis(testbed, self._live_probes(mesh, queues))
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -1007,13 +1008,34 @@ class Runner(Messages):
         self.run_file["faults"] = [f.describe() for f in self.spec.faults]
         self.run_file["fault_log"] = str(log.path)
 
-    def _start_live_diagnosis(self, testbed: Testbed) -> None:
+    def _start_live_diagnosis(
+        self, testbed: Testbed, probes: Callable[[], ProbeRecord | None] | None = None
+    ) -> None:
         """The live diagnosis (orchestrator.diagnosis.live) on what the launches, the
-        counters and the controller's events show, alerting as it goes."""
+        counters, the controller's events and the probe mesh show, alerting as it goes."""
         self.current_launcher = None
         self.live = LiveDiagnosis(
-            live_builder(testbed, lambda: self.current_launcher, time.time()), say=self.say
+            live_builder(testbed, lambda: self.current_launcher, time.time(), probes),
+            say=self.say,
         ).start()
+
+    @staticmethod
+    def _live_probes(
+        mesh: ProbeMesh | None, queues: QueueSampler
+    ) -> Callable[[], ProbeRecord | None] | None:
+        """What the probe mesh shows so far, with the egress queues' samples so far (what
+        tells its congestion losses from a fault's)."""
+        if mesh is None:
+            return None
+        follower = ProbeFollower(mesh.bundle)
+
+        def read() -> ProbeRecord | None:
+            record = follower.read()
+            if record is not None:
+                record.queues = queue_rows(queues.snapshot())
+            return record
+
+        return read
 
     def _end_live_diagnosis(self) -> None:
         if self.live is None:

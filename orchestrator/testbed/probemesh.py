@@ -286,6 +286,7 @@ class ProbeMesh:
             self.problems.append("no candidate probe could be traced to its destination")
             return
         self.interval = max(self.interval, len(self.probes) / MESSAGES_PER_S)
+        self.write()  # the live diagnosis reads it while the run goes
         plan = {
             "out": str(self.bundle / SAMPLES_FILE),
             "interval": self.interval,
@@ -311,6 +312,7 @@ class ProbeMesh:
         traced = trace_probes(self.emulation, self.description, self.probes)
         back = trace_probes(self.emulation, self.description, [reverse(p) for p in self.probes])
         self.tracings.append(Tracing(time.time(), policy, traced, back))
+        self.write()
 
     def stop(self) -> None:
         """Stop the prober (SIGTERM: it writes a last sample) and write ``probes.json``."""

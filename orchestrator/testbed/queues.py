@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.emulation.executor import CommandExecutor
 from orchestrator.emulation.wiring import intf_name
@@ -141,3 +141,16 @@ class QueueSampler(PeriodicSampler):
     def snapshot(self) -> list[QueueCounter]:
         with self._lock:
             return list(self.samples)
+
+
+def queue_rows(
+    counters: Iterable[QueueCounter],
+) -> dict[tuple[str, int], list[tuple[float, int, int, int]]]:
+    """Per (switch, port), its samples as the diagnosis reads them: (t, packets sent,
+    dropped, bytes held), oldest first."""
+    rows: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
+    for q in counters:
+        rows.setdefault((q.switch, q.port), []).append((q.t, q.packets, q.drops, q.backlog))
+    for values in rows.values():
+        values.sort()
+    return rows

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnosis import diagnose
-from orchestrator.diagnosis.probes import Probe, ProbeRecord, read_probes, stalls
+from orchestrator.diagnosis.probes import Probe, ProbeFollower, ProbeRecord, read_probes, stalls
+from orchestrator.diagnosis.replay import at as replay_at
 from orchestrator.emulation.pathtrace import TRACED, Hop, TracedPath
 from orchestrator.testbed.probemesh import all_directions, choose, directions
 from orchestrator.testbed.prober import ProbeSpec
@@ -221,3 +222,39 @@ def test_the_bundle_files_read_back(tmp_path: Path) -> None:
     assert rec.probes[7].samples == [(T0 + 0.1, 64, 0, 9000, 1, 0)]
     assert [h[0] for h in rec.path_at(7, T0 + 5)] == ["p0s0g0", "p0r0t0", "p1s0g0"]
     assert read_probes(tmp_path / "missing") is None
+
+
+def test_a_run_still_going_is_read_as_it_grows(tmp_path: Path) -> None:
+    plan = {
+        "probes": [ProbeSpec(1, "p0s0g0", "p1s0g0", "a", 61001, "b", 46999).to_dict()],
+        "tracings": [{"t": T0, "policy": "ecmp", "paths": {}, "back": {}}],
+    }
+    (tmp_path / "probes.json").write_text(json.dumps(plan))
+    samples_file = tmp_path / "probes.jsonl"
+    samples_file.write_text(json.dumps({"t": T0 + 0.1, "v": [[1, 64, 0, 9000, 1, 0]]}) + "\n")
+    follower = ProbeFollower(tmp_path)
+    first = follower.read()
+    assert first is not None and len(first.probes[1].samples) == 1
+    with samples_file.open("a") as out:  # a line half written, then finished
+        out.write(json.dumps({"t": T0 + 0.2, "v": [[1, 128, 0, 9000, 1, 0]]}) + '\n{"t": ')
+    assert len(follower.read().probes[1].samples) == 2  # type: ignore[union-attr]
+    with samples_file.open("a") as out:
+        out.write(f'{T0 + 0.3}, "v": [[1, 192, 0, 9000, 1, 0]]}}\n')
+    plan["tracings"].append({"t": T0 + 5, "policy": "path-pinned", "paths": {}, "back": {}})
+    (tmp_path / "probes.json").write_text(json.dumps(plan))  # a policy switch traced again
+    again = follower.read()
+    assert again is not None and len(again.tracings) == 2
+    assert [s[1] for s in again.probes[1].samples] == [64, 128, 192]
+    assert ProbeFollower(tmp_path / "none").read() is None
+
+
+def test_a_replayed_look_sees_the_probes_and_queues_up_to_its_instant(
+    astral: FabricDescription,
+) -> None:
+    rows = [(T0 + k * 0.5 - 2, 1000 * k, 0, 0) for k in range(50)]
+    obs = observations(astral, probes=record(DOWN_A1, {}), queues={("p1r0a1", 1): rows})
+    cut = replay_at(obs, T0 + 3.0)
+    assert cut.queues == {}  # the other detectors' live rules read none
+    assert cut.probes is not None and cut.probes.queues is not None
+    assert max(r[0] for r in cut.probes.queues[("p1r0a1", 1)]) <= T0 + 3.0
+    assert max(s[0] for s in cut.probes.probes[0].samples) <= T0 + 3.0
