@@ -161,3 +161,22 @@ def test_a_run_without_a_fault_is_healthy(fabric: FabricHandle, tmp_path: Path) 
     diagnosis = diagnose(bundle)
     print(f"healthy: {describe(diagnosis) or 'no suspects'} in {diagnosis.seconds:.2f} s")
     assert diagnosis.healthy, f"false alarm: {describe(diagnosis)}"
+
+
+def test_a_loss_where_no_ring_connection_goes_is_found_by_the_probe_mesh(
+    fabric: FabricHandle, bench: ModuleType, tmp_path: Path
+) -> None:
+    """The ring's fabric connections all end at a g0 GPU (the module docstring): into
+    p1s1g1 come only their acknowledgements, whose loss no sender retransmits, so no
+    layer of the collective shows a loss on its downlink. The probe mesh crosses every
+    link direction (orchestrator.testbed.probemesh) and places it."""
+    entry = {"kind": "link-loss", "target": "p1r1t0>p1s1g1", "probability": 0.1}
+    bundle = run(fabric, "uncrossed-loss", [{**entry, **WHEN}], tmp_path / "uncrossed")
+    diagnosis = diagnose(bundle)
+    print(f"uncrossed loss: {describe(diagnosis)} in {diagnosis.seconds:.2f} s")
+    assert not diagnosis.healthy, "a loss the probes crossed was diagnosed healthy"
+    first = diagnosis.suspects[0]
+    assert bench.matches(
+        first.component, first.target, first.fault, ("link", "p1r1t0-p1s1g1", "lossy")
+    ), f"ranked: {describe(diagnosis)}"
+    assert first.evidence[0].startswith("probes:"), first.evidence
