@@ -152,6 +152,12 @@ def merge(suspects: Sequence[Suspect]) -> list[Suspect]:
     return list(by_key.values())
 
 
+def _transport_only(s: Suspect) -> bool:
+    """Whether a suspect's evidence is the connections' own only (their retransmissions
+    and paths), with no counter, controller event or probe behind it."""
+    return all(e.startswith(("transport", "paths", "but ")) for e in s.evidence)
+
+
 def _canonical(target: str) -> str:
     """A link's name in either order is one link (``A>B`` stays a direction)."""
     if "-" in target and ">" not in target:
@@ -177,12 +183,18 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
         if s.component == "link" and s.fault in ("down", "flapping")
     }
     kept = []
+    explained: set[int] = set()  # suspects already scaled down as another's consequence
     for s in suspects:
         nodes = _link_nodes(s.target) if s.component == "link" else None
         if nodes and set(nodes) & down_switches:
             continue  # a link of a switch that went down: the switch explains it
-        if nodes and _canonical("-".join(nodes)) in down_links and s.score < 0.8:
-            continue  # a link that went down explains its stalls and losses
+        if nodes and _canonical("-".join(nodes)) in down_links and s.fault in ("lossy", "slow"):
+            if s.score < 0.8:
+                continue  # a link that went down explains its stalls and losses
+            # ... however many: each down loses what was in flight on it and queued for it
+            s.score *= 0.5
+            s.evidence.append("but the link went down during the run: what was on it was lost")
+            explained.add(id(s))
         if s.component == "switch" and s.fault == "blackhole" and s.target in down_switches:
             continue
         kept.append(s)
@@ -210,7 +222,9 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
         if s.score >= 0.8 and s.fault in ("down", "flapping") and s.onset is not None
     ]  # fmt: skip
     for s in kept:
-        if s in downs or s.fault not in ("lossy", "slow", "blackhole", "down"):
+        if s in downs or id(s) in explained:
+            continue
+        if s.fault not in ("lossy", "slow", "blackhole", "down"):
             continue
         cause = next((d for d in downs if s.onset is not None and s.onset >= d.onset - 0.5), None)  # type: ignore[operator]
         if cause is not None:
@@ -246,6 +260,31 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
         (s.score for s in kept if s.fault in NETWORK_FAULTS or s.fault == "controller outage"),
         default=0.0,
     )
+    # A rank late by itself at every operation's start is the application layer's own
+    # evidence; a network fault seen only in the transport (one connection's
+    # retransmissions, no counter, no controller event, no probe) is weaker than it: the
+    # straggler stands, and such a fault is the lesser suspect (a late rank's peers
+    # burst into shallow queues when it comes).
+    strong_late = max((s.score for s in kept if s.fault == "straggler"), default=0.0)
+    thin = [
+        s for s in kept
+        if s.fault in NETWORK_FAULTS and s.score >= 0.8 and _transport_only(s)
+    ]  # fmt: skip
+    solid = max(
+        (
+            s.score for s in kept
+            if (s.fault in NETWORK_FAULTS or s.fault == "controller outage")
+            and not _transport_only(s)
+        ),
+        default=0.0,
+    )  # fmt: skip
+    if strong_late >= 0.85 and thin and solid < 0.8:
+        for s in thin:
+            s.score *= 0.7
+            s.evidence.append(
+                "but a rank entered its operations late, and only the transport shows this"
+            )
+        network = 0.0
     if network >= 0.8:
         for s in kept:
             if s.fault == "straggler":

@@ -1378,3 +1378,34 @@ def test_a_straggler_whose_own_link_out_looks_slow_is_the_straggler(
     assert straggler.score == pytest.approx(0.88) and own.score == pytest.approx(0.425)
     straggler, elsewhere = reconcile(observations(astral), suspects("p0r1a0>c0"))
     assert straggler.score == pytest.approx(0.44) and elsewhere.score == pytest.approx(0.85)
+
+
+def test_a_straggler_outweighs_a_loss_only_the_transport_shows(
+    astral: FabricDescription,
+) -> None:
+    """A rank late at every start is the application's own evidence; one connection's
+    retransmissions with no counter, event or probe behind them are weaker: the straggler
+    stands and the loss becomes the lesser suspect. A loss the counters confirm still
+    makes the straggler doubtful (ranks behind a lossy path enter later)."""
+
+    def suspects(evidence: str) -> list[Suspect]:
+        return [
+            Suspect("gpu", "p0s0g1", "straggler", 0.88, ["application: late"], T0 + 6),
+            Suspect("link", "p0s1g0>p0r0t0", "lossy", 0.85, [evidence, "paths: on it"], T0 + 6),
+        ]
+
+    straggler, loss = reconcile(observations(astral), suspects("transport: 40 retransmitted"))
+    assert straggler.score == pytest.approx(0.88) and loss.score == pytest.approx(0.595)
+    straggler, loss = reconcile(observations(astral), suspects("counters: p0r0t0 leaked 40"))
+    assert straggler.score == pytest.approx(0.44) and loss.score == pytest.approx(0.85)
+
+
+def test_a_link_that_flapped_explains_its_own_losses_however_many(
+    astral: FabricDescription,
+) -> None:
+    """Each down loses what was on the link: the flap, not a loss, is the fault."""
+    flap = Suspect("link", "p0s1g1-p0r1t0", "flapping", 0.9, ["controller: down 4 times"], T0)
+    loss = Suspect("link", "p0s1g1>p0r1t0", "lossy", 0.91, ["transport: 63 segments"], T0)
+    kept = reconcile(observations(astral), [flap, loss])
+    assert max(kept, key=lambda s: s.score) is flap
+    assert loss.score == pytest.approx(0.455)

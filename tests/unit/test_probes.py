@@ -149,7 +149,7 @@ def test_losses_while_a_queue_on_the_way_discarded_are_congestion(
 ) -> None:
     lossy = {i: {"lost": [2.0 + i, 4.0 + i, 6.0]} for i in range(3)}
     # every probe's paths leave p1r0a1 by port 1 (hops()): it discarded all along
-    rows = [(T0 + k * 0.5 - 2, 1000 * k, 3 * k, 20_000) for k in range(50)]
+    rows = [(T0 + k * 0.5 - 2, 1000 * k, 30 * k, 20_000) for k in range(50)]
     obs = observations(
         astral,
         probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, lossy),
