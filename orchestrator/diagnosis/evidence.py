@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnosis import restarts
-from orchestrator.diagnosis.probes import ProbeRecord, read_probes
+from orchestrator.diagnosis.proberecord import ProbeRecord, read_probes
 from orchestrator.diagnosis.restarts import OwnRestart
 from orchestrator.results import ResultsBundle
 from orchestrator.results.store import (

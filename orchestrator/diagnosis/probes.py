@@ -30,226 +30,34 @@ Both say what they cannot tell apart: suspects with the same evidence get the sa
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from orchestrator.diagnosis.detectors import discards_of, rel
+from orchestrator.diagnosis.evidence import Observations
 from orchestrator.diagnosis.model import Suspect
+from orchestrator.diagnosis.proberecord import (
+    HOLE_S,
+    Port,
+    Probe,
+    ProbeRecord,
+    directions,
+    egress,
+    stalls,
+)
 
-if TYPE_CHECKING:
-    from orchestrator.diagnosis.evidence import Observations
-
-PLAN_FILE = "probes.json"
-SAMPLES_FILE = "probes.jsonl"
 LOSS_MIN = 4  # segments the lossy probes across a direction retransmitted, together
 SUPPORT_MIN = 2  # probes that lost across it
 PER_PROBE = 2  # segments each, on average (a healthy run's probes: at most 1 in a run)
 AGAINST_SHARE = 0.5  # clean probes across it, at most this share of the lossy ones
 ACTIVE_SHARE = 0.5  # a clean probe counts against a direction if observed this much of its
-HOLE_S = 2.0  # nothing acknowledged this long with messages outstanding: a hole
 DOWN_PAD_S = 2.0  # after a port came up, what its failover and rerouting still disturb
 ROUNDS = 3  # directions taken in turn at most
 CONTRAST = 5.0  # x the loss rate of the probes not across it, at least
 SILENT_MIN = 5  # packets a switch dropped silently while probes stalled (in flight: a few)
-DUPLICATE_S = 2.0  # a duplicate is reported about an RTT after the retransmission
-Hop = tuple[str, int | None, int | None]  # node, in port, out port
-Port = tuple[str, int]  # (switch, model port)
-
-
-@dataclass
-class Probe:
-    """One probe with its sender's samples: (t, bytes acked, retransmitted, rtt us,
-    unacked, duplicates the receiver reported)."""
-
-    id: int
-    src: str
-    dst: str
-    samples: list[tuple[float, int, int, int, int, int]] = field(default_factory=list)
-
-    def losses(self) -> list[tuple[float, float, int]]:
-        """(from, to, segments): the sample intervals in which it retransmitted, less
-        the retransmissions its receiver reported as duplicates within
-        :data:`DUPLICATE_S` after (a timer that fired early, not a loss: TCP_INFO's
-        dsack_dups; oldest first)."""
-        events = [
-            [a[0], b[0], b[2] - a[2]]
-            for a, b in itertools.pairwise(self.samples)
-            if b[2] > a[2]
-        ]  # fmt: skip
-        for a, b in itertools.pairwise(self.samples):
-            dups = b[5] - a[5]
-            for event in events:
-                if dups <= 0:
-                    break
-                if b[0] - DUPLICATE_S <= event[1] <= b[0] and event[2] > 0:
-                    taken = min(dups, int(event[2]))
-                    event[2] -= taken
-                    dups -= taken
-        return [(a, b, int(n)) for a, b, n in events if n > 0]
-
-
-@dataclass
-class ProbeRecord:
-    """The bundle's probe mesh: its probes and their paths per tracing (oldest first)."""
-
-    probes: dict[int, Probe]
-    tracings: list[tuple[float, dict[int, list[Hop]]]]
-    back: list[dict[int, list[Hop]]]  # per tracing, the acknowledgements' paths
-    # live, the egress queues' samples so far ride with the probes (the other detectors'
-    # live rules were measured without them, :mod:`orchestrator.run.alerts`); None: the
-    # bundle's, in the observations
-    queues: dict[Port, list[tuple[float, int, int, int]]] | None = None
-
-    def path_at(self, probe: int, t: float) -> list[Hop]:
-        """The probe's path as last traced at or before ``t`` (the first tracing's
-        before it)."""
-        return self.tracings[self._at(t)][1].get(probe, [])
-
-    def back_at(self, probe: int, t: float) -> list[Hop]:
-        """Its acknowledgements' path then (from its destination to its source)."""
-        return self.back[self._at(t)].get(probe, []) if self.back else []
-
-    def _at(self, t: float) -> int:
-        times = [tr[0] for tr in self.tracings]
-        return max(bisect.bisect_right(times, t) - 1, 0)
-
-    def periods(self, end: float) -> list[tuple[float, float, dict[int, list[Hop]]]]:
-        """Each tracing with the time it held: (from, to, paths)."""
-        out = []
-        for (t, paths), nxt in itertools.zip_longest(self.tracings, self.tracings[1:]):
-            out.append((t, nxt[0] if nxt else max(end, t), paths))
-        return out
-
-
-def read_probes(bundle: Path) -> ProbeRecord | None:
-    """The probe mesh of the bundle at ``bundle``; None without one (older bundles, a
-    monitor level without probes, a cluster run)."""
-    plan_file, samples_file = bundle / PLAN_FILE, bundle / SAMPLES_FILE
-    if not samples_file.exists():
-        return None
-    record = _read_plan(plan_file)
-    if record is None:
-        return None
-    with samples_file.open(encoding="utf-8") as lines:
-        _add_samples(record, lines)
-    return record
-
-
-def _read_plan(plan_file: Path) -> ProbeRecord | None:
-    """The probes and their tracings of ``probes.json``, no samples yet; None without
-    the file, or without a probe or a tracing."""
-    try:
-        plan = json.loads(plan_file.read_text())
-    except (OSError, ValueError):
-        return None
-    probes = {
-        int(p["id"]): Probe(int(p["id"]), str(p["src"]), str(p["dst"]))
-        for p in plan.get("probes", [])
-    }
-    tracings, back = [], []
-    for tr in sorted(plan.get("tracings", []), key=lambda tr: float(tr["t"])):
-        tracings.append((float(tr["t"]), _paths(tr.get("paths", {}))))
-        back.append(_paths(tr.get("back", {})))
-    if not probes or not tracings:
-        return None
-    return ProbeRecord(probes, tracings, back)
-
-
-def _add_samples(record: ProbeRecord, lines: Iterable[str]) -> None:
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a last line cut short
-        for pid, acked, retrans, rtt, unacked, *dups in row.get("v", ()):
-            probe = record.probes.get(int(pid))
-            if probe is not None:
-                probe.samples.append(
-                    (float(row["t"]), acked, retrans, rtt, unacked, dups[0] if dups else 0)
-                )
-
-
-class ProbeFollower:
-    """The probe mesh of a run still going, read as it grows (the live diagnosis looks
-    every second): ``probes.json`` again when it changed (the mesh writes it when it starts
-    and after every tracing), ``probes.jsonl`` from where the last look stopped."""
-
-    def __init__(self, bundle: Path) -> None:
-        self.bundle = Path(bundle)
-        self._plan_stamp: float | None = None
-        self._record: ProbeRecord | None = None
-        self._offset = 0
-        self._partial = b""
-
-    def read(self) -> ProbeRecord | None:
-        plan_file = self.bundle / PLAN_FILE
-        try:
-            stamp = plan_file.stat().st_mtime
-        except OSError:
-            return None
-        if stamp != self._plan_stamp:
-            fresh = _read_plan(plan_file)
-            if fresh is None:
-                return self._record
-            if self._record is not None:  # the samples so far stay
-                for pid, probe in fresh.probes.items():
-                    old = self._record.probes.get(pid)
-                    if old is not None:
-                        probe.samples = old.samples
-            self._record, self._plan_stamp = fresh, stamp
-        assert self._record is not None
-        try:
-            with (self.bundle / SAMPLES_FILE).open("rb") as lines:
-                lines.seek(self._offset)
-                data = self._partial + lines.read()
-                self._offset = lines.tell()
-        except OSError:
-            return self._record
-        complete, _, self._partial = data.rpartition(b"\n")
-        if complete:
-            _add_samples(self._record, complete.decode(errors="replace").splitlines())
-        return self._record
-
-
-def _paths(records: dict[str, Any]) -> dict[int, list[Hop]]:
-    """A tracing's complete paths (a path that stopped short places nothing)."""
-    return {
-        int(i): [(str(h[0]), h[1], h[2]) for h in rec["hops"]]
-        for i, rec in records.items()
-        if rec.get("outcome") == "traced"
-    }
-
-
-def directions(path: Sequence[Hop]) -> list[str]:
-    return [f"{a[0]}>{b[0]}" for a, b in itertools.pairwise(path)]
-
-
-def egress(path: Sequence[Hop]) -> list[tuple[str, int]]:
-    """The switch egress ports a path leaves by."""
-    return [(node, out) for node, _, out in path[1:] if out is not None]
-
-
-def stalls(probe: Probe, least: float = HOLE_S) -> list[tuple[float, float]]:
-    """Spans of at least ``least`` seconds with messages outstanding and nothing
-    acknowledged: (from the last sample that moved, to the first that moved again or the
-    last sample)."""
-    out = []
-    start = None
-    for (t0, a0, *_), (t1, a1, _, _, u1, _) in itertools.pairwise(probe.samples):
-        if a1 == a0 and u1 > 0:
-            start = t0 if start is None else start
-            continue
-        if start is not None and t1 - start >= least:
-            out.append((start, t1))
-        start = None
-    if start is not None and probe.samples and probe.samples[-1][0] - start >= least:
-        out.append((start, probe.samples[-1][0]))
-    return out
 
 
 def down_windows(obs: Observations) -> list[tuple[float, float]]:
@@ -478,8 +286,6 @@ def probe_holes(obs: Observations) -> list[Suspect]:
 
 
 def _discards(obs: Observations, rec: ProbeRecord) -> dict[Port, list[tuple[float, float]]]:
-    from orchestrator.diagnosis.detectors import discards_of
-
     return discards_of(rec.queues if rec.queues is not None else obs.queues)
 
 
@@ -576,6 +382,4 @@ def _probe_list(units: Any) -> str:
 
 
 def _rel(obs: Observations, t: float) -> str:
-    from orchestrator.diagnosis.detectors import rel
-
     return rel(obs, t)

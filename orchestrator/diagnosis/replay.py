@@ -27,7 +27,7 @@ import dataclasses
 
 from orchestrator.diagnosis.evidence import ConnectionView, Observations
 from orchestrator.diagnosis.live import INTERVAL_S, Alert, LiveDiagnosis
-from orchestrator.diagnosis.probes import ProbeRecord
+from orchestrator.diagnosis.proberecord import ProbeRecord
 
 SHIP_LAG_S = 0.2  # the workers ship their samples this often: a cut sees them this late
 BRING_UP_S = 0.5  # the controller's first start logs its apps within this

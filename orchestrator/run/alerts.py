@@ -26,7 +26,7 @@ from orchestrator.diagnosis.evidence import (
     direction_map,
     sent_by,
 )
-from orchestrator.diagnosis.probes import ProbeRecord
+from orchestrator.diagnosis.proberecord import ProbeRecord
 from orchestrator.diagnosis.restarts import recorded
 from orchestrator.monitor.live import EVENTS_NAME
 from orchestrator.monitor.record import connection_paths, controller_events

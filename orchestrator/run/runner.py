@@ -88,7 +88,7 @@ from orchestrator.collectives.program import PROGRAM, Program
 from orchestrator.collectives.sizes import format_size
 from orchestrator.diagnosis import diagnose_bundle
 from orchestrator.diagnosis.live import LiveDiagnosis
-from orchestrator.diagnosis.probes import ProbeFollower, ProbeRecord
+from orchestrator.diagnosis.proberecord import ProbeFollower, ProbeRecord
 from orchestrator.emulation.network import Terminated
 from orchestrator.emulation.recipe import current_recipe, packet_scale_of
 from orchestrator.forecast.calibration import ForecastCalibration, load_forecast_calibration
@@ -959,6 +959,12 @@ class Runner(Messages):
             self.run_file["probes"] = {
                 "enabled": False,
                 "why": "a cluster run: its GPUs are on several machines",
+            }
+            return None
+        if not callable(getattr(testbed.emulation, "netns_paths", None)):
+            self.run_file["probes"] = {
+                "enabled": False,
+                "why": "the emulation does not give its GPUs' namespaces",
             }
             return None
         return ProbeMesh(testbed.emulation, testbed.description, bundle, seed=self.spec.seed)

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnosis import diagnose
-from orchestrator.diagnosis.probes import Probe, ProbeFollower, ProbeRecord, read_probes, stalls
+from orchestrator.diagnosis.proberecord import (
+    Probe,
+    ProbeFollower,
+    ProbeRecord,
+    read_probes,
+    stalls,
+)
 from orchestrator.diagnosis.replay import at as replay_at
 from orchestrator.emulation.pathtrace import TRACED, Hop, TracedPath
 from orchestrator.testbed.probemesh import all_directions, choose, directions
