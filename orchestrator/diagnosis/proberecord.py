@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PLAN_FILE = "probes.json"
-SAMPLES_FILE = "probes.jsonl"
+from orchestrator.results.store import PROBE_SAMPLES_FILE, PROBES_FILE
+
 HOLE_S = 2.0  # nothing acknowledged this long with messages outstanding: a hole
 DUPLICATE_S = 2.0  # a duplicate is reported about an RTT after the retransmission
 Hop = tuple[str, int | None, int | None]  # node, in port, out port
@@ -96,7 +96,7 @@ class ProbeRecord:
 def read_probes(bundle: Path) -> ProbeRecord | None:
     """The probe mesh of the bundle at ``bundle``; None without one (older bundles, a
     monitor level without probes, a cluster run)."""
-    plan_file, samples_file = bundle / PLAN_FILE, bundle / SAMPLES_FILE
+    plan_file, samples_file = bundle / PROBES_FILE, bundle / PROBE_SAMPLES_FILE
     if not samples_file.exists():
         return None
     record = _read_plan(plan_file)
@@ -154,7 +154,7 @@ class ProbeFollower:
         self._partial = b""
 
     def read(self) -> ProbeRecord | None:
-        plan_file = self.bundle / PLAN_FILE
+        plan_file = self.bundle / PROBES_FILE
         try:
             stamp = plan_file.stat().st_mtime
         except OSError:
@@ -171,7 +171,7 @@ class ProbeFollower:
             self._record, self._plan_stamp = fresh, stamp
         assert self._record is not None
         try:
-            with (self.bundle / SAMPLES_FILE).open("rb") as lines:
+            with (self.bundle / PROBE_SAMPLES_FILE).open("rb") as lines:
                 lines.seek(self._offset)
                 data = self._partial + lines.read()
                 self._offset = lines.tell()

@@ -148,6 +148,9 @@ TABLES = "tables"
 PLOTS = "plots"
 # a workload replay's figures and timelines, replayed and forecast (orchestrator/run/replay.py)
 WORKLOAD_FILE = "workload.json"
+# the probe mesh's probes and paths, and its prober's samples (orchestrator.testbed.probemesh)
+PROBES_FILE = "probes.json"
+PROBE_SAMPLES_FILE = "probes.jsonl"
 LOGS = "logs"
 
 

@@ -48,9 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.emulation.pathtrace import TracedPath, TraceRequest, open_control, trace_paths
-from orchestrator.testbed.pinning import route_devices
+from orchestrator.emulation.pathtrace import TracedPath, open_control, trace_paths
+from orchestrator.results.store import PROBE_SAMPLES_FILE, PROBES_FILE
 from orchestrator.testbed.prober import MESSAGE, ProbeSpec
+from orchestrator.testbed.tracing import flow_requests
 from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
 from topologies.model import LinkKind
@@ -66,8 +67,6 @@ MESSAGES_PER_S = 1500  # all probes together at most (each a few switch hops, an
 # acknowledgement back: what the userspace datapath forwards for them, beside the
 # collectives' few thousand packets a second)
 SAMPLE_S = 0.1  # the kernels' counters read this often
-PLAN_FILE = "probes.json"
-SAMPLES_FILE = "probes.jsonl"
 STOP_S = 3.0
 
 
@@ -190,21 +189,8 @@ def trace_probes(
     executor: Emulated, description: FabricDescription, probes: Sequence[ProbeSpec]
 ) -> dict[int, TracedPath]:
     """Each probe's path as the kernels and switches forward it now."""
-    by_gpu: dict[str, list[ProbeSpec]] = {}
-    for p in probes:
-        by_gpu.setdefault(p.src, []).append(p)
-    devices: dict[int, str | None] = {}
-    for gpu, mine in by_gpu.items():
-        queries = [(p.src_ip, p.dst_ip, p.sport, p.dport) for p in mine]
-        got = route_devices(executor, gpu, queries)
-        devices.update(zip((p.id for p in mine), got, strict=True))
-    requests = []
-    for p in probes:
-        nic_of = {n.intf: n.port for n in description.addresses[p.src].nics}
-        device = devices.get(p.id)
-        nic = nic_of.get(device) if device else None
-        why = "" if nic is not None else f"its kernel routes it out of {device}, not a NIC port"
-        requests.append(TraceRequest(five_tuple(p), p.src, p.dst, nic, why))
+    flows = [(five_tuple(p), p.src, p.dst) for p in probes]
+    requests = flow_requests(executor, description, flows)
     with closing(open_control(executor)) as control:
         traced = trace_paths(description, requests, control) if requests else []
     return {p.id: path for p, path in zip(probes, traced, strict=True)}
@@ -288,7 +274,7 @@ class ProbeMesh:
         self.interval = max(self.interval, len(self.probes) / MESSAGES_PER_S)
         self.write()  # the live diagnosis reads it while the run goes
         plan = {
-            "out": str(self.bundle / SAMPLES_FILE),
+            "out": str(self.bundle / PROBE_SAMPLES_FILE),
             "interval": self.interval,
             "sample": self.sample,
             "namespaces": {g: namespaces[g] for g in gpus},
@@ -353,4 +339,4 @@ class ProbeMesh:
             "tracings": [t.to_dict() for t in self.tracings],
             "summary": self.summary(),
         }
-        (self.bundle / PLAN_FILE).write_text(json.dumps(document, indent=1) + "\n")
+        (self.bundle / PROBES_FILE).write_text(json.dumps(document, indent=1) + "\n")

@@ -87,22 +87,32 @@ def trace_requests(
     """Step 1 of the module docstring: each fabric connection with the NIC port its
     kernel sends it out of now."""
     host = {w.rank: w.host for w in workers}
-    fabric = [c for c in connections if c.link == "fabric"]
+    flows = [(c.five_tuple, host[c.src], host[c.dst]) for c in connections if c.link == "fabric"]
+    return flow_requests(executor, description, flows)
+
+
+def flow_requests(
+    executor: CommandExecutor,
+    description: FabricDescription,
+    flows: Sequence[tuple[FiveTuple, str, str]],
+) -> list[TraceRequest]:
+    """Each (five-tuple, source GPU, destination GPU) with the NIC port its source's
+    kernel sends it out of now (one ``ip -batch`` per source GPU), in order."""
     per_gpu: dict[str, list[FiveTuple]] = {}
-    for c in fabric:
-        per_gpu.setdefault(host[c.src], []).append(c.five_tuple)
-    devices: dict[FiveTuple, str | None] = {}
+    for five, src, _ in flows:
+        per_gpu.setdefault(src, []).append(five)
+    devices: dict[tuple[str, FiveTuple], str | None] = {}
     for gpu, tuples in per_gpu.items():
         queries = [(t.src_ip, t.dst_ip, t.src_port, t.dst_port) for t in tuples]
-        devices.update(zip(tuples, route_devices(executor, gpu, queries), strict=True))
+        got = route_devices(executor, gpu, queries)
+        devices.update(zip(((gpu, t) for t in tuples), got, strict=True))
     requests = []
-    for c in fabric:
-        src = host[c.src]
+    for five, src, dst in flows:
         nic_of = {n.intf: n.port for n in description.addresses[src].nics}
-        device = devices.get(c.five_tuple)
+        device = devices.get((src, five))
         nic = nic_of.get(device) if device else None
         why = "" if nic is not None else f"its kernel routes it out of {device}, not a NIC port"
-        requests.append(TraceRequest(c.five_tuple, src, host[c.dst], nic, why))
+        requests.append(TraceRequest(five, src, dst, nic, why))
     return requests
 
 
