@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python benchmarks/forecast.py [--fabrics astral-small,rail-optimized-small,
         astral-oversubscribed,fat-tree-one-pod] [--sizes 256K,1M,4M] [--iterations 2]
+        [--min-batch 10s]
         [--policies path-pinned,shortest,ecmp] [--scale 0.6e-4] [--out DIR]
     .venv/bin/python benchmarks/forecast.py --from DIR     re-forecast bundles measured
                                                            before, with today's model and
@@ -187,10 +188,13 @@ def cell(name: str, result: Any, forecast: Any, scale: float, saturated: bool) -
     }
 
 
-def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+def run_fabric(given: str, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    # a fabric file (not in the repository, say) is named by its file name
+    is_file = given.endswith((".yaml", ".yml"))
+    name = Path(given).stem if is_file else given
     document = {
         "name": f"forecast-{name}",
-        "fabric": fabric_document(name),
+        "fabric": str(Path(given).resolve()) if is_file else fabric_document(given),
         "policies": args.policies,
         "host_ports": "balanced",
         "collectives": COLLECTIVES,
@@ -199,6 +203,8 @@ def run_fabric(name: str, args: argparse.Namespace, out: Path) -> list[dict[str,
         "warmup": 1,
         "scale": args.scale,
     }
+    if args.min_batch:
+        document["min_batch"] = args.min_batch
     spec = parse_experiment(document, f"benchmarks/forecast.py ({name})", ".")
     bundle = out / name
     load = os.getloadavg()
@@ -317,6 +323,13 @@ def main() -> int:
     )
     parser.add_argument("--sizes", default="256K,1M,4M")
     parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument(
+        "--min-batch",
+        default="10s",
+        help="each timed batch lasts at least this long (default 10s: the direct "
+        "all-to-all varies by up to 20 %% between two-iteration runs; '' for the "
+        "launcher's own 2 s floor)",
+    )
     parser.add_argument(
         "--scale", type=float, default=0.6e-4, help="emulation scale (default 0.6e-4: 12 Mbit/s)"
     )

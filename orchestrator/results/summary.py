@@ -203,18 +203,25 @@ def group_title(group: Group, results: Sequence[ConfigurationResult], bundle: Re
     )
 
 
-def iterations_text(results: Sequence[ConfigurationResult], asked: int | None = None) -> str:
+def iterations_text(
+    results: Sequence[ConfigurationResult], asked: int | None = None, min_batch: float | None = None
+) -> str:
     """ "4 iterations", or the range that ran where short operations were repeated more
     (the launcher lengthens their batches); with ``asked``, how many the experiment asked
-    for, said where it differs."""
+    for, said where it differs, and why: the shapers' buckets, or the experiment's own
+    ``min_batch`` (seconds)."""
     counts = sorted({r.configuration.iterations for r in results}) or [asked or 0]
     ran = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     if asked is None or counts == [asked]:
         return f"{ran} iterations"
-    return (
-        f"{ran} iterations (asked {asked}; a short operation repeats until its batch lasts "
-        "long enough for the shapers' buckets not to count)"
-    )
+    if min_batch:
+        why = f"a short operation repeats until its batch lasts min_batch {min_batch:g}s"
+    else:
+        why = (
+            "a short operation repeats until its batch lasts long enough for the shapers' "
+            "buckets not to count"
+        )
+    return f"{ran} iterations (asked {asked}; {why})"
 
 
 def host_ports(results: Iterable[ConfigurationResult]) -> str:

@@ -21,6 +21,9 @@ Example (``experiments/default.yaml`` is the annotated one)::
     sizes: {min: 64K, max: 4M, factor: 4}   # nccl-tests -b -e -f; 1K = 1024 bytes
     iterations: 5                 # nccl-tests -n (default 20)
     warmup: 1                     # nccl-tests -w (default 5)
+    min_batch: 10s                # optional: each timed batch lasts at least this long
+                                  # (more iterations for short operations: steadier
+                                  # figures where TCP's losses make operations vary)
     placement: {gpus: all, order: rank}   # gpus: all | [p0s0g0, ...] | 4;
                                           # order: rank | topology-aware | random
     seed: 1                       # for order: random, and anything else random in a run
@@ -66,7 +69,7 @@ from orchestrator.collectives.plans import COLLECTIVES, ELEMENT_BYTES, Layout, e
 from orchestrator.collectives.plans import default_registry as algorithm_registry
 from orchestrator.collectives.program import PROGRAM, Program, ProgramError, compose_all
 from orchestrator.collectives.sizes import parse_size
-from orchestrator.testbed.faultspec import FaultSpec, parse_faults
+from orchestrator.testbed.faultspec import WITH_UNIT, FaultSpec, parse_faults
 from orchestrator.testbed.hostports import DEFAULT_HOST_PORTS, HOST_PORTS
 from orchestrator.testbed.monitoring import DEFAULT_MONITOR, LEVELS
 from orchestrator.worker.spec import LaunchOptions
@@ -92,6 +95,7 @@ from topologies.spec import (
     load_fabric_spec,
     parse_fabric_spec,
 )
+from topologies.units import parse_duration
 from topologies.yamlfile import read_yaml
 
 ORDERS = ("rank", "topology-aware", "random")
@@ -115,6 +119,7 @@ _TOP_KEYS = {
     "sizes",
     "iterations",
     "warmup",
+    "min_batch",
     "placement",
     "seed",
     "load_limit",
@@ -153,6 +158,10 @@ ALL_GPUS = "all"  # placement.gpus: every GPU of the fabric
 MIN_RANKS = 2  # a collective needs two ranks
 #: The smallest value of each integer key (a key path), as ``read.integer`` is given it.
 MINIMUM = {"iterations": 1, "warmup": 0, "seed": 0, "sizes.factor": 2}
+#: ``min_batch``'s bounds, seconds: the launcher's own floor (2 s with 10 ms shaper buckets:
+#: orchestrator.collectives.ceilings.min_batch_seconds; a shorter ask would change
+#: nothing), and ten minutes (beyond, a typo rather than a measurement).
+MIN_BATCH_RANGE = (2.0, 600.0)
 
 
 @dataclass(frozen=True)
@@ -266,6 +275,9 @@ class ExperimentSpec:
     gpus: tuple[str, ...]
     iterations: int = DEFAULT_ITERATIONS
     warmup: int = DEFAULT_WARMUP
+    # The shortest timed batch, seconds (None: the launcher's floor, for the shapers'
+    # buckets): short operations repeat until their batch lasts this long.
+    min_batch: float | None = None
     placement: Placement = field(default_factory=Placement)
     seed: int = 0
     load_limit: LoadLimit = field(default_factory=LoadLimit)
@@ -474,6 +486,7 @@ def parse_experiment(
         doc.get("iterations", DEFAULT_ITERATIONS), "iterations", MINIMUM["iterations"]
     )
     warmup = read.integer(doc.get("warmup", DEFAULT_WARMUP), "warmup", MINIMUM["warmup"])
+    min_batch = _min_batch(read, doc["min_batch"]) if "min_batch" in doc else None
     seed = read.integer(doc.get("seed", 0), "seed", MINIMUM["seed"])
     placement = _placement(read, doc.get("placement", {}), fabric)
     raw_limit = read.mapping(doc.get("load_limit", {}), "load_limit", LOAD_LIMIT_KEYS)
@@ -511,6 +524,7 @@ def parse_experiment(
         gpus=gpus,
         iterations=iterations,
         warmup=warmup,
+        min_batch=min_batch,
         placement=placement,
         seed=seed,
         load_limit=load_limit,
@@ -526,6 +540,21 @@ def parse_experiment(
 
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _min_batch(read: _ExperimentReader, value: object) -> float:
+    low, high = MIN_BATCH_RANGE
+    expected = f"a duration with its unit between {low:g}s and {high:g}s, such as 10s"
+    if not isinstance(value, str) or not WITH_UNIT.search(value):
+        read.fail("min_batch", expected, value if isinstance(value, str) else _describe(value))
+    assert isinstance(value, str)
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        read.fail("min_batch", expected, value)
+    if not low <= seconds <= high:
+        read.fail("min_batch", expected, value)
+    return seconds
 
 
 def _cluster(read: _ExperimentReader, value: object) -> tuple[str, ...]:

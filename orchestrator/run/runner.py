@@ -689,6 +689,7 @@ class Runner(Messages):
         launch = LaunchOptions(
             warmup=spec.warmup,
             iterations=spec.iterations,
+            min_batch_seconds=spec.min_batch or 0.0,
             step_deadline=options.step_deadline,
             worker_args=options.worker_args,
         )
@@ -1280,7 +1281,7 @@ class Runner(Messages):
         spec = self.spec
         head = [
             f"{label}, policy {policy}, host ports {spec.host_ports}, {spec.ranks} ranks, "
-            f"{iterations_text(results, spec.iterations)} "
+            f"{iterations_text(results, spec.iterations, spec.min_batch)} "
             f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
             TIME_DEFINITION,
         ]

@@ -110,6 +110,7 @@ def top_level(policies: Collection[str] | None = None) -> dict[str, Schema]:
         ),
         "iterations": integer(MINIMUM["iterations"]),
         "warmup": integer(MINIMUM["warmup"]),
+        "min_batch": text(DURATION, WITH_UNIT),
         "placement": mapping(PLACEMENT_KEYS, {"gpus": gpus(), "order": choice(ORDERS)}),
         "seed": integer(MINIMUM["seed"]),
         "load_limit": mapping(LOAD_LIMIT_KEYS, {"force": {"type": "boolean"}}),

@@ -337,8 +337,10 @@ class Testbed:
         if options is None:
             options = LaunchOptions(channels=self.default_channels(gpus, collectives))
         options = replace(options, tcp_info=options.tcp_info or self.monitor.tcp_info)
-        if not options.min_batch_seconds:
-            options = replace(options, min_batch_seconds=min_batch_seconds(DEFAULT_RECIPE.burst_s))
+        # never below the shapers' floor (a shorter batch would let their buckets count)
+        floor = min_batch_seconds(DEFAULT_RECIPE.burst_s)
+        if options.min_batch_seconds < floor:
+            options = replace(options, min_batch_seconds=floor)
         if options.latency is None:
             options = replace(options, latency=self.latency_table(gpus))
         return replace(options, worker_args=("--port", str(WORKER_PORT), *options.worker_args))

@@ -209,6 +209,10 @@ MALFORMED = [
     ),
     ("iterations zero", replace(VALID, "iterations", "iterations: 0"), "iterations", ">= 1"),
     ("warmup negative", replace(VALID, "warmup", "warmup: -1"), "warmup", ">= 0"),
+    ("min_batch without a unit", VALID + "min_batch: 10\n", "min_batch", "with its unit"),
+    ("min_batch below the floor", VALID + "min_batch: 500ms\n", "min_batch", "between 2s"),
+    ("min_batch an hour", VALID + "min_batch: 3600s\n", "min_batch", "and 600s"),
+    ("min_batch a word", VALID + "min_batch: long\n", "min_batch", "such as 10s"),
     (
         "iterations a string",
         replace(VALID, "iterations", "iterations: many"),
@@ -349,10 +353,16 @@ def test_scale_overrides_the_fabric_emulation_scale(tmp_path: Path) -> None:
 def test_defaults_follow_nccl_tests(tmp_path: Path) -> None:
     spec = load_experiment(write(tmp_path, INLINE_FABRIC))
     assert (spec.iterations, spec.warmup) == (20, 5)  # nccl-tests -n 20 -w 5
+    assert spec.min_batch is None  # the launcher's own floor
     assert spec.sizes.factor == 2
     assert spec.fabric_source == "inline"
     assert spec.policies == ("ecmp",)
     assert spec.gpus == ("p0s0g0", "p0s0g1", "p0s1g0", "p0s1g1")
+
+
+def test_min_batch_is_read_in_seconds(tmp_path: Path) -> None:
+    assert load_experiment(write(tmp_path, VALID + "min_batch: 10s\n")).min_batch == 10.0
+    assert load_experiment(write(tmp_path, VALID + "min_batch: 2500ms\n")).min_batch == 2.5
 
 
 def test_relative_fabric_path_starts_at_the_experiment_directory(tmp_path: Path) -> None:

@@ -217,6 +217,8 @@ VALIDATOR_ONLY = {
     "collective listed twice": "two spellings of one collective",
     "experiment: latency as text above 1ms": "a duration written as text against MAX_LATENCY",
     "experiment: scale negative text": "the range of a number written as text",
+    "min_batch below the floor": "a duration written as text against MIN_BATCH_RANGE",
+    "min_batch an hour": "a duration written as text against MIN_BATCH_RANGE",
     # faults (MISTAKES, by the words their error says)
     "nearest: p1s0g0-p1r0t1": "names of the generated fabric",
     "nearest: p1r1t1": "names of the generated fabric",
