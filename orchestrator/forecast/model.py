@@ -37,7 +37,7 @@ from statistics import NormalDist, fmean
 from orchestrator.collectives.ceilings import default_channels, layout_of
 from orchestrator.collectives.nccl import algbw_gbps, bus_factor
 from orchestrator.collectives.plans import element_count
-from orchestrator.emulation.recipe import payload_share_of
+from orchestrator.emulation.recipe import current_recipe, payload_share_of
 from orchestrator.forecast.calibration import ForecastCalibration, Parts
 from orchestrator.forecast.paths import PolicyRouter, Routed
 from orchestrator.forecast.playout import Fabric, Figures, converging_links, play_out
@@ -115,11 +115,17 @@ class FabricModel:
     capacity: dict[DirectedLink, float] = field(default_factory=dict)
     #: the directed links from a ToR into a GPU's NIC port (where incast happens)
     into_gpu: set[DirectedLink] = field(default_factory=set)
+    #: the emulated links' token buckets as time at their rate (the play-out spends what
+    #: they saved while idle: orchestrator/forecast/playout.py _Buckets)
+    bucket_s: float = 0.0
 
     @classmethod
-    def of(cls, description: FabricDescription) -> FabricModel:
+    def of(cls, description: FabricDescription, *, buckets: bool = True) -> FabricModel:
+        """The fabric as the emulation shapes it; ``buckets=False`` leaves out the shapers'
+        token buckets (what a comparison with the full-size model, which has none, needs)."""
         emulation = description.fabric.spec.emulation
-        model = cls(description)
+        bucket_s = current_recipe().shaping.burst_s if buckets else 0.0
+        model = cls(description, bucket_s=bucket_s)
         # TCP's payload per frame: the run's, or under the recipe a run would use.
         payload_share = payload_share_of(description)
         for link in description.fabric.links:
@@ -345,6 +351,7 @@ class ConfigurationModel:
             one_way=self.one_way,
             operation_latency=self.operation_latency,
             path_of=lambda flow: self._path(routed, flow),
+            bucket_s=self.fabric.bucket_s,
         )
 
     def play(

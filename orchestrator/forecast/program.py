@@ -74,6 +74,7 @@ class ProgramForecaster:
         host_ports: str = "balanced",
         channels: int | None = None,
         failed: frozenset[Link] = frozenset(),
+        fabric: FabricModel | None = None,
     ) -> None:
         self.description = description
         self.gpus = list(gpus)
@@ -84,7 +85,7 @@ class ProgramForecaster:
         self.failed = failed  # links down (what-if: astral forecast WORKLOAD --fail)
         self._models: dict[tuple[str, ...], ConfigurationModel] = {}
         self._routers: dict[str, PolicyRouter] = {}  # shared by every group's model
-        self._fabric: FabricModel | None = None
+        self._fabric: FabricModel | None = fabric  # shared by every group's model
         self._times: dict[tuple[tuple[str, ...], str, str, int], float] = {}
 
     def op_seconds(self, op: GroupCollective) -> float:

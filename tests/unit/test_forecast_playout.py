@@ -81,6 +81,34 @@ def test_overheads_add_per_step_and_per_operation() -> None:
     assert both.time_s - bare.time_s == pytest.approx(6 * 0.01 + 0.2, rel=1e-3)
 
 
+def with_buckets(fabric: Fabric, seconds: float) -> Fabric:
+    return Fabric(
+        fabric.layout,
+        fabric.capacity,
+        fabric.into_gpu,
+        fabric.one_way,
+        fabric.operation_latency,
+        fabric.path_of,
+        bucket_s=seconds,
+    )
+
+
+def test_a_link_idle_through_a_latency_sends_what_its_bucket_saved_at_once() -> None:
+    """Every step sleeps 0.5 s first, so every link has saved its whole 0.1 s bucket
+    (100 kB at 1 MB/s) when the step's 1 MB starts: 6 x (0.5 s + 0.9 s), not 6 x 1.5 s."""
+    fabric = with_buckets(star(4, latency=0.5), 0.1)
+    played = play_out(fabric, "all-reduce", "ring", 4_000_000, 1, Figures())
+    assert played.time_s == pytest.approx(6 * 1.4, rel=1e-6)
+
+
+def test_a_link_never_idle_saves_nothing_after_its_first_bytes() -> None:
+    """Without latency the ring's links never rest: only the first step finds full
+    buckets (0.1 s of its 1 s), the five after it move at the rate."""
+    fabric = with_buckets(star(4), 0.1)
+    played = play_out(fabric, "all-reduce", "ring", 4_000_000, 1, Figures(send_buffer=1e9))
+    assert played.time_s == pytest.approx(6.0 - 0.1, rel=1e-6)
+
+
 def test_incast_lowers_only_a_downlink_that_several_connections_converge_on() -> None:
     """Direct all-to-all over 3 ranks: every downlink takes 2 connections (an incast), so
     at share 0.5 the 2 MB into each rank take 4 s instead of 2 s; a 2-rank one has no
@@ -143,12 +171,14 @@ def test_the_rank_behind_a_slow_downlink_ends_last() -> None:
 def test_without_latency_the_play_out_agrees_with_the_step_model(
     name: str, collective: str, algorithm: str
 ) -> None:
-    """With no latency, no overheads and no send buffer the ranks cannot run ahead of each
+    """With no latency, no overheads, no send buffer and no shapers' buckets (the step
+    model, made for sizes no emulator runs, has none) the ranks cannot run ahead of each
     other's bytes, so playing them out gives the step model's time (its steps end when
     their slowest transfer does)."""
     spec = load_fabric_spec(resolve_fabric(name))
     description = FabricDescription.of(build_fabric(spec))
     model = ConfigurationModel(description, workers_from_description(description))
+    model.fabric.bucket_s = 0.0
     model.one_way = tuple((0.0,) * len(row) for row in model.one_way)
     model.operation_latency = 0.0
     for size in (1 << 20, 1 << 22):

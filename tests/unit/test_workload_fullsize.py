@@ -15,6 +15,7 @@ from orchestrator.collectives.program import GroupCollective
 from orchestrator.commands.workload_forecast import forecast_iteration
 from orchestrator.forecast.aggregate import ScaleModel
 from orchestrator.forecast.fullsize import FullSizeForecaster, Reduction, kept_replicas
+from orchestrator.forecast.model import FabricModel
 from orchestrator.forecast.program import ProgramForecaster
 from orchestrator.workload.iteration import Placement, iteration_program
 from orchestrator.workload.spec import WorkloadSpec, load_workload, parse_workload
@@ -47,10 +48,13 @@ DENSE: dict[str, Any] = {
 
 
 def by_flow_real(spec: FabricSpec, workload: WorkloadSpec, policy: str) -> float:
-    """The flow-by-flow program forecast without calibration (the bare model), real s."""
+    """The flow-by-flow program forecast without calibration (the bare model) and without
+    the emulator's token buckets (the full-size model has neither), real s."""
     fabric = build_fabric(spec)
     gpus = [g.name for g in fabric.gpus_by_rank()]
-    forecaster = ProgramForecaster(FabricDescription.of(fabric), gpus, policy=policy)
+    description = FabricDescription.of(fabric)
+    bare = FabricModel.of(description, buckets=False)
+    forecaster = ProgramForecaster(description, gpus, policy=policy, fabric=bare)
     played = forecaster.forecast(iteration_program(workload, spec.emulation.scale))
     return played.seconds * spec.emulation.scale
 
