@@ -63,12 +63,14 @@ from pathlib import Path
 from typing import Any
 
 from controllers.policies import default_registry as policy_registry
+from orchestrator.collectives.ceilings import min_batch_seconds
 from orchestrator.collectives.latency import LatencyTable, operation_latency
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
 from orchestrator.collectives.plans import COLLECTIVES, ELEMENT_BYTES, Layout, element_count
 from orchestrator.collectives.plans import default_registry as algorithm_registry
 from orchestrator.collectives.program import PROGRAM, Program, ProgramError, compose_all
 from orchestrator.collectives.sizes import parse_size
+from orchestrator.emulation.shaping import DEFAULT_RECIPE
 from orchestrator.testbed.faultspec import WITH_UNIT, FaultSpec, parse_faults
 from orchestrator.testbed.hostports import DEFAULT_HOST_PORTS, HOST_PORTS
 from orchestrator.testbed.monitoring import DEFAULT_MONITOR, LEVELS
@@ -158,10 +160,10 @@ ALL_GPUS = "all"  # placement.gpus: every GPU of the fabric
 MIN_RANKS = 2  # a collective needs two ranks
 #: The smallest value of each integer key (a key path), as ``read.integer`` is given it.
 MINIMUM = {"iterations": 1, "warmup": 0, "seed": 0, "sizes.factor": 2}
-#: ``min_batch``'s bounds, seconds: the launcher's own floor (2 s with 10 ms shaper buckets:
-#: orchestrator.collectives.ceilings.min_batch_seconds; a shorter ask would change
-#: nothing), and ten minutes (beyond, a typo rather than a measurement).
-MIN_BATCH_RANGE = (2.0, 600.0)
+#: ``min_batch``'s bounds, seconds: the launcher's own floor for the shapers' buckets (2 s
+#: with 10 ms buckets; a shorter ask would change nothing), and ten minutes (beyond, a
+#: typo rather than a measurement).
+MIN_BATCH_RANGE = (min_batch_seconds(DEFAULT_RECIPE.burst_s), 600.0)
 
 
 @dataclass(frozen=True)

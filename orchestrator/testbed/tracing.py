@@ -106,11 +106,11 @@ def flow_requests(
         queries = [(t.src_ip, t.dst_ip, t.src_port, t.dst_port) for t in tuples]
         got = route_devices(executor, gpu, queries)
         devices.update(zip(((gpu, t) for t in tuples), got, strict=True))
+    nic_of = {gpu: {n.intf: n.port for n in description.addresses[gpu].nics} for gpu in per_gpu}
     requests = []
     for five, src, dst in flows:
-        nic_of = {n.intf: n.port for n in description.addresses[src].nics}
         device = devices.get((src, five))
-        nic = nic_of.get(device) if device else None
+        nic = nic_of[src].get(device) if device else None
         why = "" if nic is not None else f"its kernel routes it out of {device}, not a NIC port"
         requests.append(TraceRequest(five, src, dst, nic, why))
     return requests
