@@ -144,6 +144,25 @@ class Fabric:
             key=lambda link: link.port_of(gpu),
         )
 
+    def wire_source(self, src: str, dst: str) -> str:
+        """The GPU whose NIC a connection from GPU ``src`` to GPU ``dst`` leaves by.
+
+        ``src`` itself, except on a fabric whose GPUs forward between rails (rail-only):
+        there a rail's network reaches only that rail, so a connection to another rail
+        crosses NVLink to the server-mate on ``dst``'s rail first, and that mate's NIC
+        (its kernel's route, or the source port the orchestrator chose for it) carries it
+        on. The emulated hosts route this way (orchestrator/emulation/hostconfig.py), the
+        orchestrator pins such connections at the mate, and the forecast routes them so."""
+        if not self.gpu_forwarding:
+            return src
+        a, b = self.gpus[src], self.gpus[dst]
+        if a.server == b.server or a.rail == b.rail:
+            return src
+        for mate in self.servers[a.server].gpus:
+            if self.gpus[mate].rail == b.rail:
+                return mate
+        return src
+
     def nodes(self) -> Iterator[str]:
         yield from self.switches
         yield from self.gpus

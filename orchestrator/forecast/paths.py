@@ -22,7 +22,9 @@ Nothing here has a routing model of its own. A forecast asks the same code a run
 A path is the list of nodes ``[src GPU, ToR, ..., dst GPU]``; peers on one server talk over
 NVLink (``[src GPU, NVLink switch, dst GPU]``). On fabrics whose GPUs forward between rails
 (rail-only), a connection to another rail first crosses NVLink to the server-mate on the
-destination's rail, which sends it on.
+destination's rail, which sends it on: its NIC port is chosen among that mate's, and under
+path-pinned its path among those published from the mate, as a run chooses them
+(:func:`~orchestrator.testbed.pinning.senders`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from orchestrator.testbed.pinning import (
     assign,
     balance_nics,
     candidates,
+    senders,
 )
 from orchestrator.worker.spec import WORKER_PORT, WorkerSpec
 from topologies.description import FabricDescription
@@ -135,30 +138,24 @@ class PolicyRouter:
         check_host_ports(host_ports)
         fabric = self.description.fabric
         host = {w.rank: w.host for w in workers}
-        rank = {w.host: w.rank for w in workers}
         flows = list(dict.fromkeys(f for group in groups for f in group))
-        # the flow as the GPU whose NIC it leaves by sees it (itself, or a rail-only mate)
-        wire = {f: self._wire_source(host[f[0]], host[f[1]]) for f in flows}
-        wired = {f: (rank.get(wire[f], f[0]), f[1], f[2]) for f in flows}
+        # the GPU whose NIC a flow leaves by: its source, or a rail-only server-mate
+        sender = senders(self.description, workers, flows)
+        wire = {f: sender.get(f, host[f[0]]) for f in flows}
         live = {f: set(self._nic_ports(wire[f])) for f in flows}
         if self._options is not None:
             for f in flows:
                 live[f] &= {c.nic for c in self._options.get((wire[f], host[f[1]]), ())}
-        wired_groups = [[wired[f] for f in group] for group in groups]
         if host_ports == BALANCED:
-            by_wired = balance_nics(
-                wired_groups, workers, self.description, {wired[f]: live[f] for f in flows}
-            )
-            nic = {f: by_wired[wired[f]] for f in flows if wired[f] in by_wired}
+            nic = balance_nics(groups, workers, self.description, live, sender)
         else:
             rng = random.Random(_score("nic", salt))
             nic = {f: rng.choice(sorted(live[f])) for f in flows if live[f]}
         routed = Routed()
         chosen: dict[Flow, Candidate] = {}
         if self._options is not None:
-            allowed = {wired[f]: {n} for f, n in nic.items()}
-            picked = assign(wired_groups, workers, self._options, allowed)
-            chosen = {f: picked[wired[f]] for f in flows if wired[f] in picked}
+            allowed = {f: {n} for f, n in nic.items()}
+            chosen = assign(groups, workers, self._options, allowed, sender)
         index: dict[int, int] = {}
         for f in flows:
             src, dst = host[f[0]], host[f[1]]
@@ -192,21 +189,6 @@ class PolicyRouter:
     def _nic_ports(self, gpu: str) -> list[int]:
         down = {(x.a, x.a_port) for x in self.failed} | {(x.b, x.b_port) for x in self.failed}
         return [n.port for n in self.description.addresses[gpu].nics if (gpu, n.port) not in down]
-
-    def _wire_source(self, src: str, dst: str) -> str:
-        """The GPU whose NIC a connection from ``src`` to ``dst`` leaves by: ``src``, or on
-        a fabric whose GPUs forward between rails, its server-mate on ``dst``'s rail when
-        ``src``'s own rail cannot reach ``dst``."""
-        fabric = self.description.fabric
-        if not fabric.gpu_forwarding:
-            return src
-        a, b = fabric.gpus[src], fabric.gpus[dst]
-        if a.server == b.server or a.rail == b.rail:
-            return src
-        for mate in fabric.servers[a.server].gpus:
-            if fabric.gpus[mate].rail == b.rail:
-                return mate
-        return src
 
     def _follow(self, src: str, dst: str, nic: int, port: int, salt: int) -> tuple[str, ...]:
         key = (src, dst, nic, port, salt if self.hashed else 0)

@@ -40,6 +40,15 @@ In steps (:func:`plan_ports`):
    routes out of the chosen NIC port (each candidate matches with probability 1/ports, so
    32 candidates miss with probability 2**-32 on a dual-port NIC).
 
+On a fabric whose GPUs forward between rails (rail-only), a connection to another rail
+leaves by the NIC of its source's server-mate on the destination's rail
+(``Fabric.wire_source``): its packets cross NVLink first, and the mate's kernel forwards
+them by the same multipath hash over the same five-tuple. Such a connection is balanced
+among the mate's flows, pinned to the paths published from the mate, and its candidate
+ports are asked of the mate's kernel as a packet arriving on its NVLink port (``ip route
+get ... iif``): so the mate's NIC port is chosen, as NCCL's PXN chooses the NIC a forwarded
+transfer leaves by, instead of left to the hash.
+
 A connection whose port could not be found, or between GPUs for which the controller
 published no path, keeps an ephemeral port (the kernel's choice, its path left to hashing)
 and is counted in :attr:`Pinning.unpinned`; ``astral run`` reports the count per
@@ -63,7 +72,6 @@ from orchestrator.collectives.plans import COLLECTIVES, default_registry, elemen
 from orchestrator.emulation.executor import CommandExecutor
 from orchestrator.testbed.hostports import HASH, check_host_ports
 from orchestrator.worker.spec import WorkerSpec
-from topologies.addressing import PortAddress
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
 
@@ -168,11 +176,15 @@ def assign(
     workers: Sequence[WorkerSpec],
     paths: Options,
     allowed: Mapping[Flow, Collection[int]] | None = None,
+    sender: Mapping[Flow, str] | None = None,
 ) -> dict[Flow, Candidate]:
     """Step 4 of the module docstring: an option per flow, balanced per collective.
     ``allowed``: per flow, the NIC ports it may leave by (default: any, the NIC port then
-    chosen with the path); a flow with no option left is not assigned."""
+    chosen with the path); a flow with no option left is not assigned. ``sender``: per
+    flow, the GPU whose NIC it leaves by, where not its source (its options are the
+    paths published from that GPU)."""
     host = {w.rank: w.host for w in workers}
+    by = sender or {}
     chosen: dict[Flow, Candidate] = {}
     for flows in groups:
         load: Counter[Link] = Counter()
@@ -182,7 +194,7 @@ def assign(
         for flow in flows:
             if flow in chosen:
                 continue
-            options = paths.get((host[flow[0]], host[flow[1]]), ())
+            options = paths.get((by.get(flow, host[flow[0]]), host[flow[1]]), ())
             if allowed is not None:
                 options = [c for c in options if c.nic in allowed.get(flow, ())]
             if not options:
@@ -244,12 +256,21 @@ def pick_ports(
 
 
 def route_devices(
-    executor: CommandExecutor, gpu: str, queries: Sequence[tuple[str, str, int, int]]
+    executor: CommandExecutor,
+    gpu: str,
+    queries: Sequence[tuple[str, str, int, int]],
+    iif: Sequence[str | None] | None = None,
 ) -> list[str | None]:
-    """The device the kernel of ``gpu`` picks for each (src ip, dst ip, sport, dport)."""
+    """The device the kernel of ``gpu`` picks for each (src ip, dst ip, sport, dport).
+    ``iif``: per query, the device the packet arrives on when ``gpu`` forwards it (None:
+    ``gpu`` sends it itself); the kernel hashes a forwarded packet's five-tuple as it
+    hashes its own."""
+    arrives = list(iif) if iif is not None else [None] * len(queries)
     lines = [
-        f"route get {dst} from {src} ipproto tcp sport {sport} dport {dport}"
-        for src, dst, sport, dport in queries
+        f"route get {dst} from {src}"
+        + (f" iif {dev}" if dev else "")
+        + f" ipproto tcp sport {sport} dport {dport}"
+        for (src, dst, sport, dport), dev in zip(queries, arrives, strict=True)
     ]
     done = executor.run(gpu, ["ip", "-json", "-batch", "-"], input="\n".join(lines) + "\n")
     devices: list[str | None] = []
@@ -298,23 +319,28 @@ def kernel_nics(
     workers: Sequence[WorkerSpec],
     tries: Mapping[Flow, Sequence[int]],
     dst_ports: Mapping[Flow, int],
+    sender: Mapping[Flow, str] | None = None,
 ) -> dict[Flow, list[int | None]]:
-    """Per flow, the NIC port (model port number; None: not a NIC) the kernel of its source
-    GPU routes each of its ``tries`` (source ports) out of: one ``ip -batch`` per GPU."""
+    """Per flow, the NIC port (model port number; None: not a NIC) the kernel of the GPU
+    it leaves by routes each of its ``tries`` (source ports) out of: one ``ip -batch`` per
+    GPU. ``sender``: per flow, that GPU where not the source (a rail-only mate, asked as
+    for a packet arriving on its NVLink port)."""
     by_rank = {w.rank: w for w in workers}
-    per_gpu: dict[int, list[Flow]] = {}
+    by = sender or {}
+    per_gpu: dict[str, list[Flow]] = {}
     for flow in tries:
-        per_gpu.setdefault(flow[0], []).append(flow)
+        per_gpu.setdefault(by.get(flow, by_rank[flow[0]].host), []).append(flow)
     answers: dict[Flow, list[int | None]] = {}
-    for rank, flows in per_gpu.items():
-        src = by_rank[rank]
+    for gpu, flows in per_gpu.items():
+        addresses = description.addresses[gpu]
         queries = [
-            (src.fabric_ip, by_rank[f[1]].fabric_ip, port, dst_ports[f])
+            (by_rank[f[0]].fabric_ip, by_rank[f[1]].fabric_ip, port, dst_ports[f])
             for f in flows
             for port in tries[f]
         ]
-        devices = route_devices(executor, src.host, queries)
-        nic_of = {nic.intf: nic.port for nic in _nics(description, src)}
+        iif = [addresses.nvlink.intf if f in by else None for f in flows for _ in tries[f]]
+        devices = route_devices(executor, gpu, queries, iif)
+        nic_of = {nic.intf: nic.port for nic in addresses.nics}
         at = 0
         for f in flows:
             answers[f] = [nic_of.get(d) if d else None for d in devices[at : at + len(tries[f])]]
@@ -347,30 +373,51 @@ def plan_ports(
     if paths is None and host_ports == HASH:
         return Pinning()  # ephemeral ports: the kernel's hash, nothing to plan
     host = {w.rank: w.host for w in workers}
+    sender = senders(description, workers, flows)
+    wire = {f: sender.get(f, host[f[0]]) for f in flows}
     if paths is None:  # any port will do for the switches: a range of each flow's own
         tries = own_ranges(groups)
-        nics = kernel_nics(executor, description, workers, tries, dst_ports)
+        nics = kernel_nics(executor, description, workers, tries, dst_ports, sender)
         live = {f: {n for n in nics[f] if n is not None} for f in flows}
     else:
         options = candidates(paths)  # the controller publishes paths for live NIC ports
-        live = {f: {c.nic for c in options.get((host[f[0]], host[f[1]]), ())} for f in flows}
+        live = {f: {c.nic for c in options.get((wire[f], host[f[1]]), ())} for f in flows}
     if host_ports == HASH:
-        first = probe_nics(executor, description, workers, flows, dst_ports, rng)
+        first = probe_nics(executor, description, workers, flows, dst_ports, rng, sender)
     else:
-        first = balance_nics(groups, workers, description, live)
+        first = balance_nics(groups, workers, description, live, sender)
     if paths is None:
-        tor = _tors(description, workers)
-        chosen = {f: Candidate(0, nic, (host[f[0]], tor[(f[0], nic)])) for f, nic in first.items()}
+        peer = {(g, n.port): n.peer for g, a in description.addresses.items() for n in a.nics}
+        chosen = {f: Candidate(0, nic, (wire[f], peer[(wire[f], nic)])) for f, nic in first.items()}
     else:
         layout = PortLayout.from_dict(paths["layout"])
-        chosen = assign(groups, workers, options, {f: {nic} for f, nic in first.items()})
+        allowed = {f: {nic} for f, nic in first.items()}
+        chosen = assign(groups, workers, options, allowed, sender)
         tries = {
             f: [layout.source_port(c.value, j) for j in range(CANDIDATES)]
             for f, c in chosen.items()
         }
-        nics = kernel_nics(executor, description, workers, tries, dst_ports)
+        nics = kernel_nics(executor, description, workers, tries, dst_ports, sender)
     ports = pick_ports(chosen, tries, nics, taken)
     return Pinning(ports, chosen, sorted(f for f in flows if f not in ports))
+
+
+def senders(
+    description: FabricDescription, workers: Sequence[WorkerSpec], flows: Iterable[Flow]
+) -> dict[Flow, str]:
+    """The flows that leave by another GPU's NIC than their source's, with that GPU:
+    on a fabric whose GPUs forward between rails, the source's server-mate on the
+    destination's rail (``Fabric.wire_source``); empty elsewhere."""
+    fabric = description.fabric
+    if not fabric.gpu_forwarding:
+        return {}
+    host = {w.rank: w.host for w in workers}
+    out = {}
+    for flow in flows:
+        wire = fabric.wire_source(host[flow[0]], host[flow[1]])
+        if wire != host[flow[0]]:
+            out[flow] = wire
+    return out
 
 
 def balance_nics(
@@ -378,28 +425,38 @@ def balance_nics(
     workers: Sequence[WorkerSpec],
     description: FabricDescription,
     live: Mapping[Flow, Collection[int]],
+    sender: Mapping[Flow, str] | None = None,
 ) -> dict[Flow, int]:
     """``balanced``: a NIC port per flow, among its ``live`` ones, per collective (flows
     placed by an earlier one count): the one with the fewest of the collective's flows of
     the same rank so far, then the one whose ToR carries the fewest of them (so that the
-    ranks behind one ToR pair do not all take the same ToR), then the lowest port."""
-    tor = _tors(description, workers)
+    ranks behind one ToR pair do not all take the same ToR), then the lowest port.
+    ``sender``: per flow, the GPU whose NIC ports it leaves by, where not its source
+    (:func:`senders`)."""
+    tor = {
+        (gpu, nic.port): nic.peer
+        for gpu, addresses in description.addresses.items()
+        for nic in addresses.nics
+    }
+    host = {w.rank: w.host for w in workers}
+    by = sender or {}
     chosen: dict[Flow, int] = {}
     for flows in groups:
-        per_port: Counter[tuple[int, int]] = Counter()
+        per_port: Counter[tuple[str, int]] = Counter()
         per_tor: Counter[str] = Counter()
         for flow in flows:
             if flow in chosen:
-                per_port[(flow[0], chosen[flow])] += 1
-                per_tor[tor[(flow[0], chosen[flow])]] += 1
+                gpu = by.get(flow, host[flow[0]])
+                per_port[(gpu, chosen[flow])] += 1
+                per_tor[tor[(gpu, chosen[flow])]] += 1
         for flow in flows:
             if flow in chosen or not live.get(flow):
                 continue
-            rank = flow[0]
-            nic = min(live[flow], key=lambda n: (per_port[(rank, n)], per_tor[tor[(rank, n)]], n))
+            gpu = by.get(flow, host[flow[0]])
+            nic = min(live[flow], key=lambda n: (per_port[(gpu, n)], per_tor[tor[(gpu, n)]], n))
             chosen[flow] = nic
-            per_port[(rank, nic)] += 1
-            per_tor[tor[(rank, nic)]] += 1
+            per_port[(gpu, nic)] += 1
+            per_tor[tor[(gpu, nic)]] += 1
     return chosen
 
 
@@ -410,12 +467,14 @@ def probe_nics(
     flows: Sequence[Flow],
     dst_ports: Mapping[Flow, int],
     rng: random.Random | None = None,
+    sender: Mapping[Flow, str] | None = None,
 ) -> dict[Flow, int]:
     """``hash`` under path-pinned: per flow, the NIC port the kernel's hash gives one random
-    port of the ephemeral range (what the flow would get from an ephemeral port)."""
+    port of the ephemeral range (what the flow would get from an ephemeral port); asked of
+    the GPU it leaves by (``sender``, where not its source)."""
     rng = rng or random.Random()
     probes = {f: [rng.randint(*EPHEMERAL)] for f in flows}
-    nics = kernel_nics(executor, description, workers, probes, dst_ports)
+    nics = kernel_nics(executor, description, workers, probes, dst_ports, sender)
     return {f: nic for f, (nic,) in nics.items() if nic is not None}
 
 
@@ -447,14 +506,3 @@ def source_ports(
         paths=paths,
         taken=taken,
     )
-
-
-def _nics(description: FabricDescription, worker: WorkerSpec) -> tuple[PortAddress, ...]:
-    return description.addresses[worker.host].nics
-
-
-def _tors(
-    description: FabricDescription, workers: Sequence[WorkerSpec]
-) -> dict[tuple[int, int], str]:
-    """(rank, NIC port) -> the ToR at the other end."""
-    return {(w.rank, n.port): n.peer for w in workers for n in _nics(description, w)}

@@ -46,12 +46,16 @@ DIRECT = [("all-to-all", "direct")]
 
 class HashingKernel:
     """A CommandExecutor answering ``ip -json -batch -`` of ``route get`` as a multipath
-    route would: the device is a hash of the five-tuple over the GPU's ``up`` NIC ports."""
+    route would: the device is a hash of the five-tuple over the GPU's ``up`` NIC ports. On
+    a rail-only fabric, a destination on another rail is routed to the NVLink port (the
+    server-mate forwards), unless the packet arrives on it (``iif``: the mate's view)."""
 
     def __init__(self, description: FabricDescription, down: set[str] | None = None) -> None:
         self.description = description
         self.down = down or set()
-        self.queries: list[tuple[str, str, str, int, int]] = []  # gpu, src, dst, sport, dport
+        #: gpu, src, dst, sport, dport, iif
+        self.queries: list[tuple[str, str, str, int, int, str | None]] = []
+        self.gpu_at = {a.fabric_ip: gpu for gpu, a in description.addresses.items()}
 
     def device(self, gpu: str, src: str, dst: str, sport: int, dport: int) -> str:
         nics = [n.intf for n in self.description.addresses[gpu].nics if n.intf not in self.down]
@@ -62,10 +66,17 @@ class HashingKernel:
         assert node is not None and list(argv) == ["ip", "-json", "-batch", "-"]
         answers = []
         for line in options["input"].splitlines():
-            words = line.split()  # route get DST from SRC ipproto tcp sport P dport Q
-            dst, src, sport, dport = words[2], words[4], int(words[8]), int(words[10])
-            self.queries.append((node, src, dst, sport, dport))
-            dev = self.device(node, src, dst, sport, dport)
+            # route get DST from SRC [iif DEV] ipproto tcp sport P dport Q
+            words = line.split()
+            value = dict(zip(words[3::2], words[4::2], strict=False)) | {"get": words[2]}
+            dst, src = value["get"], value["from"]
+            sport, dport, iif = int(value["sport"]), int(value["dport"]), value.get("iif")
+            self.queries.append((node, src, dst, sport, dport, iif))
+            fabric = self.description.fabric
+            if iif is None and fabric.wire_source(node, self.gpu_at[dst]) != node:
+                dev = self.description.addresses[node].nvlink.intf  # to the mate
+            else:
+                dev = self.device(node, src, dst, sport, dport)
             answers.append(json.dumps([{"dst": dst, "dev": dev, "prefsrc": src}]))
         return Completed(tuple(argv), 0, "\n".join(answers) + "\n", "")
 
@@ -331,3 +342,84 @@ def test_held_ports_are_those_of_either_end_of_a_connection_from_the_rank(
     assert held[a.rank] == {16384, 47000, 16416}
     assert held[b.rank] == {47000}
     assert held[workers[2].rank] == set()
+
+
+# --- rail-only: a connection to another rail leaves by its server-mate's NIC ------------------
+
+
+@pytest.fixture(scope="module")
+def rail_only() -> FabricDescription:
+    return preset_description("rail-only-small")
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["path-pinned", "not-pinned"])
+@pytest.mark.parametrize("collectives", [RING, DIRECT], ids=["ring", "direct"])
+def test_a_forwarded_connection_is_planned_at_the_mate_that_forwards_it(
+    rail_only: FabricDescription, collectives: list[tuple[str, str]], pinned: bool
+) -> None:
+    """The mate's kernel hashes the five-tuple of a packet it forwards: the planned port is
+    asked of the mate, as arriving on its NVLink port, and leaves by the NIC port chosen
+    for it among the mate's; the mate's NIC ports stay balanced over everything they
+    carry, its own connections and those it forwards. Before, such a connection was asked
+    of its source, whose kernel routes it to NVLink: it was left unpinned, to the hash."""
+    workers = workers_from_description(rail_only)
+    paths = paths_document(PinnedPaths(rail_only)) if pinned else None
+    kernel = HashingKernel(rail_only)
+    plan = source_ports(
+        kernel, rail_only, workers, 2, PORT, collectives, host_ports="balanced", paths=paths
+    )
+    flows = fabric_flows(workers, collectives, 2)[0]
+    fabric = rail_only.fabric
+    forwarded = {
+        f: fabric.wire_source(workers[f[0]].host, workers[f[1]].host)
+        for f in flows
+        if fabric.wire_source(workers[f[0]].host, workers[f[1]].host) != workers[f[0]].host
+    }
+    assert forwarded, "rail-only-small's collectives cross rails"
+    assert plan.unpinned == [] and set(plan.ports) == set(flows)
+    asked = {(q[0], q[1], q[2], q[3]): q[5] for q in kernel.queries}
+    per_wire: dict[str, Counter[int]] = {}
+    for flow, port in plan.ports.items():
+        src, dst = workers[flow[0]], workers[flow[1]]
+        wire = forwarded.get(flow, src.host)
+        chosen = plan.chosen[flow]
+        assert chosen.nodes[0] == wire  # the path starts at the GPU that sends it out
+        iif = asked[(wire, src.fabric_ip, dst.fabric_ip, port)]
+        assert iif == (rail_only.addresses[wire].nvlink.intf if flow in forwarded else None)
+        dev = kernel.device(wire, src.fabric_ip, dst.fabric_ip, port, PORT)
+        assert dev == next(n.intf for n in rail_only.addresses[wire].nics if n.port == chosen.nic)
+        if paths is not None:
+            assert PortLayout.from_dict(paths["layout"]).value(port) == chosen.value
+        per_wire.setdefault(wire, Counter())[chosen.nic] += 1
+    for wire, per_nic in per_wire.items():
+        assert max(per_nic.values()) - min(per_nic.values(), default=0) <= 1, (wire, per_nic)
+        assert set(per_nic) == {1, 2} or sum(per_nic.values()) == 1, (wire, per_nic)
+
+
+def test_the_forecast_routes_a_forwarded_connection_as_the_run_pins_it(
+    rail_only: FabricDescription,
+) -> None:
+    """The forecast's router (orchestrator/forecast/paths.py) takes each connection of a
+    rail-only ring under path-pinned through the mate's NIC port and path the orchestrator
+    plans for it: the same functions, so the same choice (NVLink to the mate first)."""
+    from orchestrator.forecast.paths import PolicyRouter
+
+    workers = workers_from_description(rail_only)
+    paths = paths_document(PinnedPaths(rail_only))
+    groups = fabric_flows(workers, RING, 2)
+    plan = source_ports(
+        HashingKernel(rail_only), rail_only, workers, 2, PORT, RING, host_ports="balanced",
+        paths=paths,
+    )  # fmt: skip
+    routed = PolicyRouter(rail_only, "path-pinned").route(workers, groups, "balanced")
+    fabric = rail_only.fabric
+    forwarded = 0
+    for flow in groups[0]:
+        src = workers[flow[0]].host
+        chosen = plan.chosen[flow].nodes
+        if chosen[0] != src:
+            forwarded += 1
+            nvlink = fabric.servers[fabric.gpus[src].server].nvswitch
+            chosen = (src, nvlink, *chosen)
+        assert routed.paths[flow] == chosen, flow
+    assert forwarded > 0
