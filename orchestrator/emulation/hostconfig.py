@@ -15,6 +15,9 @@ The contract (shared with the controller, ``controllers/``)::
     routes          FABRIC_PREFIX via GATEWAY_IP onlink, one nexthop per NIC port, src = the
                     fabric address; rail-only fabrics add 10.<r>.0.0/16 via the NVLink address
                     of the server's GPU on rail r (it forwards: ip_forward=1)
+    rules           rail-only, dual-port NICs: a forwarded TCP packet whose source port lies
+                    in NIC port i's range of FORWARDING_PORTS leaves by NIC port i (table
+                    FORWARDING_TABLE + i); any other takes the multipath route
 
 Sysctls, and why:
 
@@ -45,6 +48,25 @@ The TCP stack, tuned for a faithful NIC (docs/fidelity.md, "With the current rec
   real NIC serves its queue pairs in turn). 4 rather than 2: fewer, larger packets cost
   ovs-vswitchd less, and one flow over 5 switches kept 0.955 of the rate instead of 0.948.
 
+Which NIC port a forwarded packet leaves by, and why rules: on a rail-only fabric a
+connection to another rail crosses NVLink to the server-mate on that rail, which forwards
+it out of one of its NIC ports. Its multipath hash cannot be planned for a forwarded packet:
+under policy 1 Linux uses the layer-4 hash the packet already carries ("short-circuit if we
+already have L4 hash present", ``fib_multipath_hash`` in net/ipv4/route.c), which for a
+TCP segment is its sending socket's random ``sk_txhash``, kept across the veth and drawn
+anew after a retransmission timeout. Measured on rail-only-small (path-pinned ring,
+2026-12-04): a mate sent both channels of a forwarded connection out of one port for 8 s,
+then split them, where ``ip route get ... iif`` (which hashes the five-tuple) had named one
+port each. Policy 3 (the named fields of every packet) would fix forwarding but breaks the
+planning of the GPUs' own connections: the kernel hashes a connection's route lookup and
+``ip route get`` differently under it (with the same ring's hierarchical all-reduce,
+path-pinned 4 MiB fell from 71.5 to 46.3 GB/s). So the mate's choice is made explicit,
+as NCCL's PXN makes it on a real rail-only server: the source port of a forwarded connection
+says which of the mate's NIC ports carries it (the orchestrator picks it so:
+orchestrator/testbed/pinning.py), by rules the mate's kernel applies to what it forwards
+and ``ip route get ... iif`` answers alike. The ranges lie below the kernel's ephemeral
+ports, so a connection with an ephemeral port is hashed as before.
+
 Congestion control, and why it is set on the routes: every route the GPU's traffic takes
 (fabric, NVLink subnet, rail-only detours) carries ``congctl cubic``. A namespace otherwise
 inherits the machine's default, BBR on many current distributions, and BBR (v1) flows sharing
@@ -72,6 +94,22 @@ Argv = list[str]
 
 #: TCP congestion control of every route of a GPU (module docstring: why, and why on routes).
 TCP_CONGESTION_CONTROL = "cubic"
+#: Source ports that choose a forwarding GPU's NIC port (module docstring): split evenly
+#: among its NIC ports, in port order; below Linux's ephemeral range (32768-60999).
+FORWARDING_PORTS = (16384, 32767)
+#: Routing table of a forwarding GPU's NIC port i: FORWARDING_TABLE + i (rule priority too).
+FORWARDING_TABLE = 100
+
+
+def forwarding_ranges(nic_ports: int) -> list[tuple[int, int]]:
+    """The source-port range (inclusive) of each of a forwarding GPU's ``nic_ports`` NIC
+    ports, in port order: FORWARDING_PORTS split evenly (none for a single port, which
+    needs no choice)."""
+    if nic_ports < 2:
+        return []
+    low, high = FORWARDING_PORTS
+    width = (high - low + 1) // nic_ports
+    return [(low + i * width, low + (i + 1) * width - 1) for i in range(nic_ports)]
 
 
 @dataclass(frozen=True)
@@ -157,6 +195,26 @@ def _rail_routes(description: FabricDescription, addresses: GpuAddresses) -> lis
     return routes
 
 
+def _forwarding_rules(addresses: GpuAddresses, congctl: list[str]) -> list[Argv]:
+    """A forwarding GPU's NIC port per forwarded source-port range (module docstring): a
+    table with the fabric route over that port alone, and a rule for packets arriving on
+    the NVLink port. A table whose port lost its link has no usable route, and the lookup
+    goes on to the main table's multipath route (``ignore_routes_with_linkdown``)."""
+    nics = sorted(addresses.nics, key=lambda n: n.port)
+    argvs: list[Argv] = []
+    for i, (nic, (low, high)) in enumerate(zip(nics, forwarding_ranges(len(nics)), strict=False)):
+        table = str(FORWARDING_TABLE + i)
+        argvs.append(
+            ["ip", "route", "replace", FABRIC_PREFIX, "via", GATEWAY_IP, "dev", nic.intf,
+             "onlink", "table", table, *congctl]
+        )  # fmt: skip
+        argvs.append(
+            ["ip", "rule", "add", "priority", table, "iif", addresses.nvlink.intf,
+             "ipproto", "tcp", "sport", f"{low}-{high}", "lookup", table]
+        )  # fmt: skip
+    return argvs
+
+
 def _link_rates(description: FabricDescription, gpu: str) -> dict[int, float]:
     """Emulated rate of each of the GPU's ports (port number -> bit/s)."""
     rates = {}
@@ -221,6 +279,7 @@ def render_host_config(
     forwarding = description.fabric.gpu_forwarding
     if forwarding:
         routes += _rail_routes(description, addresses)
+        routes += _forwarding_rules(addresses, congctl)
 
     rates = _link_rates(description, gpu)
     # host_side: the GPU's own egress is its NIC (or NVLink port), which backpressures

@@ -239,12 +239,17 @@ def _configuration(
                 routed.paths[flow] = (src, nvswitch, dst)
             continue
         path = next((hops[r.id] for r in rows if r.id in hops), None)
-        why = NOT_RECORDED if path is None else _unusable(path, src, dst, links, down)
+        # a rail-only mate's forwarding is recorded from the mate's NIC on
+        wire = fabric.wire_source(src, dst)
+        why = NOT_RECORDED if path is None else _unusable(path, wire, dst, links, down)
         if why:
             unusable[flow] = why
             continue
         assert path is not None
-        routed.paths[flow] = tuple(h.node for h in path)
+        nodes = tuple(h.node for h in path)
+        if wire != src:
+            nodes = (src, fabric.servers[fabric.gpus[src].server].nvswitch, *nodes)
+        routed.paths[flow] = nodes
         routed.source_ports[flow] = rows[0].five_tuple.src_port
     return RecordedConfiguration(config_id, size, routed, unusable)
 

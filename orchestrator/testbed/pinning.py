@@ -42,12 +42,14 @@ In steps (:func:`plan_ports`):
 
 On a fabric whose GPUs forward between rails (rail-only), a connection to another rail
 leaves by the NIC of its source's server-mate on the destination's rail
-(``Fabric.wire_source``): its packets cross NVLink first, and the mate's kernel forwards
-them by the same multipath hash over the same five-tuple. Such a connection is balanced
-among the mate's flows, pinned to the paths published from the mate, and its candidate
-ports are asked of the mate's kernel as a packet arriving on its NVLink port (``ip route
-get ... iif``): so the mate's NIC port is chosen, as NCCL's PXN chooses the NIC a forwarded
-transfer leaves by, instead of left to the hash.
+(``Fabric.wire_source``): its packets cross NVLink first, and the mate forwards them out of
+the NIC port its source port's range names (orchestrator/emulation/hostconfig.py,
+:func:`~orchestrator.emulation.hostconfig.forwarding_ranges`; the mate's hash could not be
+planned). Such a connection is balanced among the mate's flows, pinned to the paths
+published from the mate, its candidate ports drawn from the range of the NIC port chosen
+for it (:func:`forwarded_tries`) and asked of the mate's kernel as a packet arriving on its
+NVLink port (``ip route get ... iif``): the mate's NIC port is chosen, as NCCL's PXN
+chooses the NIC a forwarded transfer leaves by.
 
 A connection whose port could not be found, or between GPUs for which the controller
 published no path, keeps an ephemeral port (the kernel's choice, its path left to hashing)
@@ -70,6 +72,7 @@ from controllers.pinning import PORT_BASE, PortLayout, read_paths
 from orchestrator.collectives.ceilings import layout_of
 from orchestrator.collectives.plans import COLLECTIVES, default_registry, element_count
 from orchestrator.emulation.executor import CommandExecutor
+from orchestrator.emulation.hostconfig import forwarding_ranges
 from orchestrator.testbed.hostports import HASH, check_host_ports
 from orchestrator.worker.spec import WorkerSpec
 from topologies.description import FabricDescription
@@ -377,6 +380,7 @@ def plan_ports(
     wire = {f: sender.get(f, host[f[0]]) for f in flows}
     if paths is None:  # any port will do for the switches: a range of each flow's own
         tries = own_ranges(groups)
+        tries.update(forwarded_tries(description, groups, sender))
         nics = kernel_nics(executor, description, workers, tries, dst_ports, sender)
         live = {f: {n for n in nics[f] if n is not None} for f in flows}
     else:
@@ -397,9 +401,56 @@ def plan_ports(
             f: [layout.source_port(c.value, j) for j in range(CANDIDATES)]
             for f, c in chosen.items()
         }
+        for f, c in chosen.items():
+            if f in sender:
+                tries[f] = pinned_forwarded_tries(layout, c, description, sender[f])
         nics = kernel_nics(executor, description, workers, tries, dst_ports, sender)
     ports = pick_ports(chosen, tries, nics, taken)
     return Pinning(ports, chosen, sorted(f for f in flows if f not in ports))
+
+
+def forwarded_tries(
+    description: FabricDescription, groups: Iterable[Iterable[Flow]], sender: Mapping[Flow, str]
+) -> dict[Flow, list[int]]:
+    """Candidate source ports of the forwarded flows (``sender``) where the switches do
+    not read the port: CANDIDATES of each of the mate's NIC port ranges, so that the kernel
+    answers for every NIC port; a source rank's k-th forwarded flow takes the k-th block of
+    each range (no two flows of a rank share a candidate)."""
+    tries: dict[Flow, list[int]] = {}
+    per_rank: Counter[int] = Counter()
+    for flows in groups:
+        for flow in flows:
+            if flow in tries or flow not in sender:
+                continue
+            ranges = forwarding_ranges(len(description.addresses[sender[flow]].nics))
+            start = per_rank[flow[0]] * CANDIDATES
+            ports = [p for low, high in ranges for p in range(low + start, low + start + CANDIDATES)
+                     if p <= high]  # fmt: skip
+            if ranges and not ports:
+                raise EmulationError(
+                    f"rank {flow[0]} forwards more connections through a server-mate than "
+                    f"its NIC ranges hold source ports for ({CANDIDATES} tried for each)"
+                )
+            tries[flow] = ports
+            per_rank[flow[0]] += 1
+    return tries
+
+
+def pinned_forwarded_tries(
+    layout: PortLayout, chosen: Candidate, description: FabricDescription, mate: str
+) -> list[int]:
+    """Candidate source ports of a forwarded flow under path-pinned: ports whose bits select
+    ``chosen``'s path and that lie in the range of its NIC port at ``mate`` (every port of
+    the layout where the mate has a single NIC port, which needs no range)."""
+    nics = sorted(n.port for n in description.addresses[mate].nics)
+    ranges = forwarding_ranges(len(nics))
+    if not ranges:
+        return [layout.source_port(chosen.value, j) for j in range(CANDIDATES)]
+    low, high = ranges[nics.index(chosen.nic)]
+    step = 1 << layout.bits
+    first = max(0, -(-(low - layout.source_port(chosen.value, 0)) // step))
+    ports = [layout.source_port(chosen.value, first + j) for j in range(CANDIDATES)]
+    return [p for p in ports if p <= high]
 
 
 def senders(

@@ -7,7 +7,9 @@ Two parts of the machine decide a connection's path, and each is asked for its o
    its five-tuple in that GPU's namespace, one ``ip -batch`` per GPU
    (:func:`orchestrator.testbed.pinning.route_devices`). Asked again rather than taken
    from the plan: a NIC link that went down has dropped out of the route since, and under
-   ``host_ports: hash`` there is no plan;
+   ``host_ports: hash`` there is no plan. A connection a rail-only server-mate forwards
+   (``Fabric.wire_source``) is asked of the mate, as arriving on its NVLink port, and its
+   path is walked from the mate's NIC: the path recorded is the part in the fabric;
 2. every switch after it is Open vSwitch's: ``ofproto/trace`` hop by hop over one control
    connection (:mod:`orchestrator.emulation.pathtrace`).
 
@@ -96,23 +98,29 @@ def flow_requests(
     description: FabricDescription,
     flows: Sequence[tuple[FiveTuple, str, str]],
 ) -> list[TraceRequest]:
-    """Each (five-tuple, source GPU, destination GPU) with the NIC port its source's
-    kernel sends it out of now (one ``ip -batch`` per source GPU), in order."""
-    per_gpu: dict[str, list[FiveTuple]] = {}
-    for five, src, _ in flows:
-        per_gpu.setdefault(src, []).append(five)
+    """Each (five-tuple, source GPU, destination GPU) with the NIC port the kernel of the GPU
+    it leaves by sends it out of now (one ``ip -batch`` per such GPU), in order: the source,
+    or on a rail-only fabric the server-mate that forwards it (the request's ``src`` then)."""
+    fabric = description.fabric
+    per_gpu: dict[str, list[tuple[FiveTuple, str | None]]] = {}
+    wire: list[str] = []
+    for five, src, dst in flows:
+        gpu = fabric.wire_source(src, dst)
+        iif = description.addresses[gpu].nvlink.intf if gpu != src else None
+        per_gpu.setdefault(gpu, []).append((five, iif))
+        wire.append(gpu)
     devices: dict[tuple[str, FiveTuple], str | None] = {}
-    for gpu, tuples in per_gpu.items():
-        queries = [(t.src_ip, t.dst_ip, t.src_port, t.dst_port) for t in tuples]
-        got = route_devices(executor, gpu, queries)
-        devices.update(zip(((gpu, t) for t in tuples), got, strict=True))
+    for gpu, asked in per_gpu.items():
+        queries = [(t.src_ip, t.dst_ip, t.src_port, t.dst_port) for t, _ in asked]
+        got = route_devices(executor, gpu, queries, [iif for _, iif in asked])
+        devices.update(zip(((gpu, t) for t, _ in asked), got, strict=True))
     nic_of = {gpu: {n.intf: n.port for n in description.addresses[gpu].nics} for gpu in per_gpu}
     requests = []
-    for five, src, dst in flows:
-        device = devices.get((src, five))
-        nic = nic_of[src].get(device) if device else None
+    for (five, _, dst), gpu in zip(flows, wire, strict=True):
+        device = devices.get((gpu, five))
+        nic = nic_of[gpu].get(device) if device else None
         why = "" if nic is not None else f"its kernel routes it out of {device}, not a NIC port"
-        requests.append(TraceRequest(five, src, dst, nic, why))
+        requests.append(TraceRequest(five, gpu, dst, nic, why))
     return requests
 
 

@@ -127,3 +127,38 @@ def test_path_pinned_under_hash_pins_the_path_from_the_nic_port_the_hash_gives(
         assert c.five_tuple.src_port == planned.ports[key], c
         assert layout.value(c.five_tuple.src_port) == planned.chosen[key].value, c
         assert nics[c] == planned.chosen[key].nic, c
+
+
+def test_rail_only_mates_forward_by_the_nic_port_planned_for_each_connection(
+    astral_fabric: FabricFactory,
+) -> None:
+    """On rail-only-small every fabric connection of the ring crosses NVLink to a server-mate
+    first, which forwards it out of the NIC port its source port's range names
+    (orchestrator/emulation/hostconfig.py): the plan balanced the two channels of each
+    forwarded connection over the mate's two ports, and the mate's NIC counters show each
+    port sent about half. Left to the mate's hash (the sending socket's random hash), both
+    channels often left by one port."""
+    fabric = astral_fabric("rail-only-small", policy="path-pinned")
+    description = fabric.testbed.description
+    before = {g: nic_tx_bytes(fabric.testbed.emulation, g) for g in fabric.gpus}
+    run = fabric.run("all-reduce", "ring", sizes=["1M"], iterations=1, host_ports="balanced")
+    after = {g: nic_tx_bytes(fabric.testbed.emulation, g) for g in fabric.gpus}
+    connections = fabric_connections(run.result)
+    planned = fabric.testbed.pinning
+    assert planned is not None and planned.unpinned == []
+    host = {w.rank: w.host for w in fabric.testbed.workers()}
+    forwarded = {
+        description.fabric.wire_source(host[c.src], host[c.dst])
+        for c in connections
+        if description.fabric.wire_source(host[c.src], host[c.dst]) != host[c.src]
+    }
+    assert forwarded, "the ring's connections cross rails"
+    for c in connections:
+        key = (c.src, c.dst, c.channel)
+        assert c.five_tuple.src_port == planned.ports[key], c
+        assert planned.chosen[key].nodes[0] in forwarded | {host[c.src]}
+    for mate in sorted(forwarded):
+        sent = {i: after[mate][i] - before[mate][i] for i in after[mate]}
+        total = sum(sent.values())
+        assert total > 1 << 20, f"{mate}: its NIC ports sent {sent}"
+        assert all(b > 0.3 * total for b in sent.values()), f"{mate}: {sent}"

@@ -96,6 +96,14 @@ def test_rail_only_gpus_forward_and_route_other_rails_over_nvlink() -> None:
     sysctls = dict(config.sysctls)
     assert sysctls["net.ipv4.ip_forward"] == "1"
     assert sysctls["net.ipv4.conf.all.send_redirects"] == "0"
+    # what it forwards leaves by the NIC port its source port's range names
+    rules = [r for r in config.routes if r[:3] == ["ip", "rule", "add"]]
+    tables = [r for r in config.routes if "table" in r and r[1] == "route"]
+    assert [r[r.index("sport") + 1] for r in rules] == ["16384-24575", "24576-32767"]
+    assert all(r[r.index("iif") + 1] == "p0s1g0-eth0" for r in rules)
+    assert [r[r.index("lookup") + 1] for r in rules] == [t[t.index("table") + 1] for t in tables]
+    assert [t[t.index("dev") + 1] for t in tables] == ["p0s1g0-eth1", "p0s1g0-eth2"]
+    assert sysctls["net.ipv4.fib_multipath_hash_policy"] == "1"  # its own: the hash
     mate = description.addresses["p0s1g1"]  # the server's GPU on rail 1
     own = description.addresses["p0s1g0"]
     assert [

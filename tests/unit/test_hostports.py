@@ -20,6 +20,7 @@ import pytest
 
 from controllers.pinning import PORT_BASE, PinnedPaths, PortLayout, paths_document
 from orchestrator.emulation.executor import Completed
+from orchestrator.emulation.hostconfig import forwarding_ranges
 from orchestrator.testbed.hostports import HOST_PORTS, add_host_ports_option, check_host_ports
 from orchestrator.testbed.pinning import (
     CANDIDATES,
@@ -48,7 +49,8 @@ class HashingKernel:
     """A CommandExecutor answering ``ip -json -batch -`` of ``route get`` as a multipath
     route would: the device is a hash of the five-tuple over the GPU's ``up`` NIC ports. On
     a rail-only fabric, a destination on another rail is routed to the NVLink port (the
-    server-mate forwards), unless the packet arrives on it (``iif``: the mate's view)."""
+    server-mate forwards), unless the packet arrives on it (``iif``: the mate's view), where
+    the forwarding rules of orchestrator/emulation/hostconfig.py choose by source port."""
 
     def __init__(self, description: FabricDescription, down: set[str] | None = None) -> None:
         self.description = description
@@ -73,8 +75,13 @@ class HashingKernel:
             sport, dport, iif = int(value["sport"]), int(value["dport"]), value.get("iif")
             self.queries.append((node, src, dst, sport, dport, iif))
             fabric = self.description.fabric
+            nics = sorted(self.description.addresses[node].nics, key=lambda n: n.port)
+            ranges = forwarding_ranges(len(nics)) if iif is not None else []
+            ruled = [n.intf for n, (lo, hi) in zip(nics, ranges, strict=False) if lo <= sport <= hi]
             if iif is None and fabric.wire_source(node, self.gpu_at[dst]) != node:
                 dev = self.description.addresses[node].nvlink.intf  # to the mate
+            elif ruled and ruled[0] not in self.down:
+                dev = ruled[0]
             else:
                 dev = self.device(node, src, dst, sport, dport)
             answers.append(json.dumps([{"dst": dst, "dev": dev, "prefsrc": src}]))
@@ -357,11 +364,11 @@ def rail_only() -> FabricDescription:
 def test_a_forwarded_connection_is_planned_at_the_mate_that_forwards_it(
     rail_only: FabricDescription, collectives: list[tuple[str, str]], pinned: bool
 ) -> None:
-    """The mate's kernel hashes the five-tuple of a packet it forwards: the planned port is
-    asked of the mate, as arriving on its NVLink port, and leaves by the NIC port chosen
-    for it among the mate's; the mate's NIC ports stay balanced over everything they
-    carry, its own connections and those it forwards. Before, such a connection was asked
-    of its source, whose kernel routes it to NVLink: it was left unpinned, to the hash."""
+    """The mate forwards by the source port's range: the planned port lies in the range of
+    the NIC port chosen for it among the mate's, and is asked of the mate, as arriving on
+    its NVLink port; the mate's NIC ports stay balanced over everything they carry, its own
+    connections and those it forwards. Before, such a connection was asked of its source,
+    whose kernel routes it to NVLink: it was left unpinned, to the mate's hash."""
     workers = workers_from_description(rail_only)
     paths = paths_document(PinnedPaths(rail_only)) if pinned else None
     kernel = HashingKernel(rail_only)
@@ -386,8 +393,13 @@ def test_a_forwarded_connection_is_planned_at_the_mate_that_forwards_it(
         assert chosen.nodes[0] == wire  # the path starts at the GPU that sends it out
         iif = asked[(wire, src.fabric_ip, dst.fabric_ip, port)]
         assert iif == (rail_only.addresses[wire].nvlink.intf if flow in forwarded else None)
-        dev = kernel.device(wire, src.fabric_ip, dst.fabric_ip, port, PORT)
-        assert dev == next(n.intf for n in rail_only.addresses[wire].nics if n.port == chosen.nic)
+        if flow in forwarded:  # the port's range names the NIC port
+            low, high = forwarding_ranges(2)[chosen.nic - 1]
+            assert low <= port <= high, (flow, port, chosen.nic)
+        else:  # the source's own hash
+            dev = kernel.device(wire, src.fabric_ip, dst.fabric_ip, port, PORT)
+            assert dev == next(n.intf for n in rail_only.addresses[src.host].nics
+                               if n.port == chosen.nic)  # fmt: skip
         if paths is not None:
             assert PortLayout.from_dict(paths["layout"]).value(port) == chosen.value
         per_wire.setdefault(wire, Counter())[chosen.nic] += 1
@@ -423,3 +435,27 @@ def test_the_forecast_routes_a_forwarded_connection_as_the_run_pins_it(
             chosen = (src, nvlink, *chosen)
         assert routed.paths[flow] == chosen, flow
     assert forwarded > 0
+
+
+def test_a_forwarded_connection_is_traced_from_the_mate_that_forwards_it(
+    rail_only: FabricDescription,
+) -> None:
+    """orchestrator/testbed/tracing.py asks the mate (as arriving on NVLink) which NIC port
+    a forwarded connection leaves by, and starts its walk there; a connection on its own
+    rail is asked of its source."""
+    from orchestrator.testbed.tracing import flow_requests
+    from topologies.fivetuple import FiveTuple
+
+    kernel = HashingKernel(rail_only)
+    a = rail_only.addresses
+    across = FiveTuple(a["p0s0g1"].fabric_ip, 17000, a["p0s1g0"].fabric_ip, PORT)
+    low, _ = forwarding_ranges(2)[1]
+    ruled = FiveTuple(a["p0s0g1"].fabric_ip, low + 5, a["p1s0g0"].fabric_ip, PORT)
+    own = FiveTuple(a["p0s0g0"].fabric_ip, 17001, a["p0s1g0"].fabric_ip, PORT)
+    flows = [(across, "p0s0g1", "p0s1g0"), (ruled, "p0s0g1", "p1s0g0"), (own, "p0s0g0", "p0s1g0")]
+    requests = flow_requests(kernel, rail_only, flows)
+    assert [r.src for r in requests] == ["p0s0g0", "p0s0g0", "p0s0g0"]  # the mate, twice
+    assert [r.nic for r in requests[:2]] == [1, 2]  # by the source port's range
+    nvlink = a["p0s0g0"].nvlink.intf
+    assert [q[5] for q in kernel.queries] == [nvlink, nvlink, None]
+    assert requests[2].nic in (1, 2) and requests[2].why_not == ""
