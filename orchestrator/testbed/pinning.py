@@ -423,10 +423,12 @@ def forwarded_tries(
             if flow in tries or flow not in sender:
                 continue
             ranges = forwarding_ranges(len(description.addresses[sender[flow]].nics))
+            if not ranges:  # one NIC port at the mate: any port will do (own_ranges)
+                continue
             start = per_rank[flow[0]] * CANDIDATES
             ports = [p for low, high in ranges for p in range(low + start, low + start + CANDIDATES)
                      if p <= high]  # fmt: skip
-            if ranges and not ports:
+            if not ports:
                 raise EmulationError(
                     f"rank {flow[0]} forwards more connections through a server-mate than "
                     f"its NIC ranges hold source ports for ({CANDIDATES} tried for each)"

@@ -459,3 +459,28 @@ def test_a_forwarded_connection_is_traced_from_the_mate_that_forwards_it(
     nvlink = a["p0s0g0"].nvlink.intf
     assert [q[5] for q in kernel.queries] == [nvlink, nvlink, None]
     assert requests[2].nic in (1, 2) and requests[2].why_not == ""
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["path-pinned", "not-pinned"])
+def test_a_single_port_mate_forwards_every_planned_port(pinned: bool) -> None:
+    """A rail-only fabric with one NIC port per GPU has no forwarding ranges (nothing to
+    choose): a forwarded connection's port is any that selects its path, still asked of
+    the mate, and none is left unpinned."""
+    import yaml
+
+    from topologies.catalog import resolve_fabric
+    from topologies.generators import build_fabric
+    from topologies.spec import parse_fabric_spec
+
+    document = yaml.safe_load(resolve_fabric("rail-only-small").read_text())
+    document |= {"name": "rail-only-1nic", "nic_ports": 1}
+    one = FabricDescription.of(build_fabric(parse_fabric_spec(document)))
+    assert one.fabric.gpu_forwarding and forwarding_ranges(1) == []
+    workers = workers_from_description(one)
+    paths = paths_document(PinnedPaths(one)) if pinned else None
+    kernel = HashingKernel(one)
+    plan = source_ports(kernel, one, workers, 2, PORT, RING, host_ports="balanced", paths=paths)
+    flows = fabric_flows(workers, RING, 2)[0]
+    assert plan.unpinned == [] and set(plan.ports) == set(flows)
+    mates = {q[0] for q in kernel.queries if q[5] is not None}
+    assert mates and all(plan.chosen[f].nic == 1 for f in flows)
