@@ -35,6 +35,7 @@ TCP_PAIRS = Path(__file__).with_name("tcp_pairs.py")
 PAIRS_PORT = 5400
 SECONDS = 14
 RATE = 20e6  # astral-small's emulated link rate
+SPLIT = 0.6  # of RATE: one flow per uplink, not two sharing one (the test says why)
 _TX_BYTES = re.compile(r"port\s+(\d+):.*?tx pkts=\d+, bytes=(\d+)", re.S)
 
 
@@ -196,14 +197,17 @@ def test_two_flows_on_one_uplink_are_split_by_the_counters(emulation: Emulation)
     early, late = rates(0.3, 1.3), rates(SECONDS - 6, SECONDS - 0.5)
     # At first both flows leave the ToR by the same uplink (the other one idles) ...
     assert early[shared] > 0.7 * RATE and early[other] < 0.2 * RATE, early
-    # ... in the end each has its own, both near the link rate.
-    # (measured 18.5 and 17.2 Mbit/s per uplink with other experiments on the 2 cores)
-    assert late[shared] > 0.75 * RATE and late[other] > 0.75 * RATE, late
+    # ... in the end each has its own. What tells a split from none is each uplink's
+    # share: split, each carries one flow (measured 18.5 and 17.2 Mbit/s of 20 with other
+    # experiments on the 2 cores, 14.8 and 15.5 on a slower machine, 2026-12-04); not
+    # split, the other uplink idles and each flow gets under half (0.48 of the rate). The
+    # line between them, 0.6, asserts the split and not the machine's speed (benchmarks/).
+    assert late[shared] > SPLIT * RATE and late[other] > SPLIT * RATE, late
     # iperf3 agrees: both flows at near full rate over their last 6 seconds.
     for result in results:
         tail = result["intervals"][-6:]
         mean = sum(i["sum"]["bits_per_second"] for i in tail) / len(tail)
-        assert mean > 0.75 * RATE, mean
+        assert mean > SPLIT * RATE, mean
     # The controller says it moved one of them, once.
     time.sleep(1.0)
     tel = read_telemetry(controller.telemetry_path)
