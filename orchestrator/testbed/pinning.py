@@ -266,8 +266,8 @@ def route_devices(
 ) -> list[str | None]:
     """The device the kernel of ``gpu`` picks for each (src ip, dst ip, sport, dport).
     ``iif``: per query, the device the packet arrives on when ``gpu`` forwards it (None:
-    ``gpu`` sends it itself); the kernel hashes a forwarded packet's five-tuple as it
-    hashes its own."""
+    ``gpu`` sends it itself); the answer then applies the forwarding rules by source port
+    (orchestrator/emulation/hostconfig.py), as the kernel does to the packets."""
     arrives = list(iif) if iif is not None else [None] * len(queries)
     lines = [
         f"route get {dst} from {src}"
