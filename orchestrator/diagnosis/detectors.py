@@ -877,7 +877,8 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     typical = statistics.median(retrans.values())
     out: list[Suspect] = []
     leaking, dropping = {}, {}
-    for switch, leak in switch_leaks(obs).items():
+    leaks = switch_leaks(obs)
+    for switch, leak in leaks.items():
         if not leak.queued and leak.nbytes < ACK_BYTES * leak.packets:
             continue  # acknowledgements only: nothing a sender waits for was lost
         through_switch = [c for c in conns if switch in c.switches()]
@@ -891,8 +892,11 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     for switch, leak in leaking.items():
         # every switch dropping about as much, none of it much: congestion's or the
         # emulator's own (a healthy ECMP ring on an oversubscribed fat-tree: 7 to 14
-        # packets at four switches), not one lossy egress to choose
-        if about_as_much(leak.silent, [x.silent for sw, x in dropping.items() if sw != switch]):
+        # packets at four switches), not one lossy egress to choose. The others' drops
+        # count whatever they were: the emulator drops acknowledgements and data alike
+        # (a healthy ring on astral-small, 2026-12-04: 6 to 9 packets at eight ToRs, at
+        # seven of them acknowledgements only, 9 with data at the eighth)
+        if about_as_much(leak.silent, [x.silent for sw, x in leaks.items() if sw != switch]):
             continue
         rows = []
         for d in obs.directions.values():

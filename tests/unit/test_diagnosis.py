@@ -621,6 +621,16 @@ def test_the_unexplained_drops_are_at_the_egress_whose_queue_did_not_overflow(
         observations(astral, connections=conns, counters=noisy, queues=full)
     )
     assert not [s for s in found if s.target.startswith("p0r1a0>")]
+    # the same with the others' drops acknowledgements only: the emulator's own drops
+    # hit acknowledgements and data alike, and they still say how much every switch drops
+    # (a healthy ring on astral-small in a fresh-clone CI, 2026-12-04: 6 to 9 packets at
+    # eight ToRs, acknowledgements only at seven, called a lossy ToR uplink at 0.57)
+    for s in ("p0r1t1", "p0r0a0", "c1"):
+        noisy[(s, 1)] = [(t, rb, rb - (rx - tx) * 66, rx, tx) for t, rb, _, rx, tx in noisy[(s, 1)]]
+    found = dropped_without_congestion(
+        observations(astral, connections=conns, counters=noisy, queues=full)
+    )
+    assert not [s for s in found if s.target.startswith("p0r1a0>")]
 
 
 def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
