@@ -391,19 +391,18 @@ def plan_ports(
     else:
         first = balance_nics(groups, workers, description, live, sender)
     if paths is None:
-        peer = {(g, n.port): n.peer for g, a in description.addresses.items() for n in a.nics}
+        peer = nic_peers(description)
         chosen = {f: Candidate(0, nic, (wire[f], peer[(wire[f], nic)])) for f, nic in first.items()}
     else:
         layout = PortLayout.from_dict(paths["layout"])
         allowed = {f: {nic} for f, nic in first.items()}
         chosen = assign(groups, workers, options, allowed, sender)
         tries = {
-            f: [layout.source_port(c.value, j) for j in range(CANDIDATES)]
+            f: pinned_forwarded_tries(layout, c, description, sender[f])
+            if f in sender
+            else [layout.source_port(c.value, j) for j in range(CANDIDATES)]
             for f, c in chosen.items()
         }
-        for f, c in chosen.items():
-            if f in sender:
-                tries[f] = pinned_forwarded_tries(layout, c, description, sender[f])
         nics = kernel_nics(executor, description, workers, tries, dst_ports, sender)
     ports = pick_ports(chosen, tries, nics, taken)
     return Pinning(ports, chosen, sorted(f for f in flows if f not in ports))
@@ -473,6 +472,12 @@ def senders(
     return out
 
 
+def nic_peers(description: FabricDescription) -> dict[tuple[str, int], str]:
+    """(GPU, NIC port) -> the ToR at the other end, for every GPU of the fabric (a flow may
+    leave by a rail-only mate that runs no rank)."""
+    return {(gpu, n.port): n.peer for gpu, a in description.addresses.items() for n in a.nics}
+
+
 def balance_nics(
     groups: Sequence[Sequence[Flow]],
     workers: Sequence[WorkerSpec],
@@ -486,11 +491,7 @@ def balance_nics(
     ranks behind one ToR pair do not all take the same ToR), then the lowest port.
     ``sender``: per flow, the GPU whose NIC ports it leaves by, where not its source
     (:func:`senders`)."""
-    tor = {
-        (gpu, nic.port): nic.peer
-        for gpu, addresses in description.addresses.items()
-        for nic in addresses.nics
-    }
+    tor = nic_peers(description)
     host = {w.rank: w.host for w in workers}
     by = sender or {}
     chosen: dict[Flow, int] = {}
