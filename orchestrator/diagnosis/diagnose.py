@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.diagnosis import detectors, expectation, probes
 from orchestrator.diagnosis.evidence import Observations, observe
-from orchestrator.diagnosis.model import THRESHOLD, UNCOUNTED, Diagnosis, Suspect
+from orchestrator.diagnosis.model import FABRIC_WIDE, THRESHOLD, UNCOUNTED, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
 
 Detector = Callable[[Observations], list[Suspect]]
@@ -74,6 +74,12 @@ def diagnose(obs: Observations) -> Diagnosis:
                 s.score *= 0.5
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
     notes += unexplained_drops(obs, [s for s in suspects if s.score >= THRESHOLD])
+    notes += [
+        f"switch {s.target} not called a blackhole (score {s.score:.2f}): "
+        + s.evidence[-1].removeprefix("but ")
+        for s in suspects
+        if FABRIC_WIDE in s.signs and s.score < THRESHOLD
+    ]
     return Diagnosis(suspects, notes=notes)
 
 

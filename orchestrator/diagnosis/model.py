@@ -45,6 +45,8 @@ class Suspect:
 THRESHOLD = 0.5  # a suspect scored this or more is shown; none: healthy
 #: a sign: retransmissions no counter explains, on a GPU's link out (detectors.uncounted_losses)
 UNCOUNTED = "uncounted-loss"
+#: a sign: probes stalled across the whole fabric, not at one switch (probes.probe_holes)
+FABRIC_WIDE = "fabric-wide-stall"
 
 
 @dataclass

@@ -23,7 +23,10 @@ place a fault the collectives' connections may never cross:
   drops everything without going down). The switches on every stalled probe's path,
   without those that carried probes to the same destinations on through the same time,
   are the suspects; a destination-specific hole (probes through the switch to other GPUs
-  went on) says so.
+  went on) says so. A hole leaves the probes that do not pass it alone: when most of the
+  probes stalled alongside a suspect's did not pass it, and the counters do not place
+  silent drops at it, the whole fabric stalled (:func:`_fabric_wide`), and the suspect
+  is only half as likely.
 
 Both say what they cannot tell apart: suspects with the same evidence get the same score.
 """
@@ -38,7 +41,7 @@ from typing import Any
 
 from orchestrator.diagnosis.detectors import discards_of, rel
 from orchestrator.diagnosis.evidence import Observations
-from orchestrator.diagnosis.model import Suspect
+from orchestrator.diagnosis.model import FABRIC_WIDE, Suspect
 from orchestrator.diagnosis.proberecord import (
     HOLE_S,
     Port,
@@ -58,6 +61,8 @@ DOWN_PAD_S = 2.0  # after a port came up, what its failover and rerouting still 
 ROUNDS = 3  # directions taken in turn at most
 CONTRAST = 5.0  # x the loss rate of the probes not across it, at least
 SILENT_MIN = 5  # packets a switch dropped silently while probes stalled (in flight: a few)
+SHARE_MIN = 0.5  # of the probes stalled alongside a hole's, those through it, at least
+UNREAD_S = 1.0  # no port counter read this long: the fabric's switches paused
 
 
 def down_windows(obs: Observations) -> list[tuple[float, float]]:
@@ -263,6 +268,7 @@ def probe_holes(obs: Observations) -> list[Suspect]:
         victims = [
             p for (p, _), ways in zip(held, left, strict=True) if switch in {s for s, _ in ways}
         ]
+        spread = _fabric_wide(obs, switch, held, left)
         evidence = [
             f"probes: {len(victims)} probe(s) whose packets or acknowledgements crossed "
             f"{switch} towards {', '.join(towards)} had nothing acknowledged for "
@@ -281,8 +287,64 @@ def probe_holes(obs: Observations) -> list[Suspect]:
         others = len({p.id for p, _ in held}) - len(victims)
         if others:
             evidence.append(f"{others} other stalled probe(s) not through it")
-        out.append(Suspect("switch", switch, "blackhole", score, evidence, first))
+        suspect = Suspect("switch", switch, "blackhole", score, evidence, first)
+        if spread is not None:
+            suspect.score *= 0.5
+            suspect.evidence.append(spread)
+            suspect.signs.add(FABRIC_WIDE)
+        out.append(suspect)
     return out
+
+
+def _fabric_wide(
+    obs: Observations,
+    switch: str,
+    held: Sequence[tuple[Probe, tuple[float, float]]],
+    left: Sequence[set[tuple[str, str]]],
+) -> str | None:
+    """Why the stalls that name ``switch`` are the fabric's, not its hole; None when they
+    are its own. A hole stalls the probes through it and leaves the others alone: when
+    fewer than :data:`SHARE_MIN` of the probes stalled while its victims did went through
+    it, something stalled the whole fabric (congestion's timeouts, the emulator pausing),
+    unless the counters place the drops at it (it dropped silently, and the others
+    together did not drop as much: the counters of a fabric that paused show every
+    switch's packets in flight as drops)."""
+    mine = [
+        (p.id, stall) for (p, stall), ways in zip(held, left, strict=True)
+        if switch in {s for s, _ in ways}
+    ]  # fmt: skip
+    a, b = min(s[0] for _, s in mine), max(s[1] for _, s in mine)
+    alongside = {p.id for p, (x, y) in held if x <= b and a <= y}
+    share = len({pid for pid, _ in mine}) / len(alongside)
+    if share >= SHARE_MIN:
+        return None
+    silent = {x: _silent(obs, x, a, b) for x in obs.fabric.switches}
+    rest = sum(silent.values()) - silent[switch]
+    if silent[switch] >= SILENT_MIN and silent[switch] >= rest:
+        return None
+    unread = _unread(obs, a, b)
+    return (
+        f"but {len(alongside)} probe(s) stalled at the same time and only "
+        f"{len({pid for pid, _ in mine})} of them went through {switch}, and the counters "
+        f"do not place the drops at it ({switch} {silent[switch]}, the other switches "
+        f"{rest} packets unaccounted): a stall of the whole fabric, not one switch's hole"
+        + (
+            f"; the port counters went unread for {unread:.1f} s meanwhile (the emulator "
+            "itself paused)"
+            if unread >= UNREAD_S
+            else ""
+        )
+    )
+
+
+def _unread(obs: Observations, start: float, end: float) -> float:
+    """The longest time between ``start`` and ``end`` in which no port counter of the
+    fabric was read (the poller asks the switches every 0.5 s)."""
+    times = sorted({r[0] for rows in obs.counters.values() for r in rows if start <= r[0] <= end})
+    if not times:
+        return 0.0
+    edges = [start, *times, end]
+    return max(y - x for x, y in itertools.pairwise(edges))
 
 
 def _discards(obs: Observations, rec: ProbeRecord) -> dict[Port, list[tuple[float, float]]]:

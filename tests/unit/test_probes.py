@@ -185,6 +185,53 @@ def test_probes_stalled_towards_one_gpu_through_one_switch_are_its_blackhole(
     assert "to other GPUs went on" in top.evidence[1]
 
 
+# four probes inside a rack each, through four ToRs that none of DOWN_A1 + DOWN_A0 stalls at
+IN_RACKS = [
+    ("p0s0g1", "p0s1g1", ("p0s0g1", "p0r1t0", "p0s1g1")),
+    ("p0s1g0", "p0s0g0", ("p0s1g0", "p0r0t1", "p0s0g0")),
+    ("p1s0g1", "p1s1g1", ("p1s0g1", "p1r1t0", "p1s1g1")),
+    ("p1s0g0", "p1s1g0", ("p1s0g0", "p1r0t1", "p1s1g0")),
+]
+
+
+def test_probes_stalled_across_the_fabric_at_once_are_no_switchs_blackhole(
+    astral: FabricDescription,
+) -> None:
+    # the blackhole case above, with four probes elsewhere stalled at the same time (a
+    # healthy fat-tree run's emulator paused for 2 s: 43 probes stalled, 15 through the
+    # switch called a blackhole at 0.9): the switch explains a third of the stalls
+    held = {i: {"stall": (5.0, 12.0)} for i in (0, 2, 5, 6, 7, 8)}
+    obs = observations(astral, probes=record(DOWN_A1 + DOWN_A0 + IN_RACKS, held))
+    diagnosis = diagnose(obs)
+    assert diagnosis.healthy, diagnosis.render()
+    (note,) = [n for n in diagnosis.notes if "not called a blackhole" in n]
+    assert note.startswith("switch p1r0a1 not called a blackhole (score 0.45)")
+    assert "6 probe(s) stalled at the same time and only 2 of them went through" in note
+
+
+def test_a_hole_amid_a_fabric_wide_stall_stands_when_its_counters_place_it(
+    astral: FabricDescription,
+) -> None:
+    # the same stalls, but p1r0a1 received 10 packets a sample more than it sent while its
+    # queue discarded none, and no other switch is short
+    held = {i: {"stall": (5.0, 12.0)} for i in (0, 2, 5, 6, 7, 8)}
+    times = [T0 - 2.0 + 0.5 * k for k in range(45)]
+    short = [10 * sum(1 for x in times[:k] if 5.0 <= x - T0 < 12.0) for k in range(len(times))]
+    counters = {
+        ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(times)]
+    }
+    queues = {("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(times)]}
+    obs = observations(
+        astral,
+        probes=record(DOWN_A1 + DOWN_A0 + IN_RACKS, held),
+        counters=counters,
+        queues=queues,
+    )
+    top = diagnose(obs).ranked[0]
+    assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
+    assert top.score >= 0.8
+
+
 def test_a_hole_on_the_acknowledgements_way_is_found_there(astral: FabricDescription) -> None:
     # probe 5 (p1s0g1 -> p0s0g1) stalls: its packets' way is clear (probe 4's ACKs... no:
     # probes 3 and 4 cross the same switches towards the same GPU and go on), but its
