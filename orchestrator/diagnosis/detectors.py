@@ -1217,15 +1217,12 @@ def discarding(obs: Observations) -> dict[Port, list[tuple[float, float]]]:
 
 def discards_of(
     queues: dict[Port, list[tuple[float, int, int, int]]],
+    pad: float = UNCOUNTED_PAD_S,
 ) -> dict[Port, list[tuple[float, float]]]:
-    """:func:`discarding` of these queue samples."""
+    """:func:`discarding` of these queue samples, widened by ``pad``."""
     out: dict[Port, list[tuple[float, float]]] = {}
     for port, rows in queues.items():
-        out[port] = [
-            (a[0] - UNCOUNTED_PAD_S, b[0] + UNCOUNTED_PAD_S)
-            for a, b in itertools.pairwise(rows)
-            if b[2] > a[2]
-        ]
+        out[port] = [(a[0] - pad, b[0] + pad) for a, b in itertools.pairwise(rows) if b[2] > a[2]]
     return out
 
 

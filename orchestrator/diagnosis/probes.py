@@ -5,19 +5,24 @@ cover every link direction, with their senders' kernel counters every 0.1 s. Two
 place a fault the collectives' connections may never cross:
 
 - **Losses** (:func:`probe_losses`): a probe's retransmission is evidence of a loss on its
-  path only when no egress queue on that path discarded packets around it (a full queue
-  drops probes as it drops everything: :func:`~orchestrator.diagnosis.detectors.discarding`),
-  when the probe was not stalled (a stall's retransmissions are the timer's retries, read
-  as a hole below) and when no port of the fabric was down (the controller's events say
-  that fault). Of the directions the lossy probes crossed, the one crossed by the most of
+  path only when no egress queue on its way or its acknowledgements' way discarded
+  packets within :data:`PAD_S` of it (a full queue drops probes as it drops everything,
+  and acknowledgements too, and the probe's timer retries a segment it dropped after
+  0.2 s, 0.4 s, 0.8 s: :func:`~orchestrator.diagnosis.detectors.discards_of`), when the
+  probe was not stalled (a stall's retransmissions are the timer's retries, read as a
+  hole below) and when no port of the fabric was down (the controller's events say that
+  fault). Of the directions the lossy probes crossed, the one crossed by the most of
   them is taken (then the next, for what it leaves unexplained) when at least
-  :data:`SUPPORT_MIN` probes lost :data:`LOSS_MIN` segments across it and the probes that
-  crossed it without losing, while it lost, are fewer than half of those that did: a 3 %
+  :data:`SUPPORT_MIN` probes lost :data:`LOSS_MIN` segments across it, the probes that
+  crossed it without losing, while it lost, are fewer than half of those that did (a 3 %
   loss drops one of a probe's 20 messages a second every 1.7 s, so a probe crossing it
-  for a few seconds hardly stays clean. Measured on astral-small (docs/diagnosis.md): a
-  3 % loss on an aggregation link the ring did not cross, 8 probes across it lost 2-8
-  segments each in 7 s beyond the queues' discards; every other probe at most 1 in the
-  whole run.
+  for a few seconds hardly stays clean), and they lost at :data:`RATE_MIN` segments a
+  second each or more from their first loss to their last: a lossy link drops its share
+  of every message while the fault lasts, a congested fabric's leftovers a few now and
+  then over minutes. A probe is counted once however many tracings it was seen in.
+  Measured on astral-small (docs/diagnosis.md): a 3 % loss on an aggregation link the
+  ring did not cross, 8 probes across it lost 2-8 segments each in 7 s beyond the
+  queues' discards; every other probe at most 1 in the whole run.
 - **Holes** (:func:`probe_holes`): a probe that had messages outstanding and nothing
   acknowledged for :data:`HOLE_S` sends into a hole (a blackhole's drop rule, a link that
   drops everything without going down). The switches on every stalled probe's path,
@@ -39,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.diagnosis.detectors import discards_of, rel
+from orchestrator.diagnosis.detectors import UNCOUNTED_PAD_S, discards_of, rel
 from orchestrator.diagnosis.evidence import Observations
 from orchestrator.diagnosis.model import FABRIC_WIDE, Suspect
 from orchestrator.diagnosis.proberecord import (
@@ -55,6 +60,8 @@ from orchestrator.diagnosis.proberecord import (
 LOSS_MIN = 4  # segments the lossy probes across a direction retransmitted, together
 SUPPORT_MIN = 2  # probes that lost across it
 PER_PROBE = 2  # segments each, on average (a healthy run's probes: at most 1 in a run)
+RATE_MIN = 0.3  # segments a second each, first loss to last (a 3 % loss: 0.6; healthy: 0.14)
+PAD_S = 2.0  # a discard excuses the retransmissions this long after (a timer's 3 retries)
 AGAINST_SHARE = 0.5  # clean probes across it, at most this share of the lossy ones
 ACTIVE_SHARE = 0.5  # a clean probe counts against a direction if observed this much of its
 DOWN_PAD_S = 2.0  # after a port came up, what its failover and rerouting still disturb
@@ -122,7 +129,7 @@ def _units(obs: Observations) -> list[_Unit]:
     rec = obs.probes
     if rec is None:
         return []
-    quiet = _discards(obs, rec)
+    quiet = _discards(obs, rec, PAD_S)
     downs = down_windows(obs)
     span = obs.span
     units = []
@@ -132,7 +139,8 @@ def _units(obs: Observations) -> list[_Unit]:
             probe = rec.probes.get(pid)
             if probe is None or len(path) < 2:
                 continue
-            ports = egress(path)
+            # a full queue on the acknowledgements' way makes the sender retry too
+            ports = egress(path) + egress(rec.back_at(pid, start))
             held = stalls(probe)
             unit = _Unit(probe, set(directions(path)), [], [])
             lost = {t1: n for _, t1, n in probe.losses()}
@@ -160,26 +168,33 @@ def probe_losses(obs: Observations) -> list[Suspect]:
     for _ in range(ROUNDS):
         if not lossy:
             break
-        support: Counter[str] = Counter()
+        # probes, not units: a probe seen under several tracings is one witness
+        support: dict[str, set[int]] = {}
         lost: Counter[str] = Counter()
         for u in lossy:
             for d in u.dirs:
-                support[d] += 1
+                support.setdefault(d, set()).add(u.probe.id)
                 lost[d] += u.lost
         # on a tie, the other direction of a link already found (one fault on a link
         # rather than two), then the more segments lost
-        best = max(support, key=lambda d: (support[d], _reverse(d) in found, lost[d], d))
-        if support[best] < SUPPORT_MIN or lost[best] < max(LOSS_MIN, PER_PROBE * support[best]):
+        best = max(support, key=lambda d: (len(support[d]), _reverse(d) in found, lost[d], d))
+        witnesses = len(support[best])
+        if witnesses < SUPPORT_MIN or lost[best] < max(LOSS_MIN, PER_PROBE * witnesses):
             break
         crossing = [u for u in lossy if best in u.dirs]
         times = [t for u in crossing for t, _ in u.losses]
         first, last = min(times), max(times)
-        against = [
-            u for u in units
-            if best in u.dirs and not u.lost
+        against = {
+            u.probe.id for u in units
+            if best in u.dirs and not u.lost and u.probe.id not in support[best]
             and u.observed_within(first, last) >= ACTIVE_SHARE * (last - first)
-        ]  # fmt: skip
-        if len(against) > AGAINST_SHARE * len(crossing):
+        }  # fmt: skip
+        if len(against) > AGAINST_SHARE * witnesses:
+            break
+        # a lossy link drops its share of every message while it lasts: a few segments
+        # now and then over minutes are a congested fabric's leftovers
+        rate = lost[best] / witnesses / max(last - first, 1.0)
+        if rate < RATE_MIN:
             break
         # the probes elsewhere lost too: a machine that drops everywhere, not a link
         inside = sum(u.lost for u in crossing) / max(_seconds(crossing), 1.0)
@@ -187,16 +202,16 @@ def probe_losses(obs: Observations) -> list[Suspect]:
         outside = sum(u.lost for u in rest) / max(_seconds(rest), 1.0)
         if inside < CONTRAST * outside:
             break
-        score = min(0.9, 0.6 + 0.1 * len(crossing)) - 0.1 * len(against)
+        score = min(0.9, 0.6 + 0.1 * witnesses) - 0.1 * len(against)
+        others = len({u.probe.id for u in lossy} - support[best])
         evidence = [
-            f"probes: {len(crossing)} probes across {best} lost "
-            f"{sum(u.lost for u in crossing)} segments between {_rel(obs, first)} and "
-            f"{_rel(obs, last)} while no queue on their paths discarded "
-            f"({_probe_list(crossing)})",
+            f"probes: {witnesses} probes across {best} lost {lost[best]} segments between "
+            f"{_rel(obs, first)} and {_rel(obs, last)} ({rate:.2f} a second each) while "
+            f"no queue on their ways discarded ({_probe_list(crossing)})",
             f"{len(against)} probe(s) crossed it without losing then"
             + (
-                f"; {len(lossy) - len(crossing)} other lossy probe(s) elsewhere"
-                if len(lossy) > len(crossing)
+                f"; {others} other lossy probe(s) elsewhere"
+                if others
                 else "; every lossy probe crossed it"
             ),
         ]
@@ -347,8 +362,10 @@ def _unread(obs: Observations, start: float, end: float) -> float:
     return max(y - x for x, y in itertools.pairwise(edges))
 
 
-def _discards(obs: Observations, rec: ProbeRecord) -> dict[Port, list[tuple[float, float]]]:
-    return discards_of(rec.queues if rec.queues is not None else obs.queues)
+def _discards(
+    obs: Observations, rec: ProbeRecord, pad: float = UNCOUNTED_PAD_S
+) -> dict[Port, list[tuple[float, float]]]:
+    return discards_of(rec.queues if rec.queues is not None else obs.queues, pad)
 
 
 def _destinations_needed(

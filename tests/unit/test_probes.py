@@ -172,6 +172,40 @@ def test_one_lossy_probe_or_losses_everywhere_place_nothing(astral: FabricDescri
     assert not any(s.fault == "lossy" for s in diagnose(obs).ranked)
 
 
+def test_losses_while_a_queue_on_the_acknowledgements_way_discarded_are_congestion(
+    astral: FabricDescription,
+) -> None:
+    lossy = {i: {"lost": [2.0 + i, 4.0 + i, 6.0]} for i in range(3)}
+    # the lossy probes' acknowledgements come back through c1, which discarded all along
+    back = {
+        i: (dst, "p1r0t0", "p1r0a0", "c1", "p0r1a0", "p0r1t0", src)
+        for i, (src, dst, _) in enumerate(DOWN_A1)
+    }
+    rows = [(T0 + k * 0.5 - 2, 1000 * k, 30 * k, 20_000) for k in range(50)]
+    obs = observations(
+        astral,
+        probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, lossy, back),
+        queues={("c1", 1): rows},
+    )
+    assert diagnose(obs).healthy, diagnose(obs).render()
+
+
+def test_a_few_losses_spread_over_the_run_are_no_lossy_link(astral: FabricDescription) -> None:
+    # three probes lose 2 segments each, at the start and at the end of the 20 s run: as
+    # many as a lossy link's in a few seconds, but 0.1 a second each (a 3 % loss: 0.6)
+    thin = {i: {"lost": [1.0 + i, 18.0 + i * 0.3]} for i in range(3)}
+    obs = observations(astral, probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, thin))
+    assert not any(s.fault == "lossy" for s in diagnose(obs).ranked), diagnose(obs).render()
+
+
+def test_one_probe_seen_in_two_tracings_is_one_witness(astral: FabricDescription) -> None:
+    # the only probe on its path loses: one witness, not two
+    rec = record(DOWN_A1[:1] + ELSEWHERE, {0: {"lost": [4.0, 4.5, 5.0, 6.0, 6.5, 7.0]}})
+    rec.tracings.append((T0 + 5.5, rec.tracings[0][1]))  # traced again, the same paths
+    rec.back.append(rec.back[0])
+    assert diagnose(observations(astral, probes=rec)).healthy
+
+
 def test_probes_stalled_towards_one_gpu_through_one_switch_are_its_blackhole(
     astral: FabricDescription,
 ) -> None:
