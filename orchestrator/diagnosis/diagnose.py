@@ -73,6 +73,8 @@ def diagnose(obs: Observations) -> Diagnosis:
             if s.fault == "slow" and all(e.startswith(("transport", "paths")) for e in s.evidence):
                 s.score *= 0.5
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
+    suspects += leaking_egress(obs, [s for s in suspects if s.score >= THRESHOLD])
+    suspects.sort(key=lambda s: (-s.score, s.component, s.target))
     notes += unexplained_drops(obs, [s for s in suspects if s.score >= THRESHOLD])
     notes += [
         f"switch {s.target} not called a blackhole (score {s.score:.2f}): "
@@ -83,6 +85,23 @@ def diagnose(obs: Observations) -> Diagnosis:
     return Diagnosis(suspects, notes=notes)
 
 
+def leaking_egress(obs: Observations, shown: Sequence[Suspect]) -> list[Suspect]:
+    """Lossy egresses of switches whose silent drops no suspect shown explains
+    (:func:`orchestrator.diagnosis.probes.leaking_egress`)."""
+    named = _named(shown)
+    leaks = detectors.switch_leaks(obs) if obs.queues else {}
+    return [s for s in probes.leaking_egress(obs, leaks) if s.target.split(">", 1)[0] not in named]
+
+
+def _named(shown: Sequence[Suspect]) -> set[str]:
+    """The components the suspects shown name: switches, and the ends of links."""
+    named = set()
+    for s in shown:
+        nodes = _link_nodes(s.target) if s.component == "link" else None
+        named |= set(nodes) if nodes else {s.target}
+    return named
+
+
 def unexplained_drops(obs: Observations, shown: Sequence[Suspect]) -> list[str]:
     """A note per switch that dropped packets no full queue of its explains when no
     suspect shown names it or one of its links: the counters say something was lost
@@ -90,10 +109,7 @@ def unexplained_drops(obs: Observations, shown: Sequence[Suspect]) -> list[str]:
     lossy egress, or no recorded path did)."""
     if not obs.queues:
         return []
-    named = set()
-    for s in shown:
-        nodes = _link_nodes(s.target) if s.component == "link" else None
-        named |= set(nodes) if nodes else {s.target}
+    named = _named(shown)
     return [
         f"counters: {switch} dropped {leak.silent:,} packets that no full queue of its "
         "explains (a lossy egress or a drop rule), and no connection's evidence says which "

@@ -39,12 +39,13 @@ Both say what they cannot tell apart: suspects with the same evidence get the sa
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.diagnosis.detectors import UNCOUNTED_PAD_S, discards_of, rel
+from orchestrator.diagnosis.detectors import UNCOUNTED_PAD_S, Leak, discards_of, rel
 from orchestrator.diagnosis.evidence import Observations
 from orchestrator.diagnosis.model import FABRIC_WIDE, Suspect
 from orchestrator.diagnosis.proberecord import (
@@ -61,6 +62,8 @@ LOSS_MIN = 4  # segments the lossy probes across a direction retransmitted, toge
 SUPPORT_MIN = 2  # probes that lost across it
 PER_PROBE = 2  # segments each, on average (a healthy run's probes: at most 1 in a run)
 RATE_MIN = 0.3  # segments a second each, first loss to last (a 3 % loss: 0.6; healthy: 0.14)
+ALONE_MIN = 20  # silent drops at one switch, at least (healthy runs: 5-22 spread over many)
+ALONE_SHARE = 0.8  # of every switch's silent drops together, at least
 PAD_S = 2.0  # a discard excuses the retransmissions this long after (a timer's 3 retries)
 AGAINST_SHARE = 0.5  # clean probes across it, at most this share of the lossy ones
 ACTIVE_SHARE = 0.5  # a clean probe counts against a direction if observed this much of its
@@ -125,11 +128,14 @@ class _Unit:
         return sum(max(0.0, min(b, y) - max(a, x)) for x, y in self.observed)
 
 
-def _units(obs: Observations) -> list[_Unit]:
+def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
+    """Every probe under every tracing, with the losses the rules may count: not while it
+    stalled or a port was down, nor (``excuse_discards``) while a queue on either of its
+    ways discarded."""
     rec = obs.probes
     if rec is None:
         return []
-    quiet = _discards(obs, rec, PAD_S)
+    quiet = _discards(obs, rec, PAD_S) if excuse_discards else {}
     downs = down_windows(obs)
     span = obs.span
     units = []
@@ -218,6 +224,63 @@ def probe_losses(obs: Observations) -> list[Suspect]:
         found[best] = (score, evidence, first)
         lossy = [u for u in lossy if best not in u.dirs]
     return _as_links(found, "lossy")
+
+
+def leaking_egress(obs: Observations, leaks: Mapping[str, Leak]) -> list[Suspect]:
+    """A lossy egress of the one switch the counters place silent drops at.
+
+    Why: under an all-to-all every queue discards, and the loss rule above excuses a
+    probe's losses near any discard on its ways, so a 3 % loss on a link the congestion
+    also crosses goes unnamed, though the switch's counters say packets vanished inside
+    it and nowhere else (:func:`~orchestrator.diagnosis.detectors.switch_leaks`: a lossy
+    link's drops happen at its sending switch's egress, before the port counts them).
+    The counters cannot say which egress; the probes can: of the switch's egress
+    directions, the one whose probes lost the most segments per second observed,
+    congestion's included (they fall on every egress alike). A switch counts as leaking
+    alone with at least :data:`ALONE_MIN` silent drops, :data:`ALONE_SHARE` of every
+    switch's together; the score grows with how far the chosen egress stands out."""
+    total = sum(max(0, leak.silent) for leak in leaks.values())
+    alone = [
+        switch
+        for switch, leak in leaks.items()
+        if leak.silent >= ALONE_MIN and leak.silent >= ALONE_SHARE * total
+    ]
+    if not alone or obs.probes is None:
+        return []
+    units = _units(obs, excuse_discards=False)
+    out = []
+    for switch in alone:
+        per: dict[str, list[_Unit]] = {}
+        for u in units:
+            for d in u.dirs:
+                if d.startswith(f"{switch}>"):
+                    per.setdefault(d, []).append(u)
+        rates = {
+            d: sum(u.lost for u in crossing) / max(_seconds(crossing), 1.0)
+            for d, crossing in per.items()
+        }
+        ranked = sorted(rates, key=lambda d: (-rates[d], d))
+        if not ranked or rates[ranked[0]] <= 0:
+            continue
+        best = ranked[0]
+        runner = rates[ranked[1]] if len(ranked) > 1 else 0.0
+        if runner >= rates[best]:
+            continue  # a tie: the probes cannot say which egress
+        contrast = rates[best] / runner if runner > 0 else math.inf
+        score = min(0.8, 0.55 + 0.1 * min(contrast - 1.0, 2.5))
+        crossing = per[best]
+        lost = sum(u.lost for u in crossing)
+        times = [t for u in crossing for t, _ in u.losses]
+        evidence = [
+            f"counters: {switch} dropped {leaks[switch].silent:,} packets that no full queue "
+            f"of its explains, {leaks[switch].silent / max(total, 1):.0%} of every switch's",
+            f"probes: of its egress directions, {best}'s {len({u.probe.id for u in crossing})} "
+            f"probe(s) lost the most, {lost} segments, {rates[best]:.2f} a second observed"
+            + (f" against {runner:.2f} at the next ({ranked[1]})" if len(ranked) > 1 else "")
+            + " (congestion's losses counted too: they fall on every egress alike)",
+        ]
+        out.append(Suspect("link", best, "lossy", score, evidence, min(times, default=None)))
+    return out
 
 
 def probe_holes(obs: Observations) -> list[Suspect]:

@@ -266,6 +266,45 @@ def test_a_hole_amid_a_fabric_wide_stall_stands_when_its_counters_place_it(
     assert top.score >= 0.8
 
 
+def test_a_switch_that_alone_drops_silently_under_congestion_is_lossy_where_its_probes_lose(
+    astral: FabricDescription,
+) -> None:
+    # every egress of p1r0a1 discards all along (an all-to-all's congestion: the loss rule
+    # excuses every probe's losses there), and p1r0a1 received 40 packets more than it
+    # sent or discarded between 2 and 8 s, the only switch short: its counters place a
+    # loss at it, and the probes say which egress (3 down p1r0a1>p1r0t0 lose 6 segments
+    # each; the one up p1r0a1>c3 loses 1)
+    up = [("p1s0g0", "p0s0g0", ("p1s0g0", "p1r0t0", "p1r0a1", "c3", "p0r0a1", "p0r0t0", "p0s0g0"))]
+    lossy: dict[int, dict[str, object]] = {
+        i: {"lost": [2.0 + i * 0.1 + k for k in range(6)]} for i in range(3)
+    }
+    lossy[3] = {"lost": [4.0]}
+    times = [T0 - 2.0 + 0.5 * k for k in range(45)]
+    silent = [min(40, max(0, round((x - T0 - 2.0) / 6.0 * 40))) for x in times]
+    counters = {
+        ("p1r0a1", 1): [
+            (t, 0, 0, 100 * k, 100 * k - 2 * k - silent[k]) for k, t in enumerate(times)
+        ]
+    }
+    queues = {("p1r0a1", 1): [(t, 100 * k, 2 * k, 1500) for k, t in enumerate(times)]}
+    obs = observations(
+        astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=counters, queues=queues
+    )
+    diagnosis = diagnose(obs)
+    top = diagnosis.ranked[0]
+    assert top.key() == ("link", "p1r0a1>p1r0t0", "lossy"), diagnosis.render()
+    assert 0.5 <= top.score <= 0.8
+    assert "p1r0a1 dropped 40 packets" in top.evidence[0]
+    # the same losses without the counters' leak: congestion, nothing named
+    quiet = {
+        ("p1r0a1", 1): [(t, 150_000 * k, 147_000 * k, 100 * k, 98 * k) for k, t in enumerate(times)]
+    }
+    obs = observations(
+        astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=quiet, queues=queues
+    )
+    assert diagnose(obs).healthy, diagnose(obs).render()
+
+
 def test_a_hole_on_the_acknowledgements_way_is_found_there(astral: FabricDescription) -> None:
     # probe 5 (p1s0g1 -> p0s0g1) stalls: its packets' way is clear (probe 4's ACKs... no:
     # probes 3 and 4 cross the same switches towards the same GPU and go on), but its
