@@ -687,6 +687,21 @@ def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
     assert score(conns) < 0.5
     lossy = [connection(1, 1, 4, across, retrans=120), *conns[1:]]
     assert score(lossy) >= 0.5
+    # ... but not where every switch drops about as much: an end within twice the other
+    # switches' median is the fabric's noise, whatever the others dropped (a healthy
+    # pinned all-to-all on a rail-optimized fabric, 2026-12-04: 7 and 21 at a leaf-spine
+    # link's ends, 7 to 16 at five other switches, two of them acknowledgements only,
+    # called lossy at 0.73)
+    tors = ["p0r0t1", "p1r0t1", "p1r1t0", "p1r1t1"]  # no two of them, nor p0r1a0 or c0, linked
+    quiet = queues({}, switches + tors)
+    faint = counters(
+        {"p0r1a0": 9, "c0": 7} | dict(zip(tors, (8, 6, 7, 9), strict=True)), switches + tors
+    )
+    for tor in tors:  # acknowledgements only: they still say how much every switch drops
+        faint[(tor, 1)] = [
+            (t, rb, rb - (rx - tx) * 66, rx, tx) for t, rb, _, rx, tx in faint[(tor, 1)]
+        ]
+    assert score(lossy) < 0.5
     # the loss's timeouts stall a connection across the link for 3 s: still the link's
     # loss (a hole drops at one switch, not at both ends of a link)
     conns[0] = connection(1, 1, 4, across, stall=(6.0, 9.0), retrans=70)
