@@ -15,7 +15,7 @@ controller's events show them, and the controller detector does not blame them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.diagnosis import detectors, expectation, probes
@@ -73,9 +73,11 @@ def diagnose(obs: Observations) -> Diagnosis:
             if s.fault == "slow" and all(e.startswith(("transport", "paths")) for e in s.evidence):
                 s.score *= 0.5
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
-    suspects += leaking_egress(obs, [s for s in suspects if s.score >= THRESHOLD])
+    # without queue samples a switch's drops cannot be told from congestion's
+    leaks = detectors.switch_leaks(obs) if obs.queues else {}
+    suspects += leaking_egress(obs, leaks, [s for s in suspects if s.score >= THRESHOLD])
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
-    notes += unexplained_drops(obs, [s for s in suspects if s.score >= THRESHOLD])
+    notes += unexplained_drops(leaks, [s for s in suspects if s.score >= THRESHOLD])
     notes += [
         f"switch {s.target} not called a blackhole (score {s.score:.2f}): "
         + s.evidence[-1].removeprefix("but ")
@@ -85,11 +87,12 @@ def diagnose(obs: Observations) -> Diagnosis:
     return Diagnosis(suspects, notes=notes)
 
 
-def leaking_egress(obs: Observations, shown: Sequence[Suspect]) -> list[Suspect]:
-    """Lossy egresses of switches whose silent drops no suspect shown explains
+def leaking_egress(
+    obs: Observations, leaks: Mapping[str, detectors.Leak], shown: Sequence[Suspect]
+) -> list[Suspect]:
+    """Lossy egresses of switches whose silent drops (``leaks``) no suspect shown explains
     (:func:`orchestrator.diagnosis.probes.leaking_egress`)."""
     named = _named(shown)
-    leaks = detectors.switch_leaks(obs) if obs.queues else {}
     return [s for s in probes.leaking_egress(obs, leaks) if s.target.split(">", 1)[0] not in named]
 
 
@@ -102,19 +105,17 @@ def _named(shown: Sequence[Suspect]) -> set[str]:
     return named
 
 
-def unexplained_drops(obs: Observations, shown: Sequence[Suspect]) -> list[str]:
-    """A note per switch that dropped packets no full queue of its explains when no
-    suspect shown names it or one of its links: the counters say something was lost
-    there, the connections did not say where (e.g. only acknowledgements crossed the
-    lossy egress, or no recorded path did)."""
-    if not obs.queues:
-        return []
+def unexplained_drops(leaks: Mapping[str, detectors.Leak], shown: Sequence[Suspect]) -> list[str]:
+    """A note per switch that dropped packets no full queue of its explains (``leaks``,
+    from a bundle with queue samples) when no suspect shown names it or one of its links:
+    the counters say something was lost there, the connections did not say where (e.g.
+    only acknowledgements crossed the lossy egress, or no recorded path did)."""
     named = _named(shown)
     return [
         f"counters: {switch} dropped {leak.silent:,} packets that no full queue of its "
         "explains (a lossy egress or a drop rule), and no connection's evidence says which "
         "egress"
-        for switch, leak in sorted(detectors.switch_leaks(obs).items())
+        for switch, leak in sorted(leaks.items())
         if switch not in named
     ]
 

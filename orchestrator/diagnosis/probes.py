@@ -240,47 +240,42 @@ def leaking_egress(obs: Observations, leaks: Mapping[str, Leak]) -> list[Suspect
     alone with at least :data:`ALONE_MIN` silent drops, :data:`ALONE_SHARE` of every
     switch's together; the score grows with how far the chosen egress stands out."""
     total = sum(max(0, leak.silent) for leak in leaks.values())
-    alone = [
-        switch
-        for switch, leak in leaks.items()
-        if leak.silent >= ALONE_MIN and leak.silent >= ALONE_SHARE * total
-    ]
-    if not alone or obs.probes is None:
+    # at least ALONE_SHARE (over half) of every switch's: one switch at most
+    switch = max(leaks, key=lambda sw: leaks[sw].silent, default=None)
+    if switch is None or obs.probes is None:
         return []
-    units = _units(obs, excuse_discards=False)
-    out = []
-    for switch in alone:
-        per: dict[str, list[_Unit]] = {}
-        for u in units:
-            for d in u.dirs:
-                if d.startswith(f"{switch}>"):
-                    per.setdefault(d, []).append(u)
-        rates = {
-            d: sum(u.lost for u in crossing) / max(_seconds(crossing), 1.0)
-            for d, crossing in per.items()
-        }
-        ranked = sorted(rates, key=lambda d: (-rates[d], d))
-        if not ranked or rates[ranked[0]] <= 0:
-            continue
-        best = ranked[0]
-        runner = rates[ranked[1]] if len(ranked) > 1 else 0.0
-        if runner >= rates[best]:
-            continue  # a tie: the probes cannot say which egress
-        contrast = rates[best] / runner if runner > 0 else math.inf
-        score = min(0.8, 0.55 + 0.1 * min(contrast - 1.0, 2.5))
-        crossing = per[best]
-        lost = sum(u.lost for u in crossing)
-        times = [t for u in crossing for t, _ in u.losses]
-        evidence = [
-            f"counters: {switch} dropped {leaks[switch].silent:,} packets that no full queue "
-            f"of its explains, {leaks[switch].silent / max(total, 1):.0%} of every switch's",
-            f"probes: of its egress directions, {best}'s {len({u.probe.id for u in crossing})} "
-            f"probe(s) lost the most, {lost} segments, {rates[best]:.2f} a second observed"
-            + (f" against {runner:.2f} at the next ({ranked[1]})" if len(ranked) > 1 else "")
-            + " (congestion's losses counted too: they fall on every egress alike)",
-        ]
-        out.append(Suspect("link", best, "lossy", score, evidence, min(times, default=None)))
-    return out
+    if leaks[switch].silent < max(ALONE_MIN, ALONE_SHARE * total):
+        return []
+    per: dict[str, list[_Unit]] = {}
+    for u in _units(obs, excuse_discards=False):
+        for d in u.dirs:
+            if d.startswith(f"{switch}>"):
+                per.setdefault(d, []).append(u)
+    rates = {
+        d: sum(u.lost for u in crossing) / max(_seconds(crossing), 1.0)
+        for d, crossing in per.items()
+    }
+    ranked = sorted(rates, key=lambda d: (-rates[d], d))
+    if not ranked or rates[ranked[0]] <= 0:
+        return []
+    best = ranked[0]
+    runner = rates[ranked[1]] if len(ranked) > 1 else 0.0
+    if runner >= rates[best]:
+        return []  # a tie: the probes cannot say which egress
+    contrast = rates[best] / runner if runner > 0 else math.inf
+    score = min(0.8, 0.55 + 0.1 * min(contrast - 1.0, 2.5))
+    crossing = per[best]
+    lost = sum(u.lost for u in crossing)
+    times = [t for u in crossing for t, _ in u.losses]
+    evidence = [
+        f"counters: {switch} dropped {leaks[switch].silent:,} packets that no full queue "
+        f"of its explains, {leaks[switch].silent / max(total, 1):.0%} of every switch's",
+        f"probes: of its egress directions, {best}'s {len({u.probe.id for u in crossing})} "
+        f"probe(s) lost the most, {lost} segments, {rates[best]:.2f} a second observed"
+        + (f" against {runner:.2f} at the next ({ranked[1]})" if len(ranked) > 1 else "")
+        + " (congestion's losses counted too: they fall on every egress alike)",
+    ]
+    return [Suspect("link", best, "lossy", score, evidence, min(times, default=None))]
 
 
 def probe_holes(obs: Observations) -> list[Suspect]:
