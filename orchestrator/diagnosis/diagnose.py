@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.diagnosis import detectors, expectation, probes
+from orchestrator.diagnosis import detectors, expectation, probes, trains
 from orchestrator.diagnosis.evidence import Observations, observe
 from orchestrator.diagnosis.model import FABRIC_WIDE, THRESHOLD, UNCOUNTED, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
@@ -35,6 +35,7 @@ DETECTORS: Sequence[Detector] = (
     detectors.controller_outage,
     probes.probe_losses,  # the probe mesh: faults where the collectives do not go
     probes.probe_holes,
+    trains.slow_directions,  # the probe mesh's trains: slow links
     expectation.behind_forecast,  # a workload replay against its forecast timeline
 )
 NETWORK_FAULTS = ("down", "flapping", "slow", "lossy", "blackhole")

@@ -28,15 +28,41 @@ Hop = tuple[str, int | None, int | None]  # node, in port, out port
 Port = tuple[str, int]  # (switch, model port)
 
 
+@dataclass(frozen=True)
+class Train:
+    """One train as its receiver saw it arrive (orchestrator.testbed.prober): its bytes,
+    and kernel timestamps of its first bytes, of the read that passed half of them, and
+    of its last."""
+
+    bytes: int
+    first: float
+    first_bytes: int
+    half: float
+    half_bytes: int
+    last: float
+
+    def tail_bps(self, whole: int) -> float | None:
+        """The rate of its second half, bit/s: from the read that passed half of its
+        bytes to the last. None for a train cut short, or one whose second half came in
+        one read (no spread to measure: the loop read late)."""
+        if self.bytes < whole or self.last <= self.half:
+            return None
+        rest = self.bytes - self.half_bytes
+        if rest < whole / 4:
+            return None
+        return rest * 8 / (self.last - self.half)
+
+
 @dataclass
 class Probe:
     """One probe with its sender's samples: (t, bytes acked, retransmitted, rtt us,
-    unacked, duplicates the receiver reported)."""
+    unacked, duplicates the receiver reported), and its trains."""
 
     id: int
     src: str
     dst: str
     samples: list[tuple[float, int, int, int, int, int]] = field(default_factory=list)
+    trains: list[Train] = field(default_factory=list)
 
     def losses(self) -> list[tuple[float, float, int]]:
         """(from, to, segments): the sample intervals in which it retransmitted, less
@@ -71,6 +97,7 @@ class ProbeRecord:
     # live rules were measured without them, :mod:`orchestrator.run.alerts`); None: the
     # bundle's, in the observations
     queues: dict[Port, list[tuple[float, int, int, int]]] | None = None
+    train: int = 0  # bytes per train (0: the prober sent none)
 
     def path_at(self, probe: int, t: float) -> list[Hop]:
         """The probe's path as last traced at or before ``t`` (the first tracing's
@@ -124,7 +151,7 @@ def _read_plan(plan_file: Path) -> ProbeRecord | None:
         back.append(_paths(tr.get("back", {})))
     if not probes or not tracings:
         return None
-    return ProbeRecord(probes, tracings, back)
+    return ProbeRecord(probes, tracings, back, train=int(plan.get("train", 0)))
 
 
 def _add_samples(record: ProbeRecord, lines: Iterable[str]) -> None:
@@ -139,6 +166,10 @@ def _add_samples(record: ProbeRecord, lines: Iterable[str]) -> None:
                 probe.samples.append(
                     (float(row["t"]), acked, retrans, rtt, unacked, dups[0] if dups else 0)
                 )
+        for pid, n, first, first_n, half, half_n, last in row.get("tr", ()):
+            probe = record.probes.get(int(pid))
+            if probe is not None:
+                probe.trains.append(Train(n, first, first_n, half, half_n, last))
 
 
 class ProbeFollower:
@@ -167,7 +198,7 @@ class ProbeFollower:
                 for pid, probe in fresh.probes.items():
                     old = self._record.probes.get(pid)
                     if old is not None:
-                        probe.samples = old.samples
+                        probe.samples, probe.trains = old.samples, old.trains
             self._record, self._plan_stamp = fresh, stamp
         assert self._record is not None
         try:

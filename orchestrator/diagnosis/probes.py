@@ -223,7 +223,7 @@ def probe_losses(obs: Observations) -> list[Suspect]:
         ]
         found[best] = (score, evidence, first)
         lossy = [u for u in lossy if best not in u.dirs]
-    return _as_links(found, "lossy")
+    return as_links(found, "lossy")
 
 
 def leaking_egress(obs: Observations, leaks: Mapping[str, Leak]) -> list[Suspect]:
@@ -485,7 +485,7 @@ def _moved(probe: Probe, a: float, b: float) -> bool:
     return len(inside) >= 2 and inside[-1] > inside[0]
 
 
-def _as_links(found: dict[str, tuple[float, list[str], float]], fault: str) -> list[Suspect]:
+def as_links(found: dict[str, tuple[float, list[str], float]], fault: str) -> list[Suspect]:
     """Directions found as suspects: both directions of one link as the link ``A-B``."""
     out = []
     done: set[str] = set()

@@ -25,7 +25,10 @@ A policy switch reprograms the switches: the same probes are traced again
 a probe's loss against the path it had then. What the mesh costs: each probe sends
 :data:`~orchestrator.testbed.prober.MESSAGE` bytes every ``interval`` (64 B at 20 per
 second, about 10 kbit/s of frames per probe direction, under 0.1 % of a 12 Mbit/s
-emulated port per probe) and the prober samples ``TCP_INFO`` every ``sample`` seconds.
+emulated port per probe), plus a train of :data:`~orchestrator.testbed.prober.TRAIN`
+bytes every :data:`~orchestrator.testbed.prober.TRAIN_CYCLE_S` seconds paced at
+:data:`PACE` times its path's slowest link (about 65 kbit/s a probe), and the prober
+samples ``TCP_INFO`` every ``sample`` seconds.
 
 Files in the bundle: ``probes.json`` (the probes, their paths per tracing, what failed)
 and ``probes.jsonl`` (the prober's samples). Single-machine emulations only: a cluster
@@ -34,6 +37,7 @@ run's GPUs live on several machines, which one process cannot enter (said in run
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -50,7 +54,7 @@ from typing import Any, Protocol
 
 from orchestrator.emulation.pathtrace import TracedPath, open_control, trace_paths
 from orchestrator.results.store import PROBE_SAMPLES_FILE, PROBES_FILE
-from orchestrator.testbed.prober import MESSAGE, ProbeSpec
+from orchestrator.testbed.prober import MESSAGE, TRAIN, TRAIN_CYCLE_S, ProbeSpec
 from orchestrator.testbed.tracing import flow_requests
 from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
@@ -67,6 +71,7 @@ MESSAGES_PER_S = 1500  # all probes together at most (each a few switch hops, an
 # acknowledgement back: what the userspace datapath forwards for them, beside the
 # collectives' few thousand packets a second)
 SAMPLE_S = 0.1  # the kernels' counters read this often
+PACE = 1.5  # a train's pace, times its path's slowest link
 STOP_S = 3.0
 
 
@@ -177,6 +182,22 @@ def choose(
     return sorted(chosen, key=lambda p: p.id)
 
 
+def pace_of(description: FabricDescription, path: TracedPath) -> int:
+    """The pace of a probe's trains, bytes a second: :data:`PACE` times the slowest link
+    its path crosses (emulated), so the trains' second half runs at that link's rate (or
+    a slower one's), not at the pace."""
+    slowest = min(
+        (
+            description.emulated_rate(link)
+            for a, b in itertools.pairwise(path.nodes)
+            for link in description.fabric.links_of(a)
+            if b in (link.a, link.b)
+        ),
+        default=0.0,
+    )
+    return round(PACE * slowest / 8)
+
+
 def reverse(probe: ProbeSpec) -> ProbeSpec:
     """The probe's acknowledgements, as a probe from its destination back: a hole on
     their way stalls the probe as surely as one on its own."""
@@ -260,7 +281,10 @@ class ProbeMesh:
         pool = candidates(self.description, gpus, self.seed)
         traced = trace_probes(self.emulation, self.description, pool)
         wanted = all_directions(self.description)
-        self.probes = choose(pool, traced, wanted)
+        self.probes = [
+            dataclasses.replace(p, pace=pace_of(self.description, traced[p.id]))
+            for p in choose(pool, traced, wanted)
+        ]
         covered = {d for p in self.probes for d in directions(traced[p.id])}
         self.uncovered = sorted(wanted - covered)
         back = trace_probes(self.emulation, self.description, [reverse(p) for p in self.probes])
@@ -277,6 +301,8 @@ class ProbeMesh:
             "out": str(self.bundle / PROBE_SAMPLES_FILE),
             "interval": self.interval,
             "sample": self.sample,
+            "train": TRAIN,
+            "train_cycle": TRAIN_CYCLE_S,
             "namespaces": {g: namespaces[g] for g in gpus},
             "probes": [p.to_dict() for p in self.probes],
         }
@@ -335,6 +361,8 @@ class ProbeMesh:
             "interval": self.interval,
             "sample": self.sample,
             "message": MESSAGE,
+            "train": TRAIN,
+            "train_cycle": TRAIN_CYCLE_S,
             "probes": [p.to_dict() for p in self.probes],
             "tracings": [t.to_dict() for t in self.tracings],
             "summary": self.summary(),

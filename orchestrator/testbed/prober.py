@@ -23,6 +23,26 @@ stdin): each socket is made inside its GPU's namespace by a helper thread
 after a first line ``{"started": t, "connected": [ids], "failed": {id: why}}``. A message
 that the socket cannot take (a stalled connection's buffer full) is skipped, not queued:
 the probe stays a trickle however long a path is broken. SIGTERM ends it after a last line.
+
+**Trains.** Small messages cannot see a slow link: 64 bytes cross a quarter-rate link as
+fast as a full-rate one, and nothing queues behind them. So each probe also sends, every
+``train_cycle`` seconds (the probes staggered, at most :data:`TRAINS_PER_S` trains a
+second in all), one :data:`TRAIN` bytes message, paced by its kernel at ``pace`` bytes
+a second (``SO_MAX_PACING_RATE``: 1.5 times its path's slowest link, so the train does not
+leave as a few 64 kB GSO bursts that a token bucket lets through whole). The receiver
+notes when the train's bytes arrived, by the kernel's receive timestamps
+(``SO_TIMESTAMPNS``: when the segments reached the GPU, not when this loop got to them),
+and a sample line carries the trains completed since the last one::
+
+    "tr": [[probe, bytes, first arrival, bytes in it, arrival of the half, bytes by then,
+            last arrival], ...]
+
+The rate of the train's second half is the rate of the slowest link of its path once that
+link's token bucket is spent (measured on astral-small, a link of 20 Mbit/s, idle: 27
+Mbit/s at the 30 Mbit/s pace; slowed to a quarter 4.4; to half 10). Why the second half:
+the first passes each link's bucket (10 ms of its rate, 8 frames at least) at the pace.
+The trains are the mesh's cost: about 32 kB per probe per 4 s, under 1 % of a 20 Mbit/s
+link for the three or four probes that cross it.
 """
 
 from __future__ import annotations
@@ -33,6 +53,7 @@ import json
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 from collections.abc import Mapping
@@ -43,6 +64,13 @@ from orchestrator.emulation.probe import opened_in
 from orchestrator.worker.transport import TcpView
 
 MESSAGE = 64  # bytes per message: one small segment
+TRAIN = 32768  # bytes per train (more than a slowed link's token bucket, 8 frames)
+TRAIN_CYCLE_S = 4.0  # each probe sends a train this often
+TRAINS_PER_S = 15.0  # all probes together at most
+TRAIN_GAP_S = 1.0  # a train's bytes this far apart from the last: a train cut short
+_MESSAGE_BYTE, _TRAIN_BYTE = b"p", b"t"  # the receiver tells a train's bytes by them
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 CONNECT_S = 5.0  # a probe not connected by then is reported failed (and kept trying)
 _BYTES_ACKED = 120  # struct tcp_info's tcpi_bytes_acked (orchestrator.worker.transport)
 _DSACK_DUPS = 216  # tcpi_dsack_dups (Linux 5.4+): segments the receiver said it had twice
@@ -60,6 +88,7 @@ class ProbeSpec:
     sport: int
     dst_ip: str
     dport: int
+    pace: int = 0  # the trains' pacing, bytes a second (0: the kernel's own)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProbeSpec:
@@ -71,6 +100,7 @@ class ProbeSpec:
             int(data["sport"]),
             str(data["dst_ip"]),
             int(data["dport"]),
+            int(data.get("pace", 0)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,6 +123,9 @@ def _client(probe: ProbeSpec) -> socket.socket:
     # the workers ask for: a probe's RTT swings by the queues it shares with the
     # collectives, and a timer a few ms above the RTT retransmits what was not lost
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * TRAIN)  # a train at once
+    if probe.pace > 0:
+        sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, probe.pace)
     sock.bind((probe.src_ip, probe.sport))
     sock.setblocking(False)
     code = sock.connect_ex((probe.dst_ip, probe.dport))
@@ -120,6 +153,39 @@ def read_view(sock: socket.socket) -> tuple[int, TcpView, int] | None:
     return acked, TcpView.parse(info), dups
 
 
+@dataclass
+class Arrival:
+    """A train arriving at its receiver: when its bytes came (kernel timestamps)."""
+
+    probe: int
+    bytes: int = 0
+    first: float = 0.0
+    first_bytes: int = 0
+    half: float | None = None
+    half_bytes: int = 0
+    last: float = 0.0
+
+    def add(self, n: int, t: float, whole: int) -> None:
+        if self.bytes == 0:
+            self.first, self.first_bytes = t, n
+        self.bytes += n
+        if self.half is None and self.bytes >= whole / 2:
+            self.half, self.half_bytes = t, self.bytes
+        self.last = t
+
+    def row(self) -> list[Any]:
+        half = self.half if self.half is not None else self.last
+        return [
+            self.probe,
+            self.bytes,
+            round(self.first, 6),
+            self.first_bytes,
+            round(half, 6),
+            self.half_bytes or self.bytes,
+            round(self.last, 6),
+        ]
+
+
 class Prober:
     """The loop of the module docstring over already opened sockets."""
 
@@ -130,20 +196,33 @@ class Prober:
         out: TextIO,
         interval: float,
         sample: float,
+        *,
+        senders: Mapping[tuple[str, int], int] | None = None,
+        train: int = 0,
+        train_cycle: float = TRAIN_CYCLE_S,
     ) -> None:
         self.listeners = listeners
         self.clients = clients
         self.out = out
         self.interval = interval
         self.sample = sample
+        # (source address, port) -> probe, to name the trains a receiver got
+        self.senders = dict(senders or {})
+        self.train = train
+        self.train_every = max(train_cycle / max(len(clients), 1), 1.0 / TRAINS_PER_S)
         self.accepted: list[socket.socket] = []
+        self.peers: dict[socket.socket, int] = {}  # accepted socket -> its probe
+        self.arriving: dict[socket.socket, Arrival] = {}
+        self.arrived: list[list[Any]] = []  # trains complete since the last sample
+        self.pending: dict[int, int] = {}  # probe -> bytes of its train still to send
+        self.turn = 0  # the next probe to send a train, in id order
         self.connected: set[int] = set()
         self.failed: dict[int, str] = {}  # probes whose socket could not be made
         self.stopping = False
 
     def run(self, began: float) -> None:
-        payload = b"p" * MESSAGE
-        next_send = next_sample = time.monotonic()
+        payload = _MESSAGE_BYTE * MESSAGE
+        next_send = next_sample = next_train = time.monotonic()
         reported = False
         while not self.stopping:
             now = time.monotonic()
@@ -151,12 +230,18 @@ class Prober:
                 for probe, sock in self.clients.items():
                     if probe not in self.connected and self._connected(sock):
                         self.connected.add(probe)
-                    if probe in self.connected:
+                    if probe in self.connected and probe not in self.pending:
                         with contextlib.suppress(BlockingIOError, InterruptedError):
                             sock.send(payload)
                 next_send += self.interval
                 if next_send < now:  # fell behind (a busy machine): no burst to catch up
                     next_send = now + self.interval
+            if self.train and now >= next_train:
+                self._start_train()
+                next_train += self.train_every
+                if next_train < now:
+                    next_train = now + self.train_every
+            self._send_trains()
             if now >= next_sample:
                 if not reported and (
                     len(self.connected) == len(self.clients) or now - began >= CONNECT_S
@@ -168,11 +253,35 @@ class Prober:
                 next_sample += self.sample
                 if next_sample < now:
                     next_sample = now + self.sample
-            self._drain(max(0.0, min(next_send, next_sample) - time.monotonic()))
+            wake = min(next_send, next_sample, next_train if self.train else next_send)
+            self._drain(max(0.0, wake - time.monotonic()))
         if not reported:
             self._header(time.time())
         self._sample()
         self.out.flush()
+
+    def _start_train(self) -> None:
+        """The next connected probe in turn, if its last train has gone, starts one."""
+        order = sorted(self.clients)
+        for k in range(len(order)):
+            probe = order[(self.turn + k) % len(order)]
+            if probe in self.connected and probe not in self.pending:
+                self.pending[probe] = self.train
+                self.turn = (self.turn + k + 1) % len(order)
+                return
+
+    def _send_trains(self) -> None:
+        for probe, left in list(self.pending.items()):
+            try:
+                sent = self.clients[probe].send(_TRAIN_BYTE * min(left, 65536))
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:  # a broken connection: its train is lost, as its messages are
+                sent = left
+            if sent >= left:
+                del self.pending[probe]
+            else:
+                self.pending[probe] = left - sent
 
     def _connected(self, sock: socket.socket) -> bool:
         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
@@ -197,38 +306,80 @@ class Prober:
             if view is not None:
                 acked, tcp, dups = view
                 rows.append([probe, acked, tcp.retrans, tcp.rtt_us, tcp.unacked, dups])
-        self.out.write(json.dumps({"t": round(t, 4), "v": rows}, separators=(",", ":")) + "\n")
+        line: dict[str, Any] = {"t": round(t, 4), "v": rows}
+        if self.arrived:
+            line["tr"], self.arrived = self.arrived, []
+        self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.out.flush()
 
     def _drain(self, timeout: float) -> None:
-        """Accept and read (and forget) what the probes' receivers got, up to ``timeout``."""
+        """Accept and read what the probes' receivers got, up to ``timeout``: the
+        messages are forgotten, the trains' arrivals noted."""
         readable = [*self.listeners, *self.accepted]
+        writable = [self.clients[p] for p in self.pending]
         try:
-            ready, _, _ = select.select(readable, [], [], timeout)
+            ready, _, _ = select.select(readable, writable, [], timeout)
         except InterruptedError:
             return
         for sock in ready:
             if sock in self.listeners:
                 with contextlib.suppress(BlockingIOError, InterruptedError):
-                    conn, _ = sock.accept()
+                    conn, peer = sock.accept()
                     conn.setblocking(False)
+                    with contextlib.suppress(OSError):
+                        conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
                     self.accepted.append(conn)
+                    probe = self.senders.get((str(peer[0]), int(peer[1])))
+                    if probe is not None:
+                        self.peers[conn] = probe
                 continue
             try:
-                data = sock.recv(65536)
+                data, ancillary, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(16))
             except (BlockingIOError, InterruptedError):
                 continue
             except OSError:
-                data = b""
+                data, ancillary = b"", []
             if not data:
                 self.accepted.remove(sock)
+                self.peers.pop(sock, None)
+                self.arriving.pop(sock, None)
                 sock.close()
+                continue
+            self._arrive(sock, data.count(_TRAIN_BYTE), _stamp(ancillary))
+
+    def _arrive(self, sock: socket.socket, n: int, t: float) -> None:
+        probe = self.peers.get(sock)
+        if probe is None or not self.train:
+            return
+        train = self.arriving.get(sock)
+        if train is not None and n and t - train.last > TRAIN_GAP_S:
+            self.arrived.append(train.row())  # cut short (a loss, a hole): as far as it came
+            del self.arriving[sock]
+            train = None
+        if n == 0:
+            return
+        if train is None:
+            train = self.arriving[sock] = Arrival(probe)
+        train.add(n, t, self.train)
+        if train.bytes >= self.train:
+            self.arrived.append(train.row())
+            del self.arriving[sock]
 
     def close(self) -> None:
         for sock in [*self.listeners, *self.accepted, *self.clients.values()]:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
             sock.close()
+
+
+def _stamp(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """The kernel's receive timestamp of what a read returned (the last segment in it);
+    the clock now if there is none."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return seconds + nanoseconds * 1e-9
+    return time.time()
 
 
 def open_prober(plan: Mapping[str, Any], out: TextIO) -> Prober:
@@ -266,6 +417,9 @@ def open_prober(plan: Mapping[str, Any], out: TextIO) -> Prober:
         out,
         float(plan.get("interval", 0.05)),
         float(plan.get("sample", 0.1)),
+        senders={(p.src_ip, p.sport): p.id for p in probes},
+        train=int(plan.get("train", 0)),
+        train_cycle=float(plan.get("train_cycle", TRAIN_CYCLE_S)),
     )
     prober.failed = {i: s for i, s in made.items() if isinstance(s, str)}
     return prober

@@ -1,0 +1,146 @@
+"""The probe mesh's trains: the prober sending and timing them over real TCP on loopback,
+and the diagnosis placing a slow link from their rates (orchestrator.testbed.prober,
+orchestrator.diagnosis.trains). Paths are astral-small's (tests.unit.test_probes); its
+links are 20 Mbit/s emulated."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from orchestrator.diagnosis import diagnose
+from orchestrator.diagnosis.evidence import direction_map
+from orchestrator.diagnosis.proberecord import ProbeRecord, Train
+from orchestrator.diagnosis.trains import readings, slow_directions
+from orchestrator.testbed.prober import TRAIN, Prober
+from tests.helpers import preset_description
+from tests.unit.test_diagnosis import T0, observations
+from tests.unit.test_probes import DOWN_A0, DOWN_A1, ELSEWHERE, record
+from topologies.description import FabricDescription
+
+RATE = 20e6  # astral-small's links, emulated bit/s
+
+
+@pytest.fixture(scope="module")
+def astral() -> FabricDescription:
+    return preset_description("astral-small")
+
+
+def train(t: float, share: float) -> Train:
+    """A train whose first bytes came at ``t`` (s from T0) and whose second half came at
+    ``share`` of a 20 Mbit/s link."""
+    half = T0 + t + 0.002
+    return Train(TRAIN, T0 + t, 1448, half, TRAIN // 2, half + (TRAIN // 2) * 8 / (share * RATE))
+
+
+def with_trains(
+    rec: ProbeRecord, slow: dict[int, tuple[float, float]], until: float = 20.0
+) -> ProbeRecord:
+    """Every probe sends a train every 2 s (probe i at 0.3 i s past each); those of
+    ``slow`` (probe -> from, to in s) come at 0.2 of the link's rate then, all others at
+    1.3 (an idle path, at the pace)."""
+    rec.train = TRAIN
+    for pid, probe in rec.probes.items():
+        for k in range(int(until / 2)):
+            t = 2.0 * k + 0.3 * pid
+            window = slow.get(pid)
+            share = 0.2 if window and window[0] <= t <= window[1] else 1.3
+            probe.trains.append(train(t, share))
+    return rec
+
+
+CASES = DOWN_A1 + DOWN_A0 + ELSEWHERE  # probes 0-2 cross p1r0a1>p1r0t0, 3-4 p1r0t0 too
+
+
+def test_trains_slow_across_one_direction_and_only_they_make_it_slow(
+    astral: FabricDescription,
+) -> None:
+    slow = {i: (4.0, 12.0) for i in range(3)}
+    obs = observations(astral, probes=with_trains(record(CASES, {}), slow))
+    top = diagnose(obs).ranked[0]
+    assert top.key() == ("link", "p1r0a1>p1r0t0", "slow"), diagnose(obs).render()
+    assert top.evidence[0].startswith("probe trains: 13 trains in a row across p1r0a1>p1r0t0")
+    assert round(top.onset - T0, 1) == 4.0  # type: ignore[operator]
+    # the probes' other links: each was crossed by a fast train too, or only by these
+    assert [s.target for s in slow_directions(obs)] == ["p1r0a1>p1r0t0"]
+
+
+def test_a_slow_train_behind_a_busy_link_is_congestion(astral: FabricDescription) -> None:
+    slow = {i: (4.0, 12.0) for i in range(3)}
+    port = obs_port(astral, "p1r0a1>p1r0t0")
+    # the port sent at 0.9 of its rate all along: the trains had a share of a busy link
+    rows = [(T0 - 2 + k * 0.5, 0, int(0.9 * RATE / 8 * k * 0.5), 0, 0) for k in range(50)]
+    obs = observations(astral, probes=with_trains(record(CASES, {}), slow), counters={port: rows})
+    assert not slow_directions(obs), diagnose(obs).render()
+    assert {r.verdict for r in readings(obs) if r.share < 0.45} == {"busy"}
+
+
+def test_every_train_slow_at_once_is_the_machine_not_a_link(astral: FabricDescription) -> None:
+    slow = {i: (4.0, 12.0) for i in range(len(CASES))}
+    obs = observations(astral, probes=with_trains(record(CASES, {}), slow))
+    assert not slow_directions(obs), diagnose(obs).render()
+
+
+def test_trains_slow_only_when_their_probe_lost_are_a_loss_not_a_slow_link(
+    astral: FabricDescription,
+) -> None:
+    # probes 0-2 retransmit during each of their trains from 4 s to 12 s
+    lost = {i: {"lost": [2.0 * k + 0.3 * i + 0.05 for k in range(2, 7)]} for i in range(3)}
+    slow = {i: (4.0, 12.0) for i in range(3)}
+    obs = observations(astral, probes=with_trains(record(CASES, lost), slow))
+    assert not slow_directions(obs), diagnose(obs).render()
+
+
+def test_a_train_cut_short_or_read_in_one_go_has_no_rate() -> None:
+    whole = train(0.0, 0.5)
+    assert whole.tail_bps(TRAIN) == pytest.approx(0.5 * RATE)
+    cut = Train(TRAIN // 2, T0, 1448, T0 + 0.01, TRAIN // 4, T0 + 0.02)
+    assert cut.tail_bps(TRAIN) is None
+    one_read = Train(TRAIN, T0, 1448, T0 + 0.01, TRAIN, T0 + 0.01)
+    assert one_read.tail_bps(TRAIN) is None
+
+
+def obs_port(description: FabricDescription, direction: str) -> tuple[str, int]:
+    port = direction_map(description)[direction].tx_at
+    assert port is not None
+    return port
+
+
+def test_the_prober_sends_trains_and_times_their_arrival_on_loopback() -> None:
+    """Two probes over real TCP on 127.0.0.1: each sends its train in turn, and the
+    receiver's line names the probe, counts every byte and has kernel timestamps in
+    order."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    clients, senders = {}, {}
+    for pid in (1, 2):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        clients[pid] = sock
+        senders[("127.0.0.1", sock.getsockname()[1])] = pid
+    out = io.StringIO()
+    prober = Prober(
+        [listener], clients, out, 0.05, 0.1, senders=senders, train=TRAIN, train_cycle=0.4
+    )
+    thread = threading.Thread(target=prober.run, args=(time.monotonic(),))
+    thread.start()
+    time.sleep(1.5)
+    prober.stopping = True
+    thread.join(timeout=5)
+    prober.close()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    trains = [row for line in lines for row in line.get("tr", ())]
+    assert {row[0] for row in trains} == {1, 2}, lines[:3]
+    for _, n, first, first_n, half, half_n, last in trains:
+        assert n == TRAIN and 0 < first_n <= half_n <= n
+        assert first <= half <= last and abs(first - time.time()) < 10
