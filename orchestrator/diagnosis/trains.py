@@ -9,34 +9,36 @@ at the rate of the slowest link on its path once that link's token bucket is spe
 measured on astral-small at 20 Mbit/s, idle, 1.35 times the slowest link (the pace); a
 link slowed to a quarter gives 0.22, to half 0.50.
 
-A train also arrives slowly behind a collective's traffic: a link busy with a ring's
-connections gives it a share, 0.1-0.6 of the rate in the measurements. So a train counts
-as evidence only when nothing else explains it:
-
-- **slow** (:data:`SLOW_LINE`): its second half came at less than that share of its path's
-  slowest link, while no direction of its path carried :data:`BUSY` of its rate or more
-  (the ports' counters, :data:`BUSY_PAD_S` around the train) and no port of the fabric was
-  down (a failover reroutes);
-- **fast**: at :data:`FAST_LINE` or more: every link of its path was at least that fast;
-- **excused** otherwise (busy, lossy, a port down): neither.
+A train also arrives slowly behind other traffic: its segments queue behind a collective's
+on a busy link, and its second half waits for the acknowledgements of its first, which
+queue on a busy link of the way back (and behind a slow link's full queue: trains whose
+acknowledgements crossed a slowed link came at 0.1-0.3 in the suites). So a train is
+evidence against a direction ``d`` of its way there or back (:meth:`Reading.slow_across`)
+when it came at under :data:`SLOW_LINE` of its path's slowest link while no other
+direction of its way carried :data:`BUSY` of its rate or more, none of the way back
+:data:`BUSY_BACK` (the ports' counters, :data:`BUSY_PAD_S` around the train), ``d`` itself
+less than :data:`OWN_MAX` (a link slowed below the line cannot carry that), and no port of
+the fabric was down (a failover reroutes). A train at :data:`FAST_LINE` or more clears the
+directions of its way there (its acknowledgements cross an idle slow link unhurt).
 
 A direction is slow when :data:`RUN_MIN` of the trains across it in a row, from
-:data:`PROBES_MIN` probes or more, were slow with none fast between them, while the trains
-elsewhere in the fabric were mostly not (:data:`ELSEWHERE_MAX`: a machine that stalls
-slows every train at once, and is no link's fault), and when one in :data:`CLEAN_PER` of
-them at least came without a retransmission: a slowed link's small queue overflows under a
-train and makes it retransmit too, but a lossy link's trains are slow only when they lost
-(a segment waits for a timer) and fast otherwise. The directions whose slow run is part of
-another's are dropped (a path's other links: the trains that crossed them and not the slow
-one came fast); directions with the same trains cannot be told apart and get the same
-score. Both directions of one link slow make the link ``A-B``.
+:data:`PROBES_MIN` probes or more, over :data:`RUN_SPAN_S` or more, were slow against it
+with none fast between them; when the trains elsewhere in the fabric meanwhile were mostly
+not (:data:`ELSEWHERE_MAX` of :data:`ELSEWHERE_MIN` or more: a machine that stalls slows
+every train at once, and is no link's fault); and when one in :data:`CLEAN_PER` of them at
+least came without a retransmission: a slowed link's small queue overflows under a train
+and makes it retransmit too, but a lossy link's trains are slow only when they lost (a
+segment waits for a timer) and fast otherwise. The directions are taken in rounds, the
+longest run first, its trains then explained: a path's other links, whose trains were the
+same ones or fewer, are not named. Directions with the same trains cannot be told apart
+and get the same score; both directions of one link make the link ``A-B``.
 
 What it cannot see: a link slowed to more than :data:`SLOW_LINE` of its path's slowest
-other link (a half-rate link reads 0.5, just above); a link slowed while a collective
-keeps it busy at :data:`BUSY` of its rate or more (the queues and the connections' paces
-have that case: :func:`orchestrator.diagnosis.detectors.sending_below_rate`); a fault
-shorter than the trains across its link take to come three times (a direction has a
-train every 1-2 s on the fabrics measured).
+other link (a half-rate link reads 0.5); a slow link in a fabric whose links are all busy
+(an all-to-all: every train is excused; the queues and the connections' paces have that
+case, :func:`orchestrator.diagnosis.detectors.sending_below_rate`); a fault shorter than
+the trains across its link take to come three times (a direction has a train every 1-2 s
+on the fabrics measured).
 """
 
 from __future__ import annotations
@@ -52,14 +54,18 @@ from orchestrator.diagnosis.model import Suspect
 from orchestrator.diagnosis.proberecord import Probe, directions
 from orchestrator.diagnosis.probes import as_links, down_windows
 
-SLOW_LINE = 0.45  # a train's second half under this share of its path's slowest link
+SLOW_LINE = 0.3  # a train's second half under this share of its path's slowest link
 FAST_LINE = 0.8  # ... at this share or more: its path was that fast
-BUSY = 0.4  # a direction that carried this share of its rate meanwhile explains a slow train
+BUSY = 0.4  # another direction of its path that carried this share of its rate meanwhile
+BUSY_BACK = 0.6  # ... or of its acknowledgements' path (they clock its second half)
+OWN_MAX = 0.5  # the direction itself carried this share or more: not slowed below the line
 BUSY_PAD_S = 0.3  # around the train, for the counters polled every 0.5 s
 RUN_MIN = 3  # slow trains in a row across a direction
 PROBES_MIN = 2  # ... from this many probes at least
-ELSEWHERE_MAX = 0.34  # of the other trains meanwhile, slow at most this share
+RUN_SPAN_S = 1.5  # ... over this long at least (one GPU's trains back to back are not a link)
 CLEAN_PER = 5  # of a run's trains, one in this many at least arrived without a loss
+ELSEWHERE_MIN = 5  # trains not across the link while the run lasted, at least
+ELSEWHERE_MAX = 0.34  # ... of which slow at most this share
 SCORE = 0.6  # a run of RUN_MIN trains from PROBES_MIN probes
 SCORE_STEP = 0.05  # per train beyond, and per probe beyond
 SCORE_MAX = 0.85
@@ -69,16 +75,39 @@ ROUNDS = 3  # directions taken in turn at most
 @dataclass(frozen=True)
 class Reading:
     """One train as evidence: when it arrived, its rate against its path's slowest link,
-    the directions it crossed, and whether it counts (slow, fast, or neither)."""
+    the directions it and its acknowledgements crossed and what each carried meanwhile."""
 
     probe: int
     first: float
     last: float
     share: float  # second half's rate / the slowest link of its path
     dirs: frozenset[str]
-    verdict: str  # "slow", "fast", or why it is excused: "busy", "down", "between"
-    busiest: float  # the highest share of its rate a direction of its path carried
+    back: frozenset[str]  # its acknowledgements' directions
+    loads: dict[str, float]  # direction -> share of its rate it carried meanwhile
+    down: bool  # a port of the fabric was down meanwhile (a failover reroutes)
     lost: bool  # its probe retransmitted while it arrived
+
+    @property
+    def ways(self) -> frozenset[str]:
+        """Both ways: a slow link on the acknowledgements' way slows the train too (its
+        second half waits for them)."""
+        return self.dirs | self.back
+
+    def slow_across(self, d: str) -> bool:
+        """Slow, and nothing but ``d``'s link explains it: no other direction of its way
+        busy, none of its acknowledgements' way very busy, ``d`` itself not carrying
+        what a link slowed below the line could not."""
+        if self.down or self.share >= SLOW_LINE or self.loads.get(d, 0.0) >= OWN_MAX:
+            return False
+        return not any(
+            load >= (BUSY if x in self.dirs else BUSY_BACK)
+            for x, load in self.loads.items()
+            if x != d
+        )
+
+    @property
+    def fast(self) -> bool:
+        return not self.down and self.share >= FAST_LINE
 
 
 def readings(obs: Observations) -> list[Reading]:
@@ -93,30 +122,30 @@ def readings(obs: Observations) -> list[Reading]:
             if not span[0] - 0.5 <= train.first <= span[1] + 1.0:
                 continue  # the warm-up: slow starts everywhere
             tail = train.tail_bps(rec.train)
-            path = [d for d in directions(rec.path_at(probe.id, train.first))]
-            dirs = [obs.directions[d] for d in path if d in obs.directions]
+            ways = directions(rec.path_at(probe.id, train.first))
+            dirs = [obs.directions[d] for d in ways if d in obs.directions]
+            back = [
+                obs.directions[d]
+                for d in directions(rec.back_at(probe.id, train.first))
+                if d in obs.directions
+            ]
             if tail is None or not dirs:
                 continue
-            share = tail / min(d.capacity_bps for d in dirs)
             a, b = train.first - BUSY_PAD_S, train.last + BUSY_PAD_S
-            loads = [x for x in (carried(obs, d, a, b) for d in dirs) if x is not None]
-            busiest = max(loads, default=0.0)
-            if any(x <= train.last and train.first <= y for x, y in downs):
-                verdict = "down"
-            elif share >= FAST_LINE:
-                verdict = "fast"
-            elif share >= SLOW_LINE:
-                verdict = "between"
-            elif busiest >= BUSY:
-                verdict = "busy"
-            else:
-                verdict = "slow"
+            loads = {d.name: carried(obs, d, a, b) for d in {*dirs, *back}}
             out.append(
                 Reading(
-                    probe.id, train.first, train.last, share, frozenset(d.name for d in dirs),
-                    verdict, busiest, _retransmitted(probe, train.first - 0.2, train.last + 0.2),
+                    probe.id,
+                    train.first,
+                    train.last,
+                    tail / min(d.capacity_bps for d in dirs),
+                    frozenset(d.name for d in dirs),
+                    frozenset(d.name for d in back),
+                    {d: x for d, x in loads.items() if x is not None},
+                    any(x <= train.last and train.first <= y for x, y in downs),
+                    _retransmitted(probe, train.first - 0.2, train.last + 0.2),
                 )
-            )  # fmt: skip
+            )
     return sorted(out, key=lambda r: r.first)
 
 
@@ -125,38 +154,42 @@ def slow_directions(obs: Observations) -> list[Suspect]:
     direction with the longest slow run (then the most probes), with any other whose run
     is the same trains; their trains are then explained, and the next round looks at the
     rest."""
-    counted = [r for r in readings(obs) if r.verdict in ("slow", "fast")]
+    reads = [r for r in readings(obs) if not r.down]
     found: dict[str, tuple[float, list[str], float]] = {}
+    explained: set[int] = set()
     for _ in range(ROUNDS):
-        runs = _runs(counted)
+        runs = _runs(reads, explained)
         if not runs:
             break
         best = max(runs, key=lambda d: (len(runs[d]), len({r.probe for r in runs[d]}), d))
         same = [d for d in runs if {id(r) for r in runs[d]} == {id(r) for r in runs[best]}]
         for d in same:
-            found[d] = _finding(obs, counted, d, runs[d])
-        explained = {id(r) for r in runs[best]}
-        counted = [r for r in counted if id(r) not in explained]
+            found[d] = _finding(obs, reads, d, runs[d])
+        explained |= {id(r) for r in runs[best]}
     return as_links(found, "slow")
 
 
-def _runs(counted: Sequence[Reading]) -> dict[str, list[Reading]]:
+def _runs(reads: Sequence[Reading], explained: set[int]) -> dict[str, list[Reading]]:
     """Each direction's longest slow run, where it qualifies."""
     runs: dict[str, list[Reading]] = {}
-    for d in sorted({d for r in counted for d in r.dirs}):
-        run = _longest_run([r for r in counted if d in r.dirs])
+    for d in sorted({d for r in reads for d in r.ways}):
+        across = [r for r in reads if d in r.ways and id(r) not in explained]
+        run = _longest_run(across, d)
         if len(run) < RUN_MIN or len({r.probe for r in run}) < PROBES_MIN:
+            continue
+        if run[-1].first - run[0].first < RUN_SPAN_S:
             continue
         if sum(1 for r in run if not r.lost) < max(1, len(run) // CLEAN_PER):
             continue  # slow because they lost (a lossy link's trains wait for a timer)
-        if _elsewhere_share(counted, d, run) > ELSEWHERE_MAX:
+        others = _elsewhere(reads, d, run)
+        if len(others) < ELSEWHERE_MIN or _slow_share(others) > ELSEWHERE_MAX:
             continue
         runs[d] = run
     return runs
 
 
 def _finding(
-    obs: Observations, counted: Sequence[Reading], d: str, run: Sequence[Reading]
+    obs: Observations, reads: Sequence[Reading], d: str, run: Sequence[Reading]
 ) -> tuple[float, list[str], float]:
     probes = {r.probe for r in run}
     score = min(
@@ -164,16 +197,17 @@ def _finding(
         SCORE + SCORE_STEP * (len(run) - RUN_MIN) + SCORE_STEP * (len(probes) - PROBES_MIN),
     )
     shares = [r.share for r in run]
-    others = _elsewhere(counted, d, run)
-    n_slow = sum(1 for r in others if r.verdict == "slow")
+    others = _elsewhere(reads, d, run)
+    busiest = max((x for r in run for k, x in r.loads.items() if k != d), default=0.0)
     ids = ", ".join(str(p) for p in sorted(probes)[:6]) + (" ..." if len(probes) > 6 else "")
     evidence = [
         f"probe trains: {len(run)} trains in a row across {d} from {len(probes)} probes "
         f"({ids}) between {rel(obs, run[0].first)} and {rel(obs, run[-1].last)} came at "
         f"{statistics.median(shares):.2f} of their path's slowest link (at most "
-        f"{max(shares):.2f}; a healthy idle path gives about 1.3), while no link of their "
-        f"paths carried {BUSY:.0%} of its rate (at most {max(r.busiest for r in run):.2f})",
-        f"the other trains meanwhile, not across this link: {n_slow} of {len(others)} slow",
+        f"{max(shares):.2f}; a healthy idle path gives about 1.3), while no other link of "
+        f"their ways was busy (at most {busiest:.2f} of its rate carried)",
+        f"the other trains meanwhile, not across this link: "
+        f"{sum(1 for r in others if r.share < SLOW_LINE)} of {len(others)} slow",
     ]
     return score, evidence, run[0].first
 
@@ -196,32 +230,35 @@ def carried(obs: Observations, d: Direction, start: float, end: float) -> float 
     return moved * 8 / (rows[j][0] - rows[i][0]) / d.capacity_bps
 
 
-def _longest_run(across: Sequence[Reading]) -> list[Reading]:
-    """The longest stretch of slow trains with no fast one between them."""
+def _longest_run(across: Sequence[Reading], d: str) -> list[Reading]:
+    """The longest stretch of trains slow across ``d`` with no fast one between them."""
     best: list[Reading] = []
     run: list[Reading] = []
     for r in across:
-        if r.verdict == "slow":
+        if r.slow_across(d):
             run.append(r)
             if len(run) > len(best):
                 best = list(run)
-        else:
+        elif r.fast and d in r.dirs:  # acknowledgements cross an idle slow link unhurt
             run = []
     return best
 
 
-def _elsewhere(counted: Sequence[Reading], d: str, run: Sequence[Reading]) -> list[Reading]:
-    """The counted trains that crossed neither ``d`` nor its link's other direction (a
-    slowed link is slow both ways) while its run lasted."""
+def _elsewhere(reads: Sequence[Reading], d: str, run: Sequence[Reading]) -> list[Reading]:
+    """The trains that crossed neither direction of ``d``'s link (a slowed link is slow
+    both ways) while its run lasted."""
     a, b = run[0].first, run[-1].last
+    link = _link(d)
+    return [r for r in reads if not link & r.ways and r.last >= a and r.first <= b]
+
+
+def _slow_share(reads: Sequence[Reading]) -> float:
+    return sum(1 for r in reads if r.share < SLOW_LINE) / len(reads) if reads else 0.0
+
+
+def _link(d: str) -> set[str]:
     src, dst = d.split(">", 1)
-    link = {d, f"{dst}>{src}"}
-    return [r for r in counted if not link & r.dirs and r.last >= a and r.first <= b]
-
-
-def _elsewhere_share(counted: Sequence[Reading], d: str, run: Sequence[Reading]) -> float:
-    others = _elsewhere(counted, d, run)
-    return sum(1 for r in others if r.verdict == "slow") / len(others) if others else 0.0
+    return {d, f"{dst}>{src}"}
 
 
 def _retransmitted(probe: Probe, start: float, end: float) -> bool:

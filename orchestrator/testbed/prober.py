@@ -200,6 +200,7 @@ class Prober:
         senders: Mapping[tuple[str, int], int] | None = None,
         train: int = 0,
         train_cycle: float = TRAIN_CYCLE_S,
+        order: list[int] | None = None,
     ) -> None:
         self.listeners = listeners
         self.clients = clients
@@ -215,7 +216,10 @@ class Prober:
         self.arriving: dict[socket.socket, Arrival] = {}
         self.arrived: list[list[Any]] = []  # trains complete since the last sample
         self.pending: dict[int, int] = {}  # probe -> bytes of its train still to send
-        self.turn = 0  # the next probe to send a train, in id order
+        # the turns of the trains: the probes of one GPU spread out (back to back, one
+        # GPU's link would carry several trains at once, and read slow for its own)
+        self.order = [p for p in (order or sorted(clients)) if p in clients]
+        self.turn = 0  # the next probe in that order to send a train
         self.connected: set[int] = set()
         self.failed: dict[int, str] = {}  # probes whose socket could not be made
         self.stopping = False
@@ -262,7 +266,7 @@ class Prober:
 
     def _start_train(self) -> None:
         """The next connected probe in turn, if its last train has gone, starts one."""
-        order = sorted(self.clients)
+        order = self.order
         for k in range(len(order)):
             probe = order[(self.turn + k) % len(order)]
             if probe in self.connected and probe not in self.pending:
@@ -382,6 +386,21 @@ def _stamp(ancillary: list[tuple[int, int, bytes]]) -> float:
     return time.time()
 
 
+def interleaved(probes: list[ProbeSpec]) -> list[int]:
+    """The probes' ids taking each source GPU in turn: a GPU's probes as far apart as the
+    GPUs allow."""
+    by_source: dict[str, list[int]] = {}
+    for p in sorted(probes, key=lambda p: p.id):
+        by_source.setdefault(p.src, []).append(p.id)
+    queues = [by_source[src] for src in sorted(by_source)]
+    out = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                out.append(queue.pop(0))
+    return out
+
+
 def open_prober(plan: Mapping[str, Any], out: TextIO) -> Prober:
     """The listeners (one per destination address and port) and the probes' sockets of
     ``plan``, each made in its GPU's namespace."""
@@ -420,6 +439,7 @@ def open_prober(plan: Mapping[str, Any], out: TextIO) -> Prober:
         senders={(p.src_ip, p.sport): p.id for p in probes},
         train=int(plan.get("train", 0)),
         train_cycle=float(plan.get("train_cycle", TRAIN_CYCLE_S)),
+        order=interleaved(probes),
     )
     prober.failed = {i: s for i, s in made.items() if isinstance(s, str)}
     return prober
