@@ -98,6 +98,7 @@ class ProbeRecord:
     # bundle's, in the observations
     queues: dict[Port, list[tuple[float, int, int, int]]] | None = None
     train: int = 0  # bytes per train (0: the prober sent none)
+    skipped: int = 0  # trains not sent because their paths were busy
 
     def path_at(self, probe: int, t: float) -> list[Hop]:
         """The probe's path as last traced at or before ``t`` (the first tracing's
@@ -166,6 +167,7 @@ def _add_samples(record: ProbeRecord, lines: Iterable[str]) -> None:
                 probe.samples.append(
                     (float(row["t"]), acked, retrans, rtt, unacked, dups[0] if dups else 0)
                 )
+        record.skipped += int(row.get("ts", 0))
         for pid, n, first, first_n, half, half_n, last in row.get("tr", ()):
             probe = record.probes.get(int(pid))
             if probe is not None:

@@ -68,6 +68,8 @@ TRAIN = 32768  # bytes per train (more than a slowed link's token bucket, 8 fram
 TRAIN_CYCLE_S = 4.0  # each probe sends a train this often
 TRAINS_PER_S = 15.0  # all probes together at most
 TRAIN_GAP_S = 1.0  # a train's bytes this far apart from the last: a train cut short
+QUIET_US = 3000  # a path is quiet for a train when its smoothed RTT is within this of its least
+_TCPI_RTT, _TCPI_MIN_RTT = 68, 148  # struct tcp_info: tcpi_rtt, tcpi_min_rtt (microseconds)
 _MESSAGE_BYTE, _TRAIN_BYTE = b"p", b"t"  # the receiver tells a train's bytes by them
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -220,6 +222,7 @@ class Prober:
         # GPU's link would carry several trains at once, and read slow for its own)
         self.order = [p for p in (order or sorted(clients)) if p in clients]
         self.turn = 0  # the next probe in that order to send a train
+        self.skipped = 0  # trains not sent since the last sample: their paths were busy
         self.connected: set[int] = set()
         self.failed: dict[int, str] = {}  # probes whose socket could not be made
         self.stopping = False
@@ -265,14 +268,21 @@ class Prober:
         self.out.flush()
 
     def _start_train(self) -> None:
-        """The next connected probe in turn, if its last train has gone, starts one."""
+        """The next connected probe in turn whose last train has gone and whose path is
+        quiet (:func:`quiet`) starts one; a probe on a busy path waits for its next turn
+        (:attr:`skipped` counts them)."""
         order = self.order
         for k in range(len(order)):
             probe = order[(self.turn + k) % len(order)]
-            if probe in self.connected and probe not in self.pending:
-                self.pending[probe] = self.train
-                self.turn = (self.turn + k + 1) % len(order)
-                return
+            if probe not in self.connected or probe in self.pending:
+                continue
+            if not quiet(self.clients[probe]):
+                self.skipped += 1
+                continue
+            self.pending[probe] = self.train
+            self.turn = (self.turn + k + 1) % len(order)
+            return
+        self.turn = (self.turn + 1) % max(len(order), 1)
 
     def _send_trains(self) -> None:
         for probe, left in list(self.pending.items()):
@@ -313,6 +323,8 @@ class Prober:
         line: dict[str, Any] = {"t": round(t, 4), "v": rows}
         if self.arrived:
             line["tr"], self.arrived = self.arrived, []
+        if self.skipped:
+            line["ts"], self.skipped = self.skipped, 0
         self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.out.flush()
 
@@ -349,6 +361,8 @@ class Prober:
                 self.arriving.pop(sock, None)
                 sock.close()
                 continue
+            with contextlib.suppress(OSError):  # acknowledge at once (see quiet())
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             self._arrive(sock, data.count(_TRAIN_BYTE), _stamp(ancillary))
 
     def _arrive(self, sock: socket.socket, n: int, t: float) -> None:
@@ -374,6 +388,25 @@ class Prober:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
             sock.close()
+
+
+def quiet(sock: socket.socket) -> bool:
+    """Whether the probe's path is quiet enough for a train: its smoothed RTT within
+    :data:`QUIET_US` of the least it has seen. A train on a busy path measures the path's
+    traffic, not its links (the diagnosis excuses it), and costs that traffic: 32 kB at
+    1.5 times a link's rate into a queue a collective keeps full makes the collective
+    lose packets (measured: a pinned ring lost 7 % of its bus bandwidth to trains sent
+    regardless). The receivers acknowledge at once (``TCP_QUICKACK`` after every read) so
+    that the RTT is the path's, not the delayed acknowledgement's 40 ms."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    except OSError:
+        return False
+    if len(info) < _TCPI_MIN_RTT + 4:
+        return True  # an old kernel: no least RTT to compare with
+    (rtt,) = struct.unpack_from("I", info, _TCPI_RTT)
+    (least,) = struct.unpack_from("I", info, _TCPI_MIN_RTT)
+    return bool(rtt) and rtt <= least + QUIET_US
 
 
 def _stamp(ancillary: list[tuple[int, int, bytes]]) -> float:
