@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.diagnosis import diagnose
+from orchestrator.diagnosis import detectors, diagnose, probes
 from orchestrator.diagnosis.proberecord import (
     Probe,
     ProbeFollower,
@@ -303,6 +303,18 @@ def test_a_switch_that_alone_drops_silently_under_congestion_is_lossy_where_its_
         astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=quiet, queues=queues
     )
     assert diagnose(obs).healthy, diagnose(obs).render()
+    # the same leak beside ten times as many discards from full queues: the queues' count
+    # lagging the ports', as at a congested switch of a healthy run
+    busy = {("p1r0a1", 1): [(t, 100 * k, 10 * k, 1500) for k, t in enumerate(times)]}
+    counters = {
+        ("p1r0a1", 1): [
+            (t, 0, 0, 100 * k, 100 * k - 10 * k - silent[k]) for k, t in enumerate(times)
+        ]
+    }
+    obs = observations(
+        astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=counters, queues=busy
+    )
+    assert not probes.leaking_egress(obs, detectors.switch_leaks(obs)), diagnose(obs).render()
 
 
 def test_a_hole_on_the_acknowledgements_way_is_found_there(astral: FabricDescription) -> None:
