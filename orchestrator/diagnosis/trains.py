@@ -94,9 +94,9 @@ class Reading:
         return self.dirs | self.back
 
     def slow_across(self, d: str) -> bool:
-        """Slow, and nothing but ``d``'s link explains it: no other direction of its way
-        busy, none of its acknowledgements' way very busy, ``d`` itself not carrying
-        what a link slowed below the line could not."""
+        """Slow, and nothing but ``d`` explains it: no other direction of its way busy,
+        none of its acknowledgements' way very busy, ``d`` itself not carrying what a
+        link slowed below the line could not."""
         if self.down or self.share >= SLOW_LINE or self.loads.get(d, 0.0) >= OWN_MAX:
             return False
         return not any(
