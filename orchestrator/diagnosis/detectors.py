@@ -92,6 +92,7 @@ LIVE_LAG_S = 0.5
 STALL_S = 1.0  # no byte acknowledged for this long with data outstanding (an RTO after a
 # shaper drop stalls a connection for 0.2-0.6 s; a hole, for as long as it lasts)
 RETRANS_MIN = 40  # segments: a lost 64 KiB packet is 45 of them; fewer is a shaper's tail drop
+CONGESTION_SHARE = 0.2  # full queues' discards on a lossy GPU egress's paths, x its retransmissions
 RETRANS_FACTOR = 4.0  # x the median connection's
 BOTH_ENDS_MIN = 16  # ... and below this at the fewer end, the transport must agree
 BOTH_ENDS_SURE = 40  # packets unexplained at each end of a link: a loss on it, surely
@@ -1367,12 +1368,41 @@ def _explain(
                 factor = 0.3
         elif leaks and bad_switches & set(leaks):
             factor = 0.3  # a switch on these paths dropped them, not this GPU's egress
+        elif fault == "lossy" and (discarded := _congestion_discards(obs, bad)):
+            factor = 0.3  # a GPU's egress with full queues downstream: congestion
+            evidence.append(
+                f"but full queues on their paths discarded {discarded:,} packets: "
+                "their retransmissions are congestion's"
+            )
         out.append(
             Suspect("link", name, fault, 0.85 * recall * precision * factor, evidence, onset)
         )
     if leaks and fault == "lossy":
         out += _beyond_first_hop(obs, bad, leaks, lead, onset)
     return out
+
+
+def _congestion_discards(obs: Observations, conns: Sequence[ConnectionView]) -> int:
+    """Packets the egress queues on ``conns``' paths discarded from full queues over the
+    run (each port once), when they are :data:`CONGESTION_SHARE` or more of the segments
+    the connections retransmitted (a discarded packet may be a GSO packet of many
+    segments); else 0. A ring's connection whose bottleneck is a switch queue rather than
+    its own NIC (which backpressures instead of dropping) retransmits what that queue
+    discards, and its GPU's link out, which only it crosses, looked lossy (healthy runs:
+    a pinned ring on astral-2pod-3x2, 124 segments beside 648 discards, 0.85; an ECMP
+    ring on fat-tree-2pod-r6-2gpu, 63 beside 23, 0.85)."""
+    if not obs.queues:
+        return 0
+    span = _span(obs)
+    ports = {(h.node, h.out_port) for c in conns for h in c.path[1:] if h.out_port is not None}
+    discarded = sum(obs.queue_drops(port, *span) or 0 for port in ports if port in obs.queues)
+    retransmitted = sum(retransmissions(c, *span) for c in conns)
+    return discarded if discarded and discarded >= CONGESTION_SHARE * retransmitted else 0
+
+
+def _span(obs: Observations) -> tuple[float, float]:
+    span = obs.span
+    return (span[0], span[1] + 1.0) if span is not None else (0.0, math.inf)
 
 
 def _link_directions(obs: Observations) -> dict[str, list[Direction]]:

@@ -252,7 +252,7 @@ def leaking_egress(obs: Observations, leaks: Mapping[str, Leak]) -> list[Suspect
         return []
     if leaks[switch].silent < max(ALONE_MIN, ALONE_SHARE * total):
         return []
-    if leaks[switch].silent < OVER_QUEUED * leaks[switch].queued:
+    if leaks[switch].silent < OVER_QUEUED * (leaks[switch].queued or 0):
         return []  # the queues' count lagging the ports' at a congested switch
     per: dict[str, list[_Unit]] = {}
     for u in _units(obs, excuse_discards=False):

@@ -859,6 +859,10 @@ def test_retransmissions_no_counter_explains_are_a_loss_on_the_link_out_of_their
     # a queue on its path discarding all along: congestion's drops explain them
     full = {**quiet, ("p0r1a0", out[2].out_port): discarding(400)}
     assert not uncounted_losses(observations(astral, connections=conns, queues=full))
+    # ... and the transport's own rule does not blame the GPU's link out for them either
+    # (the link only this connection crosses)
+    congested = diagnose(observations(astral, connections=conns, queues=full))
+    assert congested.healthy, congested.render()
     # a healthy run's few unexplained retransmissions are nothing
     conns[0] = connection(1, 1, 4, out, retrans=6)
     assert not uncounted_losses(observations(astral, connections=conns, queues=quiet))
