@@ -446,7 +446,8 @@ def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -
         "sizes": {"min": size, "max": size},
         "iterations": iterations_for(spec, scenario.collective),
         "warmup": 1,
-        "placement": {"gpus": RANKS},
+        # a fabric with fewer GPUs runs them all (the ranks of ring_gpus)
+        "placement": {"gpus": min(RANKS, len(build_fabric(spec).gpus))},
         "scale": SCALE,
     }
     entry = scenario.fault_entry()

@@ -92,7 +92,7 @@ def test_every_scenario_is_a_valid_experiment_on_its_fabric(
         ref, spec = fabrics[scenario.fabric]
         document = bench.experiment_document(scenario, ref, spec)
         parsed = parse_experiment(document, "test", REPO)
-        assert len(parsed.gpus) == bench.RANKS
+        assert len(parsed.gpus) == min(bench.RANKS, len(models[scenario.fabric].gpus))
         assert len(parsed.faults) == (0 if scenario.kind is None else 1)
         fabric = models[scenario.fabric]
         if scenario.kind is None:
@@ -314,3 +314,22 @@ def test_a_slower_core_shrinks_the_operation_so_a_fault_spans_several(bench: Mod
     assert bench.size_for(over) == 512 << 10
     far = parse_fabric_spec(base | {"oversubscription": {"tor": 1, "agg": 15}}, "x")
     assert bench.size_for(far) == 256 << 10
+
+
+def test_a_fabric_with_fewer_gpus_than_the_ranks_runs_them_all(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """A fabric not in the repository with 6 GPUs: every scenario is a valid experiment
+    placing all 6 (the suite's runs asked for 8 and failed before bring-up)."""
+    small = tmp_path / "astral-1pod-3x2.yaml"
+    small.write_text(
+        "name: astral-1pod-3x2\nkind: astral\npods: 1\nservers_per_pod: 3\n"
+        "gpus_per_server: 2\nnic_ports: 1\nswitch: {radix: 4, down_ports: 2}\n"
+        "oversubscription: {tor: 2, agg: 1}\nemulation: {scale: 1.0e-4}\n"
+    )
+    resolved = bench.resolve_fabrics([str(small)], tmp_path / "out")
+    built = {name: build_fabric(spec) for name, (_, spec) in resolved.items()}
+    for scenario in bench.suite(built, POLICIES, bench.KINDS, 2, 2, 5):
+        ref, spec = resolved[scenario.fabric]
+        parsed = parse_experiment(bench.experiment_document(scenario, ref, spec), "test", REPO)
+        assert len(parsed.gpus) == 6
