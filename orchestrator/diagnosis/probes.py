@@ -222,7 +222,21 @@ def probe_losses(obs: Observations) -> list[Suspect]:
                 else "; every lossy probe crossed it"
             ),
         ]
-        found[best] = (score, evidence, first)
+        # the directions every one of these probes crossed, and no other lossy probe:
+        # the probes cannot tell them from the chosen one (a GPU's probes all leave by
+        # its link, and its ToR may send them all up one uplink)
+        twins = [
+            d for d in support
+            if d != best and support[d] == support[best] and lost[d] == lost[best]
+            and d not in found and _reverse(d) != best
+        ]  # fmt: skip
+        if twins:
+            evidence.append(
+                f"the probes cannot tell {best} from {', '.join(sorted(twins))}: the same "
+                "probes crossed them, and no other"
+            )
+        for d in [best, *twins]:
+            found[d] = (score, evidence, first)
         lossy = [u for u in lossy if best not in u.dirs]
     return as_links(found, "lossy")
 

@@ -396,3 +396,23 @@ def test_a_replayed_look_sees_the_probes_and_queues_up_to_its_instant(
     assert cut.probes is not None and cut.probes.queues is not None
     assert max(r[0] for r in cut.probes.queues[("p1r0a1", 1)]) <= T0 + 3.0
     assert max(s[0] for s in cut.probes.probes[0].samples) <= T0 + 3.0
+
+
+def test_directions_the_same_lossy_probes_and_only_they_crossed_are_named_alike(
+    astral: FabricDescription,
+) -> None:
+    # three probes from one GPU, all up one ToR uplink, and no other probe on either:
+    # the loss may be on the GPU's link or on the uplink, and both are named alike
+    one_gpu = [
+        ("p0s0g1", dst, ("p0s0g1", "p0r1t0", "p0r1a1", "c2", agg, tor, dst))
+        for dst, agg, tor in (
+            ("p1s0g1", "p1r1a1", "p1r1t0"),
+            ("p1s1g1", "p1r1a1", "p1r1t1"),
+            ("p0s1g1", "p0r1a1", "p0r1t1"),
+        )
+    ]
+    lossy = {i: {"lost": [2.0 + i, 4.0 + i, 6.0]} for i in range(3)}
+    obs = observations(astral, probes=record(one_gpu + ELSEWHERE, lossy))
+    named = {s.target: s.score for s in probes.probe_losses(obs)}
+    assert {"p0s0g1>p0r1t0", "p0r1t0>p0r1a1", "p0r1a1>c2"} <= set(named), named
+    assert len(set(named.values())) == 1
