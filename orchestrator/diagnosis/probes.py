@@ -182,20 +182,23 @@ def probe_losses(obs: Observations) -> list[Suspect]:
             for d in u.dirs:
                 support.setdefault(d, set()).add(u.probe.id)
                 lost[d] += u.lost
-        # on a tie, the other direction of a link already found (one fault on a link
-        # rather than two), then the more segments lost
-        best = max(support, key=lambda d: (len(support[d]), _reverse(d) in found, lost[d], d))
+        # on a tie, the one fewer probes crossed cleanly while the lossy ones lost (a
+        # direction the same lossy probes crossed, and clean ones too, is less likely),
+        # then the other direction of a link already found (one fault on a link rather
+        # than two), then the more segments lost
+        most = max(len(v) for v in support.values())
+        clean = {d: _clean(units, lossy, d, support[d]) for d in support if len(support[d]) == most}
+        best = max(
+            clean,
+            key=lambda d: (-len(clean[d]), _reverse(d) in found, lost[d], d),
+        )
         witnesses = len(support[best])
         if witnesses < SUPPORT_MIN or lost[best] < max(LOSS_MIN, PER_PROBE * witnesses):
             break
         crossing = [u for u in lossy if best in u.dirs]
         times = [t for u in crossing for t, _ in u.losses]
         first, last = min(times), max(times)
-        against = {
-            u.probe.id for u in units
-            if best in u.dirs and not u.lost and u.probe.id not in support[best]
-            and u.observed_within(first, last) >= ACTIVE_SHARE * (last - first)
-        }  # fmt: skip
+        against = clean[best]
         if len(against) > AGAINST_SHARE * witnesses:
             break
         # a lossy link drops its share of every message while it lasts: a few segments
@@ -226,9 +229,9 @@ def probe_losses(obs: Observations) -> list[Suspect]:
         # the probes cannot tell them from the chosen one (a GPU's probes all leave by
         # its link, and its ToR may send them all up one uplink)
         twins = [
-            d for d in support
+            d for d in clean
             if d != best and support[d] == support[best] and lost[d] == lost[best]
-            and d not in found and _reverse(d) != best
+            and len(clean[d]) == len(against) and d not in found and _reverse(d) != best
         ]  # fmt: skip
         if twins:
             evidence.append(
@@ -490,6 +493,18 @@ def _ways(rec: ProbeRecord, probe: Probe, t: float) -> set[tuple[str, str]]:
     crossed at ``t``."""
     ways = {(h[0], probe.dst) for h in rec.path_at(probe.id, t)[1:-1]}
     return ways | {(h[0], probe.src) for h in rec.back_at(probe.id, t)[1:-1]}
+
+
+def _clean(units: Sequence[_Unit], lossy: Sequence[_Unit], d: str, witnesses: set[int]) -> set[int]:
+    """The probes that crossed ``d`` without losing for at least half of the time the
+    lossy probes across it lost (their first loss to their last)."""
+    times = [t for u in lossy if d in u.dirs for t, _ in u.losses]
+    first, last = min(times), max(times)
+    return {
+        u.probe.id for u in units
+        if d in u.dirs and not u.lost and u.probe.id not in witnesses
+        and u.observed_within(first, last) >= ACTIVE_SHARE * (last - first)
+    }  # fmt: skip
 
 
 def _seconds(units: Sequence[_Unit]) -> float:
