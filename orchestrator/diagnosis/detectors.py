@@ -1298,6 +1298,8 @@ def _explain(
     )
     first = [onsets.get(c.id) for c in bad] if onsets else []
     onset = min((t for t in first if t is not None), default=None)
+    # the same for every component ranked below: read the queues once
+    congestion = _congestion_discards(obs, bad) if fault == "lossy" else 0
     links = _link_directions(obs)
 
     def components(c: ConnectionView) -> list[str]:
@@ -1387,10 +1389,10 @@ def _explain(
                 factor = 0.3
         elif leaks and bad_switches & set(leaks):
             factor = 0.3  # a switch on these paths dropped them, not this GPU's egress
-        elif fault == "lossy" and (discarded := _congestion_discards(obs, bad)):
+        elif congestion:
             factor = 0.3  # a GPU's egress with full queues downstream: congestion
             evidence.append(
-                f"but full queues on their paths discarded {discarded:,} packets: "
+                f"but full queues on their paths discarded {congestion:,} packets: "
                 "their retransmissions are congestion's"
             )
         out.append(

@@ -47,6 +47,7 @@ import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from orchestrator.diagnosis.detectors import rel
 from orchestrator.diagnosis.evidence import Direction, Observations
@@ -87,7 +88,7 @@ class Reading:
     down: bool  # a port of the fabric was down meanwhile (a failover reroutes)
     lost: bool  # its probe retransmitted while it arrived
 
-    @property
+    @cached_property  # asked for every direction of the fabric, on every live look
     def ways(self) -> frozenset[str]:
         """Both ways: a slow link on the acknowledgements' way slows the train too (its
         second half waits for them)."""
