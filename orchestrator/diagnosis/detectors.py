@@ -21,7 +21,8 @@ what several detectors say of the same component and ranks the result.
 - :func:`overfull_queues`: a switch port whose queue filled although what could reach
   it could not outrun it sends slower than its link's rate (``slow``).
 - :func:`sending_below_rate`: a switch port that held a queue from one sample to the next
-  and still sent far below its link's rate, sample after sample (``slow``): a queue
+  and still sent far below its link's rate, sample after sample, or whose queue was found
+  waiting at half its samples while it sent far below that share (``slow``): a queue
   waiting at a working port leaves at the port's rate.
 - :func:`dropped_without_congestion`: a switch whose drops no full queue explains has a
   lossy egress, the one whose connections retransmitted most beyond the run's median.
@@ -80,6 +81,20 @@ BACKLOGGED_INTERVALS = 4  # such intervals for a port's pace to be read
 BELOW_RATE = 0.35  # x its rate, in every such interval: a quarter-rate link sends 0.18-0.27,
 # healthy ports 0.34-1.0 (their backlog a single 64 KiB GSO packet, gone between samples)
 BELOW_RATE_SCORE = 0.9
+# A port's queue sampled non-empty at a share of instants was sending at its rate that
+# share of the time at least (work conservation; the polls are not timed to the traffic).
+# Over BUSY_WINDOW samples, a queue that held BUSY_BYTES in BUSY_SHARE of them or more
+# while the port sent at most BUSY_BELOW_RATE of its rate, and at most BUSY_RATIO of that
+# share, sends slower than its link: in the suites of seeds 16-23 ports slowed to a quarter
+# read 0.23-0.43 (sent / share), healthy ones 0.46 and more (a failover's, 0.75 busy at
+# 0.34) and up to 0.55 busy all the time: the emulator does not always drain a port at its
+# rate, hence the margin
+BUSY_WINDOW = 8
+BUSY_BYTES = 15_000
+BUSY_SHARE = 0.5
+BUSY_BELOW_RATE = 0.35
+BUSY_RATIO = 0.45
+BUSY_SCORE = 0.8
 UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
 UNCOUNTED_SURE = 40  # ... this many: surely a loss (healthy: at most 6 on one link, 29 in all)
 UNCOUNTED_PAD_S = 1.0  # a queue's discard is retransmitted within this (RTTs, timeouts)
@@ -1176,7 +1191,9 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
     :data:`BACKLOGGED_INTERVALS` intervals or more and never above :data:`BELOW_RATE` of
     its rate in any of them sends slower than its link should. Unlike
     :func:`overfull_queues` this needs no reasoning about what arrived: an all-to-all's
-    incast fills the queue of a healthy port too, which then sends at its rate."""
+    incast fills the queue of a healthy port too, which then sends at its rate. A port
+    whose queue is seldom held from one sample to the next is read by the share of
+    samples that found it waiting instead (:func:`_often_backlogged`)."""
     span = obs.span
     if span is None or not obs.queues or not obs.counters:
         return []
@@ -1193,6 +1210,11 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
                 if sent is not None:
                     paces.append((a[0], b[0], sent * 8 / (b[0] - a[0]) / d.capacity_bps))
             if len(paces) < BACKLOGGED_INTERVALS or max(p for _, _, p in paces) > BELOW_RATE:
+                found = _often_backlogged(obs, port, d, rows)
+                if found is not None:
+                    said = out.get(d.name)
+                    if said is None or said.onset is None or (found.onset or 0) < said.onset:
+                        out[d.name] = found
                 continue
             median = statistics.median(p for _, _, p in paces)
             evidence = [
@@ -1208,6 +1230,42 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
             if said is None or said.onset is None or onset < said.onset:
                 out[d.name] = Suspect("link", d.name, "slow", BELOW_RATE_SCORE, evidence, onset)
     return list(out.values())
+
+
+def _often_backlogged(
+    obs: Observations, port: Port, d: Direction, rows: Sequence[tuple[float, int, int, int]]
+) -> Suspect | None:
+    """``port`` slow by the share of its queue samples that found bytes waiting against
+    what it sent meanwhile (:data:`BUSY_WINDOW`): the window that reads slowest, if any
+    reads slow. A quarter-rate port under TCP fills, discards and drains in turn, so its
+    queue is seldom held from one sample to the next, but often found waiting."""
+    best: tuple[float, float, float, float, float] | None = None
+    for i in range(len(rows) - BUSY_WINDOW):
+        # each sample stands for the interval after it: BUSY_WINDOW samples, as many
+        # intervals, the share and the bytes sent over the same span
+        share = sum(1 for r in rows[i : i + BUSY_WINDOW] if r[3] >= BUSY_BYTES) / BUSY_WINDOW
+        a, b = rows[i][0], rows[i + BUSY_WINDOW][0]
+        if share < BUSY_SHARE or b <= a:
+            continue
+        sent = _sent_bytes(obs, port, a, b)
+        if sent is None:
+            continue
+        pace = sent * 8 / (b - a) / d.capacity_bps
+        if pace > BUSY_BELOW_RATE or pace > BUSY_RATIO * share:
+            continue
+        if best is None or pace / share < best[0]:
+            best = (pace / share, share, pace, a, b)
+    if best is None:
+        return None
+    _, share, pace, a, b = best
+    evidence = [
+        f"counters: {port[0]}'s egress to {d.dst} held >= {BUSY_BYTES:,} bytes at "
+        f"{share:.0%} of {BUSY_WINDOW} samples from {rel(obs, a)} to {rel(obs, b)}, and sent "
+        f"at {pace:.2f} of its {d.capacity_bps / 1e6:.1f} Mbit/s meanwhile",
+        f"a port with bytes waiting sends at its rate: found waiting that often, it should "
+        f"have sent at {share:.2f} of its rate at least; it sent slower than its link's rate",
+    ]
+    return Suspect("link", d.name, "slow", BUSY_SCORE, evidence, a)
 
 
 def _sent_bytes(obs: Observations, port: Port, start: float, end: float) -> float | None:
