@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,6 +353,12 @@ def sent_by(unacked: list[tuple[float, int]]) -> list[float]:
     return [b[0] for a, b in itertools.pairwise(unacked) if b[1] > a[1]]
 
 
+def _rtt_at(rows: list[tuple[float, float]], t: float) -> float:
+    """The round trip a sender's kernel last reported at or before ``t`` (0 if none)."""
+    i = bisect.bisect_right(rows, (t, math.inf))
+    return rows[i - 1][1] if i else 0.0
+
+
 def entry_lateness(
     bundle: ResultsBundle, fabric: Fabric, configs: list[Configuration], gpus: list[str]
 ) -> dict[tuple[int, int, int], float]:
@@ -365,24 +372,35 @@ def entry_lateness(
         applied = applied_latency(fabric, gpus)
     except ValueError:
         return {}
-    firsts: dict[tuple[int, int, int], list[float]] = defaultdict(list)
+    acked: dict[tuple[int, int, int], list[float]] = defaultdict(list)
     for config_id, src, dst, t in bundle.sql(
         "SELECT c.config_id, c.src_rank, c.dst_rank, s.t FROM connection_samples AS s"
         " JOIN connections AS c ON c.id = s.connection_id"
         " WHERE c.rank = c.src_rank AND s.bytes > 0"
     ):
-        firsts[(config_id, src, dst)].append(t)
+        acked[(config_id, src, dst)].append(t)
     # bytes are acknowledged a round trip after they left, later still behind a congested
     # queue (a healthy rank's first bytes over a 4:1 core were acknowledged 64-112 ms
     # late): a kernel sample with more data in flight than the one before says new bytes
     # had left by then (more, not any: the previous operation's tail may still be in
     # flight when the next one begins)
     flight: dict[tuple[int, int, int], list[tuple[float, int]]] = defaultdict(list)
-    for config_id, src, dst, t, unacked in bundle.sql(
-        "SELECT c.config_id, c.src_rank, c.dst_rank, i.t, i.unacked FROM tcp_info AS i"
-        " JOIN connections AS c ON c.id = i.connection_id WHERE c.rank = c.src_rank"
+    rtts: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
+    for config_id, src, dst, t, unacked, rtt_us in bundle.sql(
+        "SELECT c.config_id, c.src_rank, c.dst_rank, i.t, i.unacked, i.rtt_us FROM tcp_info"
+        " AS i JOIN connections AS c ON c.id = i.connection_id WHERE c.rank = c.src_rank"
     ):
         flight[(config_id, src, dst)].append((t, unacked))
+        rtts[(config_id, src, dst)].append((t, rtt_us / 1e6))
+    for trips in rtts.values():
+        trips.sort()
+    # an acknowledgement says its bytes left a round trip before it (the kernel's
+    # smoothed one then): a straggler's step 0 ends as it sends, what it receives having
+    # arrived while it waited, so its bytes are acknowledged after its step ended (seed 20:
+    # 17 ms after, at a 25 ms round trip)
+    firsts: dict[tuple[int, int, int], list[float]] = defaultdict(list)
+    for key, times in acked.items():
+        firsts[key] = [t - _rtt_at(rtts.get(key, []), t) for t in times]
     for key, rows in flight.items():
         firsts[key] += sent_by(rows)
     for times in firsts.values():

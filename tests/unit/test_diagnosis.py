@@ -37,13 +37,26 @@ from orchestrator.diagnosis.evidence import (
     Observations,
     Operation,
     direction_map,
+    entry_lateness,
 )
 from orchestrator.diagnosis.model import Suspect
 from orchestrator.results import IterationRecord, PortCounter, ResultsWriter, Versions
-from orchestrator.results.store import DATABASE, ControllerEvent, ControllerRestart, PathHop
+from orchestrator.results.store import (
+    DATABASE,
+    ConnectionRecord,
+    ConnectionSample,
+    ControllerEvent,
+    ControllerRestart,
+    PathHop,
+    ResultsBundle,
+    StepRecord,
+    TcpInfoSample,
+)
 from tests.helpers import load_benchmark, preset_description
 from topologies.description import FabricDescription
+from topologies.fivetuple import FiveTuple
 from topologies.generators import build_fabric
+from topologies.latency import applied_latency
 from topologies.spec import parse_fabric_spec
 
 T0 = 1_000_000.0  # the first timed operation's start
@@ -1446,6 +1459,59 @@ def test_a_port_often_found_with_bytes_waiting_that_sends_slowly_is_slow(
     assert any("found waiting that often" in e for e in slow[0].evidence)
     assert not sending_below_rate(observations(astral, **layers(0.6, alternate))), "busy"
     assert not sending_below_rate(observations(astral, **layers(0.2, {6, 12}))), "seldom"
+
+
+def test_a_straggler_is_measured_late_when_its_bytes_are_acknowledged_after_its_step(
+    tmp_path: Path, astral: FabricDescription
+) -> None:
+    """A rank's entry is when its first step's first bytes left. A straggler's step 0 ends
+    as it sends (what it receives arrived while it waited), so its first acknowledgement
+    comes after the step ended; it is read as sent a round trip before (seed 20: acked 17 ms
+    after its step ended, at a 25 ms round trip, and the 200 ms straggler went unmeasured
+    in every late operation)."""
+    gpus = sorted(astral.fabric.gpus)[:4]
+    applied = applied_latency(astral.fabric, gpus)
+    late, rtt = 0.2, 0.025
+    with ResultsWriter(tmp_path / "b", astral) as w:
+        w.add_run(experiment="late", host="h", versions=Versions("a", "b", "c", "d"))
+        config = w.add_configuration(
+            policy="ecmp", collective="all-reduce", algorithm="ring", size=1 << 20,
+            count=1 << 18, dtype="uint32", ranks=4, iterations=3, warmup=0,
+            host_ports="balanced",
+        )  # fmt: skip
+        fives = {
+            r: FiveTuple(f"10.0.0.{r}", 40000 + r, f"10.0.0.{(r + 1) % 4}", 47000) for r in range(4)
+        }
+        w.add_connections(
+            config, [ConnectionRecord(r, fives[r], r, (r + 1) % 4, 0, "nic") for r in range(4)]
+        )
+        steps, samples, infos = [], [], []
+        for i in range(3):
+            start = T0 + i
+            for r in range(4):
+                wait = applied.operation + applied.one_way[r][(r + 1) % 4]
+                delay = late if (r == 2 and i > 0) else 0.0
+                sends = start + delay + wait + 0.002
+                # on time, the step lasts past its acknowledgement; late, it ends as it sends
+                end = sends + 0.003 if delay else sends + 0.3
+                steps.append(
+                    StepRecord(
+                        i, r, 0, "reduce-scatter", start, end, ((r + 1) % 4,), ((r + 3) % 4,)
+                    )
+                )
+                samples.append(ConnectionSample(r, fives[r], sends + rtt + 0.004, 14600))
+                infos.append(
+                    TcpInfoSample(r, fives[r], sends - 0.05, int(rtt * 1e6), 0, 10, 10, 0, 0, 0)
+                )
+        w.add_steps(config, steps)
+        w.add_samples(config, samples)
+        w.add_tcp_info(config, infos)
+        w.finish()
+    with ResultsBundle.open(tmp_path / "b") as bundle:
+        lateness = entry_lateness(bundle, astral.fabric, bundle.configurations(), gpus)
+    assert {(i, r) for (_, i, r) in lateness} == {(i, r) for i in range(3) for r in range(4)}
+    for (_, i, r), x in lateness.items():
+        assert x == pytest.approx(late + 0.006 if (r == 2 and i > 0) else 0.006, abs=0.002)
 
 
 def test_a_straggler_whose_own_link_out_looks_slow_is_the_straggler(
