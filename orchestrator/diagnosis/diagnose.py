@@ -53,6 +53,7 @@ def diagnose_bundle(path: Path) -> Diagnosis:
 def diagnose(obs: Observations) -> Diagnosis:
     suspects = merge([s for detector in DETECTORS for s in detector(obs)])
     suspects = reconcile(obs, suspects)
+    probes.cleared_by_probes(obs, suspects)
     notes = []
     if not obs.operations:
         notes.append("no timed operation in this bundle: nothing to compare against")

@@ -98,6 +98,7 @@ class ProbeRecord:
     # bundle's, in the observations
     queues: dict[Port, list[tuple[float, int, int, int]]] | None = None
     train: int = 0  # bytes per train (0: the prober sent none)
+    interval: float = 0.05  # seconds between a probe's messages
     skipped: int = 0  # trains not sent because their paths were busy
 
     def path_at(self, probe: int, t: float) -> list[Hop]:
@@ -152,7 +153,13 @@ def _read_plan(plan_file: Path) -> ProbeRecord | None:
         back.append(_paths(tr.get("back", {})))
     if not probes or not tracings:
         return None
-    return ProbeRecord(probes, tracings, back, train=int(plan.get("train", 0)))
+    return ProbeRecord(
+        probes,
+        tracings,
+        back,
+        train=int(plan.get("train", 0)),
+        interval=float(plan.get("interval", 0.05)),
+    )
 
 
 def _add_samples(record: ProbeRecord, lines: Iterable[str]) -> None:

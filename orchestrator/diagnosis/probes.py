@@ -74,6 +74,8 @@ CONTRAST = 5.0  # x the loss rate of the probes not across it, at least
 SILENT_MIN = 5  # packets a switch dropped silently while probes stalled (in flight: a few)
 SHARE_MIN = 0.5  # of the probes stalled alongside a hole's, those through it, at least
 UNREAD_S = 1.0  # no port counter read this long: the fabric's switches paused
+EXPECTED_MIN = 5.0  # losses a lossy direction would have dealt its clean probes (P(0) < 1 %)
+CLEARED = 0.5  # x the score of a lossy suspect its clean probes speak against
 
 
 def down_windows(obs: Observations) -> list[tuple[float, float]]:
@@ -242,6 +244,74 @@ def probe_losses(obs: Observations) -> list[Suspect]:
             found[d] = (score, evidence, first)
         lossy = [u for u in lossy if best not in u.dirs]
     return as_links(found, "lossy")
+
+
+def cleared_by_probes(obs: Observations, suspects: Sequence[Suspect]) -> None:
+    """Scale down a lossy link the probes did not name when probes crossed it without
+    losing while the probes' own lossy link lost (in place).
+
+    Why: the connections' retransmissions and the switches' counters place a loss on a
+    connection's path, and a loss at a GPU's end of its link is dropped in the GPU,
+    uncounted: the counters then see only the acknowledgements that link's switch end
+    dropped, and the retransmitting connection's next egress at that switch takes the
+    blame (seeds 17, 21 and 23: a GPU's lossy link named as its ToR's uplink). A direction
+    losing as much as the probes' own rule needs (:data:`RATE_MIN` segments a second of
+    a probe's messages: 1.5 % at 20 a second) would have dealt the probes that crossed it
+    :data:`EXPECTED_MIN` losses or more; when those probes lost none while the probes'
+    lossy link lost, the direction is cleared (its score times :data:`CLEARED`), and the
+    evidence says so."""
+    rec = obs.probes
+    if rec is None:
+        return
+    floor = RATE_MIN * rec.interval  # of a direction's messages lost, at least
+    named = [
+        s for s in suspects
+        if s.component == "link" and s.fault == "lossy" and _from_probes(s) and s.score >= 0.5
+    ]  # fmt: skip
+    if not named:
+        return
+    units = _units(obs)
+    windows = []
+    for s in named:
+        ways = _ways_of(s.target)
+        times = [t for u in units if u.dirs & ways for t, _ in u.losses]
+        if times:
+            windows.append((min(times), max(times)))
+    if not windows:
+        return
+    a, b = min(w[0] for w in windows), max(w[1] for w in windows)
+    for s in suspects:
+        if s.component != "link" or s.fault != "lossy" or _from_probes(s):
+            continue
+        cleared = []
+        for d in sorted(_ways_of(s.target)):
+            clean = [
+                u for u in units
+                if d in u.dirs and not any(a <= t <= b for t, _ in u.losses)
+            ]  # fmt: skip
+            messages = sum(u.observed_within(a, b) for u in clean) / rec.interval
+            if messages * floor < EXPECTED_MIN:
+                break
+            cleared.append(f"{len(clean)} probes across {d} sent {messages:.0f} messages")
+        else:
+            s.score *= CLEARED
+            s.evidence.append(
+                f"but probes: {'; '.join(cleared)} between {_rel(obs, a)} and {_rel(obs, b)}, "
+                f"while the probes' lossy link lost, and lost none: at {floor:.1%} loss "
+                f"they would have lost {EXPECTED_MIN:g} or more"
+            )
+
+
+def _from_probes(s: Suspect) -> bool:
+    return any(e.startswith("probes:") for e in s.evidence)
+
+
+def _ways_of(target: str) -> set[str]:
+    """The directions a link suspect names: ``A>B``, or both of ``A-B``."""
+    if ">" in target:
+        return {target}
+    a, _, b = target.partition("-")
+    return {f"{a}>{b}", f"{b}>{a}"}
 
 
 def leaking_egress(obs: Observations, leaks: Mapping[str, Leak]) -> list[Suspect]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.diagnosis import detectors, diagnose, probes
+from orchestrator.diagnosis.model import Suspect
 from orchestrator.diagnosis.proberecord import (
     Probe,
     ProbeFollower,
@@ -416,3 +417,24 @@ def test_directions_the_same_lossy_probes_and_only_they_crossed_are_named_alike(
     named = {s.target: s.score for s in probes.probe_losses(obs)}
     assert {"p0s0g1>p0r1t0", "p0r1t0>p0r1a1", "p0r1a1>c2"} <= set(named), named
     assert len(set(named.values())) == 1
+
+
+def test_a_lossy_link_its_clean_probes_speak_against_is_cleared(
+    astral: FabricDescription,
+) -> None:
+    """A GPU's lossy link drops its data in the GPU, uncounted, and the switch end drops
+    the acknowledgements: the transport rule then blames the connection's next egress at
+    that switch. Probes that crossed that egress for 26 s together while the probes' own
+    lossy link lost, and lost nothing, would have lost 7.8 at the probes' 1.5 % floor:
+    it is cleared. One probe for 13 s (3.9 expected) says too little to clear another."""
+    lossy = {i: {"lost": [1.0 + i, 4.0, 7.0, 10.0, 12.0 + i]} for i in range(3)}
+    obs = observations(astral, probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, lossy))
+    found = probes.probe_losses(obs)
+    assert [s.target for s in found] == ["p1r0a1>p1r0t0"]
+    blamed = Suspect("link", "p1r0a0>p1r0t0", "lossy", 0.95, ["transport: 1 lossy"])
+    unsure = Suspect("link", "p1r1t0>p1r1a0", "lossy", 0.9, ["transport: 1 lossy"])
+    probes.cleared_by_probes(obs, [*found, blamed, unsure])
+    assert blamed.score == pytest.approx(0.95 * probes.CLEARED)
+    assert "2 probes across p1r0a0>p1r0t0 sent 520 messages" in blamed.evidence[-1]
+    assert unsure.score == 0.9
+    assert found[0].score >= 0.5
