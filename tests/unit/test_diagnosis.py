@@ -657,6 +657,40 @@ def test_the_unexplained_drops_are_at_the_egress_whose_queue_did_not_overflow(
     assert not [s for s in found if s.target.startswith("p0r1a0>")]
 
 
+def test_drops_that_are_mostly_acknowledgements_are_on_the_connections_way_back(
+    astral: FabricDescription,
+) -> None:
+    """A link lossy both ways drops a connection's data at one end and its
+    acknowledgements at the other. A core 40 packets short in 11,244 bytes dropped 32
+    acknowledgements at least (counting every byte as a whole data segment's): its lossy
+    egress is on the way back of the connection that retransmitted, towards the switch
+    its data came from (seed 24: 31 packets in 7,910 bytes, blamed on the egress the data
+    left by); the same 40 packets of data name the data's egress."""
+    lossy = connection(1, 3, 6, ACROSS_C0, retrans=110)
+    others = [connection(2, 0, 2, ELSEWHERE, retrans=10), connection(3, 2, 0, LOCAL, retrans=10)]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p1r1a0", "p1r1t0"]
+
+    def short(nbytes: int) -> dict[tuple[str, int], list[tuple[float, int, int, int, int]]]:
+        drops = counters({"c0": 40}, switches)
+        drops[("c0", 1)] = [
+            (t, rxb, rxb - round(nbytes * (rx - tx) / 40), rx, tx)
+            for t, rxb, _, rx, tx in drops[("c0", 1)]
+        ]
+        return drops
+
+    def named(nbytes: int) -> list[str]:
+        obs = observations(
+            astral,
+            connections=[lossy, *others],
+            counters=short(nbytes),
+            queues=queues({}, switches),
+        )
+        return [s.target for s in dropped_without_congestion(obs) if s.score >= 0.5]
+
+    assert named(34 * 66 + 6 * 1500) == ["c0>p0r1a0"]
+    assert named(40 * 1500) == ["c0>p1r1a0"]
+
+
 def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
     astral: FabricDescription,
 ) -> None:
