@@ -59,21 +59,28 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
 
 
 def _cut_probes(obs: Observations, now: float, seen: float) -> ProbeRecord | None:
-    """The probe mesh as the live look saw it: the prober's samples up to ``seen`` (it
-    writes them every 0.1 s), the tracings done by ``now``, the egress queues' samples
-    by ``now`` riding with it (as live: orchestrator/run/alerts.py)."""
+    """The probe mesh as the live look saw it: the prober's samples and trains up to
+    ``seen`` (it writes them every 0.1 s), the tracings done by ``now``, the egress
+    queues' samples by ``now`` riding with it (as live: orchestrator/run/alerts.py), and
+    the mesh's own figures (train size, message interval: before 2026-12-05 a replay
+    dropped the train size, and with it every train)."""
     rec = obs.probes
     if rec is None:
         return None
     kept = [i for i, (t, _) in enumerate(rec.tracings) if t <= now] or [0]
-    return ProbeRecord(
-        {
-            pid: dataclasses.replace(p, samples=[s for s in p.samples if s[0] <= seen])
+    return dataclasses.replace(
+        rec,
+        probes={
+            pid: dataclasses.replace(
+                p,
+                samples=[s for s in p.samples if s[0] <= seen],
+                trains=[t for t in p.trains if t.last <= seen],
+            )
             for pid, p in rec.probes.items()
         },
-        [rec.tracings[i] for i in kept],
-        [rec.back[i] for i in kept if i < len(rec.back)],
-        {port: [r for r in rows if r[0] <= now] for port, rows in obs.queues.items()},
+        tracings=[rec.tracings[i] for i in kept],
+        back=[rec.back[i] for i in kept if i < len(rec.back)],
+        queues={port: [r for r in rows if r[0] <= now] for port, rows in obs.queues.items()},
     )
 
 

@@ -17,6 +17,7 @@ from orchestrator.diagnosis.proberecord import (
     Probe,
     ProbeFollower,
     ProbeRecord,
+    Train,
     read_probes,
     stalls,
 )
@@ -391,12 +392,20 @@ def test_a_replayed_look_sees_the_probes_and_queues_up_to_its_instant(
     astral: FabricDescription,
 ) -> None:
     rows = [(T0 + k * 0.5 - 2, 1000 * k, 0, 0) for k in range(50)]
-    obs = observations(astral, probes=record(DOWN_A1, {}), queues={("p1r0a1", 1): rows})
+    probed = record(DOWN_A1, {})
+    probed.train, probed.interval = 32768, 0.08
+    probed.probes[0].trains = [
+        Train(32768, T0 + t, 1448, T0 + t + 0.1, 16384, T0 + t + 0.2) for t in (1.0, 5.0)
+    ]
+    obs = observations(astral, probes=probed, queues={("p1r0a1", 1): rows})
     cut = replay_at(obs, T0 + 3.0)
     assert cut.queues == {}  # the other detectors' live rules read none
     assert cut.probes is not None and cut.probes.queues is not None
     assert max(r[0] for r in cut.probes.queues[("p1r0a1", 1)]) <= T0 + 3.0
     assert max(s[0] for s in cut.probes.probes[0].samples) <= T0 + 3.0
+    # the mesh's figures ride along (the trains' rule reads nothing without the train size)
+    assert (cut.probes.train, cut.probes.interval) == (32768, 0.08)
+    assert [t.first for t in cut.probes.probes[0].trains] == [T0 + 1.0]
 
 
 def test_directions_the_same_lossy_probes_and_only_they_crossed_are_named_alike(
