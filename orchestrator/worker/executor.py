@@ -109,7 +109,8 @@ class Executor:
         self.channels = channels
         self.latency = latency  # what each step waits before its sends (docs/latency.md)
         # seconds this rank enters every operation late, before its first step's sends (a
-        # straggler fault; set by the worker's control thread, read once per operation)
+        # straggler fault; set by the worker's control thread, read in each operation's
+        # step 0 after its latency: see run)
         self.late = 0.0
         self._scratch: dict[int, Array] = {}  # connection index -> reduction slice
 
@@ -143,14 +144,18 @@ class Executor:
             wall0 = start
         outcome = Outcome(start=wall0, time_us=0.0)
         sent_on: dict[int, Connection] = {}
-        late = self.late
         for k, step in enumerate(plan.steps):
             done = Completion()
             progress.enter(k, step.phase, done)
             s0 = time.perf_counter()
-            if k == 0 and late > 0:
-                time.sleep(late)  # inside step 0, as a latency is: emulated time
             self.latency.wait(k, step)
+            # inside step 0, as a latency is (emulated time), and read after the latency,
+            # not as the operation begins: a straggler that comes before this rank sent
+            # makes it late in this operation too (the fault scheduler's message reaches
+            # the worker a moment after the batch's common start, which it names)
+            late = self.late
+            if k == 0 and late > 0:
+                time.sleep(late)
             for peer, transfers in _group(step.sends).items():
                 for channel, piece in self._per_channel(transfers):
                     conn = self.pool.outgoing(peer, channel)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.collectives.latency import LatencyTable
 from orchestrator.collectives.nccl import format_row, format_table
 from orchestrator.collectives.plans import ELEMENT_BYTES, default_registry
 from orchestrator.worker.launcher import Launcher
@@ -450,6 +451,29 @@ def test_workers_from_a_fabric_description_use_its_address_plan() -> None:
             CollectiveTest("all-to-all", "pxn", 1 << 20),
         ]
     )
+
+
+def test_a_straggler_told_just_after_a_batch_began_delays_its_first_operation() -> None:
+    """The fault scheduler applies a straggler at the batch's common start, so its
+    message reaches the worker a moment after the first operation began; the rank had not
+    sent yet (the operation's latency comes first), so it enters that operation late too
+    (before 2026-12-05 it read its lateness as the operation began, and a straggler at
+    0 s missed the first operation)."""
+    late, told = 0.2, []
+    latency = LatencyTable((), operation=0.05)
+    test = CollectiveTest("all-reduce", "ring", 1 << 12)
+    options = fast_options(warmup=0, iterations=1, latency=latency)
+    with Launcher(loopback_workers(3), options=options) as launcher:
+
+        def at_start(at: float, warmup: bool) -> None:
+            if not warmup and not told:
+                told.append(threading.Timer(at - time.time() + 0.005, launcher.set_late, (1, late)))
+                told[0].start()
+
+        launcher.on_batch = at_start
+        first = launcher.run([test]).tests[0].timed()[0]
+    told[0].join()
+    assert all(r.time_us / 1e6 > late for r in first.ranks.values())
 
 
 def test_a_late_rank_delays_every_operation_of_the_ring_by_its_lateness() -> None:
