@@ -691,6 +691,32 @@ def test_drops_that_are_mostly_acknowledgements_are_on_the_connections_way_back(
     assert named(40 * 1500) == ["c0>p1r1a0"]
 
 
+def test_a_link_lossy_both_ways_under_one_way_traffic_drops_acknowledgements_at_one_end(
+    astral: FabricDescription,
+) -> None:
+    """A ring crossing a link one way loses data at the link's near end and the returning
+    acknowledgements at its far end, where they are all that goes back: the far end's
+    drops, acknowledgements only, count as the link's other end (seed 25: 106 and 83
+    packets, the link called healthy). The same acknowledgements with no connection's
+    data crossing towards that end say nothing."""
+    lossy = connection(1, 3, 6, ACROSS_C0, retrans=110)  # data p0r1a0 > c0, acks c0 > p0r1a0
+    back = connection(1, 6, 3, path(*reversed([h.node for h in ACROSS_C0])), retrans=110)
+    others = [connection(2, 0, 2, ELSEWHERE, retrans=10), connection(3, 2, 0, LOCAL, retrans=10)]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p1r1a0", "p1r1t0"]
+    drops = counters({"p0r1a0": 60, "c0": 50}, switches)
+    drops[("c0", 1)] = [  # 66-byte acknowledgements
+        (t, rxb, rxb - 66 * (rx - tx), rx, tx) for t, rxb, _, rx, tx in drops[("c0", 1)]
+    ]
+
+    def links(conns: list[ConnectionView]) -> list[str]:
+        obs = observations(astral, connections=conns, counters=drops, queues=queues({}, switches))
+        found = dropped_without_congestion(obs)
+        return [s.target for s in found if "-" in s.target and s.score >= 0.5]
+
+    assert links([lossy, *others]) == ["p0r1a0-c0"]
+    assert links([back, *others]) == []
+
+
 def test_drops_at_both_ends_of_a_link_are_a_loss_on_it_both_ways(
     astral: FabricDescription,
 ) -> None:
