@@ -47,7 +47,7 @@ from typing import Any
 
 from orchestrator.diagnosis.detectors import UNCOUNTED_PAD_S, Leak, discards_of, rel
 from orchestrator.diagnosis.evidence import Observations
-from orchestrator.diagnosis.model import FABRIC_WIDE, Suspect
+from orchestrator.diagnosis.model import FABRIC_WIDE, THRESHOLD, Suspect
 from orchestrator.diagnosis.proberecord import (
     HOLE_S,
     Port,
@@ -266,7 +266,8 @@ def cleared_by_probes(obs: Observations, suspects: Sequence[Suspect]) -> None:
     floor = RATE_MIN * rec.interval  # of a direction's messages lost, at least
     named = [
         s for s in suspects
-        if s.component == "link" and s.fault == "lossy" and _from_probes(s) and s.score >= 0.5
+        if s.component == "link" and s.fault == "lossy" and _from_probes(s)
+        and s.score >= THRESHOLD
     ]  # fmt: skip
     if not named:
         return

@@ -153,8 +153,7 @@ class Executor:
             # not as the operation begins: a straggler that comes before this rank sent
             # makes it late in this operation too (the fault scheduler's message reaches
             # the worker a moment after the batch's common start, which it names)
-            late = self.late
-            if k == 0 and late > 0:
+            if k == 0 and (late := self.late) > 0:
                 time.sleep(late)
             for peer, transfers in _group(step.sends).items():
                 for channel, piece in self._per_channel(transfers):
