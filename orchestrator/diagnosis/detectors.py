@@ -1014,10 +1014,8 @@ def _lossy_between(
     by its egress (a ring crossing a link one way loses data at one end and
     acknowledgements at the other; seed 25: 106 and 83 packets, the link called healthy)."""
     out = []
-    crossed = {
-        obs.directions[d].link_name for c in conns for d in c.directions() if d in obs.directions
-    }
     towards = {d for c in conns for d in c.directions()}  # data crossed it this way
+    crossed = {obs.directions[d].link_name for d in towards if d in obs.directions}
     acks_only = acks_only or {}
     span = obs.span
     assert span is not None
@@ -1213,10 +1211,17 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
             f"{', '.join(sorted(x for x in feeds if x is not None))}), its rate "
             f"{d.capacity_bps / 1e6:.1f} Mbit/s: it sent slower than its link's rate",
         ]
-        said = out.get(d.name)
-        if said is None or said.onset is None or a < said.onset:
-            out[d.name] = Suspect("link", d.name, "slow", OVERFULL_SCORE, evidence, a)
+        _keep_earliest(out, Suspect("link", d.name, "slow", OVERFULL_SCORE, evidence, a))
     return list(out.values())
+
+
+def _keep_earliest(out: dict[str, Suspect], suspect: Suspect) -> None:
+    """``suspect`` in ``out`` under its target unless one there began earlier (a direction
+    has several egress ports when its link has parallel twins: the first to show says
+    when)."""
+    said = out.get(suspect.target)
+    if said is None or said.onset is None or (suspect.onset or 0.0) < said.onset:
+        out[suspect.target] = suspect
 
 
 def sending_below_rate(obs: Observations) -> list[Suspect]:
@@ -1249,9 +1254,7 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
             if len(paces) < BACKLOGGED_INTERVALS or max(p for _, _, p in paces) > BELOW_RATE:
                 found = _often_backlogged(obs, port, d, rows)
                 if found is not None:
-                    said = out.get(d.name)
-                    if said is None or said.onset is None or (found.onset or 0) < said.onset:
-                        out[d.name] = found
+                    _keep_earliest(out, found)
                 continue
             median = statistics.median(p for _, _, p in paces)
             evidence = [
@@ -1263,9 +1266,7 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
                 "slower than its link's rate",
             ]
             onset = paces[0][0]
-            said = out.get(d.name)
-            if said is None or said.onset is None or onset < said.onset:
-                out[d.name] = Suspect("link", d.name, "slow", BELOW_RATE_SCORE, evidence, onset)
+            _keep_earliest(out, Suspect("link", d.name, "slow", BELOW_RATE_SCORE, evidence, onset))
     return list(out.values())
 
 
@@ -1276,6 +1277,10 @@ def _often_backlogged(
     what it sent meanwhile (:data:`BUSY_WINDOW`): the window that reads slowest, if any
     reads slow. A quarter-rate port under TCP fills, discards and drains in turn, so its
     queue is seldom held from one sample to the next, but often found waiting."""
+    transmitted = _transmitted(obs, port)
+    if transmitted is None:
+        return None
+    at, (first, last) = transmitted
     best: tuple[float, float, float, float, float] | None = None
     for i in range(len(rows) - BUSY_WINDOW):
         # each sample stands for the interval after it: BUSY_WINDOW samples, as many
@@ -1284,10 +1289,9 @@ def _often_backlogged(
         a, b = rows[i][0], rows[i + BUSY_WINDOW][0]
         if share < BUSY_SHARE or b <= a:
             continue
-        sent = _sent_bytes(obs, port, a, b)
-        if sent is None:
-            continue
-        pace = sent * 8 / (b - a) / d.capacity_bps
+        if a < first or b > last:
+            continue  # outside the polled span
+        pace = max(0.0, at(b) - at(a)) * 8 / (b - a) / d.capacity_bps
         if pace > BUSY_BELOW_RATE or pace > BUSY_RATIO * share:
             continue
         if best is None or pace / share < best[0]:
@@ -1308,10 +1312,24 @@ def _often_backlogged(
 def _sent_bytes(obs: Observations, port: Port, start: float, end: float) -> float | None:
     """Bytes ``port`` transmitted between ``start`` and ``end``, its OpenFlow counter
     interpolated between polls; None outside the polled span."""
-    rows = obs.counters.get(port)
-    if not rows or start < rows[0][0] or end > rows[-1][0]:
+    transmitted = _transmitted(obs, port)
+    if transmitted is None:
         return None
+    at, (first, last) = transmitted
+    if start < first or end > last:
+        return None
+    return max(0.0, at(end) - at(start))
 
+
+def _transmitted(
+    obs: Observations, port: Port
+) -> tuple[Callable[[float], float], tuple[float, float]] | None:
+    """``port``'s transmit counter as a function of time (interpolated between polls) and
+    the span it was polled over; None without two polls. Built once for a port that is
+    read over many windows."""
+    rows = obs.counters.get(port)
+    if not rows or len(rows) < 2:
+        return None
     times = [r[0] for r in rows]
 
     def at(t: float) -> float:
@@ -1319,7 +1337,7 @@ def _sent_bytes(obs: Observations, port: Port, start: float, end: float) -> floa
         (t0, _, b0, _, _), (t1, _, b1, _, _) = rows[i], rows[i + 1]
         return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else float(b0)
 
-    return max(0.0, at(end) - at(start))
+    return at, (rows[0][0], rows[-1][0])
 
 
 def _moved(c: ConnectionView, start: float, end: float) -> bool:
