@@ -63,6 +63,8 @@ class Probe:
     dst: str
     samples: list[tuple[float, int, int, int, int, int]] = field(default_factory=list)
     trains: list[Train] = field(default_factory=list)
+    #: a message every ``every`` of the mesh's intervals (its budget on slow links)
+    every: int = 1
 
     def losses(self) -> list[tuple[float, float, int]]:
         """(from, to, segments): the sample intervals in which it retransmitted, less
@@ -144,7 +146,9 @@ def _read_plan(plan_file: Path) -> ProbeRecord | None:
     except (OSError, ValueError):
         return None
     probes = {
-        int(p["id"]): Probe(int(p["id"]), str(p["src"]), str(p["dst"]))
+        int(p["id"]): Probe(
+            int(p["id"]), str(p["src"]), str(p["dst"]), every=max(1, int(p.get("every", 1)))
+        )
         for p in plan.get("probes", [])
     }
     tracings, back = [], []

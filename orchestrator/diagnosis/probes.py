@@ -290,7 +290,7 @@ def cleared_by_probes(obs: Observations, suspects: Sequence[Suspect]) -> None:
                 u for u in units
                 if d in u.dirs and not any(a <= t <= b for t, _ in u.losses)
             ]  # fmt: skip
-            messages = sum(u.observed_within(a, b) for u in clean) / rec.interval
+            messages = sum(u.observed_within(a, b) / u.probe.every for u in clean) / rec.interval
             if messages * floor < EXPECTED_MIN:
                 break
             cleared.append(f"{len(clean)} probes across {d} sent {messages:.0f} messages")

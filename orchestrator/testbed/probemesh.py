@@ -40,12 +40,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ from typing import Any, Protocol
 
 from orchestrator.emulation.pathtrace import TracedPath, open_control, trace_paths
 from orchestrator.results.store import PROBE_SAMPLES_FILE, PROBES_FILE
-from orchestrator.testbed.prober import MESSAGE, TRAIN, TRAIN_CYCLE_S, ProbeSpec
+from orchestrator.testbed.prober import MESSAGE, TRAIN, TRAIN_CYCLE_S, TRAINS_PER_S, ProbeSpec
 from orchestrator.testbed.tracing import flow_requests
 from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
@@ -73,6 +74,14 @@ MESSAGES_PER_S = 1500  # all probes together at most (each a few switch hops, an
 SAMPLE_S = 0.1  # the kernels' counters read this often
 PACE = 1.5  # a train's pace, times its path's slowest link
 STOP_S = 3.0
+#: the most of a link direction's rate the probes' messages and their acknowledgements
+#: may take, and their trains (:func:`budget`)
+MESSAGE_BUDGET = 0.02
+TRAIN_BUDGET = 0.05
+MAX_MESSAGE_GAP_S = 0.5  # a probe's messages at least this often, whatever its budget
+HEADERS = 54  # bytes of Ethernet, IPv4 and TCP headers on a probe's segment (no timestamps)
+ACK_FRAME = 60  # bytes of an acknowledgement's frame (Ethernet's minimum)
+SEGMENT = 1448  # payload bytes of a train's full segments
 
 
 class Emulated(Protocol):
@@ -198,6 +207,63 @@ def pace_of(description: FabricDescription, path: TracedPath) -> int:
     return round(PACE * slowest / 8)
 
 
+def budget(
+    rates: Mapping[str, float],
+    forward: Mapping[int, Sequence[str]],
+    back: Mapping[int, Sequence[str]],
+    interval: float,
+    train_cycle: float,
+) -> dict[int, tuple[int, int]]:
+    """Per probe, (``every``, ``train_every``): send a message every ``every`` ticks of
+    ``interval`` and a train every ``train_every`` of its turns (one per ``train_cycle``
+    seconds), so that on every link direction of ``rates`` (bit/s, emulated) the probes
+    crossing it (``forward``: their directions ``A>B``; ``back``: their
+    acknowledgements') take at most :data:`MESSAGE_BUDGET` of its rate with their
+    messages and :data:`TRAIN_BUDGET` with their trains. Each probe takes the thinning
+    of the most crowded direction of its ways; its messages still go at least every
+    :data:`MAX_MESSAGE_GAP_S` (the diagnosis reads 2 s without an acknowledgement as a
+    stall).
+
+    Why: the probes' load is the same in bytes on every link. At 12 Mbit/s the three to
+    twelve probes that cross a direction take 0.7-3 % of it with their messages; on
+    hpn-like's 15:1 core, 0.8 Mbit/s at the validation's scale, seven of them took 12-25 %
+    of a link the collectives' connections shared, and every collective measured 18-25 %
+    below its forecast (docs/monitoring.md, "The probe mesh's budget")."""
+    message_bits = (MESSAGE + HEADERS) * 8 / interval
+    ack_bits = ACK_FRAME * 8 / interval
+    segments = TRAIN / SEGMENT
+    train_bits = (TRAIN + segments * HEADERS) * 8 / train_cycle
+    train_ack_bits = segments * ACK_FRAME * 8 / train_cycle
+    messages: dict[str, float] = defaultdict(float)
+    trains: dict[str, float] = defaultdict(float)
+    for probe, ways in forward.items():
+        for d in ways:
+            messages[d] += message_bits
+            trains[d] += train_bits
+        for d in back.get(probe, ()):
+            messages[d] += ack_bits
+            trains[d] += train_ack_bits
+    most = max(1, int(MAX_MESSAGE_GAP_S / interval))
+    out: dict[int, tuple[int, int]] = {}
+    for probe, ways in forward.items():
+        crossed = [d for d in (*ways, *back.get(probe, ())) if rates.get(d, 0.0) > 0]
+        every = max((messages[d] / (MESSAGE_BUDGET * rates[d]) for d in crossed), default=1)
+        train = max((trains[d] / (TRAIN_BUDGET * rates[d]) for d in crossed), default=1)
+        out[probe] = (min(most, max(1, math.ceil(every))), max(1, math.ceil(train)))
+    return out
+
+
+def direction_rates(description: FabricDescription) -> dict[str, float]:
+    """Every network link direction ``A>B`` (as :func:`all_directions`) and its emulated
+    rate, bit/s."""
+    rates = {}
+    for link in description.fabric.links:
+        if link.kind is not LinkKind.NVLINK:
+            rate = description.emulated_rate(link)
+            rates[f"{link.a}>{link.b}"] = rates[f"{link.b}>{link.a}"] = rate
+    return rates
+
+
 def reverse(probe: ProbeSpec) -> ProbeSpec:
     """The probe's acknowledgements, as a probe from its destination back: a hole on
     their way stalls the probe as surely as one on its own."""
@@ -270,6 +336,7 @@ class ProbeMesh:
         self.probes: list[ProbeSpec] = []
         self.tracings: list[Tracing] = []
         self.process: subprocess.Popen[bytes] | None = None
+        self.train_cycle = TRAIN_CYCLE_S  # each probe's train this often, at most
         self.plan_seconds = 0.0
         self.uncovered: list[str] = []
         self.problems: list[str] = []
@@ -296,6 +363,18 @@ class ProbeMesh:
             self.problems.append("no candidate probe could be traced to its destination")
             return
         self.interval = max(self.interval, len(self.probes) / MESSAGES_PER_S)
+        self.train_cycle = max(TRAIN_CYCLE_S, len(self.probes) / TRAINS_PER_S)
+        thinned = budget(
+            direction_rates(self.description),
+            {p.id: directions(traced[p.id]) for p in self.probes},
+            {p.id: directions(back[p.id]) for p in self.probes},
+            self.interval,
+            self.train_cycle,
+        )
+        self.probes = [
+            dataclasses.replace(p, every=thinned[p.id][0], train_every=thinned[p.id][1])
+            for p in self.probes
+        ]
         self.write()  # the live diagnosis reads it while the run goes
         plan = {
             "out": str(self.bundle / PROBE_SAMPLES_FILE),
@@ -362,7 +441,7 @@ class ProbeMesh:
             "sample": self.sample,
             "message": MESSAGE,
             "train": TRAIN,
-            "train_cycle": TRAIN_CYCLE_S,
+            "train_cycle": self.train_cycle,
             "probes": [p.to_dict() for p in self.probes],
             "tracings": [t.to_dict() for t in self.tracings],
             "summary": self.summary(),

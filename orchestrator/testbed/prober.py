@@ -41,8 +41,11 @@ The rate of the train's second half is the rate of the slowest link of its path 
 link's token bucket is spent (measured on astral-small, a link of 20 Mbit/s, idle: 27
 Mbit/s at the 30 Mbit/s pace; slowed to a quarter 4.4; to half 10). Why the second half:
 the first passes each link's bucket (10 ms of its rate, 8 frames at least) at the pace.
-The trains are the mesh's cost: about 32 kB per probe per 4 s, under 1 % of a 20 Mbit/s
-link for the three or four probes that cross it.
+The trains are the mesh's larger cost: about 32 kB per probe per 4 s, 0.6 % of a 12 Mbit/s
+link per probe that crosses it. On a slow link (a 15:1 core at 0.8 Mbit/s) the same
+probes would take a quarter of it; the mesh gives each probe a budget
+(:func:`orchestrator.testbed.probemesh.budgeted`): a message every ``every`` ticks and a
+train every ``train_every`` of its turns.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import socket
 import struct
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -92,6 +96,10 @@ class ProbeSpec:
     dst_ip: str
     dport: int
     pace: int = 0  # the trains' pacing, bytes a second (0: the kernel's own)
+    #: a message every ``every`` message ticks, a train every ``train_every`` of its turns:
+    #: the mesh's budget on the slow links of its path (orchestrator.testbed.probemesh)
+    every: int = 1
+    train_every: int = 1
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProbeSpec:
@@ -104,6 +112,8 @@ class ProbeSpec:
             str(data["dst_ip"]),
             int(data["dport"]),
             int(data.get("pace", 0)),
+            max(1, int(data.get("every", 1))),
+            max(1, int(data.get("train_every", 1))),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,6 +214,8 @@ class Prober:
         train: int = 0,
         train_cycle: float = TRAIN_CYCLE_S,
         order: list[int] | None = None,
+        every: Mapping[int, int] | None = None,
+        train_every: Mapping[int, int] | None = None,
     ) -> None:
         self.listeners = listeners
         self.clients = clients
@@ -223,6 +235,11 @@ class Prober:
         # GPU's link would carry several trains at once, and read slow for its own)
         self.order = [p for p in (order or sorted(clients)) if p in clients]
         self.turn = 0  # the next probe in that order to send a train
+        # per probe: a message every that many ticks, a train every that many turns
+        self.every = {p: max(1, (every or {}).get(p, 1)) for p in clients}
+        self.train_turns = {p: max(1, (train_every or {}).get(p, 1)) for p in clients}
+        self.tick = 0  # message ticks so far
+        self.turns: Counter[int] = Counter()  # train turns each probe has had
         self.skipped = 0  # trains not sent since the last sample: their paths were busy
         self.connected: set[int] = set()
         self.failed: dict[int, str] = {}  # probes whose socket could not be made
@@ -238,9 +255,11 @@ class Prober:
                 for probe, sock in self.clients.items():
                     if probe not in self.connected and self._connected(sock):
                         self.connected.add(probe)
-                    if probe in self.connected and probe not in self.pending:
+                    due = (self.tick + probe) % self.every[probe] == 0  # staggered by id
+                    if due and probe in self.connected and probe not in self.pending:
                         with contextlib.suppress(BlockingIOError, InterruptedError):
                             sock.send(payload)
+                self.tick += 1
                 next_send += self.interval
                 if next_send < now:  # fell behind (a busy machine): no burst to catch up
                     next_send = now + self.interval
@@ -276,11 +295,18 @@ class Prober:
         the prober more CPU than the emulation could spare (1,500 ``TCP_INFO`` reads a
         second for 100 probes)."""
         order = self.order
-        for _ in range(min(QUIET_TRIES, len(order))):
+        tries = 0
+        for _ in range(len(order)):
+            if tries >= QUIET_TRIES:
+                return
             probe = order[self.turn]
             self.turn = (self.turn + 1) % len(order)
             if probe not in self.connected or probe in self.pending:
                 continue
+            self.turns[probe] += 1
+            if self.turns[probe] % self.train_turns[probe]:
+                continue  # not its turn under its budget: the next probe's, at no cost
+            tries += 1
             if not quiet(self.clients[probe]):
                 self.skipped += 1
                 continue
@@ -476,6 +502,8 @@ def open_prober(plan: Mapping[str, Any], out: TextIO) -> Prober:
         train=int(plan.get("train", 0)),
         train_cycle=float(plan.get("train_cycle", TRAIN_CYCLE_S)),
         order=interleaved(probes),
+        every={p.id: p.every for p in probes},
+        train_every={p.id: p.train_every for p in probes},
     )
     prober.failed = {i: s for i, s in made.items() if isinstance(s, str)}
     return prober

@@ -23,8 +23,8 @@ from orchestrator.diagnosis.proberecord import (
 )
 from orchestrator.diagnosis.replay import at as replay_at
 from orchestrator.emulation.pathtrace import TRACED, Hop, TracedPath
-from orchestrator.testbed.probemesh import all_directions, choose, directions
-from orchestrator.testbed.prober import ProbeSpec
+from orchestrator.testbed.probemesh import TRAIN_BUDGET, all_directions, budget, choose, directions
+from orchestrator.testbed.prober import TRAIN, ProbeSpec
 from tests.helpers import preset_description
 from tests.unit.test_diagnosis import T0, observations
 from topologies.description import FabricDescription
@@ -447,3 +447,28 @@ def test_a_lossy_link_its_clean_probes_speak_against_is_cleared(
     assert "2 probes across p1r0a0>p1r0t0 sent 520 messages" in blamed.evidence[-1]
     assert unsure.score == 0.9
     assert found[0].score >= 0.5
+
+
+def test_the_budget_thins_the_probes_of_a_slow_link_and_no_other() -> None:
+    """hpn-like at the validation's scale: a 0.8 Mbit/s core direction crossed by seven
+    probes, 12 Mbit/s links elsewhere crossed by three. Unthinned, the seven took 12-25 %
+    of the core link (measured, docs/monitoring.md). The budget keeps every direction
+    within its shares, thins only the core's probes, and keeps a message every 0.5 s
+    at least."""
+    fast = ["g0>t0", "t0>g0", "g1>t0", "t0>g1", "t0>a0", "a0>t0", "g2>t0", "t0>g2"]
+    rates = {**dict.fromkeys(fast, 12e6), "a0>c0": 0.8e6, "c0>a0": 0.8e6}
+    core = {i: ["g0>t0", "t0>a0", "a0>c0"] for i in range(7)}
+    local = {i: ["g1>t0", "t0>g2"] for i in range(7, 10)}
+    forward = {**core, **local}
+    back = {i: ["c0>a0", "a0>t0", "t0>g0"] for i in core} | {i: ["g2>t0", "t0>g1"] for i in local}
+    thinned = budget(rates, forward, back, 0.05, 4.0)
+    assert all(thinned[i] == (1, 1) for i in local)
+    assert all(thinned[i] == (9, 12) for i in core)
+    # the messages' and the trains' shares of the core direction, thinned: within budget
+    assert 7 * (64 + 54) * 8 / (0.05 * 9) <= 0.02 * 0.8e6
+    assert 7 * (TRAIN + TRAIN / 1448 * 54) * 8 / 4.0 / 12 <= TRAIN_BUDGET * 0.8e6
+    # at half that rate the share would ask for a message every 17 ticks: 10 (0.5 s)
+    slower = {**rates, "a0>c0": 0.4e6, "c0>a0": 0.4e6}
+    assert budget(slower, forward, back, 0.05, 4.0)[0] == (10, 24)
+    # a probe whose ways cross no known link is left alone
+    assert budget(rates, {0: ["x>y"]}, {}, 0.05, 4.0) == {0: (1, 1)}

@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -165,3 +166,39 @@ def test_the_trains_take_each_gpu_in_turn() -> None:
         for i, src in enumerate(["g0", "g0", "g0", "g1", "g1", "g2"])
     ]
     assert interleaved(probes) == [0, 3, 5, 1, 4, 2]
+
+
+def test_a_probe_under_a_budget_sends_every_nth_message_and_train_on_loopback() -> None:
+    """Two probes over real TCP on 127.0.0.1, one thinned by the mesh's budget (a message
+    every 4 ticks, a train every 3 of its turns): over the same seconds it sends about a
+    quarter of the other's messages and a third of its trains."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    clients, senders = {}, {}
+    for pid in (1, 2):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        clients[pid] = sock
+        senders[("127.0.0.1", sock.getsockname()[1])] = pid
+    out = io.StringIO()
+    prober = Prober(
+        [listener], clients, out, 0.02, 0.1, senders=senders, train=TRAIN, train_cycle=0.2,
+        every={2: 4}, train_every={2: 3},
+    )  # fmt: skip
+    thread = threading.Thread(target=prober.run, args=(time.monotonic(),))
+    thread.start()
+    time.sleep(2.5)
+    prober.stopping = True
+    thread.join(timeout=5)
+    prober.close()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    acked = {pid: n for pid, n, *_ in lines[-1]["v"]}
+    trains = Counter(row[0] for line in lines for row in line.get("tr", ()))
+    messages = {pid: (acked[pid] - trains[pid] * TRAIN) / 64 for pid in (1, 2)}
+    assert 3.0 <= messages[1] / messages[2] <= 5.5, (messages, trains)
+    assert trains[2] >= 1 and 2.0 <= trains[1] / trains[2] <= 4.5, trains
