@@ -28,7 +28,10 @@ second, about 10 kbit/s of frames per probe direction, under 0.1 % of a 12 Mbit/
 emulated port per probe), plus a train of :data:`~orchestrator.testbed.prober.TRAIN`
 bytes every :data:`~orchestrator.testbed.prober.TRAIN_CYCLE_S` seconds paced at
 :data:`PACE` times its path's slowest link (about 65 kbit/s a probe), and the prober
-samples ``TCP_INFO`` every ``sample`` seconds.
+samples ``TCP_INFO`` every ``sample`` seconds. Those bytes are the same on every link, so
+on a slow one (a 15:1 core) they would take a large share of it: :func:`budget` thins the
+probes that cross a crowded direction, so that on every direction the messages take at
+most :data:`MESSAGE_BUDGET` of its rate and the trains :data:`TRAIN_BUDGET`.
 
 Files in the bundle: ``probes.json`` (the probes, their paths per tracing, what failed)
 and ``probes.jsonl`` (the prober's samples). Single-machine emulations only: a cluster
