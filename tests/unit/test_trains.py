@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -125,10 +126,9 @@ def obs_port(description: FabricDescription, direction: str) -> tuple[str, int]:
     return port
 
 
-def test_the_prober_sends_trains_and_times_their_arrival_on_loopback() -> None:
-    """Two probes over real TCP on 127.0.0.1: each sends its train in turn, and the
-    receiver's line names the probe, counts every byte and has kernel timestamps in
-    order."""
+def loopback_probes() -> tuple[socket.socket, dict[int, socket.socket], dict[tuple[str, int], int]]:
+    """A listener on 127.0.0.1 and probes 1 and 2 connecting to it: (listener, sockets by
+    probe, probe by source address), as the prober takes them."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -142,17 +142,30 @@ def test_the_prober_sends_trains_and_times_their_arrival_on_loopback() -> None:
         sock.connect_ex(("127.0.0.1", port))
         clients[pid] = sock
         senders[("127.0.0.1", sock.getsockname()[1])] = pid
+    return listener, clients, senders
+
+
+def run_for(prober: Prober, out: io.StringIO, seconds: float) -> list[dict[str, Any]]:
+    """Run ``prober`` in a thread for ``seconds``, stop it, and read its lines."""
+    thread = threading.Thread(target=prober.run, args=(time.monotonic(),))
+    thread.start()
+    time.sleep(seconds)
+    prober.stopping = True
+    thread.join(timeout=5)
+    prober.close()
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_the_prober_sends_trains_and_times_their_arrival_on_loopback() -> None:
+    """Two probes over real TCP on 127.0.0.1: each sends its train in turn, and the
+    receiver's line names the probe, counts every byte and has kernel timestamps in
+    order."""
+    listener, clients, senders = loopback_probes()
     out = io.StringIO()
     prober = Prober(
         [listener], clients, out, 0.05, 0.1, senders=senders, train=TRAIN, train_cycle=0.4
     )
-    thread = threading.Thread(target=prober.run, args=(time.monotonic(),))
-    thread.start()
-    time.sleep(1.5)
-    prober.stopping = True
-    thread.join(timeout=5)
-    prober.close()
-    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    lines = run_for(prober, out, 1.5)
     trains = [row for line in lines for row in line.get("tr", ())]
     assert {row[0] for row in trains} == {1, 2}, lines[:3]
     for _, n, first, first_n, half, half_n, last in trains:
@@ -172,31 +185,13 @@ def test_a_probe_under_a_budget_sends_every_nth_message_and_train_on_loopback() 
     """Two probes over real TCP on 127.0.0.1, one thinned by the mesh's budget (a message
     every 4 ticks, a train every 3 of its turns): over the same seconds it sends about a
     quarter of the other's messages and a third of its trains."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.setblocking(False)
-    port = listener.getsockname()[1]
-    clients, senders = {}, {}
-    for pid in (1, 2):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.setblocking(False)
-        sock.connect_ex(("127.0.0.1", port))
-        clients[pid] = sock
-        senders[("127.0.0.1", sock.getsockname()[1])] = pid
+    listener, clients, senders = loopback_probes()
     out = io.StringIO()
     prober = Prober(
         [listener], clients, out, 0.02, 0.1, senders=senders, train=TRAIN, train_cycle=0.2,
         every={2: 4}, train_every={2: 3},
     )  # fmt: skip
-    thread = threading.Thread(target=prober.run, args=(time.monotonic(),))
-    thread.start()
-    time.sleep(2.5)
-    prober.stopping = True
-    thread.join(timeout=5)
-    prober.close()
-    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    lines = run_for(prober, out, 2.5)
     acked = {pid: n for pid, n, *_ in lines[-1]["v"]}
     trains = Counter(row[0] for line in lines for row in line.get("tr", ()))
     messages = {pid: (acked[pid] - trains[pid] * TRAIN) / 64 for pid in (1, 2)}
