@@ -143,11 +143,7 @@ def directions(path: TracedPath) -> list[str]:
 def all_directions(description: FabricDescription) -> set[str]:
     """Every direction of every network link (NIC and switch-to-switch; NVLink is inside
     a server, not the network's)."""
-    found = set()
-    for link in description.fabric.links:
-        if link.kind is not LinkKind.NVLINK:
-            found |= {f"{link.a}>{link.b}", f"{link.b}>{link.a}"}
-    return found
+    return set(direction_rates(description))
 
 
 def toward(path: TracedPath, dst: str) -> set[str]:
@@ -258,8 +254,8 @@ def budget(
 
 
 def direction_rates(description: FabricDescription) -> dict[str, float]:
-    """Every network link direction ``A>B`` (as :func:`all_directions`) and its emulated
-    rate, bit/s."""
+    """Every network link direction ``A>B`` and its emulated rate, bit/s (NVLink is inside
+    a server, not the network's)."""
     rates = {}
     for link in description.fabric.links:
         if link.kind is not LinkKind.NVLINK:
@@ -385,7 +381,7 @@ class ProbeMesh:
             "interval": self.interval,
             "sample": self.sample,
             "train": TRAIN,
-            "train_cycle": TRAIN_CYCLE_S,
+            "train_cycle": self.train_cycle,
             "namespaces": {g: namespaces[g] for g in gpus},
             "probes": [p.to_dict() for p in self.probes],
         }
