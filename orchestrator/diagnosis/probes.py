@@ -434,9 +434,14 @@ def probe_holes(obs: Observations) -> list[Suspect]:
     out = []
     for switch in suspects:
         towards = sorted({d for ways in left for s, d in ways if s == switch})
-        victims = [
-            p for (p, _), ways in zip(held, left, strict=True) if switch in {s for s, _ in ways}
-        ]
+        # a probe may have stalled more than once: each counts once
+        victims = list(
+            {
+                p.id: p
+                for (p, _), ways in zip(held, left, strict=True)
+                if switch in {s for s, _ in ways}
+            }.values()
+        )
         spread = _fabric_wide(obs, switch, held, left)
         evidence = [
             f"probes: {len(victims)} probe(s) whose packets or acknowledgements crossed "
@@ -453,7 +458,7 @@ def probe_holes(obs: Observations) -> list[Suspect]:
         ]
         if len(suspects) > 1:
             evidence.append(f"the probes cannot tell apart {', '.join(suspects)}")
-        others = len({p.id for p, _ in held}) - len(victims)
+        others = len(stalled) - len(victims)
         if others:
             evidence.append(f"{others} other stalled probe(s) not through it")
         suspect = Suspect("switch", switch, "blackhole", score, evidence, first)

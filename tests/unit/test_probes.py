@@ -59,16 +59,19 @@ def samples(
     lost: Sequence[float] = (),
     dups: Sequence[float] = (),
     stall: tuple[float, float] | None = None,
+    stalls: Sequence[tuple[float, float]] = (),
     until: float = 20.0,
 ) -> list[tuple[float, int, int, int, int, int]]:
     """A probe's samples every 0.1 s from T0 - 2 s: two 64-byte messages acknowledged in
     each; one retransmission at each of ``lost`` (s from T0), a duplicate reported at
-    each of ``dups``; nothing acknowledged during ``stall`` (messages outstanding)."""
+    each of ``dups``; nothing acknowledged during ``stall`` and each of ``stalls``
+    (messages outstanding)."""
     out = []
     acked = retrans = dup = 0
+    held_spans = ([stall] if stall is not None else []) + list(stalls)
     for k in range(int((until + 2) * 10) + 1):
         t = k * 0.1 - 2.0
-        held = stall is not None and stall[0] <= t < stall[1]
+        held = any(a <= t < b for a, b in held_spans)
         if not held:
             acked += 128
         retrans += sum(1 for x in lost if t - 0.1 < x <= t)
@@ -226,6 +229,19 @@ def test_probes_stalled_towards_one_gpu_through_one_switch_are_its_blackhole(
     assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
     assert top.score >= 0.8
     assert "to other GPUs went on" in top.evidence[1]
+
+
+def test_a_probe_that_stalled_twice_is_one_victim_of_the_blackhole(
+    astral: FabricDescription,
+) -> None:
+    # the case above, the two probes stalled twice each: still two probes, and none
+    # stalled elsewhere (the evidence had counted stalls as probes: "-2 other stalled")
+    twice = {"stalls": [(5.0, 8.0), (10.0, 13.0)]}
+    obs = observations(astral, probes=record(DOWN_A1 + DOWN_A0, {0: twice, 2: twice}))
+    top = diagnose(obs).ranked[0]
+    assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
+    assert top.evidence[0].startswith("probes: 2 probe(s) whose packets"), top.evidence[0]
+    assert not any("other stalled" in line for line in top.evidence), top.evidence
 
 
 # four probes inside a rack each, through four ToRs that none of DOWN_A1 + DOWN_A0 stalls at
