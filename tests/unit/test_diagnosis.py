@@ -19,6 +19,7 @@ from orchestrator.diagnosis import diagnose, diagnose_bundle, restarts
 from orchestrator.diagnosis.detectors import (
     BUSY_SCORE,
     CAPPED_SHARE_FAIR,
+    DROPPING_SCORE,
     capped,
     dropped_without_congestion,
     egress_ports,
@@ -1519,6 +1520,43 @@ def test_a_port_often_found_with_bytes_waiting_that_sends_slowly_is_slow(
     assert any("found waiting that often" in e for e in slow[0].evidence)
     assert not sending_below_rate(observations(astral, **layers(0.6, alternate))), "busy"
     assert not sending_below_rate(observations(astral, **layers(0.2, {6, 12}))), "seldom"
+
+
+def test_a_port_that_discards_in_interval_after_interval_and_sends_slowly_is_slow(
+    astral: FabricDescription,
+) -> None:
+    """A queue discards only when full, and a port with a full queue has work: a port
+    whose queue discarded packets in 4 sampling intervals in a row, sending at most 0.3 of
+    its rate in each, is slow, though no sample found bytes waiting (measured, seed 26: a
+    core port slowed to a quarter, 0.17-0.25 in 11 intervals, its backlog gone at every
+    other sample). Sending at its rate while discarding it is congested; a faster interval
+    between two runs of three says nothing."""
+    obs0 = observations(astral)
+    d = obs0.directions["p0r1a0>c0"]
+    port = (d.src, d.link.port_of(d.src))
+
+    def layers(paces: list[float]) -> dict[str, object]:
+        # interval k (from sample k to k + 1) discards for k in 5 .. 4 + len(paces)
+        queue = [
+            (T0 + k * 0.5, 10 * k, 3 * max(0, min(k, 5 + len(paces)) - 5), 0) for k in range(40)
+        ]
+        sent, counter = 0.0, []
+        for k in range(40):
+            if 5 < k <= 5 + len(paces):
+                sent += paces[k - 6] * d.capacity_bps / 8 * 0.5
+            counter.append((T0 + k * 0.5, 0, int(sent), 0, 0))
+        return {"queues": {port: queue}, "counters": {port: counter}}
+
+    slow = sending_below_rate(observations(astral, **layers([0.24] * 8)))
+    assert [(s.key(), s.score, s.onset) for s in slow] == [
+        (("link", "p0r1a0>c0", "slow"), DROPPING_SCORE, pytest.approx(T0 + 2.5))
+    ]
+    assert any("discards only when full" in e for e in slow[0].evidence)
+    assert not sending_below_rate(observations(astral, **layers([0.95] * 8))), "congested"
+    late = sending_below_rate(observations(astral, **layers([0.24] * 3 + [0.6] + [0.24] * 4)))
+    assert [s.onset for s in late] == [pytest.approx(T0 + 4.5)]  # the run of four after it
+    split = layers([0.24] * 3 + [0.6] + [0.24] * 3)
+    assert not sending_below_rate(observations(astral, **split)), "two runs of three"
 
 
 def test_a_straggler_is_measured_late_when_its_bytes_are_acknowledged_after_its_step(
