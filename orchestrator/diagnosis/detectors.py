@@ -98,13 +98,15 @@ BUSY_SCORE = 0.8
 # A queue discards only when full, and a full queue has work: in every sampling interval
 # in which a port's queue discarded packets it was busy, and a busy port sends at its
 # rate. DROPPING_INTERVALS such intervals in a row, each sent at DROPPING_BELOW_RATE of
-# the port's rate or less, read slow. In the saved suites of seeds 16-26 (2,663 ports
-# with three such intervals or more): 26 ports slowed to a quarter, in 18 runs, did so
-# (0.16-0.26 each); no port of 110 healthy runs did (with three in a row, two did); 4
-# ports in runs of other faults did (a controller outage's, a straggler's stalled
-# traffic), which those faults' own suspects outscore (DROPPING_SCORE)
+# the port's rate or less (and at DROPPING_MIN_RATE at least: a port that sent nothing
+# while discarding is down, or its counters stale, not slow), read slow. In the saved
+# suites of seeds 16-26 (2,663 ports with three such intervals or more): ports slowed to a
+# quarter did so in 20 runs (0.16-0.26 each); no port of 110 healthy runs did (with three
+# in a row, two did); 4 ports in runs of other faults did (a controller outage's, a
+# straggler's stalled traffic), which those faults' own suspects outscore (DROPPING_SCORE)
 DROPPING_INTERVALS = 4
-DROPPING_BELOW_RATE = 0.30
+DROPPING_BELOW_RATE = 0.28
+DROPPING_MIN_RATE = 0.02
 DROPPING_SCORE = 0.7
 UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
 UNCOUNTED_SURE = 40  # ... this many: surely a loss (healthy: at most 6 on one link, 29 in all)
@@ -145,6 +147,13 @@ PEAK_WINDOW_S = 0.03  # three of the workers' 10 ms samples
 # transfer (a 6 kB packet every 16 ms at a quarter of a 12 Mbit/s link); a longer gap is
 # the collective making the connection wait.
 SENDING_GAP_S = 0.1
+# ... but within a second whose gaps between such samples are typically short, a gap of
+# more than SENDING_GAP_FACTOR times the typical one (at least SENDING_GAP_MIN_S) is a
+# wait too: a ring's connection on a full-rate link sends its 128 KiB chunk in 90 ms and
+# waits about as long for the step's slower links, which a fixed 0.1 s counted as
+# sending (a healthy ring read at 0.38-0.45 of its share, a false slow link)
+SENDING_GAP_FACTOR = 3.0
+SENDING_GAP_MIN_S = 0.03
 SENDING_MIN_S = 0.2  # of sending in a second for its pace to count
 KEPT_SHARE = 0.75  # of its fair share, median while a slow link held others under theirs
 SENDING_SHARE = 0.45  # of its fair share: a link slowed to a quarter measures 0.2-0.3,
@@ -510,6 +519,14 @@ def retransmitted_across(c: ConnectionView, stall: tuple[float, float]) -> int:
     return max(0, last - first)
 
 
+def _lost_in_stall(c: ConnectionView, stalled: dict[int, list[tuple[float, float]]]) -> bool:
+    """Whether ``c`` retransmitted across its longest stall."""
+    spans = stalled.get(c.id)
+    if not spans:
+        return False
+    return retransmitted_across(c, max(spans, key=lambda ab: ab[1] - ab[0])) > 0
+
+
 def _first_retransmission(c: ConnectionView, start: float) -> float | None:
     """When ``c`` first retransmitted after ``start`` (its kernel's total went up)."""
     before = [r for t, r in c.retrans if t < start]
@@ -586,14 +603,24 @@ def capped(
 def sending_pace(c: ConnectionView) -> dict[int, float]:
     """Per whole second: the bytes ``c`` moved while it was sending, over the time it was
     sending (bytes/s), in the seconds it sent for at least :data:`SENDING_MIN_S`. Sending
-    is a run of samples that moved bytes no more than :data:`SENDING_GAP_S` apart. Unlike
+    is a run of samples that moved bytes no more than :data:`SENDING_GAP_S` apart, and no
+    more than :data:`SENDING_GAP_FACTOR` times the second's median gap. Unlike
     a peak over 30 ms, the shaper's bucket does not inflate it, and unlike a rate over the
     whole second, the collective's waits do not deflate it."""
     moved: dict[int, float] = defaultdict(float)
     sending: dict[int, float] = defaultdict(float)
     points = [(t, n) for t, n in c.samples if n > 0]
+    gaps: dict[int, list[float]] = defaultdict(list)
+    for (t0, _), (t1, _) in itertools.pairwise(points):
+        gaps[int(t1)].append(t1 - t0)
+    limit = {
+        second: min(
+            SENDING_GAP_S, max(SENDING_GAP_MIN_S, SENDING_GAP_FACTOR * statistics.median(g))
+        )
+        for second, g in gaps.items()
+    }
     for (t0, _), (t1, n1) in itertools.pairwise(points):
-        if t1 - t0 <= SENDING_GAP_S:
+        if t1 - t0 <= limit[int(t1)]:
             moved[int(t1)] += n1
             sending[int(t1)] += t1 - t0
     return {s: moved[s] / sending[s] for s in moved if sending[s] >= SENDING_MIN_S}
@@ -1327,7 +1354,8 @@ def _slow_while_dropping(
 ) -> Suspect | None:
     """``port`` slow by what it sent in the sampling intervals its queue discarded packets
     in (see :data:`DROPPING_INTERVALS`): the longest run of such intervals, one after the
-    other, each sent at :data:`DROPPING_BELOW_RATE` of the port's rate or less. A fault
+    other, each sent at :data:`DROPPING_BELOW_RATE` of the port's rate or less (and
+    :data:`DROPPING_MIN_RATE` at least). A fault
     that starts or ends mid-run leaves the intervals outside it at the full rate, hence a
     run, not all of them."""
     transmitted = _transmitted(obs, port)
@@ -1342,9 +1370,8 @@ def _slow_while_dropping(
     best: list[tuple[float, float, float]] = []
     current: list[tuple[float, float, float]] = []
     for interval in dropping:
-        current = (
-            [*current, interval] if interval[2] <= DROPPING_BELOW_RATE * d.capacity_bps else []
-        )
+        slow = DROPPING_MIN_RATE <= interval[2] / d.capacity_bps <= DROPPING_BELOW_RATE
+        current = [*current, interval] if slow else []
         if len(current) > len(best):
             best = current
     if len(best) < DROPPING_INTERVALS:
@@ -1790,7 +1817,11 @@ def _explain_stalls(
             # two switches on every stalled path, both leaking: the one whose drops no
             # full queue explains, not the one whose drops are mostly congestion's
             score *= 0.9 + 0.1 * leak.silent / max(1, leak.packets)
-        score *= 1.0 if leak or len(bad) > 1 else LONE_STALL
+        # one stalled connection stands by the switch's drops only if it lost something
+        # in its stall: a connection whose segments a hole drops retransmits them when its
+        # timeout fires, well within a second (a healthy run's lone 1.1 s stall, over the
+        # warm-up's end, retransmitted nothing, beside 5 drops of its switch: seed 21)
+        score *= 1.0 if len(bad) > 1 or (leak and _lost_in_stall(bad[0], stalled)) else LONE_STALL
         acks = sum(1 for c in through if c.dst_gpu != destination)
         evidence = [
             lead,

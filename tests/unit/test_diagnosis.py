@@ -28,6 +28,7 @@ from orchestrator.diagnosis.detectors import (
     kept_share,
     overfull_queues,
     sending_below_rate,
+    sending_pace,
     silent_onset,
     stalls,
     uncounted_losses,
@@ -1520,6 +1521,21 @@ def test_a_port_often_found_with_bytes_waiting_that_sends_slowly_is_slow(
     assert any("found waiting that often" in e for e in slow[0].evidence)
     assert not sending_below_rate(observations(astral, **layers(0.6, alternate))), "busy"
     assert not sending_below_rate(observations(astral, **layers(0.2, {6, 12}))), "seldom"
+
+
+def test_the_pace_while_sending_leaves_out_the_waits_between_a_rings_chunks() -> None:
+    """A ring's connection on a full-rate link sends a chunk in 90 ms and waits 90 ms for
+    the step's slower links: its pace is the chunk's, not half of it (a healthy ring read
+    at 0.38-0.45 of its share, seed 18). A connection slowed to a packet every 30 ms
+    sends at that pace: its steady gaps are its sending, not waits."""
+    ring = ConnectionView(1, 1, 0, 1, GPUS[0], GPUS[1], [])
+    slowed = ConnectionView(2, 1, 0, 1, GPUS[0], GPUS[1], [])
+    for k in range(300):  # 3 s of 10 ms samples
+        t = T0 + k * 0.01
+        ring.samples.append((t, 12_000 if k % 18 < 9 else 0))  # 9 samples on, 9 off
+        slowed.samples.append((t, 6_000 if k % 3 == 0 else 0))  # a 6 kB packet every 30 ms
+    assert sending_pace(ring)[int(T0) + 1] == pytest.approx(12_000 / 0.01, rel=0.15)
+    assert sending_pace(slowed)[int(T0) + 1] == pytest.approx(6_000 / 0.03, rel=0.05)
 
 
 def test_a_port_that_discards_in_interval_after_interval_and_sends_slowly_is_slow(

@@ -320,9 +320,12 @@ def test_a_switch_that_alone_drops_silently_under_congestion_is_lossy_where_its_
     assert top.key() == ("link", "p1r0a1>p1r0t0", "lossy"), diagnosis.render()
     assert 0.5 <= top.score <= 0.8
     assert "p1r0a1 dropped 40 packets" in top.evidence[0]
-    # the same losses without the counters' leak: congestion, nothing named
+    # the same losses without the counters' leak: congestion, nothing named (the port
+    # sends at its 20 Mbit/s, as a port whose queue discards does)
     quiet = {
-        ("p1r0a1", 1): [(t, 150_000 * k, 147_000 * k, 100 * k, 98 * k) for k, t in enumerate(times)]
+        ("p1r0a1", 1): [
+            (t, 1_253_000 * k, 1_250_000 * k, 100 * k, 98 * k) for k, t in enumerate(times)
+        ]
     }
     obs = observations(
         astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=quiet, queues=queues
