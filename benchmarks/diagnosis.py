@@ -27,10 +27,11 @@ real emulation, the machine-wide lock taken by it, ``--lock-wait``) of one colle
 all-reduce or direct all-to-all (alternating), 1 MiB (less on a fabric with a slower
 tier: :func:`size_for`, so that an operation keeps its length), at the scale of
 experiments/faults.yaml (0.6e-4, 12 Mbit/s per 200G port), with iterations for about 18 s
-of collectives; every fault lasts 7 s (a GPU with one NIC port cut off stalls the
-collective until it ends). Then ``orchestrator.diagnosis.diagnose_bundle`` on the bundle,
-in this process; the bundle's ``faults`` table is the ground truth (the diagnosis never
-reads it).
+of collectives (and a timed batch of at least 18 s by the warm-up's time per operation,
+for a fabric whose operations are shorter than the estimate); every fault lasts 7 s (a
+GPU with one NIC port cut off stalls the collective until it ends). Then
+``orchestrator.diagnosis.diagnose_bundle`` on the bundle, in this process; the bundle's
+``faults`` table is the ground truth (the diagnosis never reads it).
 
 A suspect the diagnosis reports (scored at or above its threshold: what ``astral diagnose``
 prints) matches an injection when component, target and fault match (:func:`matches`):
@@ -301,7 +302,10 @@ class Scenario:
 def iterations_for(spec: FabricSpec, collective: str) -> int:
     """Iterations for about :data:`COLLECTIVE_SECONDS` of collectives: 1 MiB takes about
     :data:`SECONDS_PER_ITERATION` with two 12 Mbit/s NIC ports per GPU, twice that with one
-    (both collectives are bound by the GPU's NIC ports here)."""
+    (both collectives are bound by the GPU's NIC ports here). A lower bound: the
+    experiment's ``min_batch`` lengthens a batch whose operations are shorter than this
+    estimate (seed 27's 8-rank all-to-all of 512 KiB on a rail-optimized fabric took
+    0.46 s, its 13 iterations 6 s, and a straggler from 6 s on delayed nothing)."""
     per_iteration = SECONDS_PER_ITERATION[collective] * 2 / spec.nic_ports
     return max(4, round(COLLECTIVE_SECONDS / per_iteration))
 
@@ -445,6 +449,9 @@ def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -
         "collectives": [{"op": op, "algorithm": algorithm}],
         "sizes": {"min": size, "max": size},
         "iterations": iterations_for(spec, scenario.collective),
+        # ... and at least COLLECTIVE_SECONDS by the warm-up's time (iterations_for's
+        # estimate is astral-small's: on a fabric unlike it an operation can be shorter)
+        "min_batch": f"{COLLECTIVE_SECONDS:g}s",
         "warmup": 1,
         # a fabric with fewer GPUs runs them all (the ranks of ring_gpus)
         "placement": {"gpus": min(RANKS, len(build_fabric(spec).gpus))},

@@ -94,6 +94,9 @@ def test_every_scenario_is_a_valid_experiment_on_its_fabric(
         parsed = parse_experiment(document, "test", REPO)
         assert len(parsed.gpus) == min(bench.RANKS, len(models[scenario.fabric].gpus))
         assert len(parsed.faults) == (0 if scenario.kind is None else 1)
+        # the timed batch lasts long enough for a mid-run fault and the time after it,
+        # however short the fabric's operations are
+        assert parsed.min_batch == bench.COLLECTIVE_SECONDS >= bench.MID_RUN + bench.FAULT_SECONDS
         fabric = models[scenario.fabric]
         if scenario.kind is None:
             continue
