@@ -20,9 +20,12 @@ For a policy, a collective (and algorithm) and a size on a placement of a fabric
   and the share of the fluid rate TCP reaches on the emulated links. Without a
   calibration they are 0, 0 and 1: the model alone.
 
-A policy whose paths depend on a hash (ECMP's select groups, ``host_ports: hash``) has no
-single forecast: :func:`forecast` routes it under ``salts`` draws and reports the mean and
-the 10th and 90th percentiles of the time; a deterministic one is routed once.
+A policy whose paths depend on what only a run knows (under ECMP, the source ports a GPU
+with two NIC ports or more gets from its kernel; ``host_ports: hash``) has no single
+forecast: :func:`forecast` routes it under ``salts`` draws and reports the mean and the
+10th and 90th percentiles of the time; a deterministic one is routed once (ECMP too on a
+fabric of one NIC port per GPU: Open vSwitch's hash is computed, orchestrator/forecast/
+paths.py).
 """
 
 from __future__ import annotations

@@ -13,11 +13,17 @@ Nothing here has a routing model of its own. A forecast asks the same code a run
   select it (``PortLayout.source_port``);
 - then the packet is followed hop by hop through the flow tables the policy renders
   (``policy.render``, the plan the controller installs) by the controller's own tracer
-  (controllers/tracer.py). A select group (ECMP) hashes the five-tuple in Open vSwitch,
-  a hash nothing outside the switch reproduces: the tracer's chooser draws the bucket by
-  rendezvous hashing of (salt, the group's basis, the connection, the bucket id), the
-  structure of Open vSwitch's ``hash`` selection, so groups that share a basis
-  (ecmp-polarized) choose alike and a new salt is a new, equally likely outcome.
+  (controllers/tracer.py). A select group (ECMP) hashes the five-tuple in Open vSwitch with
+  its ``hash`` selection method, a function of the five-tuple, the group's basis and its
+  bucket ids only, which controllers/ovshash.py computes as the switch does (checked
+  against the switches' own traces: docs/forecast.md, "ECMP's hash, reproduced"). What is
+  left unknown until a run is drawn per salt: the source port where a run asks a GPU's
+  kernel for one (two NIC ports or more under ``balanced``: the first of the flow's
+  candidate ports that the kernel's seeded multipath hash sends out of the chosen port;
+  an ephemeral port under ``hash``; a forwarded connection's on rail-only), and the bucket
+  of a group hashed some other way (``dp_hash``), by rendezvous hashing of (salt, the
+  group's basis, the connection, the bucket id). On a fabric of one NIC port per GPU under
+  ``balanced`` ECMP has one outcome, computed, and no draws.
 
 A path is the list of nodes ``[src GPU, ToR, ..., dst GPU]``; peers on one server talk over
 NVLink (``[src GPU, NVLink switch, dst GPU]``). On fabrics whose GPUs forward between rails
@@ -34,6 +40,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from controllers.ovshash import pick, reproducible
 from controllers.pinning import PortLayout
 from controllers.plan import Bucket, FlowEntry, ForwardingPlan, GroupEntry, Packet
 from controllers.policies import Policy
@@ -43,6 +50,7 @@ from controllers.tracer import follow
 from orchestrator.testbed.hostports import BALANCED, check_host_ports
 from orchestrator.testbed.pinning import (
     CANDIDATES,
+    EPHEMERAL,
     PORT_BASE,
     Candidate,
     Flow,
@@ -122,9 +130,16 @@ class PolicyRouter:
                 f"nothing to forecast ({type(error).__name__}: {error})"
             ) from error
         self._options = candidates(self.published) if self.published else None
-        self.hashed = any(
-            g.type.value == "select" and len(g.buckets) > 1 for g in self.plan.groups()
-        )
+        select = [g for g in self.plan.groups() if g.type.value == "select" and len(g.buckets) > 1]
+        # Open vSwitch's choice in a select group hashing the five-tuple is computed
+        # (controllers.ovshash); what stays unknown until a run is the source port where the
+        # orchestrator asked a GPU's kernel for it (two NIC ports or more: the kernel's
+        # multipath hash has a random seed per boot), a forwarded connection's (rail-only),
+        # and a group hashed some other way: those are drawn per salt
+        fabric = description.fabric
+        self.reproduced = all(reproducible(g) for g in select)
+        multiport = any(len(a.nics) > 1 for a in description.addresses.values())
+        self.hashed = bool(select) and (not self.reproduced or multiport or fabric.gpu_forwarding)
         self._follow_cache: dict[tuple[str, str, int, int, int], tuple[str, ...]] = {}
 
     def route(
@@ -171,7 +186,7 @@ class PolicyRouter:
                 layout = self._layout()
                 port = layout.source_port(chosen[f].value, j % 64)
             else:
-                port = PORT_BASE + (j * CANDIDATES) % (65535 - PORT_BASE)
+                port = self._source_port(f, j, len(live[f]), host_ports, start != src, salt)
             routed.source_ports[f] = port
             path = self._follow(start, dst, nic[f], port, salt)
             if start != src:  # rail-only: over NVLink to the server-mate first
@@ -181,6 +196,27 @@ class PolicyRouter:
         return routed
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _source_port(
+        self, f: Flow, j: int, nics: int, host_ports: str, forwarded: bool, salt: int
+    ) -> int:
+        """The source port of the rank's ``j``-th unpinned fabric flow, as a run picks it
+        (orchestrator/testbed/pinning.py): under ``balanced`` the first of its
+        :data:`CANDIDATES` ports (``PORT_BASE + j * CANDIDATES`` on) that the kernel routes
+        out of the chosen NIC port. With one NIC port that is the first, as a run takes
+        it; with more, each candidate matches with probability 1/ports by the kernel's
+        seeded hash, so the offset is drawn per salt, as is a forwarded connection's
+        (from its mate's NIC range) and an ephemeral port under ``hash``."""
+        first = PORT_BASE + (j * CANDIDATES) % (65535 - PORT_BASE)
+        if not self.hashed or (nics <= 1 and not forwarded and host_ports == BALANCED):
+            return first
+        rng = random.Random(_score("port", salt, f))
+        if host_ports != BALANCED:
+            return rng.randint(*EPHEMERAL)
+        offset = 0
+        while offset < CANDIDATES - 1 and rng.random() >= 1.0 / max(1, nics):
+            offset += 1
+        return first + offset
 
     def _layout(self) -> PortLayout:
         assert self.published is not None
@@ -199,6 +235,10 @@ class PolicyRouter:
         packet = Packet.tcp(addresses[src].fabric_ip, addresses[dst].fabric_ip, port, WORKER_PORT)
 
         def choose(switch: str, group: GroupEntry, live: list[Bucket]) -> Bucket:
+            # Open vSwitch's own choice where it is reproduced, else a draw by the salt
+            exact = pick(group, live, packet)
+            if exact is not None:
+                return exact
             ids = group.bucket_ids()
             basis = group.selection.basis if group.selection else 0
             by_bucket = dict(zip(group.buckets, ids, strict=True))

@@ -19,17 +19,26 @@ from __future__ import annotations
 
 import itertools
 import json
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from controllers.ovshash import pick
+from controllers.pinning import PORT_BASE
+from controllers.plan import Bucket, GroupEntry, Packet
 from controllers.routing import RoutingGraph
+from controllers.tracer import follow
+from orchestrator.emulation.pathtrace import TRACED, TraceRequest, open_control, trace_paths
+from orchestrator.forecast.paths import PolicyRouter
 from orchestrator.monitor import record
 from orchestrator.pytest_plugin import FabricFactory, FabricHandle
 from orchestrator.results import ResultsBundle
 from orchestrator.run.experiment import parse_experiment
 from orchestrator.run.runner import RunOptions, RunOutcome
+from orchestrator.worker.spec import WORKER_PORT
 from tests.helpers import REPO, preset_fabric
+from topologies.fivetuple import FiveTuple
 
 pytestmark = pytest.mark.integration
 
@@ -151,3 +160,43 @@ def test_each_configuration_was_traced_and_what_it_cost_is_kept(
         assert t["connections"] == 2 and t["outcomes"] == {"traced": 2}
         assert t["traces"] == 10 and t["via"] == "control socket"  # 5 switches each
         assert 0 < t["switch_seconds"] <= t["seconds"] < 5.0
+
+
+def test_the_bucket_every_ecmp_switch_picks_is_computed_as_the_switch_picks_it(
+    fabric: FabricHandle,
+) -> None:
+    """Open vSwitch's choice in each select group (selection method ``hash``), computed
+    outside the switch (controllers.ovshash, what the forecast routes ECMP by), against
+    ``ofproto/trace`` hop by hop: 96 five-tuples between GPUs of different servers, by each
+    of their NIC ports, all the same path both ways, and spread over several paths."""
+    fabric.use_policy("ecmp")
+    description = fabric.testbed.description
+    plan = PolicyRouter(description, "ecmp").plan
+    gpus = [g.name for g in description.fabric.gpus_by_rank()]
+    servers = {g: description.fabric.gpus[g].server for g in gpus}
+    pairs = [(a, b) for a in gpus for b in gpus if servers[a] != servers[b]][::5][:24]
+    requests, computed = [], []
+    for k, (src, dst) in enumerate(p for p in pairs for _ in range(4)):
+        nic = description.addresses[src].nics[k % len(description.addresses[src].nics)]
+        five = FiveTuple(
+            description.addresses[src].fabric_ip,
+            PORT_BASE + 7 * k,
+            description.addresses[dst].fabric_ip,
+            WORKER_PORT,
+        )
+        packet = Packet.tcp(five.src_ip, five.dst_ip, five.src_port, five.dst_port)
+
+        def choose(
+            switch: str, group: GroupEntry, live: list[Bucket], p: Packet = packet
+        ) -> Bucket:
+            picked = pick(group, live, p)
+            assert picked is not None, f"{switch}: its select group's choice is not computed"
+            return picked
+
+        computed.append((src, *follow(description, plan, nic.peer, packet, choose=choose)))
+        requests.append(TraceRequest(five, src, dst, nic.port))
+    with closing(open_control(fabric.testbed.emulation)) as control:
+        traced = trace_paths(description, requests, control)
+    assert [t.outcome for t in traced] == [TRACED] * len(requests)
+    assert [t.nodes for t in traced] == computed
+    assert len(set(computed)) > len(pairs)  # the hash spreads a pair's connections
