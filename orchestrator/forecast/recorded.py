@@ -3,11 +3,11 @@
 Under ECMP a connection's path is Open vSwitch's hash of its five-tuple, which the model
 computes (controllers/ovshash.py), but on a GPU with two NIC ports or more the source port
 the run will use is its kernel's choice, so the forecast draws salts for it
-(orchestrator/forecast/paths.py). A run has no such doubt: right after each batch it traced every fabric connection through the
-switches and kept the path in its bundle (``connection_paths``, joined with
-``connections`` and ``configurations``: orchestrator/results/store.py; how each
-``source`` arises: docs/monitoring.md, "Paths"). ``astral forecast EXP --paths BUNDLE``
-forecasts with those paths instead of drawing them.
+(orchestrator/forecast/paths.py). A run has no such doubt: right after each batch it
+traced every fabric connection through the switches and kept the path in its bundle
+(``connection_paths``, joined with ``connections`` and ``configurations``:
+orchestrator/results/store.py; how each ``source`` arises: docs/monitoring.md, "Paths").
+``astral forecast EXP --paths BUNDLE`` forecasts with those paths instead of drawing them.
 
 What is taken, and what is not:
 
