@@ -997,16 +997,34 @@ def selected(scenario: Scenario, args: argparse.Namespace) -> bool:
     """Whether ``--kinds``, ``--fabrics`` and ``--policies`` keep a saved run (healthy runs
     stay with any kinds): --diagnose-only on a part of a suite."""
     kind_kept = scenario.kind is None or scenario.kind in args.kinds
-    return kind_kept and scenario.fabric in args.fabrics and scenario.policy in args.policies
+    return (
+        kind_kept
+        and scenario.fabric in fabric_names(args.fabrics)
+        and scenario.policy in args.policies
+    )
+
+
+def fabric_names(fabrics: Sequence[str]) -> set[str]:
+    """The names runs know their fabrics by: a preset's name, or a fabric file's stem (as
+    :func:`resolve_fabrics` keys them)."""
+    return {Path(f).stem if f.endswith((".yaml", ".yml")) else f for f in fabrics}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.monotonic()
     if args.diagnose_only is not None:
-        again = [
-            o for o in rediagnose(args.diagnose_only, args.replay) if selected(o.scenario, args)
-        ]
+        saved = rediagnose(args.diagnose_only, args.replay)
+        again = [o for o in saved if selected(o.scenario, args)]
+        if saved and not again:
+            held = sorted({o.scenario.fabric for o in saved})
+            print(
+                f"benchmarks/diagnosis.py: no saved run of {args.diagnose_only} is on "
+                f"--fabrics {','.join(args.fabrics)} under --policies "
+                f"{','.join(args.policies)}; its runs are on {', '.join(held)}",
+                file=sys.stderr,
+            )
+            return 2
         print(f"# re-diagnosed {len(again)} saved runs of {args.diagnose_only}")
         print("# suite")
         for line in suite_counts([o.scenario for o in again]):

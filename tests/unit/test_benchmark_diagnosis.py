@@ -300,6 +300,10 @@ def test_kinds_fabrics_and_policies_select_saved_runs(bench: ModuleType) -> None
     assert not bench.selected(
         bench.Scenario(4, "straggler", "astral-small", "path-pinned", "ring"), args
     )
+    # a fabric file names its runs by its stem, as the suite keyed them when it ran
+    files = bench.parse_args(["--fabrics", "/x/fat-tree-3pod-r8.yaml,astral-small"])
+    assert bench.selected(bench.Scenario(5, None, "fat-tree-3pod-r8", "ecmp", "ring"), files)
+    assert bench.selected(bench.Scenario(6, None, "astral-small", "ecmp", "ring"), files)
 
 
 def test_a_slower_core_shrinks_the_operation_so_a_fault_spans_several(bench: ModuleType) -> None:
