@@ -1,5 +1,6 @@
-"""What the tests share: where the repository is, fabrics built from the shipped presets, and
-quick launch options for workers on loopback.
+"""What the tests share: where the repository is, fabrics built from the shipped presets,
+quick launch options for workers on loopback, and a command that builds a fabric, run so
+that an interrupted test lets it tear down.
 
 Presets are found through :mod:`topologies.catalog`, as every entry point finds them, so a
 test exercises the same lookup as ``astral up astral-small`` and no test knows the folder.
@@ -8,9 +9,13 @@ test exercises the same lookup as ``astral up astral-small`` and no test knows t
 from __future__ import annotations
 
 import importlib.util
+import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from orchestrator.worker.spec import LaunchOptions
 from topologies.catalog import DEFAULT_PRESET, preset_path
@@ -21,6 +26,34 @@ from topologies.spec import FabricSpec, load_fabric_spec
 
 #: The repository's root (the folder holding pyproject.toml).
 REPO = Path(__file__).resolve().parents[1]
+
+#: Seconds an interrupted command is given to tear its fabric down before it is killed.
+TEARDOWN_WAIT = 60.0
+
+
+def run_command(
+    argv: Sequence[str], *, timeout: float | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=..., **kwargs)``, except
+    when it is cut short. ``subprocess.run`` kills its child with SIGKILL when the test is
+    interrupted (Ctrl-C, ``.ci/run``'s timeout) or the timeout expires, and an ``astral run``
+    killed in the middle of its teardown leaves its bridges behind. Here the child gets
+    SIGINT, as a user's Ctrl-C, and :data:`TEARDOWN_WAIT` seconds to end before it is
+    killed; then the interruption or the timeout goes on as before."""
+    process = subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except BaseException:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=TEARDOWN_WAIT)
+        except BaseException:
+            process.kill()
+            process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def preset_spec(name: str = DEFAULT_PRESET) -> FabricSpec:

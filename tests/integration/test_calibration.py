@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from orchestrator.cli import main as cli_main
 from orchestrator.emulation.recipe import BASE_MTU, current_recipe, packet_scale_of
 from orchestrator.run.experiment import load_experiment
 from orchestrator.run.runner import DEFAULT_EXPERIMENT
-from tests.helpers import REPO
+from tests.helpers import REPO, run_command
 from topologies.units import tcp_payload_share
 
 pytestmark = pytest.mark.integration
@@ -116,10 +115,10 @@ def test_astral_run_without_a_calibration_measures_it_once_and_keeps_it(tmp_path
     for attempt in range(2):  # the first calibrates, the second must not
         while True:
             out = tmp_path / f"bundle-{attempt}-{len(outputs)}"
-            result = subprocess.run(
+            result = run_command(
                 [sys.executable, "-m", "orchestrator.cli", "run", str(exp), "--out", str(out),
                  "--no-plots"],
-                capture_output=True, text=True, cwd=REPO, env=env, timeout=LOCK_WAIT,
+                cwd=REPO, env=env, timeout=LOCK_WAIT,
             )  # fmt: skip
             outputs.append(result.stderr)
             if result.returncode == 5 and time.monotonic() < deadline:

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, run_command
 
 pytestmark = pytest.mark.integration
 
 
 def run_example(name: str, out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_command(
         [sys.executable, str(REPO / "examples" / name), "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        cwd=REPO, timeout=600,
     )  # fmt: skip
 
 

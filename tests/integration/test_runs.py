@@ -25,7 +25,7 @@ import pytest
 
 from orchestrator.emulation.state import RunState
 from orchestrator.worker import rto
-from tests.helpers import REPO
+from tests.helpers import REPO, run_command
 from tests.integration.assertions import leftovers, snapshot
 from topologies.description import FabricDescription
 
@@ -175,9 +175,7 @@ def run_experiment(*args: str) -> subprocess.CompletedProcess[str]:
     up to LOCK_WAIT seconds."""
     deadline = time.monotonic() + LOCK_WAIT
     while True:
-        result = subprocess.run(
-            astral("run", *args), capture_output=True, text=True, cwd=REPO, timeout=READY_WAIT
-        )
+        result = run_command(astral("run", *args), cwd=REPO, timeout=READY_WAIT)
         if result.returncode != 5 or time.monotonic() > deadline:
             return result
         time.sleep(2)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from orchestrator.emulation.state import RunState
-from tests.helpers import REPO, preset_fabric
+from tests.helpers import REPO, preset_fabric, run_command
 from tests.integration.assertions import leftovers, snapshot
 
 pytestmark = pytest.mark.integration
@@ -60,10 +60,10 @@ def test_a_study_runs_every_variant_once_per_fabric_into_one_bundle(tmp_path: Pa
     before = snapshot()
     runs_before = set(runs_dir().iterdir()) if runs_dir().is_dir() else set()
     out = tmp_path / "bundle"
-    result = subprocess.run(
+    result = run_command(
         [sys.executable, "-m", "orchestrator.cli", "run", str(path), "--out", str(out),
          "--no-calibrate"],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        cwd=REPO, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     study = json.loads((out / "study.json").read_text())
