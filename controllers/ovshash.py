@@ -123,11 +123,9 @@ def _value(field: str, packet: Packet) -> bytes | None:
     return (port or 0).to_bytes(2, "big")
 
 
-def flow_hash(packet: Packet, fields: Sequence[str], param: int) -> int | None:
-    """The hash Open vSwitch computes of ``packet`` for a group hashing ``fields`` with
-    ``selection_method_param`` ``param``; None if a field is not reproduced here."""
-    if any(f not in FIELD_ORDER for f in fields):
-        return None
+def flow_hash(packet: Packet, fields: Sequence[str], param: int) -> int:
+    """The hash Open vSwitch computes of ``packet`` for a group hashing ``fields`` (all of
+    :data:`FIELD_ORDER`: :func:`reproducible`) with ``selection_method_param`` ``param``."""
     basis = hash_uint64(param)
     for field in sorted(set(fields), key=FIELD_ORDER.index):
         value = _value(field, packet)
@@ -141,11 +139,9 @@ def pick(group: GroupEntry, live: Sequence[Bucket], packet: Packet) -> Bucket | 
     vSwitch picks for ``packet``, or None where its choice is not reproduced here (the
     ``dp_hash`` method, a field this module does not know)."""
     selection = group.selection
-    if selection is None or selection.method != "hash" or not live:
+    if selection is None or not reproducible(group) or not live:
         return None
     hashed = flow_hash(packet, selection.fields, selection.basis)
-    if hashed is None:
-        return None
     ids = dict(zip(group.buckets, group.bucket_ids(), strict=True))
     best: Bucket | None = None
     best_score = -1

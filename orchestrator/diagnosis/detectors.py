@@ -519,12 +519,12 @@ def retransmitted_across(c: ConnectionView, stall: tuple[float, float]) -> int:
     return max(0, last - first)
 
 
-def _lost_in_stall(c: ConnectionView, stalled: dict[int, list[tuple[float, float]]]) -> bool:
-    """Whether ``c`` retransmitted across its longest stall."""
-    spans = stalled.get(c.id)
+def retransmitted_in_longest(c: ConnectionView, spans: Sequence[tuple[float, float]]) -> int:
+    """Segments ``c`` retransmitted across the longest of its stalls ``spans`` (0 without
+    any)."""
     if not spans:
-        return False
-    return retransmitted_across(c, max(spans, key=lambda ab: ab[1] - ab[0])) > 0
+        return 0
+    return retransmitted_across(c, max(spans, key=lambda ab: ab[1] - ab[0]))
 
 
 def _first_retransmission(c: ConnectionView, start: float) -> float | None:
@@ -790,8 +790,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
     # retransmit across their stall: when some did, they are the evidence.
     holes = {
         cid: s for cid, s in stalled.items()
-        if retransmitted_across(by_id[cid], max(s, key=lambda ab: ab[1] - ab[0]))
-        >= HOLE_RETRANS_MIN
+        if retransmitted_in_longest(by_id[cid], s) >= HOLE_RETRANS_MIN
     }  # fmt: skip
     holes = _first_stalled(holes)
     if obs.now is not None and not obs.queues:
@@ -1821,7 +1820,12 @@ def _explain_stalls(
         # in its stall: a connection whose segments a hole drops retransmits them when its
         # timeout fires, well within a second (a healthy run's lone 1.1 s stall, over the
         # warm-up's end, retransmitted nothing, beside 5 drops of its switch: seed 21)
-        score *= 1.0 if len(bad) > 1 or (leak and _lost_in_stall(bad[0], stalled)) else LONE_STALL
+        score *= (
+            1.0
+            if len(bad) > 1
+            or (leak and retransmitted_in_longest(bad[0], stalled.get(bad[0].id, [])) > 0)
+            else LONE_STALL
+        )
         acks = sum(1 for c in through if c.dst_gpu != destination)
         evidence = [
             lead,

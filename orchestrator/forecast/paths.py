@@ -137,9 +137,9 @@ class PolicyRouter:
         # multipath hash has a random seed per boot), a forwarded connection's (rail-only),
         # and a group hashed some other way: those are drawn per salt
         fabric = description.fabric
-        self.reproduced = all(reproducible(g) for g in select)
+        reproduced = all(reproducible(g) for g in select)
         multiport = any(len(a.nics) > 1 for a in description.addresses.values())
-        self.hashed = bool(select) and (not self.reproduced or multiport or fabric.gpu_forwarding)
+        self.hashed = bool(select) and (not reproduced or multiport or fabric.gpu_forwarding)
         self._follow_cache: dict[tuple[str, str, int, int, int], tuple[str, ...]] = {}
 
     def route(
