@@ -384,15 +384,21 @@ def switch_queues(obs: Observations) -> dict[str, int]:
 
 
 def egress_ports(obs: Observations, d: Direction) -> list[Port]:
-    """The ports ``d`` leaves its switch by: one per link between its two nodes (parallel
-    links share a name, ``A>B``, and the fabric model's ports tell them apart)."""
-    if d.src not in obs.fabric.switches:
-        return []
+    """The ports ``d`` leaves its node by (a switch's, or a GPU's NIC port): one per link
+    between its two nodes (parallel links share a name, ``A>B``, and the fabric model's
+    ports tell them apart). A switch port's queue is in :attr:`Observations.queues`, a
+    GPU's in :attr:`Observations.nic_queues`."""
     return [
         (d.src, link.port_of(d.src))
         for link in obs.fabric.links_of(d.src)
-        if d.dst in (link.a, link.b)
+        if d.dst in (link.a, link.b) and link.kind is not LinkKind.NVLINK
     ]
+
+
+def egress_queue(obs: Observations, port: Port) -> list[tuple[float, int, int, int]]:
+    """``port``'s egress queue samples (a switch's or a GPU's NIC port's), oldest first."""
+    queues = obs.queues if port[0] in obs.fabric.switches else obs.nic_queues
+    return queues.get(port, [])
 
 
 def full_queues(obs: Observations, window: tuple[float, float] | None = None) -> dict[Port, str]:
@@ -1274,13 +1280,13 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
     whose queue is seldom held from one sample to the next is read by the share of
     samples that found it waiting instead (:func:`_often_backlogged`)."""
     span = obs.span
-    if span is None or not obs.queues or not obs.counters:
+    if span is None or not (obs.queues or obs.nic_queues) or not obs.counters:
         return []
     start, end = span[0] - 0.5, span[1] + 1.0
     out: dict[str, Suspect] = {}
     for d in obs.directions.values():
         for port in egress_ports(obs, d):
-            rows = [r for r in obs.queues.get(port, []) if start <= r[0] <= end]
+            rows = [r for r in egress_queue(obs, port) if start <= r[0] <= end]
             paces = []
             for a, b in itertools.pairwise(rows):
                 if a[3] < BACKLOG_BYTES or b[3] < BACKLOG_BYTES or not 0.2 <= b[0] - a[0] <= 2.0:
@@ -1404,18 +1410,33 @@ def _transmitted(
 ) -> tuple[Callable[[float], float], tuple[float, float]] | None:
     """``port``'s transmit counter as a function of time (interpolated between polls) and
     the span it was polled over; None without two polls. Built once for a port that is
-    read over many windows."""
-    rows = obs.counters.get(port)
+    read over many windows. A GPU's NIC port, whose host is not polled, is read at the
+    switch end of its link: what that port received is what the GPU's port sent (less what
+    a lossy wire lost, which a slow port's reading does not need)."""
+    counted: Port | None = port
+    column = 2  # transmitted bytes
+    if port[0] not in obs.fabric.switches:
+        counted, column = _switch_end(obs, port), 1  # received bytes
+    rows = obs.counters.get(counted) if counted is not None else None
     if not rows or len(rows) < 2:
         return None
     times = [r[0] for r in rows]
 
     def at(t: float) -> float:
         i = min(max(bisect.bisect_right(times, t) - 1, 0), len(rows) - 2)
-        (t0, _, b0, _, _), (t1, _, b1, _, _) = rows[i], rows[i + 1]
+        t0, b0, t1, b1 = rows[i][0], rows[i][column], rows[i + 1][0], rows[i + 1][column]
         return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else float(b0)
 
     return at, (rows[0][0], rows[-1][0])
+
+
+def _switch_end(obs: Observations, port: Port) -> Port | None:
+    """The switch port at the other end of a GPU's NIC port's link, if a switch's."""
+    for link in obs.fabric.links_of(port[0]):
+        if link.port_of(port[0]) == port[1]:
+            peer = link.b if link.a == port[0] else link.a
+            return (peer, link.port_of(peer)) if peer in obs.fabric.switches else None
+    return None
 
 
 def _moved(c: ConnectionView, start: float, end: float) -> bool:

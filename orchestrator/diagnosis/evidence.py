@@ -143,6 +143,10 @@ class Observations:
     # each switch port's egress queue: (t, packets sent, packets dropped, bytes held),
     # cumulative, oldest first (orchestrator/testbed/queues.py); empty in older bundles
     queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
+    # each GPU NIC port's egress queue, (GPU, model port) -> the same rows: the queue a
+    # GPU's slowed NIC direction fills, which no switch holds; empty when the run did not
+    # sample them (older bundles, a fabric over several machines)
+    nic_queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
     # the probe mesh's probes, paths and samples (orchestrator.diagnosis.probes); None
     # without one
     probes: ProbeRecord | None = None
@@ -236,8 +240,12 @@ def observe(path: Path) -> Observations:
         for rows in counters.values():
             rows.sort()
         queues: dict[Port, list[tuple[float, int, int, int]]] = defaultdict(list)
+        nic_queues: dict[Port, list[tuple[float, int, int, int]]] = defaultdict(list)
         for q in bundle.queue_counters():
-            queues[(q.switch, q.port)].append((q.t, q.packets, q.drops, q.backlog))
+            held = queues if q.switch in fabric.switches else nic_queues
+            held[(q.switch, q.port)].append((q.t, q.packets, q.drops, q.backlog))
+        for held_rows in itertools.chain(queues.values(), nic_queues.values()):
+            held_rows.sort()
         connections = _connections(bundle, fabric, gpus_by_rank)
         events = bundle.controller_events() if bundle.has_table("controller_events") else []
         loads = bundle.emulator_loads() if bundle.has_table("emulator_load") else {}
@@ -258,6 +266,7 @@ def observe(path: Path) -> Observations:
             directions=direction_map(description),
             counters=dict(counters),
             queues=dict(queues),
+            nic_queues=dict(nic_queues),
             probes=read_probes(path),
             connections=connections,
             events=sorted(events, key=lambda e: e.t),

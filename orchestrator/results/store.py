@@ -46,7 +46,9 @@ that hosts every emulated namespace, so they compare across ranks and switches::
     queue_counters      (run_id, t, switch, port, packets, drops, backlog)
                          a switch port's egress queue (its shaper's root qdisc): cumulative
                          packets sent and dropped, bytes held at t
-                         (orchestrator/testbed/queues.py; absent before version 5)
+                         (orchestrator/testbed/queues.py; absent before version 5); a GPU
+                         NIC port's egress queue too, under the GPU's name in ``switch``
+                         (runs of this machine's fabrics, from 2026-12-05)
     timelines           (config_id, iteration, rank, phase, start, end)
     ceilings            (config_id, rail, fabric_share, payload_share, burst_s)
                          the configuration's busbw ceiling, GB/s emulated
@@ -426,7 +428,8 @@ class ConnectionSample:
 class QueueCounter:
     """One switch port's egress queue at time ``t`` (epoch seconds): cumulative packets
     its shaper's root qdisc sent and dropped, and the bytes it held then
-    (orchestrator/testbed/queues.py samples them)."""
+    (orchestrator/testbed/queues.py samples them). ``switch`` is the port's node: a GPU's
+    name for a GPU's NIC port."""
 
     t: float
     switch: str

@@ -1039,7 +1039,7 @@ class Runner(Messages):
         def read() -> ProbeRecord | None:
             record = follower.read()
             if record is not None:
-                record.queues = queue_rows(queues.snapshot())
+                record.queues = queue_rows(queues.switch_snapshot())
             return record
 
         return read
@@ -1254,6 +1254,11 @@ class Runner(Messages):
                 self.run_file["queue_counters"] = writer.add_queue_counters(queues.snapshot())
                 if queues.failures:
                     self.say(f"egress queues: {queues.failures} sample(s) could not be read")
+                if queues.nic_error:
+                    self.say(queues.nic_error)
+                elif queues.nic_failures:
+                    self.say(f"NIC queues: {queues.nic_failures} sample(s) could not be read")
+                self.run_file["nic_queues"] = len(queues.namespaces) if not queues.nic_error else 0
             writer.confirm_paths()
         except (OSError, ValueError) as error:
             self.say(f"cannot read the controller's telemetry: {error}")

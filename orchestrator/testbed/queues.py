@@ -1,4 +1,5 @@
-"""The switches' egress queues: what each port's shaper dropped and held, sampled live.
+"""Egress queues, sampled live: what each switch port's and GPU NIC port's shaper held
+and dropped.
 
 ::
 
@@ -25,19 +26,32 @@ are told from the rest by their names (``<switch>-eth<port>``,
 :func:`orchestrator.emulation.wiring.intf_name`). Counters are cumulative and read
 through the fabric's command executor, so a fabric over several machines is sampled on
 each (one switch of each machine names where the command runs).
+
+The GPUs' NIC ports have an egress queue too (the GPU end of each NIC link is shaped like
+the switch end), in the GPU's own namespace: a slowed NIC port's direction from its GPU
+shows there and nowhere else, as its bytes wait in the GPU's queue, not a switch's. Those
+are read without a process, over a netlink socket opened inside each GPU's namespace
+(:mod:`orchestrator.emulation.qdiscstats`), when the emulation gives its GPUs' namespaces
+(this machine's fabric; not one spread over several machines, whose GPU ends are not
+sampled). They are recorded beside the switch ports' under the GPU's name.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Self
 
+from orchestrator.emulation import qdiscstats
 from orchestrator.emulation.executor import CommandExecutor
+from orchestrator.emulation.probe import opened_in
 from orchestrator.emulation.wiring import intf_name
 from orchestrator.results.store import QueueCounter
 from orchestrator.testbed.sampling import PeriodicSampler
 from topologies.description import FabricDescription
+from topologies.model import LinkKind
 
 QUEUE_INTERVAL = 0.5  # seconds between samples: the controller's counter polling's pace
 QDISC_COMMAND = ["tc", "-s", "-j", "qdisc", "show"]
@@ -52,6 +66,21 @@ def switch_interfaces(description: FabricDescription) -> dict[str, tuple[str, in
             if node in fabric.switches:
                 port = link.port_of(node)
                 out[intf_name(node, port)] = (node, port)
+    return out
+
+
+def nic_interfaces(description: FabricDescription) -> dict[str, dict[str, int]]:
+    """Every GPU -> its NIC ports' interface names -> model port (NVLink ports are not
+    the network's)."""
+    fabric = description.fabric
+    out: dict[str, dict[str, int]] = {}
+    for link in fabric.links:
+        if link.kind is not LinkKind.NIC:
+            continue
+        for node in (link.a, link.b):
+            if node not in fabric.switches:
+                port = link.port_of(node)
+                out.setdefault(node, {})[intf_name(node, port)] = port
     return out
 
 
@@ -88,7 +117,9 @@ def parse_qdiscs(
 class QueueSampler(PeriodicSampler):
     """Samples every switch port's egress queue every ``interval`` seconds in a daemon
     thread (one sample on start and one on stop, so that the run is spanned). ``nodes``:
-    one switch per machine the fabric's switches live on (where the command runs)."""
+    one switch per machine the fabric's switches live on (where the command runs).
+    ``namespaces`` (GPU -> its ``/proc/PID/ns/net``) and ``nics`` (GPU -> interface ->
+    model port): the GPUs whose NIC ports' queues are sampled too, over netlink."""
 
     name = "queue-sampler"
 
@@ -98,13 +129,21 @@ class QueueSampler(PeriodicSampler):
         interfaces: Mapping[str, tuple[str, int]],
         nodes: Sequence[str],
         interval: float = QUEUE_INTERVAL,
+        namespaces: Mapping[str, str] | None = None,
+        nics: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         super().__init__(interval)
         self.executor = executor
         self.interfaces = dict(interfaces)
         self.nodes = list(nodes)
+        self.namespaces = {g: p for g, p in (namespaces or {}).items() if (nics or {}).get(g)}
+        self.nics = {g: dict(ports) for g, ports in (nics or {}).items()}
         self.samples: list[QueueCounter] = []
         self.failures = 0  # samples a machine did not answer (tc missing, a timeout)
+        self.nic_failures = 0  # GPU samples not read (its namespace gone, a netlink error)
+        self.nic_error: str | None = None  # why the GPUs' sockets could not be opened
+        # GPU -> (its netlink socket, ifindex -> model port), while started
+        self._nic_sockets: dict[str, tuple[socket.socket, dict[int, int]]] = {}
 
     @classmethod
     def for_emulation(
@@ -121,10 +160,39 @@ class QueueSampler(PeriodicSampler):
         for switch in switches:
             by_machine.setdefault(machine_of(switch) if callable(machine_of) else "", switch)
         interfaces = switch_interfaces(description)
-        return cls(emulation, interfaces, list(by_machine.values()), interval)
+        netns_paths = getattr(emulation, "netns_paths", None)
+        namespaces = netns_paths() if callable(netns_paths) else None
+        nics = nic_interfaces(description) if namespaces else None
+        return cls(emulation, interfaces, list(by_machine.values()), interval, namespaces, nics)
+
+    def start(self) -> Self:
+        """Open a netlink socket inside each sampled GPU's namespace, then sample. A
+        namespace that cannot be entered leaves the GPU ends unsampled (said in
+        :attr:`nic_error`), not the run undone."""
+        if self.namespaces and not self._nic_sockets:
+            try:
+                self._nic_sockets = opened_in(self.namespaces, self._nic_socket, _close_nic)
+            except OSError as err:
+                self.nic_error = f"the GPUs' NIC queues are not sampled: {err}"
+        return super().start()
+
+    def _nic_socket(self, gpu: str) -> tuple[socket.socket, dict[int, int]]:
+        """Made inside ``gpu``'s namespace: its socket, and its NIC ports' ifindexes."""
+        ports = self.nics[gpu]
+        indexes = {i: ports[name] for i, name in socket.if_nameindex() if name in ports}
+        return qdiscstats.open_socket(), indexes
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            sockets, self._nic_sockets = self._nic_sockets, {}
+            for made in sockets.values():
+                _close_nic(made)
 
     def sample(self) -> None:
-        """One sample of every switch port's queue, one command per machine."""
+        """One sample of every switch port's queue, one command per machine, then every
+        sampled GPU's NIC ports' queues."""
         for node in self.nodes:
             t = time.time()
             try:
@@ -137,10 +205,33 @@ class QueueSampler(PeriodicSampler):
             rows = parse_qdiscs(done.stdout, self.interfaces, t)
             with self._lock:
                 self.samples += rows
+        for gpu, (sock, indexes) in self._nic_sockets.items():
+            t = time.time()
+            try:
+                stats = qdiscstats.dump(sock)
+            except OSError:
+                self.nic_failures += 1
+                continue
+            rows = [
+                QueueCounter(t, gpu, indexes[q.ifindex], q.packets, q.drops, q.backlog)
+                for q in stats
+                if q.root and q.ifindex in indexes
+            ]
+            with self._lock:
+                self.samples += rows
 
     def snapshot(self) -> list[QueueCounter]:
         with self._lock:
             return list(self.samples)
+
+    def switch_snapshot(self) -> list[QueueCounter]:
+        """The switch ports' samples only (what the probe mesh's reading takes)."""
+        switches = {switch for switch, _ in self.interfaces.values()}
+        return [q for q in self.snapshot() if q.switch in switches]
+
+
+def _close_nic(made: tuple[socket.socket, dict[int, int]]) -> None:
+    made[0].close()
 
 
 def queue_rows(

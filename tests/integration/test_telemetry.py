@@ -19,6 +19,8 @@ from controllers.counters import StatsRound
 from controllers.routing import link_ends, shortest_path_plan
 from controllers.tracer import follow
 from orchestrator.emulation.network import Emulation
+from orchestrator.results.store import QueueCounter
+from orchestrator.testbed.queues import QueueSampler
 from orchestrator.testbed.telemetry import (
     link_rates,
     mean_utilization,
@@ -132,3 +134,42 @@ def test_records_at_the_interval_with_the_bytes_iperf3_sent_on_its_path(
     for d in busy:
         util = mean_utilization(rates[d], began + 1, ended)
         assert 0.8 <= util <= 1.05, (str(d), util)
+
+
+def test_the_gpus_nic_queues_are_sampled_in_their_namespaces(emulation: Emulation) -> None:
+    """Every GPU's NIC ports' egress queues are read over netlink inside the GPU's
+    namespace beside the switches' ports; the port iperf3 left by sent its packets through
+    its queue (one packet per 1514-byte frame or more), and what the sampler read last is
+    what ``tc`` in that namespace reads (between tc's readings before and after)."""
+    desc = emulation.description
+    assert desc is not None
+    src, dst = "p0s1g1", "p1s1g0"
+    sampler = QueueSampler.for_emulation(emulation, desc, interval=0.25)
+    assert sampler.namespaces and set(sampler.nics) == set(desc.fabric.gpus)
+    server = emulation.popen(dst, ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    with sampler:
+        out = emulation.cmd(src, ["iperf3", "-c", desc.addresses[dst].fabric_ip, "-t", "2", "-J"])
+    server.wait(timeout=10)
+    assert sampler.nic_error is None and sampler.nic_failures == 0
+    sent = json.loads(out)["end"]["sum_sent"]["bytes"]
+    rows: dict[tuple[str, int], list[QueueCounter]] = {}
+    for q in sampler.snapshot():
+        rows.setdefault((q.switch, q.port), []).append(q)
+    nic_ports = {(g, n.port) for g in sampler.nics for n in desc.addresses[g].nics}
+    assert nic_ports <= set(rows)
+    moved = {port: r[-1].packets - r[0].packets for port, r in rows.items() if port[0] == src}
+    assert max(moved.values()) >= sent / 1514, moved
+
+    def tc_root(port: int) -> dict[str, int]:
+        text = emulation.cmd(src, ["tc", "-s", "-j", "qdisc", "show", "dev", f"{src}-eth{port}"])
+        (root,) = [q for q in json.loads(text) if q.get("root")]
+        return root
+
+    port = max(moved, key=lambda p: moved[p])[1]
+    before = tc_root(port)
+    sampler.sample()
+    after = tc_root(port)
+    last = [q for q in sampler.snapshot() if (q.switch, q.port) == (src, port)][-1]
+    assert before["packets"] <= last.packets <= after["packets"]
+    assert before["drops"] <= last.drops <= after["drops"]

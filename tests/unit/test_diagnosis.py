@@ -38,6 +38,7 @@ from orchestrator.diagnosis.evidence import (
     ConnectionView,
     Observations,
     Operation,
+    Port,
     direction_map,
     entry_lateness,
 )
@@ -1492,6 +1493,40 @@ def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
     # 3 samples found waiting: too few for either reading (4 intervals; half of 8 samples)
     assert not sending_below_rate(observations(astral, **layers([0.24] * 2))), "too few"
     assert not sending_below_rate(observations(astral, **layers([0.24] * 8, backlog=12_000)))
+
+
+def test_a_gpus_nic_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
+    astral: FabricDescription,
+) -> None:
+    """A GPU's NIC direction slowed fills the GPU's own egress queue, which no switch
+    holds: sampled in the GPU's namespace (:attr:`Observations.nic_queues`), and what it
+    sent read at the ToR's receive counter, the GPU's port is read as a switch port is.
+    The same queue while the ToR received at the link's rate is a GPU sending at its rate
+    (its NIC the bottleneck), not slow; kept among the switches' queues, nothing reads it
+    (before the GPU ends were sampled: no suspect)."""
+    obs0 = observations(astral)
+    d = obs0.directions["p0s0g0>p0r0t0"]
+    (link,) = [x for x in astral.fabric.links_of("p0s0g0") if "p0r0t0" in (x.a, x.b)]
+    gpu_port, tor_port = ("p0s0g0", link.port_of("p0s0g0")), ("p0r0t0", link.port_of("p0r0t0"))
+    queue = [(T0 + k * 0.5, 10 * k, 0, 60_000 if 4 <= k < 14 else 0) for k in range(40)]
+
+    def received(pace: float) -> dict[Port, list[tuple[float, int, int, int, int]]]:
+        rows, got = [], 0.0
+        for k in range(40):
+            if 4 < k <= 13:
+                got += pace * d.capacity_bps / 8 * 0.5
+            rows.append((T0 + k * 0.5, int(got), 0, 0, 0))  # rx bytes: the GPU's sending
+        return {tor_port: rows}
+
+    slow = sending_below_rate(
+        observations(astral, nic_queues={gpu_port: queue}, counters=received(0.24))
+    )
+    assert [s.key() for s in slow] == [("link", "p0s0g0>p0r0t0", "slow")]
+    assert any("p0s0g0's egress to p0r0t0 held" in e for e in slow[0].evidence)
+    busy = observations(astral, nic_queues={gpu_port: queue}, counters=received(0.97))
+    assert not sending_below_rate(busy), "a GPU sending at its NIC's rate"
+    unread = observations(astral, queues={gpu_port: queue}, counters=received(0.24))
+    assert not sending_below_rate(unread)
 
 
 def test_a_port_often_found_with_bytes_waiting_that_sends_slowly_is_slow(
