@@ -21,9 +21,11 @@ from typing import Any
 from orchestrator.diagnosis.evidence import (
     SAMPLE_S,
     ConnectionView,
+    KernelSample,
     Observations,
     Operation,
     direction_map,
+    loss_retransmissions,
     sent_by,
 )
 from orchestrator.diagnosis.proberecord import ProbeRecord
@@ -167,15 +169,17 @@ def _connections(
         v = views.get(s.connection.five_tuple)
         if v is not None and s.rank == s.connection.src:
             v.samples.append((s.t, s.bytes))
+    kernel: dict[Any, list[KernelSample]] = defaultdict(list)
     for r in view.tcp_info:
         v = views.get(r.connection.five_tuple)
         if v is not None:
-            v.retrans.append((r.t, r.view.retrans))
-            v.rtt.append((r.t, r.view.rtt_us))
-            v.unacked.append((r.t, r.view.unacked))
-    for v in views.values():
+            k = r.view
+            kernel[r.connection.five_tuple].append((r.t, k.retrans, k.cwnd, k.ssthresh, k.lost))
+            v.rtt.append((r.t, k.rtt_us))
+            v.unacked.append((r.t, k.unacked))
+    for key, v in views.items():
         v.samples.sort()
-        v.retrans.sort()
+        v.retrans = loss_retransmissions(sorted(kernel.get(key, [])))
         v.rtt.sort()
         v.unacked.sort()
     return list(views.values())

@@ -35,12 +35,14 @@ from orchestrator.diagnosis.detectors import (
 )
 from orchestrator.diagnosis.diagnose import reconcile
 from orchestrator.diagnosis.evidence import (
+    INITIAL_SSTHRESH,
     ConnectionView,
     Observations,
     Operation,
     Port,
     direction_map,
     entry_lateness,
+    loss_retransmissions,
 )
 from orchestrator.diagnosis.model import Suspect
 from orchestrator.results import IterationRecord, PortCounter, ResultsWriter, Versions
@@ -1493,6 +1495,29 @@ def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
     # 3 samples found waiting: too few for either reading (4 intervals; half of 8 samples)
     assert not sending_below_rate(observations(astral, **layers([0.24] * 2))), "too few"
     assert not sending_below_rate(observations(astral, **layers([0.24] * 8, backlog=12_000)))
+
+
+def test_retransmissions_the_sender_undid_are_not_losses() -> None:
+    """A tail loss probe or a timeout whose original arrived after all leaves the sender's
+    slow-start threshold where it stood (at its initial value, or restored) and marks
+    nothing lost: not a loss (a healthy ring across a 3:1 core, seed 29, retransmitted 168
+    segments so). A loss it recovered from cuts the threshold, or the window, or marks
+    segments lost while it lasts: those count."""
+    inf = INITIAL_SSTHRESH
+    probes = [(T0 + k * 0.1, 2 * k, 30, inf, 0) for k in range(10)]  # undone, all of them
+    assert loss_retransmissions(probes) == [(t, 0) for t, *_ in probes]
+    kept = [(T0, 0, 30, 33, 0), (T0 + 0.1, 5, 31, 33, 0), (T0 + 0.2, 9, 33, 40, 0)]  # restored
+    assert [n for _, n in loss_retransmissions(kept)] == [0, 0, 0]
+    recovered = [
+        (T0, 3, 40, inf, 0),
+        (T0 + 0.1, 20, 28, 28, 12),  # a loss: the threshold cut, segments marked lost
+        (T0 + 0.2, 26, 24, 28, 3),  # still marked lost
+        (T0 + 0.3, 27, 28, 28, 0),  # marked lost at the interval's first sample
+        (T0 + 0.4, 28, 30, 28, 0),  # a probe the original beat: nothing cut, nothing marked
+        (T0 + 0.5, 31, 12, 28, 0),  # the window cut again: a timeout
+    ]
+    assert [n for _, n in loss_retransmissions(recovered)] == [3, 20, 26, 27, 27, 30]
+    assert loss_retransmissions([]) == []
 
 
 def test_a_gpus_nic_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
