@@ -158,17 +158,24 @@ def choose(
     wanted: set[str],
     cover: int = COVER,
     pair_cover: int = PAIR_COVER,
+    rates: Mapping[str, float] | None = None,
 ) -> list[ProbeSpec]:
     """The greedy cover of the module docstring: probes (of those traced to their
     destination) until every direction of ``wanted`` that any candidate crosses has
     ``cover`` of them and every (switch, destination) any candidate passes has
-    ``pair_cover``, or no candidate adds one."""
+    ``pair_cover``, or no candidate adds one. With ``rates`` (direction -> emulated
+    bit/s), every direction also wants one probe with a clear view of it
+    (:func:`clear_views`), where any candidate has one."""
     crossing = {
         p.id: set(directions(paths[p.id])) & wanted
         for p in probes
         if p.id in paths and paths[p.id].complete
     }
     passing = {i: toward(paths[i], paths[i].nodes[-1]) for i in crossing}
+    clear = {
+        i: {f"{d}|clear" for d in clear_views(directions(paths[i]), rates) & wanted}
+        for i in crossing
+    }
     count: Counter[str] = Counter()
     pairs: set[tuple[str, str]] = set()
     chosen: list[ProbeSpec] = []
@@ -178,7 +185,13 @@ def choose(
         def gain(p: ProbeSpec) -> tuple[int, int, int, int]:
             added = sum(1 for d in crossing[p.id] if count[d] < cover)
             passed = sum(1 for x in passing[p.id] if count[x] < pair_cover)
-            return (added + passed, (p.src, p.dst) not in pairs, added, -len(crossing[p.id]))
+            viewed = sum(1 for x in clear[p.id] if count[x] < 1)
+            return (
+                added + passed + viewed,
+                (p.src, p.dst) not in pairs,
+                added,
+                -len(crossing[p.id]),
+            )
 
         best = max(left, key=gain)
         if gain(best)[0] == 0:
@@ -186,8 +199,23 @@ def choose(
         chosen.append(best)
         left.remove(best)
         pairs.add((best.src, best.dst))
-        count.update(crossing[best.id] | passing[best.id])
+        count.update(crossing[best.id] | passing[best.id] | clear[best.id])
     return sorted(chosen, key=lambda p: p.id)
+
+
+def clear_views(ways: Sequence[str], rates: Mapping[str, float] | None) -> set[str]:
+    """The directions of a probe's path ``ways`` it has a clear view of: no other
+    direction of the path is slower (emulated rates). A train's second half arrives at its
+    path's slowest link's rate (orchestrator.diagnosis.trains), so a direction slowed to a
+    quarter shows in a train only where nothing else on the way is slower than that: on a
+    fabric whose core runs at a third of its other links, every probe of a GPU's port that
+    crosses the core reads a quarter-rate NIC link at three quarters of the core's rate,
+    no slower than the core itself (seed 29: two such links missed). A probe between two
+    GPUs of one ToR, or of one rail through its aggregation, sees it."""
+    if not rates:
+        return set()
+    known = [d for d in ways if d in rates]
+    return {d for d in known if all(rates[x] >= rates[d] for x in known if x != d)}
 
 
 def pace_of(description: FabricDescription, path: TracedPath) -> int:
@@ -350,7 +378,7 @@ class ProbeMesh:
         wanted = all_directions(self.description)
         self.probes = [
             dataclasses.replace(p, pace=pace_of(self.description, traced[p.id]))
-            for p in choose(pool, traced, wanted)
+            for p in choose(pool, traced, wanted, rates=direction_rates(self.description))
         ]
         covered = {d for p in self.probes for d in directions(traced[p.id])}
         self.uncovered = sorted(wanted - covered)

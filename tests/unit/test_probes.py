@@ -29,6 +29,7 @@ from orchestrator.testbed.probemesh import (
     all_directions,
     budget,
     choose,
+    clear_views,
     directions,
 )
 from orchestrator.testbed.prober import TRAIN, ProbeSpec
@@ -120,6 +121,28 @@ def test_the_cover_gives_every_direction_its_probes_then_stops() -> None:
     crossing = [d for p in chosen for d in directions(paths[p.id]) if d in wanted]
     assert sorted(crossing) == ["p1r0a0>p1r0t0"] * 2 + ["p1r0a1>p1r0t0"] * 2
     assert len(chosen) == 4  # nothing beyond what the cover needs
+
+
+def test_every_direction_gets_a_probe_no_slower_link_hides_it_from() -> None:
+    """On a fabric whose core runs at a third of its other links, a probe across the core
+    cannot show a GPU's NIC link slowed to a quarter (its train arrives at the core's
+    rate or so anyway): given the rates, the cover adds a probe that stays under the ToR
+    for that NIC direction; without them, the one probe the cover wants is enough."""
+    across = ("p1s1g1", "p1r1t0", "p1r1a1", "c2", "p0r0a1", "p0r0t0", "p0s0g0")
+    under = ("p1s1g1", "p1r1t0", "p1s0g1")
+    pool = [
+        ProbeSpec(i, nodes[0], nodes[-1], "10.0.0.1", 61000 + i, "10.0.0.2", 46999)
+        for i, nodes in enumerate((across, under))
+    ]
+    paths = {p.id: traced(*nodes) for p, nodes in zip(pool, (across, under), strict=True)}
+    rates = {d: 12e6 for p in paths.values() for d in directions(p)}
+    rates.update({"p1r1a1>c2": 4e6, "c2>p0r0a1": 4e6})
+    assert clear_views(directions(paths[0]), rates) == {"p1r1a1>c2", "c2>p0r0a1"}
+    assert clear_views(directions(paths[1]), rates) == {"p1s1g1>p1r1t0", "p1r1t0>p1s0g1"}
+    wanted = set(directions(paths[0]))  # only the long probe's directions want a cover
+    assert [p.id for p in choose(pool, paths, wanted, cover=1, pair_cover=0)] == [0]
+    viewed = choose(pool, paths, wanted, cover=1, pair_cover=0, rates=rates)
+    assert [p.id for p in viewed] == [0, 1]
 
 
 def test_the_cover_also_passes_each_switch_towards_each_destination() -> None:
