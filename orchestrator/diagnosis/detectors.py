@@ -104,6 +104,15 @@ BUSY_SCORE = 0.8
 # quarter did so in 20 runs (0.16-0.26 each); no port of 110 healthy runs did (with three
 # in a row, two did); 4 ports in runs of other faults did (a controller outage's, a
 # straggler's stalled traffic), which those faults' own suspects outscore (DROPPING_SCORE)
+# A GPU's NIC port queues differently: TCP hands its qdisc whole 64 KiB GSO packets, which
+# a healthy port drains in 40 ms at 12 Mbit/s, so a sample that finds 25-70 KB waiting says
+# little about the 0.5 s after it (a healthy all-to-all's GPU, seed 30: found so at 4
+# samples in a row while the ToR received 0.22-0.32 of the rate); and TCP's small queues
+# keep at most two of a socket's packets there, 12 KB for one connection, which a slowed
+# port then holds at nearly every sample (seed 30: 11 of 13 while the ToR received 0.2-0.25).
+# So a GPU's port is read by the share of samples only, at this many bytes and this share
+NIC_BUSY_BYTES = 3_000
+NIC_BUSY_SHARE = 0.75
 DROPPING_INTERVALS = 4
 DROPPING_BELOW_RATE = 0.28
 DROPPING_MIN_RATE = 0.02
@@ -1287,6 +1296,11 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
     for d in obs.directions.values():
         for port in egress_ports(obs, d):
             rows = [r for r in egress_queue(obs, port) if start <= r[0] <= end]
+            if d.src not in obs.fabric.switches:  # a GPU's NIC port: by the share only
+                found = _often_backlogged(obs, port, d, rows, NIC_BUSY_BYTES, NIC_BUSY_SHARE)
+                if found is not None:
+                    _keep_earliest(out, found)
+                continue
             paces = []
             for a, b in itertools.pairwise(rows):
                 if a[3] < BACKLOG_BYTES or b[3] < BACKLOG_BYTES or not 0.2 <= b[0] - a[0] <= 2.0:
@@ -1316,7 +1330,12 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
 
 
 def _often_backlogged(
-    obs: Observations, port: Port, d: Direction, rows: Sequence[tuple[float, int, int, int]]
+    obs: Observations,
+    port: Port,
+    d: Direction,
+    rows: Sequence[tuple[float, int, int, int]],
+    busy_bytes: int = BUSY_BYTES,
+    busy_share: float = BUSY_SHARE,
 ) -> Suspect | None:
     """``port`` slow by the share of its queue samples that found bytes waiting against
     what it sent meanwhile (:data:`BUSY_WINDOW`): the window that reads slowest, if any
@@ -1330,9 +1349,9 @@ def _often_backlogged(
     for i in range(len(rows) - BUSY_WINDOW):
         # each sample stands for the interval after it: BUSY_WINDOW samples, as many
         # intervals, the share and the bytes sent over the same span
-        share = sum(1 for r in rows[i : i + BUSY_WINDOW] if r[3] >= BUSY_BYTES) / BUSY_WINDOW
+        share = sum(1 for r in rows[i : i + BUSY_WINDOW] if r[3] >= busy_bytes) / BUSY_WINDOW
         a, b = rows[i][0], rows[i + BUSY_WINDOW][0]
-        if share < BUSY_SHARE or b <= a:
+        if share < busy_share or b <= a:
             continue
         if a < first or b > last:
             continue  # outside the polled span
@@ -1345,7 +1364,7 @@ def _often_backlogged(
         return None
     _, share, pace, a, b = best
     evidence = [
-        f"counters: {port[0]}'s egress to {d.dst} held >= {BUSY_BYTES:,} bytes at "
+        f"counters: {port[0]}'s egress to {d.dst} held >= {busy_bytes:,} bytes at "
         f"{share:.0%} of {BUSY_WINDOW} samples from {rel(obs, a)} to {rel(obs, b)}, and sent "
         f"at {pace:.2f} of its {d.capacity_bps / 1e6:.1f} Mbit/s meanwhile",
         f"a port with bytes waiting sends at its rate: found waiting that often, it should "

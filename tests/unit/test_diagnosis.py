@@ -1525,10 +1525,13 @@ def test_a_gpus_nic_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow
 ) -> None:
     """A GPU's NIC direction slowed fills the GPU's own egress queue, which no switch
     holds: sampled in the GPU's namespace (:attr:`Observations.nic_queues`), and what it
-    sent read at the ToR's receive counter, the GPU's port is read as a switch port is.
-    The same queue while the ToR received at the link's rate is a GPU sending at its rate
-    (its NIC the bottleneck), not slow; kept among the switches' queues, nothing reads it
-    (before the GPU ends were sampled: no suspect)."""
+    sent read at the ToR's receive counter, the GPU's port is slow when found waiting at
+    most samples while the ToR received far below the link's rate (TCP's small queues
+    keep a slowed socket's 12 KB there at nearly every sample). The same queue while the
+    ToR received at the link's rate is a GPU sending at its rate (its NIC the bottleneck),
+    not slow; nor is a healthy all-to-all's GPU that TCP handed 64 KiB GSO packets found
+    at 4 samples in a row (each drains in 40 ms; seed 30); kept among the switches'
+    queues, nothing reads it."""
     obs0 = observations(astral)
     d = obs0.directions["p0s0g0>p0r0t0"]
     (link,) = [x for x in astral.fabric.links_of("p0s0g0") if "p0r0t0" in (x.a, x.b)]
@@ -1550,6 +1553,9 @@ def test_a_gpus_nic_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow
     assert any("p0s0g0's egress to p0r0t0 held" in e for e in slow[0].evidence)
     busy = observations(astral, nic_queues={gpu_port: queue}, counters=received(0.97))
     assert not sending_below_rate(busy), "a GPU sending at its NIC's rate"
+    bursts = [(t, n, x, 65_000 if 6 <= k < 10 else 0) for k, (t, n, x, _) in enumerate(queue)]
+    gso = observations(astral, nic_queues={gpu_port: bursts}, counters=received(0.24))
+    assert not sending_below_rate(gso), "GSO packets found waiting at 4 samples of 8"
     unread = observations(astral, queues={gpu_port: queue}, counters=received(0.24))
     assert not sending_below_rate(unread)
 
