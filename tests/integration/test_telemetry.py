@@ -139,7 +139,7 @@ def test_records_at_the_interval_with_the_bytes_iperf3_sent_on_its_path(
 def test_the_gpus_nic_queues_are_sampled_in_their_namespaces(emulation: Emulation) -> None:
     """Every GPU's NIC ports' egress queues are read over netlink inside the GPU's
     namespace beside the switches' ports; the port iperf3 left by sent its packets through
-    its queue (a packet per 1460 payload bytes delivered, or more), and what the sampler
+    its queue (about a packet per 1448 payload bytes delivered), and what the sampler
     read last is what ``tc`` in that namespace reads (between tc's readings before and
     after)."""
     desc = emulation.description
@@ -153,8 +153,9 @@ def test_the_gpus_nic_queues_are_sampled_in_their_namespaces(emulation: Emulatio
         out = emulation.cmd(src, ["iperf3", "-c", desc.addresses[dst].fabric_ip, "-t", "2", "-J"])
     server.wait(timeout=10)
     assert sampler.nic_error is None and sampler.nic_failures == 0
-    # what arrived crossed the GPU's queue before iperf3 ended, at most 1460 bytes a packet
-    # (a 1500-byte MTU); what was sent may have been partly still in the socket
+    # what arrived crossed the GPU's queue before iperf3 ended, at most 1448 bytes a packet
+    # (a 1500-byte MTU, TCP timestamps); what was sent may have been partly still in the
+    # socket. 0.9 of that: 3,394 packets carried 4,861,800 bytes on a quiet machine
     delivered = json.loads(out)["end"]["sum_received"]["bytes"]
     rows: dict[tuple[str, int], list[QueueCounter]] = {}
     for q in sampler.snapshot():
@@ -162,7 +163,7 @@ def test_the_gpus_nic_queues_are_sampled_in_their_namespaces(emulation: Emulatio
     nic_ports = {(g, n.port) for g in sampler.nics for n in desc.addresses[g].nics}
     assert nic_ports <= set(rows)
     moved = {port: r[-1].packets - r[0].packets for port, r in rows.items() if port[0] == src}
-    assert max(moved.values()) >= delivered / 1460, moved
+    assert max(moved.values()) >= 0.9 * delivered / 1448, moved
 
     def tc_root(port: int) -> dict[str, int]:
         text = emulation.cmd(src, ["tc", "-s", "-j", "qdisc", "show", "dev", f"{src}-eth{port}"])
