@@ -405,9 +405,17 @@ def egress_ports(obs: Observations, d: Direction) -> list[Port]:
 
 
 def egress_queue(obs: Observations, port: Port) -> list[tuple[float, int, int, int]]:
-    """``port``'s egress queue samples (a switch's or a GPU's NIC port's), oldest first."""
-    queues = obs.queues if port[0] in obs.fabric.switches else obs.nic_queues
-    return queues.get(port, [])
+    """``port``'s egress queue samples (a switch's or a GPU's NIC port's), oldest first;
+    live, a switch port's are :attr:`Observations.live_queues`."""
+    if port[0] not in obs.fabric.switches:
+        return obs.nic_queues.get(port, [])
+    return obs.queues.get(port) or obs.live_queues.get(port, [])
+
+
+def slow_port_queues(obs: Observations) -> dict[Port, list[tuple[float, int, int, int]]]:
+    """The switch ports' queue samples the slow-port readings read: the run's, or live,
+    those so far (:attr:`Observations.live_queues`)."""
+    return obs.queues or obs.live_queues
 
 
 def full_queues(obs: Observations, window: tuple[float, float] | None = None) -> dict[Port, str]:
@@ -1228,12 +1236,13 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
     connections wait for the slow one (a ring), where the slow connection's own pace,
     against the share its waiting neighbours leave it, looks healthy."""
     span = obs.span
-    if span is None or not obs.queues:
+    queues = slow_port_queues(obs)
+    if span is None or not queues:
         return []
     start, end = span[0] - 0.5, span[1] + 1.0
     direction_of = {port: d for d in obs.directions.values() for port in egress_ports(obs, d)}
     out: dict[str, Suspect] = {}
-    for port, rows in sorted(obs.queues.items()):
+    for port, rows in sorted(queues.items()):
         d = direction_of.get(port)
         full = [r for r in rows if start <= r[0] <= end and r[3] >= QUEUE_MIN_BYTES]
         held = sorted(r[3] for r in full)[len(full) // 2] if full else 0
@@ -1289,7 +1298,7 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
     whose queue is seldom held from one sample to the next is read by the share of
     samples that found it waiting instead (:func:`_often_backlogged`)."""
     span = obs.span
-    if span is None or not (obs.queues or obs.nic_queues) or not obs.counters:
+    if span is None or not (slow_port_queues(obs) or obs.nic_queues) or not obs.counters:
         return []
     start, end = span[0] - 0.5, span[1] + 1.0
     out: dict[str, Suspect] = {}

@@ -11,8 +11,9 @@ scores above the threshold, stamped with the instant of the cut.
 What a cut holds, as live: the operations every rank had finished, the counters and the
 controller's events up to the instant, each connection's samples and kernel views up to
 :data:`SHIP_LAG_S` before it (the workers ship them every 0.2 s), the entry lateness of
-finished operations, no egress-queue samples (the live builder reads none but the probe
-mesh's, which it cuts like the rest), ``now`` (a stall or a
+finished operations, the egress queues' samples up to the instant for the slow-port
+readings (:attr:`~orchestrator.diagnosis.evidence.Observations.live_queues`, and the GPUs'
+NIC ports'; the probe mesh's too), ``now`` (a stall or a
 pause of the polling not over yet counts up to it), and of the controller's events those
 after its first start (the live diagnosis starts after the bring-up). What differs from a
 real run, so that a replayed delay approximates a live one rather than measures it: the
@@ -51,6 +52,8 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         events=[e for e in obs.events if since <= e.t <= now],
         lateness={k: v for k, v in obs.lateness.items() if (k[0], k[1]) in done},
         queues={},
+        live_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.queues.items()},
+        nic_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.nic_queues.items()},
         warmed=obs.warmed if obs.warmed is not None and obs.warmed <= now else None,
         workload=None,
         now=now,

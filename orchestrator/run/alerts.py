@@ -32,6 +32,8 @@ from orchestrator.diagnosis.proberecord import ProbeRecord
 from orchestrator.diagnosis.restarts import recorded
 from orchestrator.monitor.live import EVENTS_NAME
 from orchestrator.monitor.record import connection_paths, controller_events
+from orchestrator.results.store import QueueCounter
+from orchestrator.testbed.queues import queue_rows
 from orchestrator.testbed.telemetry import Telemetry, parse_line
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.launcher import Launcher, LiveView
@@ -46,11 +48,15 @@ def live_builder(
     current: Callable[[], Launcher | None],
     since: float,
     probes: Callable[[], ProbeRecord | None] | None = None,
+    queues: Callable[[], list[QueueCounter]] | None = None,
 ) -> Callable[[], Observations | None]:
     """Observations of the launch ``current()`` returns (None while there is none), and
     of the counters and events from ``since`` (epoch s) on; ``probes``: the probe mesh so
-    far, with the egress queues' samples (orchestrator.diagnosis.probes)."""
+    far, with the egress queues' samples (orchestrator.diagnosis.probes); ``queues``: the
+    egress queues' samples so far (switch ports and GPUs' NIC ports), which read a slow
+    port live as after the run (:attr:`Observations.live_queues`)."""
     description = testbed.description
+    switches = set(description.fabric.switches)
     directions = direction_map(description)
     gpus = [g.name for g in description.fabric.gpus_by_rank()]
     follower = CounterFollower(testbed.telemetry_path, since)
@@ -68,6 +74,7 @@ def live_builder(
         operations = _operations(view.dones, view.warmup)
         counters = follower.read()
         ranks = dict(enumerate(gpus[: len(view.dones)]))
+        switch_queues, nic_queues = _queues(queues() if queues is not None else [], switches, since)
         return Observations(
             path=testbed.run_dir,
             description=description,
@@ -87,9 +94,26 @@ def live_builder(
             now=time.time(),
             warmed=_warmed(view.dones, view.warmup),
             probes=probes() if probes is not None else None,
+            live_queues=switch_queues,
+            nic_queues=nic_queues,
         )
 
     return build
+
+
+QueueRows = dict[tuple[str, int], list[tuple[float, int, int, int]]]
+
+
+def _queues(
+    counters: list[QueueCounter], switches: set[str], since: float
+) -> tuple[QueueRows, QueueRows]:
+    """The egress queues' samples from ``since`` on, as :class:`Observations` keeps them:
+    the switch ports' (``queues``) apart from the GPUs' NIC ports' (``nic_queues``)."""
+    rows = queue_rows(q for q in counters if q.t >= since)
+    return (
+        {port: r for port, r in rows.items() if port[0] in switches},
+        {port: r for port, r in rows.items() if port[0] not in switches},
+    )
 
 
 Dones = dict[int, dict[int, tuple[float, float, float | None]]]

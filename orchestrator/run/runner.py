@@ -110,6 +110,7 @@ from orchestrator.results.store import (
     Configuration,
     ForecastRecord,
     InjectedFault,
+    QueueCounter,
 )
 from orchestrator.results.summary import (
     ConfigurationResult,
@@ -724,7 +725,7 @@ class Runner(Messages):
         ).start()
         mesh = self._probe_mesh(testbed, writer.path)
         self._start_faults(testbed)
-        self._start_live_diagnosis(testbed, self._live_probes(mesh, queues))
+        self._start_live_diagnosis(testbed, self._live_probes(mesh, queues), queues.snapshot)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -1016,13 +1017,17 @@ class Runner(Messages):
         self.run_file["fault_log"] = str(log.path)
 
     def _start_live_diagnosis(
-        self, testbed: Testbed, probes: Callable[[], ProbeRecord | None] | None = None
+        self,
+        testbed: Testbed,
+        probes: Callable[[], ProbeRecord | None] | None = None,
+        queues: Callable[[], list[QueueCounter]] | None = None,
     ) -> None:
         """The live diagnosis (orchestrator.diagnosis.live) on what the launches, the
-        counters, the controller's events and the probe mesh show, alerting as it goes."""
+        counters, the egress queues, the controller's events and the probe mesh show,
+        alerting as it goes."""
         self.current_launcher = None
         self.live = LiveDiagnosis(
-            live_builder(testbed, lambda: self.current_launcher, time.time(), probes),
+            live_builder(testbed, lambda: self.current_launcher, time.time(), probes, queues),
             say=self.say,
         ).start()
 

@@ -1486,6 +1486,12 @@ def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
         (("link", "p0r1a0>c0", "slow"), pytest.approx(T0 + 2.0))
     ]
     assert any("sent slower than its link's rate" in e for e in slow[0].evidence)
+    # live, the samples so far come as live_queues, and read the same
+    live = layers([0.24] * 8)
+    live["live_queues"] = live.pop("queues")
+    assert [s.key() for s in sending_below_rate(observations(astral, now=T0 + 20, **live))] == [
+        ("link", "p0r1a0>c0", "slow")
+    ]
     assert not sending_below_rate(observations(astral, **layers([0.95] * 8))), "congested"
     # a single fast interval defeats the reading by intervals (a burst may have left
     # between samples); found waiting at every sample while sending 0.29 of its rate
