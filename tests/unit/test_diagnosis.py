@@ -1536,7 +1536,8 @@ def test_a_gpus_nic_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow
     keep a slowed socket's 12 KB there at nearly every sample). The same queue while the
     ToR received at the link's rate is a GPU sending at its rate (its NIC the bottleneck),
     not slow; nor is a healthy all-to-all's GPU that TCP handed 64 KiB GSO packets found
-    at 4 samples in a row (each drains in 40 ms; seed 30); kept among the switches'
+    at 4 samples in a row (each drains in 40 ms; seed 30), nor two GPUs' ports that read
+    slow together (seed 31: six of a healthy all-to-all's); kept among the switches'
     queues, nothing reads it."""
     obs0 = observations(astral)
     d = obs0.directions["p0s0g0>p0r0t0"]
@@ -1564,6 +1565,15 @@ def test_a_gpus_nic_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow
     assert not sending_below_rate(gso), "GSO packets found waiting at 4 samples of 8"
     unread = observations(astral, queues={gpu_port: queue}, counters=received(0.24))
     assert not sending_below_rate(unread)
+    # two GPUs' ports reading so at once: the GPUs' shapers or TCP's bursts, not one link
+    (other,) = [x for x in astral.fabric.links_of("p0s1g0") if "p0r0t0" in (x.a, x.b)]
+    second, second_tor = ("p0s1g0", other.port_of("p0s1g0")), ("p0r0t0", other.port_of("p0r0t0"))
+    both = observations(
+        astral,
+        nic_queues={gpu_port: queue, second: queue},
+        counters={**received(0.24), second_tor: received(0.24)[tor_port]},
+    )
+    assert not sending_below_rate(both)
 
 
 def test_a_port_often_found_with_bytes_waiting_that_sends_slowly_is_slow(
