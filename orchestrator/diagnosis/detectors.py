@@ -1259,6 +1259,8 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
         if offered > d.capacity_bps * OVERFULL_MARGIN:
             continue  # more could arrive than it sends at its rate: congestion's queue
         sent = _sent_bytes(obs, port, a, b) if b > a else None
+        if sent is None and obs.now is not None:
+            continue  # live, the counters' last poll before the queue's: not confirmed yet
         if sent is not None and sent * 8 / (b - a) >= OVERFULL_SENT * d.capacity_bps:
             # it sent at its rate meanwhile: not slow, the bottleneck of a chain of equal
             # rates whose shaper runs a little slower than the one before it (seed 10: a

@@ -1452,6 +1452,13 @@ def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
     crawling = [(t, 0, b // 4, 0, 0) for t, _, b, _, _ in sending]
     slow = observations(astral, connections=conns, queues=held(55_000), counters={port: crawling})
     assert [s.target for s in overfull_queues(slow)] == ["p0r1a0>c0"]
+    # live, the same: unless the port's counters were last polled before the queue's
+    # samples end, when what it sent meanwhile is not known yet (a healthy ring's first
+    # seconds read slow so, seed 27)
+    live = {"connections": conns, "live_queues": held(55_000), "now": T0 + 20}
+    assert overfull_queues(observations(astral, counters={port: crawling}, **live))
+    early = [r for r in crawling if r[0] <= T0 + 3]
+    assert not overfull_queues(observations(astral, counters={port: early}, **live))
 
 
 def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
