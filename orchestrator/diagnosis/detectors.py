@@ -1471,7 +1471,7 @@ def _switch_end(obs: Observations, port: Port) -> Port | None:
     """The switch port at the other end of a GPU's NIC port's link, if a switch's."""
     for link in obs.fabric.links_of(port[0]):
         if link.port_of(port[0]) == port[1]:
-            peer = link.b if link.a == port[0] else link.a
+            peer = link.other(port[0])
             return (peer, link.port_of(peer)) if peer in obs.fabric.switches else None
     return None
 

@@ -52,9 +52,10 @@ def live_builder(
 ) -> Callable[[], Observations | None]:
     """Observations of the launch ``current()`` returns (None while there is none), and
     of the counters and events from ``since`` (epoch s) on; ``probes``: the probe mesh so
-    far, with the egress queues' samples (orchestrator.diagnosis.probes); ``queues``: the
-    egress queues' samples so far (switch ports and GPUs' NIC ports), which read a slow
-    port live as after the run (:attr:`Observations.live_queues`)."""
+    far; ``queues``: the egress queues' samples so far (switch ports and GPUs' NIC ports),
+    which read a slow port live as after the run (:attr:`Observations.live_queues`), and
+    ride with the probe mesh's record (what tells its congestion losses from a fault's:
+    orchestrator.diagnosis.probes)."""
     description = testbed.description
     switches = set(description.fabric.switches)
     directions = direction_map(description)
@@ -74,7 +75,12 @@ def live_builder(
         operations = _operations(view.dones, view.warmup)
         counters = follower.read()
         ranks = dict(enumerate(gpus[: len(view.dones)]))
-        switch_queues, nic_queues = _queues(queues() if queues is not None else [], switches, since)
+        # the queue samples grouped once a look: all of them for the probe mesh's reading,
+        # those from ``since`` on for the slow-port readings
+        switch_rows, nic_rows = _queues(queues() if queues is not None else [], switches)
+        record = probes() if probes is not None else None
+        if record is not None and queues is not None:
+            record.queues = switch_rows
         return Observations(
             path=testbed.run_dir,
             description=description,
@@ -93,9 +99,9 @@ def live_builder(
             own_restarts=recorded(list(testbed.restarts)),
             now=time.time(),
             warmed=_warmed(view.dones, view.warmup),
-            probes=probes() if probes is not None else None,
-            live_queues=switch_queues,
-            nic_queues=nic_queues,
+            probes=record,
+            live_queues=_since(switch_rows, since),
+            nic_queues=_since(nic_rows, since),
         )
 
     return build
@@ -104,16 +110,20 @@ def live_builder(
 QueueRows = dict[tuple[str, int], list[tuple[float, int, int, int]]]
 
 
-def _queues(
-    counters: list[QueueCounter], switches: set[str], since: float
-) -> tuple[QueueRows, QueueRows]:
-    """The egress queues' samples from ``since`` on, as :class:`Observations` keeps them:
-    the switch ports' (``queues``) apart from the GPUs' NIC ports' (``nic_queues``)."""
-    rows = queue_rows(q for q in counters if q.t >= since)
+def _queues(counters: list[QueueCounter], switches: set[str]) -> tuple[QueueRows, QueueRows]:
+    """The egress queues' samples as :class:`Observations` keeps them: the switch ports'
+    apart from the GPUs' NIC ports'."""
+    rows = queue_rows(counters)
     return (
         {port: r for port, r in rows.items() if port[0] in switches},
         {port: r for port, r in rows.items() if port[0] not in switches},
     )
+
+
+def _since(rows: QueueRows, since: float) -> QueueRows:
+    """Each port's samples from ``since`` on (ports left without one dropped)."""
+    kept = {port: [r for r in values if r[0] >= since] for port, values in rows.items()}
+    return {port: values for port, values in kept.items() if values}
 
 
 Dones = dict[int, dict[int, tuple[float, float, float | None]]]

@@ -141,7 +141,7 @@ from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.probemesh import ProbeMesh
-from orchestrator.testbed.queues import QueueSampler, queue_rows
+from orchestrator.testbed.queues import QueueSampler
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
@@ -725,7 +725,7 @@ class Runner(Messages):
         ).start()
         mesh = self._probe_mesh(testbed, writer.path)
         self._start_faults(testbed)
-        self._start_live_diagnosis(testbed, self._live_probes(mesh, queues), queues.snapshot)
+        self._start_live_diagnosis(testbed, self._live_probes(mesh), queues.snapshot)
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -1032,22 +1032,12 @@ class Runner(Messages):
         ).start()
 
     @staticmethod
-    def _live_probes(
-        mesh: ProbeMesh | None, queues: QueueSampler
-    ) -> Callable[[], ProbeRecord | None] | None:
-        """What the probe mesh shows so far, with the egress queues' samples so far (what
-        tells its congestion losses from a fault's)."""
+    def _live_probes(mesh: ProbeMesh | None) -> Callable[[], ProbeRecord | None] | None:
+        """What the probe mesh shows so far (the live builder adds the egress queues'
+        samples so far, what tells its congestion losses from a fault's)."""
         if mesh is None:
             return None
-        follower = ProbeFollower(mesh.bundle)
-
-        def read() -> ProbeRecord | None:
-            record = follower.read()
-            if record is not None:
-                record.queues = queue_rows(queues.switch_snapshot())
-            return record
-
-        return read
+        return ProbeFollower(mesh.bundle).read
 
     def _end_live_diagnosis(self) -> None:
         if self.live is None:

@@ -224,11 +224,6 @@ class QueueSampler(PeriodicSampler):
         with self._lock:
             return list(self.samples)
 
-    def switch_snapshot(self) -> list[QueueCounter]:
-        """The switch ports' samples only (what the probe mesh's reading takes)."""
-        switches = {switch for switch, _ in self.interfaces.values()}
-        return [q for q in self.snapshot() if q.switch in switches]
-
 
 def _close_nic(made: tuple[socket.socket, dict[int, int]]) -> None:
     made[0].close()
