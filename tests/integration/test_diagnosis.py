@@ -179,4 +179,6 @@ def test_a_loss_where_no_ring_connection_goes_is_found_by_the_probe_mesh(
     assert bench.matches(
         first.component, first.target, first.fault, ("link", "p1r1t0-p1s1g1", "lossy")
     ), f"ranked: {describe(diagnosis)}"
-    assert first.evidence[0].startswith("probes:"), first.evidence
+    # the probes place it, first or after the switch counters' silent drops that their
+    # egress reading explains (probes.leaking_egress): either way a probe line says so
+    assert any(e.startswith("probes:") for e in first.evidence), first.evidence
