@@ -43,7 +43,7 @@ import math
 import statistics
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
 from orchestrator.diagnosis.model import UNCOUNTED, Suspect
@@ -114,6 +114,16 @@ BUSY_SCORE = 0.8
 # and only when it is the one GPU port of the run that reads slow so
 NIC_BUSY_BYTES = 3_000
 NIC_BUSY_SHARE = 0.75
+# ... and the converse: connections held under their share by a GPU's own slow port wait
+# in its queue (a quarter-rate port: found waiting at 11 of 13 samples, above), so a GPU
+# port whose queue was found waiting at under NIC_IDLE_SHARE of NIC_IDLE_MIN samples or
+# more while they were held did not hold them (a healthy all-to-all across a 3:1 edge,
+# seed 33: its GPU's connections held at 0.33-0.41 of their share, its queue waiting at
+# 1 sample of 12: the edge's uplinks held them, where no model of fair shares sees TCP's
+# unequal ones)
+NIC_IDLE_SHARE = 0.25
+NIC_IDLE_MIN = 4
+NIC_IDLE_FACTOR = 0.5
 DROPPING_INTERVALS = 4
 DROPPING_BELOW_RATE = 0.28
 DROPPING_MIN_RATE = 0.02
@@ -1560,7 +1570,12 @@ def _explain(
 
     ranked = _ranked_components(bad, everyone, components, contradicting)
     recall_of = {name: recall for name, recall, _, _ in ranked}
-    full = full_queues(obs, window) if queues is not None and obs.queues else {}
+    # live, the queue samples so far say which port was full as the run's do after it
+    # (the held bytes of the switches' counters, the fallback, are a congested switch's
+    # too: three healthy all-to-alls of seed 33 had a lone connection held at 0.37-0.42
+    # of its share for 3 s blamed live at 0.85 on a switch so, and healthy after the run)
+    queued = _with_live_queues(obs) if queues is not None else obs
+    full = full_queues(queued, window) if queues is not None and queued.queues else {}
     out: list[Suspect] = []
     for name, recall, precision, through in ranked:
         if len(out) == 6:
@@ -1582,7 +1597,7 @@ def _explain(
         ]
         factor = 1.0
         sources = [d.src for d in ends]
-        if queues is not None and obs.queues:  # a slow direction: is its own queue full?
+        if queues is not None and queued.queues:  # a slow direction: is its own queue full?
             said = {
                 d.name: [full[port] for port in egress_ports(obs, d) if port in full] for d in ends
             }
@@ -1620,6 +1635,10 @@ def _explain(
                     "counters: no switch on these paths held a queue: the bytes waited at "
                     f"{' and '.join(sources)}'s own egress"
                 )
+        idle = _idle_nic_ports(obs, ends, window) if fault == "slow" else None
+        if idle:
+            factor *= NIC_IDLE_FACTOR
+            evidence.append(idle)
         switch_ends = [src for src in sources if src in obs.fabric.switches]
         if counted and switch_ends:
             dropping = [src for src in switch_ends if src in leaks]
@@ -1650,6 +1669,44 @@ def _explain(
     if leaks and fault == "lossy":
         out += _beyond_first_hop(obs, bad, leaks, lead, onset)
     return out
+
+
+def _with_live_queues(obs: Observations) -> Observations:
+    """``obs`` with the switch ports' queue samples so far as its :attr:`queues`, live
+    (:attr:`Observations.live_queues`): for reading which port was full only, not a
+    switch's balance of packets (the attribute's comment says why)."""
+    if obs.queues or not obs.live_queues:
+        return obs
+    return replace(obs, queues=obs.live_queues)
+
+
+def _idle_nic_ports(
+    obs: Observations, ends: Sequence[Direction], window: tuple[float, float] | None
+) -> str | None:
+    """What says a slow suspect's GPU ports did not hold its connections: every end of
+    it leaves a GPU, and each such port's NIC queue (:attr:`Observations.nic_queues`)
+    was found waiting (:data:`NIC_BUSY_BYTES`) at under :data:`NIC_IDLE_SHARE` of its
+    samples in ``window``, the span the connections were held (:data:`NIC_IDLE_MIN`
+    samples at least). None when any end is a switch's, or a queue was not sampled then:
+    a port slower than what its GPU sends keeps the bytes waiting in its own queue."""
+    if window is None or not ends or any(d.src in obs.fabric.switches for d in ends):
+        return None
+    start, end = window[0] - 0.5, window[1] + 0.5
+    found = []
+    for d in ends:
+        for port in egress_ports(obs, d):
+            rows = [r for r in obs.nic_queues.get(port, ()) if start <= r[0] <= end]
+            if len(rows) < NIC_IDLE_MIN:
+                return None
+            waiting = sum(1 for r in rows if r[3] >= NIC_BUSY_BYTES)
+            if waiting >= NIC_IDLE_SHARE * len(rows):
+                return None
+            found.append(f"{d.name}'s at {waiting} of {len(rows)} samples")
+    return (
+        f"but the GPU's own queue found {NIC_BUSY_BYTES:,} bytes or more waiting "
+        f"({', '.join(found)}) while they were held: its port sent what it was given, "
+        "something further on held them"
+    )
 
 
 def _congestion_discards(obs: Observations, conns: Sequence[ConnectionView]) -> int:

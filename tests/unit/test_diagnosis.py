@@ -377,6 +377,37 @@ def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_i
     assert kept_share([*slow, kept_it, *healthy], capacity, {1, 2}) == {3, 4, 5}
 
 
+def test_a_gpus_port_whose_own_queue_stayed_empty_did_not_hold_its_connections(
+    astral: FabricDescription,
+) -> None:
+    """Two connections out of one GPU held at a quarter of their share share only its
+    port to the ToR: that port, slow, unless the GPU's own queue (sampled in its
+    namespace) was found empty while they were held. A port slower than what its GPU
+    sends keeps the bytes waiting there; an empty one sent what it was given, and
+    something the fabric model's fair shares do not see held them further on (seed 33:
+    a healthy all-to-all across a 3:1 edge, its GPU's queue waiting at 1 sample of 12)."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0s1g1>p0r1t1"].capacity_bps / 8 / 2
+    beside = path("p0s1g1", "p0r1t1", "p0s0g1")
+    held = [paced(1, 3, 7, ACROSS_C0, rate, 0.25), paced(2, 3, 1, beside, rate, 0.25)]
+    conns = [*held, paced(3, 6, 2, ELSEWHERE, 2 * rate), paced(4, 2, 0, LOCAL, 2 * rate)]
+    gpu_port = egress_ports(obs, obs.directions["p0s1g1>p0r1t1"])[0]
+
+    def queue(waiting: Callable[[float], bool]) -> list[tuple[float, int, int, int]]:
+        return [(T0 + k * 0.5, 10 * k, 0, 12_000 if waiting(k * 0.5) else 0) for k in range(40)]
+
+    named = diagnose(observations(astral, connections=conns)).ranked[0]
+    assert named.key() == ("link", "p0s1g1>p0r1t1", "slow")
+    waited = observations(
+        astral, connections=conns, nic_queues={gpu_port: queue(lambda t: 5 <= t < 12)}
+    )
+    assert diagnose(waited).ranked[0].key() == ("link", "p0s1g1>p0r1t1", "slow")
+    idle = observations(astral, connections=conns, nic_queues={gpu_port: queue(lambda t: t == 8)})
+    cleared = [s for s in diagnose(idle).suspects if s.target == "p0s1g1>p0r1t1"]
+    assert cleared and cleared[0].score == pytest.approx(named.score / 2, abs=0.01)
+    assert "found 3,000 bytes or more waiting (p0s1g1>p0r1t1's at 1 of " in cleared[0].evidence[-1]
+
+
 def test_most_connections_held_low_at_one_full_port_is_that_port_while_it_was_slow(
     astral: FabricDescription,
 ) -> None:
