@@ -311,10 +311,40 @@ def reconcile(obs: Observations, suspects: list[Suspect]) -> list[Suspect]:
             )
         network = 0.0
     if network >= 0.8:
+        strong = [
+            s for s in kept
+            if s.score >= 0.8 and (s.fault in NETWORK_FAULTS or s.fault == "controller outage")
+        ]  # fmt: skip
         for s in kept:
-            if s.fault == "straggler":
+            if s.fault == "straggler" and any(_reaches(obs, n, s.target) for n in strong):
                 s.score *= 0.5
                 s.evidence.append(
                     "but the network was faulty too: ranks behind a slow path enter later"
                 )
     return kept
+
+
+def _reaches(obs: Observations, fault: Suspect, gpu: str) -> bool:
+    """Whether a network ``fault`` can have made ``gpu`` enter its operations late: it is
+    on a recorded path of a connection to or from it (or at its own link). A rank enters
+    late behind a fault because its bytes crossed it; a fault on other ranks' paths only
+    (a ring's connection between two other GPUs retransmitting 40 segments beside a
+    straggler, seed 33) leaves the late rank's lateness its own. A controller outage
+    reaches every rank, and so does any fault when the paths are not known past the
+    first hop."""
+    if fault.component == "controller":
+        return True
+    mine = [c for c in obs.connections if gpu in (c.src_gpu, c.dst_gpu)]
+    if not mine or not all(c.full_path for c in mine):
+        return True
+    if fault.component == "switch":
+        return any(fault.target in c.switches() for c in mine)
+    nodes = _link_nodes(fault.target)
+    if nodes is None:
+        return True
+    if gpu in nodes:
+        return True
+    if ">" in fault.target:  # one direction: only connections that crossed it that way
+        return any(fault.target in c.directions() for c in mine)
+    link = frozenset(nodes)
+    return any(link == frozenset(_link_nodes(d) or ()) for c in mine for d in c.directions())

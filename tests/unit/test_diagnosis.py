@@ -1788,6 +1788,35 @@ def test_a_straggler_outweighs_a_loss_only_the_transport_shows(
     assert straggler.score == pytest.approx(0.44) and loss.score == pytest.approx(0.85)
 
 
+def test_a_network_fault_doubts_a_straggler_only_on_its_own_connections_paths(
+    astral: FabricDescription,
+) -> None:
+    """Ranks behind a faulty path enter later, so a strong network fault halves a
+    straggler, but only one its bytes crossed: a loss between two other GPUs (seed 33: a
+    ring's connection between two other GPUs retransmitted 40 segments beside a 200 ms
+    straggler) leaves the late rank's lateness its own. Unknown paths keep the doubt."""
+    into = path("p0s1g0", "p0r0t0", "p0s0g0")  # rank 2 -> rank 0, the straggler
+    other = path("p0s1g1", "p0r1t1", "p0s0g1")  # rank 3 -> rank 1
+    conns = [connection(1, 2, 0, into), connection(2, 3, 1, other)]
+
+    def scores(
+        target: str, paths: list[ConnectionView], component: str = "link", fault: str = "lossy"
+    ) -> tuple[float, float]:
+        late = Suspect("gpu", "p0s0g0", "straggler", 0.88, ["application: late"], T0 + 6)
+        network = Suspect(component, target, fault, 0.85, ["counters: leaked 40"], T0 + 6)
+        kept = reconcile(observations(astral, connections=paths), [late, network])
+        return kept[0].score, kept[1].score
+
+    assert scores("p0s1g1>p0r1t1", conns) == (pytest.approx(0.88), pytest.approx(0.85))
+    assert scores("p0r0t0>p0s0g0", conns)[0] == pytest.approx(0.44)
+    assert scores("p0s1g0-p0r0t0", conns)[0] == pytest.approx(0.44)
+    assert scores("p0r1t1", conns, "switch", "blackhole")[0] == pytest.approx(0.88)
+    assert scores("p0r0t0", conns, "switch", "blackhole")[0] == pytest.approx(0.44)
+    assert scores("controller", conns, "controller", "controller outage")[0] == pytest.approx(0.44)
+    first_hop = [connection(1, 2, 0, into[:2]), connection(2, 3, 1, other[:2])]
+    assert scores("p0s1g1>p0r1t1", first_hop)[0] == pytest.approx(0.44)
+
+
 def test_a_link_that_flapped_explains_its_own_losses_however_many(
     astral: FabricDescription,
 ) -> None:
