@@ -112,8 +112,11 @@ BUSY_SCORE = 0.8
 # port then holds at nearly every sample (seed 30: 11 of 13 while the ToR received 0.2-0.25).
 # So a GPU's port is read by the share of samples only, at this many bytes and this share,
 # and only when it is the one GPU port of the run that reads slow so
+# (7 of 8 samples: GPU ports of healthy ECMP all-to-alls on a rail-optimized fabric,
+# seed 34, and one beside a lossy link were found waiting at 6 of 8 while their ToR
+# received 0.25-0.27 of the rate; the slowed port of seed 30, at 11 of 13)
 NIC_BUSY_BYTES = 3_000
-NIC_BUSY_SHARE = 0.75
+NIC_BUSY_SHARE = 0.875
 # ... and the converse: connections held under their share by a GPU's own slow port wait
 # in its queue (a quarter-rate port: found waiting at 11 of 13 samples, above), so a GPU
 # port whose queue was found waiting at under NIC_IDLE_SHARE of NIC_IDLE_MIN samples or
@@ -121,6 +124,11 @@ NIC_BUSY_SHARE = 0.75
 # seed 33: its GPU's connections held at 0.33-0.41 of their share, its queue waiting at
 # 1 sample of 12: the edge's uplinks held them, where no model of fair shares sees TCP's
 # unequal ones)
+# A slow suspect that one connection's pace alone speaks for (no queue or counter of its
+# own, a full queue elsewhere on the path): each direction of that path is as likely
+# (seed 33: three healthy all-to-alls alerted live at 0.55 on every direction of a lone
+# connection held at 0.37-0.42 of its share for 3 s)
+LONE_SLOW_FACTOR = 0.8
 NIC_IDLE_SHARE = 0.25
 NIC_IDLE_MIN = 4
 NIC_IDLE_FACTOR = 0.5
@@ -1569,6 +1577,7 @@ def _explain(
         return components(c) if kept is None or c.id in kept else []
 
     ranked = _ranked_components(bad, everyone, components, contradicting)
+    through_path = bad[0].directions() if len(bad) == 1 else []
     recall_of = {name: recall for name, recall, _, _ in ranked}
     # live, the queue samples so far say which port was full as the run's do after it
     # (the held bytes of the switches' counters, the fallback, are a congested switch's
@@ -1662,6 +1671,14 @@ def _explain(
             evidence.append(
                 f"but full queues on their paths discarded {congestion:,} packets: "
                 "their retransmissions are congestion's"
+            )
+        if fault == "slow" and len(bad) == 1 and len(evidence) == 2:
+            # one connection's path names each of its directions alike, and nothing but
+            # its pace speaks for this one
+            factor *= LONE_SLOW_FACTOR
+            evidence.append(
+                f"but one connection alone, and its path names its {len(through_path)} "
+                "directions alike"
             )
         out.append(
             Suspect("link", name, fault, 0.85 * recall * precision * factor, evidence, onset)

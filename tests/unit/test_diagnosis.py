@@ -377,6 +377,32 @@ def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_i
     assert kept_share([*slow, kept_it, *healthy], capacity, {1, 2}) == {3, 4, 5}
 
 
+def test_one_connection_held_low_past_a_full_queue_names_no_direction_of_its_path(
+    astral: FabricDescription,
+) -> None:
+    """One connection held at a quarter of its share, with the queues sampled and none
+    of its path's full: its path names each of its directions alike, and its pace alone
+    speaks for any switch's direction of them, so none is called slow (seed 33: healthy all-to-alls alerted live at 0.55 on every direction of a lone
+    connection held at 0.37-0.42 of its share). Two connections held across one of them
+    still name it."""
+    obs = observations(astral)
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    healthy = [paced(3, 6, 2, ELSEWHERE, rate), paced(4, 2, 0, LOCAL, rate)]
+    sampled = egress_ports(obs, obs.directions["p1r1a0>p1r1t0"])[0]  # never full
+    queues = {sampled: [(T0 + k * 0.5 - 1, k * 10, 0, 0) for k in range(45)]}
+    lone = [paced(1, 3, 7, ACROSS_C0, rate, 0.25), *healthy]
+    diagnosis = diagnose(observations(astral, connections=lone, queues=queues))
+    # no switch queue full: by elimination the bytes waited at the GPU's own egress,
+    # which the counters say; every switch direction has the pace alone
+    assert [s.target for s in diagnosis.ranked] == ["p0s1g1>p0r1t1"]
+    held = [s for s in diagnosis.suspects if s.target == "p0r1a0>c0"]
+    assert held and "but one connection alone" in held[0].evidence[-1]
+    assert held[0].score == pytest.approx(0.85 * 0.65 * 0.8)
+    two = [paced(1, 3, 7, ACROSS_C0, rate / 2, 0.25), paced(2, 1, 4, ALSO_C0, rate / 2, 0.25)]
+    named = diagnose(observations(astral, connections=[*two, *healthy], queues=queues))
+    assert named.ranked[0].key() == ("link", "p0r1a0>c0", "slow")
+
+
 def test_a_gpus_port_whose_own_queue_stayed_empty_did_not_hold_its_connections(
     astral: FabricDescription,
 ) -> None:
