@@ -377,14 +377,14 @@ def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_i
     assert kept_share([*slow, kept_it, *healthy], capacity, {1, 2}) == {3, 4, 5}
 
 
-def test_one_connection_held_low_past_a_full_queue_names_no_direction_of_its_path(
+def test_one_connection_held_low_names_no_switch_direction_of_its_path(
     astral: FabricDescription,
 ) -> None:
     """One connection held at a quarter of its share, with the queues sampled and none
     of its path's full: its path names each of its directions alike, and its pace alone
-    speaks for any switch's direction of them, so none is called slow (seed 33: healthy all-to-alls alerted live at 0.55 on every direction of a lone
-    connection held at 0.37-0.42 of its share). Two connections held across one of them
-    still name it."""
+    speaks for any switch's direction of them, so none is called slow (seed 33: healthy
+    all-to-alls alerted live at 0.55 on every direction of a lone connection held at
+    0.37-0.42 of its share). Two connections held across one of them still name it."""
     obs = observations(astral)
     rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
     healthy = [paced(3, 6, 2, ELSEWHERE, rate), paced(4, 2, 0, LOCAL, rate)]
