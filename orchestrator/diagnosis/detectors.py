@@ -124,14 +124,14 @@ NIC_BUSY_SHARE = 0.875
 # seed 33: its GPU's connections held at 0.33-0.41 of their share, its queue waiting at
 # 1 sample of 12: the edge's uplinks held them, where no model of fair shares sees TCP's
 # unequal ones)
-# A slow suspect that one connection's pace alone speaks for (no queue or counter of its
-# own, a full queue elsewhere on the path): each direction of that path is as likely
-# (seed 33: three healthy all-to-alls alerted live at 0.55 on every direction of a lone
-# connection held at 0.37-0.42 of its share for 3 s)
-LONE_SLOW_FACTOR = 0.8
 NIC_IDLE_SHARE = 0.25
 NIC_IDLE_MIN = 4
 NIC_IDLE_FACTOR = 0.5
+# A slow suspect that one connection's pace alone speaks for (no queue or counter of its
+# own, the switch's queue sampled and not full): each direction of that path is as likely
+# (seed 33: three healthy all-to-alls alerted live at 0.55 on every direction of a lone
+# connection held at 0.37-0.42 of its share for 3 s)
+LONE_SLOW_FACTOR = 0.8
 DROPPING_INTERVALS = 4
 DROPPING_BELOW_RATE = 0.28
 DROPPING_MIN_RATE = 0.02
@@ -1577,7 +1577,6 @@ def _explain(
         return components(c) if kept is None or c.id in kept else []
 
     ranked = _ranked_components(bad, everyone, components, contradicting)
-    through_path = bad[0].directions() if len(bad) == 1 else []
     recall_of = {name: recall for name, recall, _, _ in ranked}
     # live, the queue samples so far say which port was full as the run's do after it
     # (the held bytes of the switches' counters, the fallback, are a congested switch's
@@ -1677,7 +1676,7 @@ def _explain(
             # its pace speaks for this one
             factor *= LONE_SLOW_FACTOR
             evidence.append(
-                f"but one connection alone, and its path names its {len(through_path)} "
+                f"but one connection alone, and its path names its {len(bad[0].directions())} "
                 "directions alike"
             )
         out.append(
@@ -1712,7 +1711,7 @@ def _idle_nic_ports(
     found = []
     for d in ends:
         for port in egress_ports(obs, d):
-            rows = [r for r in obs.nic_queues.get(port, ()) if start <= r[0] <= end]
+            rows = [r for r in egress_queue(obs, port) if start <= r[0] <= end]
             if len(rows) < NIC_IDLE_MIN:
                 return None
             waiting = sum(1 for r in rows if r[3] >= NIC_BUSY_BYTES)
