@@ -60,6 +60,9 @@ LEAK_MIN_BYTES = 16_000
 # the stalled connection's retransmissions into it (12-15 packets in 5 s); a lossy
 # link's, tens to hundreds
 SILENT_MIN_PACKETS = 5
+# live, a switch's counters and its queues are sampled apart: packets that moved between
+# the two samples read as dropped (at most this many beyond SILENT_MIN_PACKETS)
+LIVE_LEAK_MARGIN = 10
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 LOSSY_SILENT_MIN = 20  # unexplained drops that name a lossy egress, at least
 LOSSY_OVER_QUEUED = 0.25  # ... and this share of its full queues' discards
@@ -344,33 +347,58 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
     before the run's first bytes (its connections' first samples; the warm-up operation
     comes before the first timed one, and packets in flight at a sample are received and
     not yet sent: up to 14 measured) to the last one a second after the last operation:
-    the fabric is quiet at both ends."""
+    the fabric is quiet at both ends. Live, to the cut, with the queue samples so far
+    (:attr:`Observations.live_queues`): the fabric is not quiet then, so what the
+    queues held at the cut is not counted as dropped, and :data:`LIVE_LEAK_MARGIN` more
+    packets are allowed for the counters and the queues being sampled apart."""
     span = obs.span
     if span is None:
         return {}
     first = min((c.samples[0][0] for c in obs.connections if c.samples), default=span[0])
     start, end = min(span[0], first) - 0.5, span[1] + 1.0
+    live = obs.now is not None and not obs.queues and bool(obs.live_queues)
+    if live:
+        # live, the fabric is not quiet at the cut: what its queues hold then was
+        # received and not yet sent, and is taken off (LIVE_LEAK_MARGIN: the rest)
+        obs, end = _with_live_queues(obs), obs.now or end
     ports: dict[str, list[int]] = defaultdict(list)
     for switch, port in obs.counters:
         ports[switch].append(port)
     out = {}
     for switch, numbers in ports.items():
-        packets = nbytes = 0
+        packets = nbytes = packets_in = bytes_in = 0
         for port in numbers:
             a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
             if a is None or b is None:
                 break
             packets += (b[3] - a[3]) - (b[4] - a[4])
             nbytes += (b[1] - a[1]) - (b[2] - a[2])
+            packets_in, bytes_in = packets_in + b[3] - a[3], bytes_in + b[1] - a[1]
         else:
             dropped = [obs.queue_drops((switch, port), start, end) for port in numbers]
             if obs.queues and all(d is not None for d in dropped):
+                if live:
+                    packets -= _held_packets(obs, switch, numbers, end, packets_in, bytes_in)
                 leak = Leak(packets, nbytes, sum(d or 0 for d in dropped))
-                if leak.silent >= max(SILENT_MIN_PACKETS, SILENT_SHARE * (leak.queued or 0)):
+                least = SILENT_MIN_PACKETS + (LIVE_LEAK_MARGIN if live else 0)
+                if leak.silent >= max(least, SILENT_SHARE * (leak.queued or 0)):
                     out[switch] = leak
             elif packets >= LEAK_MIN_PACKETS and nbytes >= LEAK_MIN_BYTES:
                 out[switch] = Leak(packets, nbytes)
     return out
+
+
+def _held_packets(
+    obs: Observations, switch: str, ports: Sequence[int], t: float, packets: int, nbytes: int
+) -> int:
+    """About how many packets ``switch``'s egress queues held at ``t`` (their bytes at
+    the last sample before it, over the mean size of the packets it received)."""
+    held = 0
+    for port in ports:
+        rows = obs.queues.get((switch, port), [])
+        i = bisect.bisect_right([r[0] for r in rows], t) - 1
+        held += rows[i][3] if i >= 0 else 0
+    return round(held * packets / nbytes) if packets > 0 and nbytes > 0 else 0
 
 
 def switch_queues(obs: Observations) -> dict[str, int]:
@@ -1689,8 +1717,8 @@ def _explain(
 
 def _with_live_queues(obs: Observations) -> Observations:
     """``obs`` with the switch ports' queue samples so far as its :attr:`queues`, live
-    (:attr:`Observations.live_queues`): for reading which port was full only, not a
-    switch's balance of packets (the attribute's comment says why)."""
+    (:attr:`Observations.live_queues`): for reading which port was full, and, with the
+    allowance :func:`switch_leaks` makes, a switch's balance of packets."""
     if obs.queues or not obs.live_queues:
         return obs
     return replace(obs, queues=obs.live_queues)
@@ -1733,7 +1761,8 @@ def _congestion_discards(obs: Observations, conns: Sequence[ConnectionView]) -> 
     its own NIC (which backpressures instead of dropping) retransmits what that queue
     discards, and its GPU's link out, which only it crosses, looked lossy (healthy runs:
     a pinned ring on astral-2pod-3x2, 124 segments beside 648 discards, 0.85; an ECMP
-    ring on fat-tree-2pod-r6-2gpu, 63 beside 23, 0.85)."""
+    ring on fat-tree-2pod-r6-2gpu, 63 beside 23, 0.85). Live, the queue samples so far."""
+    obs = _with_live_queues(obs)
     if not obs.queues:
         return 0
     span = _span(obs)

@@ -148,11 +148,11 @@ class Observations:
     # GPU's slowed NIC direction fills, which no switch holds; empty when the run did not
     # sample them (older bundles, a fabric over several machines)
     nic_queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
-    # live, the switch ports' egress queue samples so far, for the slow-port readings only
-    # (detectors.sending_below_rate, overfull_queues); :attr:`queues` stays empty live: a
-    # switch's balance of packets in and out needs its traffic to have stopped, and at a
-    # live cut the packets in flight through a switch (21 at one aggregation switch of a
-    # healthy all-to-all, seed 30) would read as dropped with room in its queues
+    # live, the switch ports' egress queue samples so far; :attr:`queues` stays empty live,
+    # since a switch's balance of packets in and out needs its traffic to have stopped: at
+    # a live cut the packets in flight through a switch (21 at one aggregation switch of a
+    # healthy all-to-all, seed 30) read as dropped with room in its queues. The readings
+    # that use these say how they allow for it (detectors.switch_leaks)
     live_queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
     # the probe mesh's probes, paths and samples (orchestrator.diagnosis.probes); None
     # without one

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -608,6 +608,34 @@ def test_retransmissions_through_congested_switches_do_not_make_a_lossy_link(
         full = queues({congested: 300}, switches)
         diagnosis = diagnose(observations(astral, connections=conns, counters=drops, queues=full))
         assert [s.key() for s in diagnosis.ranked] == [("link", egress, "lossy")]
+
+
+def test_live_the_queues_so_far_tell_congestions_drops_from_a_loss(
+    astral: FabricDescription,
+) -> None:
+    """Live, a switch's balance of packets is read with the queue samples so far, as after
+    the run, less what its queues held at the cut (received and not yet sent): the drops
+    its full queues discarded are congestion's, and a connection retransmitting through
+    it alone is not lossy (seed 36: a healthy ring's one connection across a 2:1 uplink
+    overflowed that queue, and was alerted on live as a lossy link at 0.85)."""
+    conns, switches = retransmitting()
+    # the queue that discards is on the retransmitting connection's way (port 1 of p0r1t1)
+    conns[0].path = [replace(h, out_port=1) if h.node == "p0r1t1" else h for h in conns[0].path]
+    live = {"connections": conns, "now": T0 + 21.0}
+    full = queues({"p0r1t1": 300}, switches)
+    congested = observations(astral, counters=counters({"p0r1t1": 300}, switches), **live)
+    assert diagnose(congested).ranked[0].key() == ("link", "p0r1t1>p0r1a0", "lossy")
+    assert diagnose(replace(congested, live_queues=full)).healthy
+    # the packets its queue holds at the cut were received and not sent yet: not drops
+    waiting = {port: [*rows[:-1], (*rows[-1][:3], 40 * 1500)] for port, rows in full.items()}
+    held = observations(astral, counters=counters({"p0r1t1": 340}, switches), **live)
+    assert diagnose(replace(held, live_queues=waiting)).healthy
+    assert not diagnose(replace(held, live_queues=full)).healthy, "40 dropped, none held"
+    # a switch beside it that dropped what no queue discarded is still the loss
+    lossy = observations(
+        astral, counters=counters({"p0r1t1": 300, "p0r1a0": 25}, switches), live_queues=full, **live
+    )
+    assert [s.key() for s in diagnose(lossy).ranked] == [("link", "p0r1a0>p0r1t0", "lossy")]
 
 
 def test_drops_no_queue_explains_find_a_loss_that_congestion_hides(
