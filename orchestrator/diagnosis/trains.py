@@ -17,7 +17,9 @@ evidence against a direction ``d`` of its way there or back (:meth:`Reading.slow
 when it came at under :data:`SLOW_LINE` of its path's slowest link while no other
 direction of its way carried :data:`BUSY` of its rate or more, none of the way back
 :data:`BUSY_BACK` (the ports' counters, :data:`BUSY_PAD_S` around the train), ``d`` itself
-less than :data:`OWN_MAX` (a link slowed below the line cannot carry that), and no port of
+less than :data:`OWN_MAX` and than :data:`OWN_OVER_SHARE` times the train's share (a link
+slowed so that a train crosses it at a share s carries about s of its rate at most: a
+quarter-rate link's trains came at 0.22, while it carried 0.01-0.05), and no port of
 the fabric was down (a failover reroutes). A train at :data:`FAST_LINE` or more clears the
 directions of its way there (its acknowledgements cross an idle slow link unhurt).
 
@@ -60,6 +62,7 @@ FAST_LINE = 0.8  # ... at this share or more: its path was that fast
 BUSY = 0.4  # another direction of its path that carried this share of its rate meanwhile
 BUSY_BACK = 0.6  # ... or of its acknowledgements' path (they clock its second half)
 OWN_MAX = 0.5  # the direction itself carried this share or more: not slowed below the line
+OWN_OVER_SHARE = 1.5  # ... or this many times the train's own share: not slowed to that
 BUSY_PAD_S = 0.3  # around the train, for the counters polled every 0.5 s
 RUN_MIN = 3  # slow trains in a row across a direction
 PROBES_MIN = 2  # ... from this many probes at least
@@ -97,8 +100,9 @@ class Reading:
     def slow_across(self, d: str) -> bool:
         """Slow, and nothing but ``d`` explains it: no other direction of its way busy,
         none of its acknowledgements' way very busy, ``d`` itself not carrying what a
-        link slowed below the line could not."""
-        if self.down or self.share >= SLOW_LINE or self.loads.get(d, 0.0) >= OWN_MAX:
+        link slowed to the train's pace could not."""
+        own = self.loads.get(d, 0.0)
+        if self.down or self.share >= SLOW_LINE or own >= min(OWN_MAX, OWN_OVER_SHARE * self.share):
             return False
         return not any(
             load >= (BUSY if x in self.dirs else BUSY_BACK)

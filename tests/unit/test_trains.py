@@ -93,6 +93,14 @@ def test_a_slow_train_behind_another_busy_link_is_congestion(astral: FabricDescr
     own = {obs_port(astral, "p1r0a1>p1r0t0"): rows, obs_port(astral, "p1r0t0>p1r0a1"): rows}
     obs = observations(astral, probes=with_trains(record(CASES, {}), slow), counters=own)
     assert not slow_directions(obs), diagnose(obs).render()
+    # nor slowed to the trains' 0.2 while it carried twice that (seed 36: a healthy
+    # all-to-all's GPU port carried 0.34 of its rate beside trains at 0.20); a quarter of
+    # its rate, what a link slowed to the trains' pace still carries, leaves them slow
+    for carried, slowed in ((0.4, False), (0.25, True)):
+        load = [(t, 0, int(carried * RATE / 8 * k * 0.5), 0, 0) for k, (t, *_) in enumerate(rows)]
+        own = {obs_port(astral, "p1r0a1>p1r0t0"): load, obs_port(astral, "p1r0t0>p1r0a1"): load}
+        obs = observations(astral, probes=with_trains(record(CASES, {}), slow), counters=own)
+        assert bool(slow_directions(obs)) is slowed, (carried, diagnose(obs).render())
 
 
 def test_every_train_slow_at_once_is_the_machine_not_a_link(astral: FabricDescription) -> None:
