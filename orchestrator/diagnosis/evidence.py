@@ -410,7 +410,7 @@ def sent_by(unacked: list[tuple[float, int]]) -> list[float]:
     return [b[0] for a, b in itertools.pairwise(unacked) if b[1] > a[1]]
 
 
-def _rtt_at(rows: list[tuple[float, float]], t: float) -> float:
+def rtt_at(rows: list[tuple[float, float]], t: float) -> float:
     """The round trip a sender's kernel last reported at or before ``t`` (0 if none)."""
     i = bisect.bisect_right(rows, (t, math.inf))
     return rows[i - 1][1] if i else 0.0
@@ -457,7 +457,7 @@ def entry_lateness(
     # 17 ms after, at a 25 ms round trip)
     firsts: dict[tuple[int, int, int], list[float]] = defaultdict(list)
     for key, times in acked.items():
-        firsts[key] = [t - _rtt_at(rtts.get(key, []), t) for t in times]
+        firsts[key] = [t - rtt_at(rtts.get(key, []), t) for t in times]
     for key, rows in flight.items():
         firsts[key] += sent_by(rows)
     for times in firsts.values():

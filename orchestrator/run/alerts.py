@@ -26,6 +26,7 @@ from orchestrator.diagnosis.evidence import (
     Operation,
     direction_map,
     loss_retransmissions,
+    rtt_at,
     sent_by,
 )
 from orchestrator.diagnosis.proberecord import ProbeRecord
@@ -266,20 +267,28 @@ def _lateness(
     """Entry lateness (orchestrator.diagnosis.evidence.entry_lateness) from a running
     launch: the first byte a rank's first step sent, after the latency waited before it.
     The plan's step 0 peers are not at hand here: of the rank's outgoing connections, the
-    one that sent first after its own latency (the step's peer) counts."""
+    one that sent first after its own latency (the step's peer) counts. A sender's
+    samples count acknowledged bytes, which left a round trip before (the kernel's
+    smoothed one then), as after the run: read at the samples' own instants, a healthy
+    ECMP ring's rank behind a 2:1 uplink entered every operation 40-50 ms "late", its
+    round trip (seed 37), and was alerted on live as a straggler."""
     if latency is None or ranks > len(latency.one_way):
         return {}
-    firsts: dict[tuple[int, int], list[float]] = defaultdict(list)
-    for s in view.samples:
-        c = s.connection
-        if s.rank == c.src and s.bytes > 0:
-            firsts[(c.src, c.dst)].append(s.t)
     # more data in flight than at the sample before: sent by then (as offline)
     flight: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
+    rtts: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
     for r in view.tcp_info:
         c = r.connection
         if r.rank == c.src:
             flight[(c.src, c.dst)].append((r.t, r.view.unacked))
+            rtts[(c.src, c.dst)].append((r.t, r.view.rtt_us / 1e6))
+    for trips in rtts.values():
+        trips.sort()
+    firsts: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for s in view.samples:
+        c = s.connection
+        if s.rank == c.src and s.bytes > 0:
+            firsts[(c.src, c.dst)].append(s.t - rtt_at(rtts.get((c.src, c.dst), []), s.t))
     for key, rows in flight.items():
         firsts[key] += sent_by(rows)
     for times in firsts.values():

@@ -57,11 +57,15 @@ from orchestrator.results.store import (
     StepRecord,
     TcpInfoSample,
 )
+from orchestrator.run import alerts
+from orchestrator.worker.launcher import LiveView
+from orchestrator.worker.outcome import ConnectionInfo, TcpInfoRecord, ThroughputSample
+from orchestrator.worker.transport import TcpView
 from tests.helpers import load_benchmark, preset_description
 from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
 from topologies.generators import build_fabric
-from topologies.latency import applied_latency
+from topologies.latency import AppliedLatency, applied_latency
 from topologies.spec import parse_fabric_spec
 
 T0 = 1_000_000.0  # the first timed operation's start
@@ -1880,3 +1884,32 @@ def test_a_link_that_flapped_explains_its_own_losses_however_many(
     kept = reconcile(observations(astral), [flap, loss])
     assert max(kept, key=lambda s: s.score) is flap
     assert loss.score == pytest.approx(0.455)
+
+
+def test_live_a_ranks_entry_is_read_a_round_trip_before_its_bytes_were_acknowledged() -> None:
+    """Live, as after the run, a sender's samples count acknowledged bytes, which left a
+    round trip earlier: a rank whose first bytes were acknowledged one round trip (60 ms,
+    a congested uplink's) after its wait entered on time; one that sent 200 ms late
+    (a straggler) is late by that."""
+    latency = AppliedLatency(one_way=((0.0, 0.004), (0.004, 0.0)), operation=0.002)
+    conn = ConnectionInfo(0, 1, 0, "fabric", FiveTuple("10.0.0.1", 16384, "10.0.0.2", 5000))
+    wait, rtt = 0.002 + 0.004, 0.060
+
+    def view(delay: float) -> LiveView:
+        samples, infos = [], []
+        dones: dict[int, tuple[float, float, float | None]] = {}
+        for it in range(1, 4):
+            step0 = T0 + it
+            dones[it] = (step0, 0.5, step0)
+            for k in range(40):  # acknowledged every 10 ms from a round trip after sending
+                t = step0 + wait + delay + rtt + 0.01 * k
+                samples.append(ThroughputSample(0, conn, t, 12_000))
+                kernel = TcpView(int(rtt * 1e6), 1000, 10, 10, 0, 0, 8)  # in flight: steady
+                infos.append(TcpInfoRecord(0, conn, t, kernel))
+        return LiveView([conn], samples, infos, {0: dones, 1: {}}, warmup=1)
+
+    on_time = alerts._lateness(view(0.0), latency, 2)
+    assert sorted(on_time) == [(0, 1, 0), (0, 2, 0), (0, 3, 0)]
+    assert all(abs(late) < 0.006 for late in on_time.values()), on_time
+    straggler = alerts._lateness(view(0.2), latency, 2)
+    assert all(abs(late - 0.2) < 0.006 for late in straggler.values()), straggler
