@@ -139,6 +139,15 @@ DROPPING_INTERVALS = 4
 DROPPING_BELOW_RATE = 0.28
 DROPPING_MIN_RATE = 0.02
 DROPPING_SCORE = 0.7
+# ... and its queue found holding DROPPING_HELD_BYTES at this share of the samples over
+# those intervals at least: a slowed port keeps a standing queue (a quarter-rate port's
+# 16 frames take 65 ms to drain, and TCP refills them), found at 0.25-1.00 of the samples
+# in the suites of seeds 33-38; a healthy port whose queue overflows only in an
+# all-to-all's bursts drains them at its rate in milliseconds and was found holding at
+# 0.00-0.09 (a 5-minute calibration run of 64 KiB to 4 MiB on astral-small: ten healthy
+# ports read slow so, after the run and live)
+DROPPING_HELD_BYTES = 3_000
+DROPPING_HELD_SHARE = 0.15
 UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
 UNCOUNTED_SURE = 40  # ... this many: surely a loss (healthy: at most 6 on one link, 29 in all)
 UNCOUNTED_PAD_S = 1.0  # a queue's discard is retransmitted within this (RTTs, timeouts)
@@ -1443,7 +1452,8 @@ def _slow_while_dropping(
     """``port`` slow by what it sent in the sampling intervals its queue discarded packets
     in (see :data:`DROPPING_INTERVALS`): the longest run of such intervals, one after the
     other, each sent at :data:`DROPPING_BELOW_RATE` of the port's rate or less (and
-    :data:`DROPPING_MIN_RATE` at least). A fault
+    :data:`DROPPING_MIN_RATE` at least), over which its queue was found holding bytes
+    often enough (:data:`DROPPING_HELD_SHARE`). A fault
     that starts or ends mid-run leaves the intervals outside it at the full rate, hence a
     run, not all of them."""
     transmitted = _transmitted(obs, port)
@@ -1464,6 +1474,9 @@ def _slow_while_dropping(
             best = current
     if len(best) < DROPPING_INTERVALS:
         return None
+    found = [r[3] >= DROPPING_HELD_BYTES for r in rows if best[0][0] <= r[0] <= best[-1][1]]
+    if sum(found) < DROPPING_HELD_SHARE * len(found):
+        return None  # full only in bursts, drained at its rate between them
     paces = [pace / d.capacity_bps for _, _, pace in best]
     evidence = [
         f"counters: {port[0]}'s egress queue to {d.dst} discarded packets in {len(best)} "
