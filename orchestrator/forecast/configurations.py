@@ -11,7 +11,7 @@ that configuration's paths, so sizes whose paths differ get a model each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -23,7 +23,7 @@ from orchestrator.forecast.paths import Routed
 from orchestrator.forecast.recorded import Coverage, Key, RecordedPaths
 from orchestrator.forecast.report import Forecasted
 from orchestrator.results.store import Configuration
-from orchestrator.testbed.pinning import fabric_flows
+from orchestrator.testbed.pinning import Flow, fabric_flows
 from orchestrator.worker.spec import workers_from_description
 from topologies.description import FabricDescription
 from topologies.model import Link
@@ -122,6 +122,27 @@ class Forecaster:
         )
         self._recorded_models.append((routes, model))
         return model
+
+    def plan(
+        self,
+        policy: str,
+        collective: str,
+        algorithm: str,
+        ports: Mapping[Flow, int],
+        nics: Mapping[Flow, int],
+    ) -> int:
+        """Forecast ``collective`` under ``policy`` with the source and NIC ports a run
+        planned for it before it starts (``Pinning.ports`` and its candidates' ``nic``):
+        where the switches hash the five-tuple, those decide every path, and no hash is
+        left to draw for the connections they cover (a GPU with two NIC ports takes the
+        first candidate port its kernel's seeded hash sends out of the chosen one, which
+        a forecast without the run can only draw). Returns how many connections got a
+        path so."""
+        routed = self.model.router(policy).planned(self.workers, ports, nics)
+        if routed.paths:
+            self.model.recorded[(policy, collective, algorithm)] = routed
+            self.model.forget(policy, collective, algorithm)
+        return len(routed.paths)
 
     def coverage(self, policy: str, collective: str, algorithm: str, size: int) -> Coverage | None:
         """How many of the collective's fabric connections take a recorded path at

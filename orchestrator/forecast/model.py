@@ -244,6 +244,11 @@ class ConfigurationModel:
             self._routes[key] = routed
         return self._routes[key]
 
+    def forget(self, policy: str, collective: str, algorithm: str) -> None:
+        """Drop the routes computed for a collective (its recorded paths changed)."""
+        for key in [k for k in self._routes if k[:3] == (policy, collective, algorithm)]:
+            del self._routes[key]
+
     def is_recorded(self, policy: str, collective: str, algorithm: str) -> bool:
         """Whether recorded paths cover every fabric connection of the collective: then
         no hash is left to draw. Where some are missing, their paths are still drawn."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controllers.ovshash import pick, reproducible
@@ -137,9 +137,11 @@ class PolicyRouter:
         # multipath hash has a random seed per boot), a forwarded connection's (rail-only),
         # and a group hashed some other way: those are drawn per salt
         fabric = description.fabric
-        reproduced = all(reproducible(g) for g in select)
+        #: every select group's choice computed from the five-tuple (no group hashed some
+        #: other way): a connection's source port and NIC port then decide its path
+        self.reproduced = all(reproducible(g) for g in select)
         multiport = any(len(a.nics) > 1 for a in description.addresses.values())
-        self.hashed = bool(select) and (not reproduced or multiport or fabric.gpu_forwarding)
+        self.hashed = bool(select) and (not self.reproduced or multiport or fabric.gpu_forwarding)
         self._follow_cache: dict[tuple[str, str, int, int, int], tuple[str, ...]] = {}
 
     def route(
@@ -193,6 +195,33 @@ class PolicyRouter:
                 nv = fabric.servers[fabric.gpus[src].server].nvswitch
                 path = (src, nv, *path)
             routed.paths[f] = path
+        return routed
+
+    def planned(
+        self,
+        workers: Sequence[WorkerSpec],
+        ports: Mapping[Flow, int],
+        nics: Mapping[Flow, int],
+    ) -> Routed:
+        """The paths of the fabric flows a run planned a source port and a NIC port for
+        (orchestrator/testbed/pinning.py ``Pinning``), followed through the policy's plan
+        with those ports: what a run that takes them will find, where every select group
+        hashes the five-tuple (:attr:`reproduced`; otherwise nothing, the draws stay)."""
+        routed = Routed()
+        if not self.reproduced:
+            return routed
+        fabric = self.description.fabric
+        host = {w.rank: w.host for w in workers}
+        flows = [f for f in ports if f in nics]
+        sender = senders(self.description, workers, flows)
+        for f in flows:
+            src, dst = host[f[0]], host[f[1]]
+            start = sender.get(f, src)
+            path = self._follow(start, dst, nics[f], ports[f], 0)
+            if start != src:  # rail-only: over NVLink to the server-mate first
+                path = (src, fabric.servers[fabric.gpus[src].server].nvswitch, *path)
+            routed.paths[f] = path
+            routed.source_ports[f] = ports[f]
         return routed
 
     # --- helpers ---------------------------------------------------------------------------

@@ -752,6 +752,7 @@ class Runner(Messages):
                         testbed, replace(launch, channels=channels[collective]), collective
                     ) as launcher:
                         unpinned = self._pinning(testbed, policy, collective, outcome)
+                        self._plan_forecast(forecaster, testbed, policy, collective)
                         self._trace_said, self._trace_failed = (0, 0), False
                         for step in group:
                             self.progress.step(step)
@@ -1310,6 +1311,21 @@ class Runner(Messages):
         except Exception as error:
             self.say(f"no forecast for this run: {type(error).__name__}: {error}")
             return None
+
+    def _plan_forecast(
+        self, forecaster: Forecaster | None, testbed: Testbed, policy: str, collective: Collective
+    ) -> None:
+        """Forecast the launch's collective with the source and NIC ports it planned (where
+        the switches hash the five-tuple, those are its paths: no hash draws left); a
+        problem is said, and the forecast keeps its draws."""
+        pinning = testbed.pinning
+        if forecaster is None or pinning is None or not pinning.ports:
+            return
+        nics = {f: c.nic for f, c in pinning.chosen.items()}
+        try:
+            forecaster.plan(policy, collective.op, collective.algorithm, pinning.ports, nics)
+        except Exception as error:
+            self.say(f"forecast without the planned ports: {type(error).__name__}: {error}")
 
     def _forecast(
         self, forecaster: Forecaster | None, step: ConfigurationStep

@@ -30,3 +30,29 @@ def test_each_collectives_deterministic_errors_are_reported_apart() -> None:
         "within 8 % 1",
     ]
     assert bench.by_collective([cell("ecmp", "all-reduce (ring)", 0.1)], "f") == []
+
+
+def test_ecmps_band_is_judged_on_the_hash_draws_and_the_runs_planned_forecast_apart() -> None:
+    """A run forecasts its cells with the source ports it planned, which on a GPU with two
+    NIC ports decide ECMP's paths (one draw). The band's target is about forecasting the
+    hash without the run: its ecmp cells are the draws' forecast, the run's own kept
+    beside them and reported on a line of its own; deterministic cells stay the run's."""
+    bench = load_benchmark("forecast")
+
+    def full(policy: str, size: int, error: float, draws: int, inside: bool) -> dict[str, Any]:
+        return cell(policy, "all-reduce (ring)", error) | {
+            "size": size, "draws": draws, "inside": inside,
+        }  # fmt: skip
+
+    stored = [full("path-pinned", 1, 0.02, 1, True), full("ecmp", 1, 0.01, 1, True)]
+    drawn = [full("path-pinned", 1, 0.30, 1, False), full("ecmp", 1, -0.20, 8, False)]
+    cells = bench.with_hash_draws(stored, drawn)
+    assert cells == [stored[0], drawn[1], stored[1] | {"planned": True}]
+    lines = bench.report(cells, "f")
+    assert "# f: ecmp, 1 cells: measured inside p10-p90 in 0 (0%; target 80 %)" in lines[-2]
+    assert lines[-1] == (
+        "# f: ecmp with the run's planned ports (the run's own forecast), 1 cells: "
+        "median |error| 1.0%, max 1.0%"
+    )
+    # a run that drew as many (one NIC port: nothing planned decides more) adds nothing
+    assert bench.with_hash_draws([full("ecmp", 1, 0.01, 8, True)], drawn) == [drawn[1]]

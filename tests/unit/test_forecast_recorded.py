@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from orchestrator import cli
+from orchestrator.forecast.configurations import Forecaster
 from orchestrator.forecast.model import DEFAULT_SALTS, ConfigurationModel
 from orchestrator.forecast.recorded import (
     NOT_RECORDED,
@@ -283,3 +284,28 @@ def test_a_bundle_measured_at_other_rates_keeps_its_paths_and_says_so(tmp_path: 
     assert paths.routes(SIZE)[("ecmp", *RING)].paths.items() >= own.items()
     assert paths.rates.startswith(f"{len(ASTRAL.fabric.links)} of its")
     assert RecordedPaths.read(bundle, faster, WORKERS).rates == ""
+
+
+def test_a_runs_planned_ports_decide_ecmps_paths_before_it_runs() -> None:
+    """``astral run`` plans every fabric connection's source port and NIC port before it
+    starts (orchestrator/testbed/pinning.py). On astral-small, whose GPUs have two NIC
+    ports, a forecast without the run draws the port its kernel's hash accepts; with the
+    plan, the switches' hash of each five-tuple is computed: one draw, and each planned
+    connection's path is the one its ports take."""
+    forecaster = Forecaster(ASTRAL, [w.host for w in WORKERS], host_ports="balanced")
+    model = forecaster.model
+    for collective, algorithm in (RING, ("all-to-all", "direct")):
+        assert model.draws_for("ecmp", collective, algorithm) == DEFAULT_SALTS
+        run = model.routed("ecmp", collective, algorithm, 3)  # one salt's ports: the plan
+        ports = dict(run.source_ports)
+        nics = {
+            f: next(
+                n.port for n in ASTRAL.addresses[run.paths[f][0]].nics if n.peer == run.paths[f][1]
+            )
+            for f in ports
+        }
+        assert forecaster.plan("ecmp", collective, algorithm, ports, nics) == len(ports) > 0
+        assert model.draws_for("ecmp", collective, algorithm) == 1
+        planned = model.routed("ecmp", collective, algorithm, 0)
+        assert {f: planned.paths[f] for f in ports} == {f: run.paths[f] for f in ports}
+        assert model.forecast("ecmp", collective, algorithm, SIZE).salts == 1
