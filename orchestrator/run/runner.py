@@ -580,7 +580,11 @@ class Runner(Messages):
         began = time.monotonic()
         calibration = None
         if self.options.calibrate:
-            calibration = ensure_calibration(self._quick_calibration, say=self.say)
+            calibration = ensure_calibration(
+                self._quick_calibration,
+                say=self.say,
+                packet_scale=packet_scale_of(self.spec.fabric),
+            )
             if self.calibrated_in is not None:  # measured now, not read from the file
                 outcome.timings["calibration"] = round(self.calibrated_in, 3)
         verdict = load_guard(spec, force=self.options.force, calibration=calibration)

@@ -142,7 +142,10 @@ class StudyRunner(Messages):
         """Every variant's load verdict, before anything starts; a refused one raises."""
         calibration = self.calibration
         if calibration is None and self.options.calibrate:
-            calibration = ensure_calibration(self._quick_calibration, say=self.say)
+            scales = [packet_scale_of(v.spec.fabric) for v in self.study.variants]
+            calibration = ensure_calibration(
+                self._quick_calibration, say=self.say, packet_scale=max(scales, default=1)
+            )
         verdicts = []
         for variant in self.study.variants:
             verdict = load_guard(variant.spec, force=self.options.force, calibration=calibration)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,37 @@ def test_the_quick_calibration_runs_once_and_is_stored(tmp_path: Path) -> None:
     second = ensure_calibration(measure, path=path, say=said.append)
     assert calls == [1] and second == first  # cached: not measured again
     assert len(said) == 2
+
+
+def test_a_quick_calibration_of_smaller_packets_is_measured_again_for_larger(
+    tmp_path: Path,
+) -> None:
+    """A quick calibration stored by a first run at packets x1 says only that the emulator
+    carried its load there (a lower bound): a run at packets x2 measures it again for its
+    own packets and stores that, once; a run at x1 and a full calibration are kept."""
+    path = tmp_path / "calibration.json"
+    step = cal.LoadStep(8, 39e6, 5.0, 312e6, 1.56e9, 307e6, 0.986, packet_scale=1)
+    small = cal.Calibration(1.56e9, "lower", fabric={"plan": "quick"}, steps=(step,))
+    larger = replace(small, capacity_bps=4.7e9, steps=(step, replace(step, packet_scale=2)))
+    cal.save_calibration(small, path)
+    calls: list[int] = []
+    said: list[str] = []
+
+    def measure() -> cal.Calibration:
+        calls.append(1)
+        return larger
+
+    assert ensure_calibration(measure, path=path, packet_scale=1).capacity_bps == 1.56e9
+    assert calls == []
+    again = ensure_calibration(measure, path=path, say=said.append, packet_scale=2)
+    assert calls == [1] and again.capacity_bps == 4.7e9 and again.source == str(path)
+    assert "measured for smaller packets than this run's (x2)" in said[0]
+    assert ensure_calibration(measure, path=path, packet_scale=2).capacity_bps == 4.7e9
+    assert calls == [1]  # stored: not measured a third time
+    full = replace(small, fabric={"plan": "default"})
+    cal.save_calibration(full, path)
+    assert ensure_calibration(measure, path=path, packet_scale=2).capacity_bps == 1.56e9
+    assert calls == [1]  # a user's own calibration is never replaced
 
 
 def test_a_damaged_calibration_is_an_error_not_a_recalibration(tmp_path: Path) -> None:
