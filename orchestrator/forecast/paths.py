@@ -190,11 +190,7 @@ class PolicyRouter:
             else:
                 port = self._source_port(f, j, len(live[f]), host_ports, start != src, salt)
             routed.source_ports[f] = port
-            path = self._follow(start, dst, nic[f], port, salt)
-            if start != src:  # rail-only: over NVLink to the server-mate first
-                nv = fabric.servers[fabric.gpus[src].server].nvswitch
-                path = (src, nv, *path)
-            routed.paths[f] = path
+            routed.paths[f] = self._wired(src, start, dst, nic[f], port, salt)
         return routed
 
     def planned(
@@ -210,21 +206,28 @@ class PolicyRouter:
         routed = Routed()
         if not self.reproduced:
             return routed
-        fabric = self.description.fabric
         host = {w.rank: w.host for w in workers}
         flows = [f for f in ports if f in nics]
         sender = senders(self.description, workers, flows)
         for f in flows:
             src, dst = host[f[0]], host[f[1]]
             start = sender.get(f, src)
-            path = self._follow(start, dst, nics[f], ports[f], 0)
-            if start != src:  # rail-only: over NVLink to the server-mate first
-                path = (src, fabric.servers[fabric.gpus[src].server].nvswitch, *path)
-            routed.paths[f] = path
+            routed.paths[f] = self._wired(src, start, dst, nics[f], ports[f], 0)
             routed.source_ports[f] = ports[f]
         return routed
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _wired(
+        self, src: str, start: str, dst: str, nic: int, port: int, salt: int
+    ) -> tuple[str, ...]:
+        """The path of a connection from ``src`` that leaves by ``start``'s NIC port ``nic``
+        with source ``port``: on rail-only, over NVLink to the server-mate first."""
+        path = self._follow(start, dst, nic, port, salt)
+        if start == src:
+            return path
+        fabric = self.description.fabric
+        return (src, fabric.servers[fabric.gpus[src].server].nvswitch, *path)
 
     def _source_port(
         self, f: Flow, j: int, nics: int, host_ports: str, forwarded: bool, salt: int

@@ -142,9 +142,8 @@ class StudyRunner(Messages):
         """Every variant's load verdict, before anything starts; a refused one raises."""
         calibration = self.calibration
         if calibration is None and self.options.calibrate:
-            scales = [packet_scale_of(v.spec.fabric) for v in self.study.variants]
             calibration = ensure_calibration(
-                self._quick_calibration, say=self.say, packet_scale=max(scales, default=1)
+                self._quick_calibration, say=self.say, packet_scale=self._packet_scale()
             )
         verdicts = []
         for variant in self.study.variants:
@@ -362,5 +361,8 @@ class StudyRunner(Messages):
     def _quick_calibration(self) -> Any:
         if self._calibrate is not None:
             return self._calibrate()
-        scales = [packet_scale_of(v.spec.fabric) for v in self.study.variants]
-        return quick_calibration(self.say, max(scales, default=1))
+        return quick_calibration(self.say, self._packet_scale())
+
+    def _packet_scale(self) -> int:
+        """The largest packets of the study's variants (a calibration for them serves all)."""
+        return max((packet_scale_of(v.spec.fabric) for v in self.study.variants), default=1)
