@@ -18,6 +18,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,13 @@ import pytest
 
 from orchestrator.emulation.faults import loss_table
 from orchestrator.emulation.network import Emulation
+from orchestrator.emulation.pathtrace import TRACED, open_control, trace_paths
 from orchestrator.emulation.state import proc_starttime
 from orchestrator.run.experiment import _ExperimentReader, parse_experiment
 from orchestrator.testbed.faults import FaultInjector, injector_on, spec_of
 from orchestrator.testbed.faultschedule import FaultLog, FaultScheduler
 from orchestrator.testbed.faultspec import FaultSpec, parse_fault
+from orchestrator.testbed.tracing import flow_requests
 from orchestrator.testbed.traffic import BASE_PORT, Flow, TrafficResult, run_flows
 from tests.integration.assertions import connection_devices
 from topologies.description import FabricDescription
@@ -70,22 +74,52 @@ def emulation(fabric: Any) -> Emulation:
 _USED: set[tuple[str, int, str, int]] = set()
 
 
-def via(fabric: Any, src: str, dst: str, port: int, index: int) -> Flow:
+def via(
+    fabric: Any, src: str, dst: str, port: int, index: int, apart_from: tuple[Flow, ...] = ()
+) -> Flow:
     """Flow number ``index`` (its server port BASE_PORT + index) from ``src`` to ``dst``
     with a client port that the sender's kernel sends out of its NIC port ``port``, never
-    one an earlier flow of this module used towards the same server port."""
+    one an earlier flow of this module used towards the same server port; with
+    ``apart_from``, one whose path (as the switches forward it now) shares no link
+    direction with theirs, so that what it carries is its own path's rate, not a share
+    that the ECMP hash happened to give it beside one of them."""
     description: FabricDescription = fabric.testbed.description
     plan, peer = description.addresses[src], description.addresses[dst]
     device = next(n.intf for n in plan.nics if n.port == port)
     candidates = list(range(41000 + 100 * index, 41100 + 100 * index))
     tuples = [FiveTuple(plan.fabric_ip, c, peer.fabric_ip, BASE_PORT + index) for c in candidates]
     devices = connection_devices(emulation(fabric), src, tuples)
+    taken = {hop for flow in apart_from for hop in directions(fabric, flow)}
     for cport, found in zip(candidates, devices, strict=True):
         key = (src, cport, dst, BASE_PORT + index)
-        if found == device and key not in _USED:
-            _USED.add(key)
-            return Flow(src, dst, cport)
-    raise AssertionError(f"no client port of {src} routes via {device} to {dst}")
+        flow = Flow(src, dst, cport)
+        if found != device or key in _USED:
+            continue
+        if taken and taken & directions(fabric, flow):
+            continue
+        _USED.add(key)
+        return flow
+    apart = " on a path apart from the others'" if taken else ""
+    raise AssertionError(f"no client port of {src} routes via {device} to {dst}{apart}")
+
+
+def directions(fabric: Any, flow: Flow) -> set[tuple[str, str]]:
+    """The link directions (node, next node) of the path of ``flow`` (one ``via`` made: its
+    client port tells its server port) as the switches forward it (``ofproto/trace``)."""
+    description: FabricDescription = fabric.testbed.description
+    assert flow.cport is not None
+    index = (flow.cport - 41000) // 100
+    five = FiveTuple(
+        description.addresses[flow.src].fabric_ip,
+        flow.cport,
+        description.addresses[flow.dst].fabric_ip,
+        BASE_PORT + index,
+    )
+    (request,) = flow_requests(emulation(fabric), description, [(five, flow.src, flow.dst)])
+    with closing(open_control(emulation(fabric))) as control:
+        (path,) = trace_paths(description, [request], control)
+    assert path.outcome == TRACED, f"{flow}: its path is not traced ({path.outcome})"
+    return set(pairwise(path.nodes))
 
 
 def goodputs(result: TrafficResult) -> list[float]:
@@ -269,11 +303,15 @@ def test_a_blackhole_stalls_exactly_the_flows_through_that_switch_to_that_gpu(
     fabric: Any, faults: FaultInjector
 ) -> None:
     target = "p1s0g0"
+    to_target = via(fabric, GPU, target, 2, 1)  # enters p0r0t1, to the target: flows
+    also = via(fabric, "p0s1g0", target, 2, 3)  # via p0r0t1 too: flows
     flows = [
         via(fabric, GPU, target, 1, 0),  # enters ToR p0r0t0, to the target: stalls
-        via(fabric, GPU, target, 2, 1),  # enters p0r0t1, to the target: flows
-        via(fabric, GPU, "p1s1g0", 1, 2),  # through p0r0t0, elsewhere: flows
-        via(fabric, "p0s1g0", target, 2, 3),  # via p0r0t1 too: flows
+        to_target,
+        # through p0r0t0, elsewhere: flows, at its path's rate (a CI run once had the hash
+        # put it beside flow 3 on one link: 5.5 of 20 Mbit/s, the other 13.8)
+        via(fabric, GPU, "p1s1g0", 1, 2, apart_from=(to_target, also)),
+        also,
     ]
     hole = spec(fabric, {"kind": "blackhole", "target": "p0r0t0", "destination": target})
     seen: list[str] = []
