@@ -9,7 +9,9 @@
 Generates a scenario suite from the fabric model (:func:`suite`): per fault kind
 (``faults:`` of an experiment, docs/monitoring.md) ``--per-kind`` runs spread over the
 fabrics, the policies and two onsets (``at: 0s`` and mid-run), plus ``--healthy`` runs
-without a fault. Locations are drawn with a seeded random generator from what the run's
+without a fault, of four shapes in turn (:data:`HEALTHY_SHAPES`): the fault runs' two, a
+sweep of sizes from 64 KiB to 4 MiB of both (the default experiment's shape), and four
+other collectives and algorithms in one run (:func:`shape_document`). Locations are drawn with a seeded random generator from what the run's
 8-rank ring actually crosses (:func:`ring_usage`): the fabric connections between
 consecutive ranks (pairs on one server ride NVLink), a NIC link of a sending GPU (with
 ``balanced`` host ports each rank's connections use both its NIC ports), a ToR-aggregation
@@ -119,6 +121,17 @@ INLINE_FABRICS: dict[str, dict[str, Any]] = {
 DEFAULT_FABRICS = ("astral-small", "fat-tree-2pod")
 DEFAULT_POLICIES = ("ecmp", "path-pinned")
 COLLECTIVES = ("ring", "direct")  # all-reduce (ring), all-to-all (direct)
+#: What a healthy run runs, in turn: the fault runs' two shapes, then two a user's own
+#: experiment is more like (:func:`shape_document`). A false alarm that only a sweep of
+#: sizes raised (queues full in bursts between operations) was found outside the suite.
+HEALTHY_SHAPES = (*COLLECTIVES, "sweep", "mixed")
+SWEEP_SIZES = {"min": "64K", "max": "4M", "factor": 4}
+MIXED = (
+    {"op": "all-reduce", "algorithm": "hierarchical"},
+    {"op": "all-to-all", "algorithm": "shifted"},
+    {"op": "all-gather", "algorithm": "ring"},
+    {"op": "reduce-scatter", "algorithm": "ring"},
+)
 RANKS = 8
 SIZE = 1 << 20
 SCALE = 0.6e-4  # experiments/faults.yaml: 12 Mbit/s per 200G port
@@ -394,9 +407,16 @@ def fault_scenarios(
 
 
 def healthy_scenarios(runs: int, fabrics: Sequence[str], policies: Sequence[str]) -> list[Scenario]:
-    """``runs`` runs without a fault, over fabrics x policies x collectives in turn."""
-    combos = [(f, p, c) for c in COLLECTIVES for f in fabrics for p in policies]
-    return [Scenario(0, None, *combos[j % len(combos)]) for j in range(runs)]
+    """``runs`` runs without a fault: the shapes of :data:`HEALTHY_SHAPES` in turn, each
+    on the next (fabric, policy) of its own turn: in the default suite's 10, every shape
+    meets both fabrics, and over 16 every (fabric, policy)."""
+    combos = [(f, p) for p in policies for f in fabrics]  # the fabric turns fastest
+    shapes = len(HEALTHY_SHAPES)
+    out = []
+    for j in range(runs):
+        fabric, policy = combos[(j // shapes + j) % len(combos)]
+        out.append(Scenario(0, None, fabric, policy, HEALTHY_SHAPES[j % shapes]))
+    return out
 
 
 def suite(
@@ -438,20 +458,12 @@ def ring_gpus(fabric: Fabric) -> list[str]:
 def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -> dict[str, Any]:
     """The ``astral run`` experiment of one scenario (``fabric_ref``: a preset's name or
     a fabric file's path)."""
-    ring = scenario.collective == "ring"
-    size = size_for(spec)
-    op, algorithm = ("all-reduce", "ring") if ring else ("all-to-all", "direct")
     document: dict[str, Any] = {
         "name": f"diag-{scenario.index:03d}-{scenario.kind or HEALTHY}",
         "description": f"benchmarks/diagnosis.py: {scenario.kind or HEALTHY} {scenario.target}",
         "fabric": fabric_ref,
         "policy": scenario.policy,
-        "collectives": [{"op": op, "algorithm": algorithm}],
-        "sizes": {"min": size, "max": size},
-        "iterations": iterations_for(spec, scenario.collective),
-        # ... and at least COLLECTIVE_SECONDS by the warm-up's time (iterations_for's
-        # estimate is astral-small's: on a fabric unlike it an operation can be shorter)
-        "min_batch": f"{COLLECTIVE_SECONDS:g}s",
+        **shape_document(scenario.collective, spec),
         "warmup": 1,
         # a fabric with fewer GPUs runs them all (the ranks of ring_gpus)
         "placement": {"gpus": min(RANKS, len(build_fabric(spec).gpus))},
@@ -461,6 +473,39 @@ def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -
     if entry is not None:
         document["faults"] = [entry]
     return document
+
+
+def shape_document(shape: str, spec: FabricSpec) -> dict[str, Any]:
+    """The collectives, sizes and iterations of a run of ``shape``:
+
+    - ``ring``, ``direct``: ring all-reduce or direct all-to-all of :func:`size_for`,
+      :func:`iterations_for` and a timed batch of at least :data:`COLLECTIVE_SECONDS`;
+    - ``sweep``: both, at every size from 64 KiB to 4 MiB (x4), 3 iterations, the
+      experiment's own batches (short operations, idle gaps between sizes): the default
+      experiment's shape;
+    - ``mixed``: hierarchical all-reduce, shifted all-to-all, all-gather and
+      reduce-scatter at :func:`size_for`, 4 iterations, batches of 4 s."""
+    size = size_for(spec)
+    if shape == "sweep":
+        collectives = [{"op": "all-reduce", "algorithm": "ring"},
+                       {"op": "all-to-all", "algorithm": "direct"}]  # fmt: skip
+        return {"collectives": collectives, "sizes": dict(SWEEP_SIZES), "iterations": 3}
+    if shape == "mixed":
+        return {
+            "collectives": [dict(c) for c in MIXED],
+            "sizes": {"min": size, "max": size},
+            "iterations": 4,
+            "min_batch": "4s",
+        }
+    op, algorithm = ("all-reduce", "ring") if shape == "ring" else ("all-to-all", "direct")
+    return {
+        "collectives": [{"op": op, "algorithm": algorithm}],
+        "sizes": {"min": size, "max": size},
+        "iterations": iterations_for(spec, shape),
+        # ... and at least COLLECTIVE_SECONDS by the warm-up's time (iterations_for's
+        # estimate is astral-small's: on a fabric unlike it an operation can be shorter)
+        "min_batch": f"{COLLECTIVE_SECONDS:g}s",
+    }
 
 
 # --- matching and scoring ----------------------------------------------------------------

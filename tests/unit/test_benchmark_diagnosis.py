@@ -59,7 +59,11 @@ def test_the_default_suite_covers_every_kind_fabric_policy_and_onset(
         mine = [s for s in faulty if s.kind == kind]
         assert {(s.fabric, s.policy) for s in mine} == {(f, p) for f in models for p in POLICIES}
         assert {s.onset for s in mine} == {"start", "mid-run"}
-    assert {s.collective for s in scenarios} == {"ring", "direct"}
+    assert {s.collective for s in faulty} == {"ring", "direct"}
+    healthy = [s for s in scenarios if s.kind is None]
+    assert {s.collective for s in healthy} == set(bench.HEALTHY_SHAPES)
+    for shape in bench.HEALTHY_SHAPES:  # each shape on every fabric, not one alone
+        assert {s.fabric for s in healthy if s.collective == shape} == set(models)
     assert {s.index for s in scenarios} == set(range(1, len(scenarios) + 1))
     assert len({s.name for s in scenarios}) == len(scenarios)
     # a suite cut short still has every kind: the first round holds one run of each
@@ -96,10 +100,11 @@ def test_every_scenario_is_a_valid_experiment_on_its_fabric(
         assert len(parsed.faults) == (0 if scenario.kind is None else 1)
         # the timed batch lasts long enough for a mid-run fault and the time after it,
         # however short the fabric's operations are
-        assert parsed.min_batch == bench.COLLECTIVE_SECONDS >= bench.MID_RUN + bench.FAULT_SECONDS
         fabric = models[scenario.fabric]
         if scenario.kind is None:
             continue
+        assert scenario.collective in bench.COLLECTIVES
+        assert parsed.min_batch == bench.COLLECTIVE_SECONDS >= bench.MID_RUN + bench.FAULT_SECONDS
         if scenario.kind.startswith("link-"):
             assert link_named(fabric, scenario.target, bench).value == scenario.tier
         elif scenario.kind in ("switch-down", "blackhole"):
@@ -108,6 +113,38 @@ def test_every_scenario_is_a_valid_experiment_on_its_fabric(
             assert scenario.target in parsed.gpus
         else:
             assert scenario.target == "controller"
+
+
+def test_healthy_runs_take_every_shape_over_every_fabric_and_policy(
+    bench: ModuleType,
+    fabrics: dict[str, tuple[str, FabricSpec]],
+    models: dict[str, Fabric],
+) -> None:
+    """A user's experiment sweeps sizes and mixes collectives: the healthy runs do too,
+    and every one is an experiment ``astral run`` accepts."""
+    healthy = bench.healthy_scenarios(16, list(models), POLICIES)
+    combos = Counter((s.collective, s.fabric, s.policy) for s in healthy)
+    assert set(combos) == {
+        (c, f, p) for c in bench.HEALTHY_SHAPES for f in models for p in POLICIES
+    }
+    for scenario in healthy:
+        ref, spec = fabrics[scenario.fabric]
+        parsed = parse_experiment(bench.experiment_document(scenario, ref, spec), "t", REPO)
+        ops = {(c.op, c.algorithm) for c in parsed.collectives}
+        sizes = parsed.sizes.values()
+        if scenario.collective == "sweep":
+            assert ops == {("all-reduce", "ring"), ("all-to-all", "direct")}
+            assert sizes == [64 << 10, 256 << 10, 1 << 20, 4 << 20]
+        elif scenario.collective == "mixed":
+            assert {op for op, _ in ops} == {
+                "all-reduce",
+                "all-to-all",
+                "all-gather",
+                "reduce-scatter",
+            }
+            assert ("all-reduce", "hierarchical") in ops and len(sizes) == 1
+        else:
+            assert len(ops) == 1 and len(sizes) == 1
 
 
 def test_another_seed_draws_another_suite(bench: ModuleType, models: dict[str, Fabric]) -> None:
