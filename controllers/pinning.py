@@ -43,9 +43,14 @@ file; rewritten atomically whenever the controller re-renders, for example after
      "pairs": [
         {"src": "p0s0g0", "dst": "p1s0g0", "src_ip": "10.0.0.1", "dst_ip": "10.0.1.1",
          "paths": [
-            {"value": 0, "nic": 1, "hops": [0, 8, 20, 12, 4]},   # switch indexes, in order
-            {"value": 0, "nic": 2, "hops": [1, 8, 20, 12, 4]},
+            {"value": 0, "nic": 1, "hops": [0, 8, 20, 12, 4],    # switch indexes, in order
+             "ports": [3, 5, 2, 1, 3]},  # the port each switch sends it out of
+            {"value": 0, "nic": 2, "hops": [1, 8, 20, 12, 4], "ports": [...]},
             {"value": 1, ...}, ...]}, ...]}
+
+``ports`` tells parallel links apart: two switches joined by several links (a generated
+fabric can have them) are one hop in ``hops`` and several ports, and the source port
+picks one of them as it picks among other next hops.
 
 A source port ``p`` takes path ``value == (p - base) % 2**bits`` (equivalently: ``p``'s bit
 fields); ``source_port(value, j) = base + j * 2**bits + value`` gives distinct ports with the
@@ -68,7 +73,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controllers.routing import RoutingError, RoutingGraph, programmable_switches
+from controllers.routing import Adjacency, RoutingError, RoutingGraph, programmable_switches
 from topologies.description import FabricDescription
 from topologies.model import Link
 
@@ -77,6 +82,9 @@ PORT_BASE = 16384  # below Linux's ephemeral range (32768-60999): bound ports do
 MAX_PORT = 65535
 
 DirectedLink = tuple[str, str]
+#: A directed link told apart from its parallel twins (two switches joined by several
+#: links, which a generated fabric can have): from, to, and the port it leaves ``from`` by.
+Lane = tuple[str, str, int]
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,7 @@ class PinnedPaths:
         self.graph = RoutingGraph(description.fabric, failed_links)
         self.layout = layout or port_layout(description)
         self._dist: dict[str, dict[str, int]] = {}
-        self._hops: dict[tuple[str, str], list[str]] = {}
+        self._next: dict[tuple[str, str], list[Adjacency]] = {}
 
     def distances(self, gpu: str) -> dict[str, int]:
         if gpu not in self._dist:
@@ -185,12 +193,16 @@ class PinnedPaths:
         return self._dist[gpu]
 
     def hops(self, node: str, dst: str) -> list[str]:
-        """The next hops (neighbour names, in port order) of ``node`` towards ``dst``."""
+        """The next hops (neighbour names, in port order) of ``node`` towards ``dst``; a
+        neighbour joined by parallel links is listed once per link."""
+        return [h.neighbor for h in self.next_links(node, dst)]
+
+    def next_links(self, node: str, dst: str) -> list[Adjacency]:
+        """The links out of ``node`` on a shortest path to ``dst``, in port order."""
         key = (node, dst)
-        if key not in self._hops:
-            hops = self.graph.next_hops(node, dst, self.distances(dst))
-            self._hops[key] = [h.neighbor for h in hops]
-        return self._hops[key]
+        if key not in self._next:
+            self._next[key] = self.graph.next_hops(node, dst, self.distances(dst))
+        return self._next[key]
 
     def nic_ports(self, gpu: str) -> list[int]:
         """The GPU's NIC ports whose link is up."""
@@ -204,19 +216,27 @@ class PinnedPaths:
         """The nodes a TCP packet from ``src`` (leaving by ``nic_port``) to ``dst`` with
         source port ``src_port`` visits: ``[src, ToR, ..., dst]``.
         """
+        return [src, *(lane[1] for lane in self.lanes(src, dst, nic_port, src_port))]
+
+    def lanes(self, src: str, dst: str, nic_port: int, src_port: int) -> list[Lane]:
+        """The links of :meth:`path`, each with the port it leaves its node by: where two
+        switches are joined by parallel links, the source port picks one of them as it
+        picks among other next hops."""
         first = next((adj for adj in self.graph.neighbors(src) if adj.port == nic_port), None)
         if first is None:
             raise RoutingError(f"{src} port {nic_port} has no live link")
         dist = self.distances(dst)
-        path = [src, first.neighbor]
+        lanes = [(src, first.neighbor, nic_port)]
         node = first.neighbor
         while node != dst:
-            hops = self.hops(node, dst)
+            hops = self.next_links(node, dst)
             if not hops:
+                path = [src, *(lane[1] for lane in lanes)]
                 raise RoutingError(f"{node} cannot reach {dst} (path {path})")
-            node = hops[self.layout.choice(src_port, dist[node], len(hops))]
-            path.append(node)
-        return path
+            hop = hops[self.layout.choice(src_port, dist[node], len(hops))]
+            lanes.append((node, hop.neighbor, hop.port))
+            node = hop.neighbor
+        return lanes
 
     def paths(self, src: str, dst: str, nic_port: int) -> list[tuple[int, list[str]]]:
         """Every distinct path from ``src`` by ``nic_port`` to ``dst``, with the smallest
@@ -265,6 +285,9 @@ class Assignment:
     source_port: int
     paths: Mapping[int, tuple[str, ...]]  # NIC port -> nodes
 
+    #: the links of those paths told apart from their parallel twins (:data:`Lane`)
+    lanes: frozenset[Lane] = frozenset()
+
     def links(self) -> set[DirectedLink]:
         """The directed links of the flow's paths for every NIC port the host may take."""
         return {x for p in self.paths.values() for x in directed_links(p)}
@@ -276,35 +299,36 @@ def assign_paths(
     """A path and source port for each (src GPU, dst GPU) flow, in order, link-disjoint
     where the fabric allows: greedy, each flow takes the value whose paths' most loaded
     link is least loaded (then the smallest total load, then the smallest value). A flow's
-    links are those of its paths for *every* NIC port of its source (the host picks one).
+    links are those of its paths for *every* NIC port of its source (the host picks one),
+    parallel links counted apart (:data:`Lane`): two values that differ only in which of
+    two parallel links they take are different paths, and the load is spread over both.
 
     Repeated (src, dst) flows (several connections) get distinct source ports; ``taken``
     lists source ports not to hand out. Deterministic.
     """
-    load: Counter[DirectedLink] = Counter()
+    load: Counter[Lane] = Counter()
     used = set(taken)
     result = []
     for src, dst in flows:
-        best: tuple[tuple[int, int, int], int, dict[int, tuple[str, ...]]] | None = None
+        best: tuple[tuple[int, int, int], int, frozenset[Lane]] | None = None
         for value in pinned.values(src, dst):
-            variants = {
-                nic: tuple(pinned.path(src, dst, nic, value)) for nic in pinned.nic_ports(src)
-            }
-            links = {x for p in variants.values() for x in directed_links(p)}
-            cost = (max((load[x] for x in links), default=0), sum(load[x] for x in links), value)
+            lanes = frozenset(
+                x for nic in pinned.nic_ports(src) for x in pinned.lanes(src, dst, nic, value)
+            )
+            cost = (max((load[x] for x in lanes), default=0), sum(load[x] for x in lanes), value)
             if best is None or cost < best[0]:
-                best = (cost, value, variants)
+                best = (cost, value, lanes)
         if best is None:
             raise RoutingError(f"no path from {src} to {dst}")
-        _, value, variants = best
+        _, value, lanes = best
         index = 0
         while pinned.layout.source_port(value, index) in used:
             index += 1
         port = pinned.layout.source_port(value, index)
         used.add(port)
-        assignment = Assignment(src, dst, value, port, variants)
-        load.update(assignment.links())
-        result.append(assignment)
+        variants = {nic: tuple(pinned.path(src, dst, nic, value)) for nic in pinned.nic_ports(src)}
+        load.update(lanes)
+        result.append(Assignment(src, dst, value, port, variants, lanes))
     return result
 
 
@@ -331,7 +355,8 @@ def paths_document(pinned: PinnedPaths, policy: str = "path-pinned") -> dict[str
                     continue
                 for value, path in found:
                     hops = [index[n] for n in path[1:-1]]
-                    paths.append({"value": value, "nic": nic, "hops": hops})
+                    ports = [lane[2] for lane in pinned.lanes(src, dst, nic, value)[1:]]
+                    paths.append({"value": value, "nic": nic, "hops": hops, "ports": ports})
             paths.sort(key=lambda p: (p["value"], p["nic"]))
             pairs.append(
                 {

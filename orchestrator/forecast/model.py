@@ -131,10 +131,13 @@ class FabricModel:
         model = cls(description, bucket_s=bucket_s)
         # TCP's payload per frame: the run's, or under the recipe a run would use.
         payload_share = payload_share_of(description)
+        # Parallel links between two switches (a generated fabric can have them) are one
+        # link of their summed rate: ECMP's hash and path-pinned's assignment spread the
+        # connections over them; what that leaves out is in docs/forecast.md
         for link in description.fabric.links:
             rate = emulation.emulated(link.capacity) / 8 * payload_share
-            model.capacity[(link.a, link.b)] = rate
-            model.capacity[(link.b, link.a)] = rate
+            for direction in ((link.a, link.b), (link.b, link.a)):
+                model.capacity[direction] = model.capacity.get(direction, 0.0) + rate
             if link.kind is LinkKind.NIC:
                 gpu = link.a if link.a in description.fabric.gpus else link.b
                 model.into_gpu.add((link.other(gpu), gpu))

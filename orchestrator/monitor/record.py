@@ -105,16 +105,17 @@ def tcp_records(result: RunResult) -> list[TcpInfoSample]:
 
 def path_hops(fabric: Fabric, candidate: Candidate) -> list[PathHop]:
     """The nodes of a chosen path with the ports it enters and leaves each by (model port
-    numbers; between two nodes joined by several links, the lowest-port one: the model's
-    first). ``pinned`` when the path reaches the destination GPU, else ``first-hop``."""
+    numbers: the ones the controller published for it; where it published none, between
+    two nodes joined by several links, the lowest-port one, the model's first). ``pinned``
+    when the path reaches the destination GPU, else ``first-hop``."""
     nodes = list(candidate.nodes)
     source = PINNED if nodes and nodes[-1] in fabric.gpus and len(nodes) > 2 else FIRST_HOP
     ports: list[tuple[int | None, int | None]] = []
     for index, (a, b) in enumerate(itertools.pairwise(nodes)):
-        if index == 0:
-            ports.append((candidate.nic, _port(fabric, b, a, candidate.nic)))
-        else:
-            ports.append((_port(fabric, a, b), _port(fabric, b, a)))
+        out = candidate.out_port(index)
+        if out is None:
+            out = _port(fabric, a, b)
+        ports.append((out, _port(fabric, b, a, out)))
     hops = []
     for index, node in enumerate(nodes):
         in_port = ports[index - 1][1] if index > 0 else None

@@ -86,20 +86,33 @@ EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range, where probes 
 MAX_PORT = 65535
 
 Flow = tuple[int, int, int]  # (src rank, dst rank, channel)
-Link = tuple[str, str]
+Lane = tuple[str, str, int]  # a directed link and the port it leaves its first node by
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One way a flow can go: a path value (0 where the switches choose) and the NIC port
-    it leaves by; ``nodes`` is what is known of its path (the first hop at least)."""
+    it leaves by; ``nodes`` is what is known of its path (the first hop at least);
+    ``ports``: the port each switch of ``nodes`` sends it out of, where the controller
+    published them (they tell parallel links between two switches apart)."""
 
     value: int
     nic: int  # the source GPU's NIC port (model port number)
     nodes: tuple[str, ...]  # src GPU, switches..., dst GPU (or src GPU, ToR)
+    ports: tuple[int, ...] = ()  # out ports of nodes[1:-1], in order
 
-    def links(self) -> list[Link]:
-        return list(zip(self.nodes, self.nodes[1:], strict=False))
+    def links(self) -> list[Lane]:
+        """Its links, each with the port it leaves its node by (-1: not published)."""
+        out = (self.nic, *self.ports)
+        return [
+            (a, b, out[i] if i < len(out) else -1)
+            for i, (a, b) in enumerate(zip(self.nodes, self.nodes[1:], strict=False))
+        ]
+
+    def out_port(self, index: int) -> int | None:
+        """The port ``nodes[index]`` sends it out of, None where not known."""
+        out = (self.nic, *self.ports)
+        return out[index] if index < len(out) else None
 
 
 Options = Mapping[tuple[str, str], Sequence[Candidate]]  # (src GPU, dst GPU) -> options
@@ -147,7 +160,12 @@ def candidates(document: Mapping[str, Any]) -> dict[tuple[str, str], list[Candid
     for pair in document["pairs"]:
         src, dst = pair["src"], pair["dst"]
         out[(src, dst)] = [
-            Candidate(int(p["value"]), int(p["nic"]), (src, *(names[i] for i in p["hops"]), dst))
+            Candidate(
+                int(p["value"]),
+                int(p["nic"]),
+                (src, *(names[i] for i in p["hops"]), dst),
+                tuple(int(x) for x in p.get("ports", ())),
+            )
             for p in pair["paths"]
         ]
     return out
@@ -190,7 +208,7 @@ def assign(
     by = sender or {}
     chosen: dict[Flow, Candidate] = {}
     for flows in groups:
-        load: Counter[Link] = Counter()
+        load: Counter[Lane] = Counter()
         for flow in flows:  # flows of this collective placed by an earlier one
             if flow in chosen:
                 load.update(chosen[flow].links())

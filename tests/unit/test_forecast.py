@@ -26,7 +26,7 @@ from orchestrator.forecast.calibration import (
     load_forecast_calibration,
     save_forecast_calibration,
 )
-from orchestrator.forecast.model import ConfigurationModel
+from orchestrator.forecast.model import ConfigurationModel, FabricModel
 from orchestrator.forecast.schedule import plan_schedule, symmetric_schedule
 from orchestrator.forecast.sharing import FlowClass, completion_time, max_min_rates
 from orchestrator.testbed.pinning import fabric_flows
@@ -37,7 +37,7 @@ from topologies.errors import ConfigError
 from topologies.generators import build_fabric
 from topologies.planner import plan
 from topologies.properties import all_routes
-from topologies.spec import load_fabric_spec
+from topologies.spec import load_fabric_spec, parse_fabric_spec
 
 PRESETS = ["astral-small", "astral-64", "fat-tree-small", "hpn-like", "rail-only-small",
            "rail-optimized-small"]  # fmt: skip
@@ -345,3 +345,21 @@ def test_a_bad_what_if_is_a_clear_error(
 def test_a_link_that_is_not_there_cannot_fail(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["forecast", "--fail", "p0r0t0-c9"]) == 2
     assert "NODE-NODE" in capsys.readouterr().err
+
+
+def test_parallel_links_are_one_link_of_their_summed_rate() -> None:
+    """A leaf joined to its spine by 4 parallel links carries 4 of them: the connections
+    ECMP or path pinning spread over them are not held to one link's rate."""
+    spec = {
+        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
+        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
+        "oversubscription": {"tor": 2, "agg": 1},
+    }  # fmt: skip
+    desc = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    model = FabricModel.of(desc)
+    leaf, spine = "p0r0t0", "s0"
+    twins = [x for x in desc.fabric.links if {x.a, x.b} == {leaf, spine}]
+    (nic,) = [x for x in desc.fabric.links if {x.a, x.b} == {"p0s0g0", leaf}]
+    assert len(twins) == 4 and twins[0].capacity == nic.capacity / 2
+    assert model.capacity[(leaf, spine)] == pytest.approx(2 * model.capacity[(leaf, "p0s0g0")])
+    assert model.capacity[(spine, leaf)] == model.capacity[(leaf, spine)]

@@ -21,13 +21,16 @@ import pytest
 from controllers.pinning import PORT_BASE, PinnedPaths, PortLayout, paths_document
 from orchestrator.emulation.executor import Completed
 from orchestrator.emulation.hostconfig import forwarding_ranges
+from orchestrator.monitor.record import path_hops
 from orchestrator.testbed.hostports import HOST_PORTS, add_host_ports_option, check_host_ports
 from orchestrator.testbed.pinning import (
     CANDIDATES,
     EPHEMERAL,
     MAX_PORT,
     Candidate,
+    assign,
     balance_nics,
+    candidates,
     fabric_flows,
     held_ports,
     own_ranges,
@@ -39,6 +42,9 @@ from orchestrator.worker.spec import WorkerSpec, workers_from_description
 from tests.helpers import preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError, EmulationError
+from topologies.generators import build_fabric
+from topologies.model import Tier
+from topologies.spec import parse_fabric_spec
 
 PORT = 47000  # the workers' listening port
 RING = [("all-reduce", "ring")]
@@ -484,3 +490,32 @@ def test_a_single_port_mate_forwards_every_planned_port(pinned: bool) -> None:
     assert plan.unpinned == [] and set(plan.ports) == set(flows)
     mates = {q[0] for q in kernel.queries if q[5] is not None}
     assert mates and all(plan.chosen[f].nic == 1 for f in flows)
+
+
+def test_a_run_spreads_pinned_connections_over_parallel_links() -> None:
+    """On a fabric whose leaves reach their spine by parallel links, the run's own
+    assignment (from the published paths) spreads a collective's connections over them,
+    and records the link each takes: the paths file names its port."""
+    spec = {
+        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
+        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
+        "oversubscription": {"tor": 2, "agg": 1},
+    }  # fmt: skip
+    description = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    fabric = description.fabric
+    workers = workers_from_description(description)
+    rank = {w.host: w.rank for w in workers}
+    rail = {w.rank: fabric.gpus[w.host].rail for w in workers}
+    ranks = sorted(rank.values())
+    flows = [(a, b, 0) for a in ranks for b in ranks if rail[a] != rail[b]]
+    chosen = assign([flows], workers, candidates(paths_document(PinnedPaths(description))))
+    assert set(chosen) == set(flows)
+    (spine,) = [s.name for s in fabric.switches_in(Tier.AGG)]
+    up = Counter(lane for c in chosen.values() for lane in c.links() if lane[1] == spine)
+    # 16 cross-rail connections out of each leaf over its 4 uplinks: 4 each
+    per_leaf = Counter(lane[0] for lane in up)
+    assert set(per_leaf.values()) == {4} and set(up.values()) == {4}, up
+    for c in chosen.values():
+        hops = path_hops(fabric, c)
+        at_leaf = next(h for h in hops if h.node in fabric.switches)
+        assert at_leaf.out_port == c.links()[1][2]  # recorded as taken, not the first twin

@@ -29,7 +29,9 @@ from controllers.tracer import follow, trace_all
 from tests.helpers import preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError
+from topologies.generators import build_fabric
 from topologies.model import Link, LinkKind, Tier
+from topologies.spec import parse_fabric_spec
 
 POLICIES = ["shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive"]
 WORKER_PORT = 29500
@@ -445,3 +447,88 @@ def test_entries_carry_only_what_they_match() -> None:
             assert isinstance(entry, FlowEntry)
             for action in entry.actions:
                 assert isinstance(action, Output | Group) or action.field in ("eth_src", "eth_dst")
+
+
+# --- parallel links --------------------------------------------------------------------------
+
+#: one pod of 4 servers x 2 GPUs on 2 rail leaves, one spine joined to each leaf by 4
+#: parallel links (a ToR oversubscription of 2 at radix 8): what a generated fabric can be
+TWINS = {
+    "name": "rail-twins",
+    "kind": "rail-optimized",
+    "pods": 1,
+    "servers_per_pod": 4,
+    "gpus_per_server": 2,
+    "nic_ports": 1,
+    "switch": {"radix": 8, "down_ports": 4},
+    "oversubscription": {"tor": 2, "agg": 1},
+}
+
+
+@cache
+def twins_description() -> FabricDescription:
+    return FabricDescription.of(build_fabric(parse_fabric_spec(TWINS, "test")))
+
+
+def test_pinned_flows_spread_over_parallel_links_and_the_rules_take_them() -> None:
+    """Two values that differ only in which of a leaf's parallel uplinks they take are two
+    paths: the assignment spreads a permutation over all of them (it once put every
+    connection on the first, a quarter of the uplink), and the rules forward each flow out
+    of the port its assignment counted."""
+    desc = twins_description()
+    fabric = desc.fabric
+    (spine,) = [s.name for s in fabric.switches_in(Tier.AGG)]
+    uplinks = [x for x in fabric.links if spine in (x.a, x.b)]
+    assert len({frozenset((x.a, x.b)) for x in uplinks}) < len(uplinks)  # twins
+    by_rail: dict[int, list[str]] = {}
+    for gpu in fabric.gpus_by_rank():
+        by_rail.setdefault(gpu.rail, []).append(gpu.name)
+    (zero, one) = by_rail.values()
+    # every GPU to the other rail's GPU on the next server, both ways: 4 flows per leaf
+    # uplink direction, as many as it has parallel links
+    flows = [(a, one[(i + 1) % len(one)]) for i, a in enumerate(zero)]
+    flows += [(b, zero[(i + 1) % len(zero)]) for i, b in enumerate(one)]
+    assignments = assign_paths(PinnedPaths(desc), flows)
+    up: Counter[tuple[str, int]] = Counter()
+    for a in assignments:
+        up.update((x[0], x[2]) for x in a.lanes if x[1] == spine)
+    per_leaf: dict[str, list[int]] = {}
+    for (leaf, _), n in up.items():
+        per_leaf.setdefault(leaf, []).append(n)
+    assert per_leaf and all(max(n) == 1 for n in per_leaf.values()), up
+    rendered = default_registry().create("path-pinned").render(desc, frozenset())
+    for a in assignments:
+        src, dst = desc.addresses[a.src], desc.addresses[a.dst]
+        (nic,) = src.nics
+        packet = Packet.tcp(src.fabric_ip, dst.fabric_ip, a.source_port, WORKER_PORT)
+        leaf = nic.peer
+        entry = rendered.lookup_packet(fabric.switches[leaf].dpid, packet)
+        assert entry is not None
+        (lane,) = [x for x in a.lanes if x[0] == leaf]
+        assert lane[2] in output_ports(rendered, fabric.switches[leaf].dpid, entry)
+
+
+def output_ports(rendered: ForwardingPlan, dpid: int, entry: FlowEntry) -> set[int]:
+    """The ports an entry sends out of: its output, or its group's first bucket's."""
+    ports = set()
+    for action in entry.actions:
+        if isinstance(action, Output):
+            ports.add(action.port)
+        elif isinstance(action, Group):
+            group = rendered.tables[dpid].group(action.group_id)
+            ports |= {a.port for a in group.buckets[0].actions if isinstance(a, Output)}
+    return ports
+
+
+def test_the_paths_file_names_the_parallel_link_each_path_takes() -> None:
+    desc = twins_description()
+    document = paths_document(PinnedPaths(desc))
+    names = document["switches"]
+    for pair in document["pairs"]:
+        seen = set()
+        for path in pair["paths"]:
+            assert len(path["ports"]) == len(path["hops"])
+            for i, port in zip(path["hops"], path["ports"], strict=True):
+                assert port in {x.port_of(names[i]) for x in desc.fabric.links_of(names[i])}
+            seen.add((path["nic"], tuple(path["hops"]), tuple(path["ports"])))
+        assert len(seen) == len(pair["paths"])  # no two values give the same lanes
