@@ -42,7 +42,7 @@ import itertools
 import math
 import statistics
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
@@ -822,15 +822,39 @@ def _kept(shares: dict[int, dict[int, float]], slow: Iterable[int]) -> set[int] 
 
 
 def _fair_shares(busy: Sequence[ConnectionView], capacity: dict[str, float]) -> dict[int, float]:
-    """Each busy connection's fair share of its path (bytes/s; see :func:`capped`)."""
+    """Each busy connection's fair share of its path (bytes/s; see :func:`capped`). Where
+    ``capacity`` has a direction's parallel links apart (:func:`lane_capacity`), each of
+    them is shared by the connections that cross it alone: a connection on a crowded one
+    of four gets less than one on an idle one, without any fault."""
     crossing: dict[str, int] = defaultdict(int)
+    ways = {c.id: _ways(c, capacity) for c in busy}
     for c in busy:
-        for d in c.directions():
+        for d in ways[c.id]:
             crossing[d] += 1
     out = {}
     for c in busy:
-        shares = [capacity[d] / crossing[d] for d in c.directions() if d in capacity]
+        shares = [capacity[d] / crossing[d] for d in ways[c.id] if d in capacity]
         out[c.id] = min(shares) if shares else math.inf
+    return out
+
+
+def _ways(c: ConnectionView, capacity: Mapping[str, float]) -> list[str]:
+    """``c``'s directions, each as its lane (``A>B#P``) where ``capacity`` has lanes."""
+    return [
+        lane if lane in capacity else name
+        for name, lane in zip(c.directions(), c.lanes(), strict=True)
+    ]
+
+
+def lane_capacity(obs: Observations) -> dict[str, float]:
+    """Each direction's rate by its name, and where two nodes are joined by parallel
+    links, each of them apart too, as ``A>B#P`` (P: the port it leaves A by)."""
+    out = {name: d.capacity_bps for name, d in obs.directions.items()}
+    for name, d in obs.directions.items():
+        ports = egress_ports(obs, d)
+        if len(ports) > 1:
+            for _, port in ports:
+                out[f"{name}#{port}"] = d.capacity_bps
     return out
 
 
@@ -841,7 +865,7 @@ def connection_faults(obs: Observations) -> list[Suspect]:
         return []
     start, end = span
     by_id = {c.id: c for c in conns}
-    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    capacity = lane_capacity(obs)
     rates = capped(conns, capacity)
     shares = pace_shares(conns, capacity)  # once: the pace rule, the window and who kept up
     paced = _held_below(shares)

@@ -105,6 +105,14 @@ class ConnectionView:
         """The link directions its path crosses, ``A>B`` each."""
         return [f"{a.node}>{b.node}" for a, b in zip(self.path, self.path[1:], strict=False)]
 
+    def lanes(self) -> list[str]:
+        """:meth:`directions` told apart from their parallel twins: ``A>B#P``, P the port
+        it leaves A by (``A>B`` where the path does not say)."""
+        return [
+            f"{a.node}>{b.node}" + (f"#{a.out_port}" if a.out_port is not None else "")
+            for a, b in zip(self.path, self.path[1:], strict=False)
+        ]
+
     def switches(self) -> list[str]:
         return (
             [h.node for h in self.path[1:-1]] if self.full_path else [h.node for h in self.path[1:]]

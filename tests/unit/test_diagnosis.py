@@ -26,6 +26,7 @@ from orchestrator.diagnosis.detectors import (
     full_queues,
     held_below_share,
     kept_share,
+    lane_capacity,
     overfull_queues,
     sending_below_rate,
     sending_pace,
@@ -357,6 +358,53 @@ def test_a_share_misjudged_in_scattered_seconds_is_no_slow_link(
     )
     held = held_below_share([both, *healthy], capacity)
     assert set(held) == {1} and held[1][1] >= 4 and held[1][2] == pytest.approx(T0 + 7, abs=1)
+
+
+def test_a_connection_on_one_of_parallel_links_is_judged_by_that_links_share() -> None:
+    """A leaf joined to its spine by 4 parallel links: three connections share one of
+    them, a fourth has another to itself and is held to a quarter of it (a slowed link).
+    By the direction's name the four split one link's rate and the fourth looks fine (a
+    quarter is its "share"); by the ports the paths took, it had a whole link."""
+    spec = {
+        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
+        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
+        "oversubscription": {"tor": 2, "agg": 1},
+    }  # fmt: skip
+    twins = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    obs = observations(twins)
+    capacity = lane_capacity(obs)
+    assert {k for k in capacity if k.startswith("p0r0t0>s0#")} == {
+        f"p0r0t0>s0#{p}" for p in (5, 6, 7, 8)
+    }
+    rate = 0.95 * capacity["p0r0t0>s0"] / 8
+
+    def via(cid: int, src: str, dst: str, twin: int, share: float) -> ConnectionView:
+        hops = [
+            PathHop(0, src, None, 1, "traced"),
+            PathHop(1, "p0r0t0", 1, twin, "traced"),
+            PathHop(2, "s0", twin, twin, "traced"),
+            PathHop(3, "p0r1t0", twin, 1, "traced"),
+            PathHop(4, dst, 1, None, "traced"),
+        ]
+        c = ConnectionView(cid, 1, cid, cid + 4, src, dst, hops)
+        t = 0.0
+        while t < 20.0:
+            c.samples.append((T0 + t, 6_000))
+            t += 6_000 / (rate * share)
+        c.unacked.append((T0, 4))
+        c.retrans.append((T0, 0))
+        return c
+
+    crowded = [
+        via(2, "p0s1g0", "p0s2g1", 5, 1 / 3),
+        via(3, "p0s2g0", "p0s3g1", 5, 1 / 3),
+        via(4, "p0s3g0", "p0s0g1", 5, 1 / 3),
+    ]
+    alone = via(1, "p0s0g0", "p0s1g1", 6, 0.25)
+    held = held_below_share([alone, *crowded], capacity)
+    assert set(held) == {1} and 0.2 < held[1][0] < 0.3
+    by_name = {k: v for k, v in capacity.items() if "#" not in k}
+    assert held_below_share([alone, *crowded], by_name) == {}
 
 
 def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_it(
