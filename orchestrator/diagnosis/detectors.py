@@ -63,6 +63,9 @@ SILENT_MIN_PACKETS = 5
 # live, a switch's counters and its queues are sampled apart: packets that moved between
 # the two samples read as dropped (at most this many beyond SILENT_MIN_PACKETS)
 LIVE_LEAK_MARGIN = 10
+#: live, what a switch's queues held at a cut is read over this long before it
+#: (:func:`_held_packets`; its counters and queues are sampled every 0.5 s)
+HELD_LOOKBACK_S = 1.0
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 LOSSY_SILENT_MIN = 20  # unexplained drops that name a lossy egress, at least
 LOSSY_OVER_QUEUED = 0.25  # ... and this share of its full queues' discards
@@ -400,13 +403,21 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
 def _held_packets(
     obs: Observations, switch: str, ports: Sequence[int], t: float, packets: int, nbytes: int
 ) -> int:
-    """About how many packets ``switch``'s egress queues held at ``t`` (their bytes at
-    the last sample before it, over the mean size of the packets it received)."""
+    """About how many packets ``switch``'s egress queues held at ``t``: per port, the
+    most bytes its samples in the :data:`HELD_LOOKBACK_S` before ``t`` found (the last
+    sample before it if none), over the mean size of the packets the switch received.
+    The counters are read at another instant than the queues, and a full queue empties
+    and fills between the two: one sample alone read a full queue as empty (0 bytes,
+    where the ones 0.5 s around it held 25-28 KB), and 16 packets in flight as lost."""
     held = 0
     for port in ports:
         rows = obs.queues.get((switch, port), [])
-        i = bisect.bisect_right([r[0] for r in rows], t) - 1
-        held += rows[i][3] if i >= 0 else 0
+        times = [r[0] for r in rows]
+        i = bisect.bisect_right(times, t) - 1
+        if i < 0:
+            continue
+        j = bisect.bisect_left(times, t - HELD_LOOKBACK_S, hi=i)
+        held += max(r[3] for r in rows[j : i + 1])
     return round(held * packets / nbytes) if packets > 0 and nbytes > 0 else 0
 
 
