@@ -198,6 +198,12 @@ SENDING_GAP_S = 0.1
 SENDING_GAP_FACTOR = 3.0
 SENDING_GAP_MIN_S = 0.03
 SENDING_MIN_S = 0.2  # of sending in a second for its pace to count
+#: a connection a link holds below its share waits in that link's queue: its smoothed
+#: round trip is this many microseconds at least (a 1500-byte frame takes 1 ms at 12
+#: Mbit/s, 4 ms at a quarter of it). The wire's own is under 1 ms (the workers sleep the
+#: emulated latency, docs/latency.md); a small message's connection (8 KB a ring step at
+#: 64 KiB) paces at a tenth of its share with nothing queued
+QUEUED_RTT_US = 3000
 KEPT_SHARE = 0.75  # of its fair share, median while a slow link held others under theirs
 SENDING_SHARE = 0.45  # of its fair share: a link slowed to a quarter measures 0.2-0.3,
 # healthy connections (collisions, ECMP, a busy machine) at least 0.29 in one second and
@@ -657,8 +663,10 @@ def capped(
     connections crossing it) says it should get against the typical busy connection's: a
     collision no longer hides below the line, and a link slowed to a quarter shows even
     though its shaper's bucket (about R x 10 ms, however slow the link) inflates its 30 ms
-    peaks to 0.36-0.49 of the typical connection's."""
+    peaks to 0.36-0.49 of the typical connection's. A second in which nothing was
+    queued on a connection's path (:func:`unqueued_seconds`) is never one of them."""
     peaks = {c.id: peak_rates(c) for c in conns}
+    idle = {c.id: unqueued_seconds(c) for c in conns}
     seconds = sorted({s for p in peaks.values() for s in p})
     fair = capacity is not None and all(c.full_path for c in conns)
     low: dict[int, list[tuple[int, float]]] = defaultdict(list)
@@ -674,7 +682,8 @@ def capped(
             usual = statistics.median(shares.values())
             line = {cid: CAPPED_SHARE_FAIR * min(1.0, shares[cid] / usual) for cid in busy}
         for cid, rate in busy.items():
-            if rate <= line[cid] * typical:
+            # nothing queued on its path that second: no link held it (unqueued_seconds)
+            if rate <= line[cid] * typical and second not in idle[cid]:
                 low[cid].append((second, rate / typical))
     out = {}
     for cid, xs in low.items():
@@ -727,6 +736,7 @@ def pace_shares(
     if not conns or not all(c.full_path for c in conns):
         return {}
     paces = {c.id: sending_pace(c) for c in conns}
+    idle = {c.id: unqueued_seconds(c) for c in conns}
     bytes_per_s = {d: bps / 8 for d, bps in capacity.items()}
     out: dict[int, dict[int, float]] = defaultdict(dict)
     for second in sorted({s for p in paces.values() for s in p}):
@@ -735,8 +745,21 @@ def pace_shares(
             continue
         fair = _fair_shares(sending, bytes_per_s)
         for c in sending:
-            out[c.id][second] = paces[c.id][second] / fair[c.id]
+            if second not in idle[c.id]:
+                out[c.id][second] = paces[c.id][second] / fair[c.id]
     return out
+
+
+def unqueued_seconds(c: ConnectionView) -> set[int]:
+    """The whole seconds in which ``c``'s round trip (its kernel's smoothed one, median
+    over the second's samples) stayed under :data:`QUEUED_RTT_US`: nothing on its path
+    held its bytes, so whatever its pace then, no link was what kept it down (its
+    sender had no more to send: a small message between the workers' latency sleeps).
+    Pace shares leave those seconds out, as neither held nor kept."""
+    by_second: dict[int, list[int]] = defaultdict(list)
+    for t, rtt in c.rtt:
+        by_second[int(t)].append(rtt)
+    return {s for s, rtts in by_second.items() if statistics.median(rtts) < QUEUED_RTT_US}
 
 
 def held_below_share(

@@ -407,6 +407,36 @@ def test_a_connection_on_one_of_parallel_links_is_judged_by_that_links_share() -
     assert held_below_share([alone, *crowded], by_name) == {}
 
 
+def test_a_connection_with_nothing_queued_on_its_path_is_not_held_by_a_link(
+    astral: FabricDescription,
+) -> None:
+    """A small message's connections pace far under their share: each ring step sends a
+    few KB and waits out the emulated latency (the workers sleep it), with nothing
+    queued anywhere (a round trip under a millisecond). A link slowed under them holds
+    their bytes in its queue: the same paces with a round trip of tens of ms are held."""
+    obs = observations(astral)
+    capacity = {name: d.capacity_bps for name, d in obs.directions.items()}
+    rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
+    healthy = [paced(3, 6, 2, ELSEWHERE, rate), paced(4, 2, 0, LOCAL, rate)]
+
+    def with_rtt(c: ConnectionView, rtt_us: int) -> ConnectionView:
+        c.rtt = [(T0 + 0.1 * k, rtt_us) for k in range(200)]
+        return c
+
+    small = [
+        with_rtt(paced(1, 3, 7, ACROSS_C0, rate, 0.15), 600),
+        with_rtt(paced(2, 1, 4, ALSO_C0, rate, 0.15), 700),
+    ]
+    assert held_below_share([*small, *healthy], capacity) == {}
+    assert diagnose(observations(astral, connections=[*small, *healthy])).healthy
+    queued = [
+        with_rtt(paced(1, 3, 7, ACROSS_C0, rate, 0.15), 40_000),
+        with_rtt(paced(2, 1, 4, ALSO_C0, rate, 0.15), 45_000),
+    ]
+    assert set(held_below_share([*queued, *healthy], capacity)) == {1, 2}
+    assert top(observations(astral, connections=[*queued, *healthy]))[2] == "slow"
+
+
 def test_connections_a_slow_link_held_low_but_above_the_line_do_not_contradict_it(
     astral: FabricDescription,
 ) -> None:
