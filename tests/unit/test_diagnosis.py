@@ -725,6 +725,12 @@ def test_live_the_queues_so_far_tell_congestions_drops_from_a_loss(
         astral, counters=counters({"p0r1t1": 300, "p0r1a0": 25}, switches), live_queues=full, **live
     )
     assert [s.key() for s in diagnose(lossy).ranked] == [("link", "p0r1a0>p0r1t0", "lossy")]
+    # the same 25 all after the cut half a second before (a burst of a full queue's drops
+    # between its sample and the counters' reads so): not a loss until it lasts
+    burst = counters({"p0r1t1": 300}, switches)
+    burst.update(counters({"p0r1a0": 25}, ["p0r1a0"], during=(20.6, 21.0)))
+    sudden = observations(astral, counters=burst, live_queues=full, **live)
+    assert diagnose(sudden).healthy
 
 
 def test_drops_no_queue_explains_find_a_loss_that_congestion_hides(
