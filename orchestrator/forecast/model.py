@@ -134,10 +134,16 @@ class FabricModel:
         # Parallel links between two switches (a generated fabric can have them) are one
         # link of their summed rate: ECMP's hash and path-pinned's assignment spread the
         # connections over them; what that leaves out is in docs/forecast.md
-        for link in description.fabric.links:
+        # ... and each of them on its own too, as ``(from, to, port)``, for the connections
+        # whose path says which one they take (a select group's choice: paths.Routed.lanes)
+        links = description.fabric.links
+        pairs = Counter(frozenset((x.a, x.b)) for x in links)
+        for link in links:
             rate = emulation.emulated(link.capacity) / 8 * payload_share
-            for direction in ((link.a, link.b), (link.b, link.a)):
-                model.capacity[direction] = model.capacity.get(direction, 0.0) + rate
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                model.capacity[(a, b)] = model.capacity.get((a, b), 0.0) + rate
+                if pairs[frozenset((a, b))] > 1:
+                    model.capacity[(a, b, link.port_of(a))] = rate
             if link.kind is LinkKind.NIC:
                 gpu = link.a if link.a in description.fabric.gpus else link.b
                 model.into_gpu.add((link.other(gpu), gpu))
@@ -279,8 +285,7 @@ class ConfigurationModel:
         same: Counter[tuple[tuple[Hashable, ...], int]] = Counter()
         for src, dst, nbytes in step.transfers:
             for channel, part in enumerate(split_channels(nbytes, channels)):
-                path = self._path(routed, (src, dst, channel))
-                links: tuple[Hashable, ...] = tuple(itertools.pairwise(path))
+                links = self._links(routed, (src, dst, channel))
                 same[(links, part)] += 1
         classes = []
         for (links, part), count in same.items():
@@ -289,6 +294,14 @@ class ConfigurationModel:
                 per_link[link] = per_link.get(link, 0.0) + count
             classes.append(FlowClass(count, part, per_link))
         return classes
+
+    def _links(self, routed: Routed, flow: Flow) -> tuple[Hashable, ...]:
+        """The directed links of a flow's path, each of parallel links the flow's path
+        names (``Routed.lanes``) as that one alone; the others as their node pair."""
+        path = self._path(routed, flow)
+        lanes = routed.lanes.get(flow) or routed.lanes.get((flow[0], flow[1], 0), ())
+        by_pair = {(a, b): (a, b, port) for a, b, port in lanes}
+        return tuple(by_pair.get(pair, pair) for pair in itertools.pairwise(path))
 
     def _path(self, routed: Routed, flow: Flow) -> tuple[str, ...]:
         if flow in routed.paths:
@@ -362,6 +375,7 @@ class ConfigurationModel:
             one_way=self.one_way,
             operation_latency=self.operation_latency,
             path_of=lambda flow: self._path(routed, flow),
+            links_of=lambda flow: self._links(routed, flow),
             bucket_s=self.fabric.bucket_s,
         )
 

@@ -39,10 +39,11 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from controllers.ovshash import pick, reproducible
 from controllers.pinning import PortLayout
-from controllers.plan import Bucket, FlowEntry, ForwardingPlan, GroupEntry, Packet
+from controllers.plan import Bucket, FlowEntry, ForwardingPlan, GroupEntry, Output, Packet
 from controllers.policies import Policy
 from controllers.policies import default_registry as policy_registry
 from controllers.routing import RoutingError
@@ -64,13 +65,19 @@ from topologies.description import FabricDescription
 from topologies.errors import AstralError
 from topologies.model import Link
 
+#: a directed link told apart from its parallel twins: from, to, the port it leaves by
+Lane = tuple[str, str, int]
+
 
 @dataclass
 class Routed:
-    """The path of every connection of one collective under one policy and one salt."""
+    """The path of every connection of one collective under one policy and one salt;
+    ``lanes``: where a select group chose among parallel links (two switches joined by
+    several), which one each connection takes."""
 
     paths: dict[Flow, tuple[str, ...]] = field(default_factory=dict)
     source_ports: dict[Flow, int] = field(default_factory=dict)
+    lanes: dict[Flow, tuple[Lane, ...]] = field(default_factory=dict)
 
 
 class IndexedPlan(ForwardingPlan):
@@ -142,7 +149,8 @@ class PolicyRouter:
         self.reproduced = all(reproducible(g) for g in select)
         multiport = any(len(a.nics) > 1 for a in description.addresses.values())
         self.hashed = bool(select) and (not self.reproduced or multiport or fabric.gpu_forwarding)
-        self._follow_cache: dict[tuple[str, str, int, int, int], tuple[str, ...]] = {}
+        self._follow_cache: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        self._lanes_cache: dict[tuple[Any, ...], tuple[Lane, ...]] = {}
 
     def route(
         self,
@@ -191,6 +199,7 @@ class PolicyRouter:
                 port = self._source_port(f, j, len(live[f]), host_ports, start != src, salt)
             routed.source_ports[f] = port
             routed.paths[f] = self._wired(src, start, dst, nic[f], port, salt)
+            self._lane(routed, f, start, dst, nic[f], port, salt)
         return routed
 
     def planned(
@@ -214,6 +223,7 @@ class PolicyRouter:
             start = sender.get(f, src)
             routed.paths[f] = self._wired(src, start, dst, nics[f], ports[f], 0)
             routed.source_ports[f] = ports[f]
+            self._lane(routed, f, start, dst, nics[f], ports[f], 0)
         return routed
 
     # --- helpers ---------------------------------------------------------------------------
@@ -228,6 +238,14 @@ class PolicyRouter:
             return path
         fabric = self.description.fabric
         return (src, fabric.servers[fabric.gpus[src].server].nvswitch, *path)
+
+    def _lane(
+        self, routed: Routed, f: Flow, start: str, dst: str, nic: int, port: int, salt: int
+    ) -> None:
+        """Keep the parallel links the flow's path took (:meth:`_follow` found them)."""
+        lanes = self._lanes_cache.get(self._key(start, dst, nic, port, salt))
+        if lanes:
+            routed.lanes[f] = lanes
 
     def _source_port(
         self, f: Flow, j: int, nics: int, host_ports: str, forwarded: bool, salt: int
@@ -258,24 +276,46 @@ class PolicyRouter:
         down = {(x.a, x.a_port) for x in self.failed} | {(x.b, x.b_port) for x in self.failed}
         return [n.port for n in self.description.addresses[gpu].nics if (gpu, n.port) not in down]
 
+    def _key(self, src: str, dst: str, nic: int, port: int, salt: int) -> tuple[Any, ...]:
+        return (src, dst, nic, port, salt if self.hashed else 0)
+
     def _follow(self, src: str, dst: str, nic: int, port: int, salt: int) -> tuple[str, ...]:
-        key = (src, dst, nic, port, salt if self.hashed else 0)
+        key = self._key(src, dst, nic, port, salt)
         if key in self._follow_cache:
             return self._follow_cache[key]
         addresses = self.description.addresses
         tor = next(n.peer for n in addresses[src].nics if n.port == nic)
         packet = Packet.tcp(addresses[src].fabric_ip, addresses[dst].fabric_ip, port, WORKER_PORT)
+        chosen: list[tuple[str, Bucket]] = []
 
         def choose(switch: str, group: GroupEntry, live: list[Bucket]) -> Bucket:
             # Open vSwitch's own choice where it is reproduced, else a draw by the salt
             exact = pick(group, live, packet)
-            if exact is not None:
-                return exact
-            ids = group.bucket_ids()
-            basis = group.selection.basis if group.selection else 0
-            by_bucket = dict(zip(group.buckets, ids, strict=True))
-            return max(live, key=lambda b: _score(salt, basis, key, by_bucket[b]))
+            if exact is None:
+                ids = group.bucket_ids()
+                basis = group.selection.basis if group.selection else 0
+                by_bucket = dict(zip(group.buckets, ids, strict=True))
+                exact = max(live, key=lambda b: _score(salt, basis, key, by_bucket[b]))
+            chosen.append((switch, exact))
+            return exact
 
         path = (src, *follow(self.description, self.plan, tor, packet, choose=choose))
         self._follow_cache[key] = path
+        self._lanes_cache[key] = tuple(
+            lane for switch, bucket in chosen if (lane := self._twin(switch, bucket)) is not None
+        )
         return path
+
+    def _twin(self, switch: str, bucket: Bucket) -> Lane | None:
+        """The lane a select group's ``bucket`` sends out of at ``switch``, where that
+        link has parallel twins (None elsewhere: the node pair names it)."""
+        port = next((a.port for a in bucket.actions if isinstance(a, Output)), None)
+        if port is None:
+            return None
+        fabric = self.description.fabric
+        link = next((x for x in fabric.links_of(switch) if x.port_of(switch) == port), None)
+        if link is None:
+            return None
+        other = link.other(switch)
+        twins = sum(1 for x in fabric.links_of(switch) if x.other(switch) == other)
+        return (switch, other, port) if twins > 1 else None

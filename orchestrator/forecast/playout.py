@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -98,6 +98,9 @@ class Fabric:
     #: the shapers' token buckets as time at each link's rate (emulated seconds; 0: none).
     #: A link idle for that long has saved that much: the next bytes pass at once.
     bucket_s: float = 0.0
+    #: the directed links of a connection's path, where not its node pairs (one of
+    #: parallel links taken alone: orchestrator/forecast/model.py); None: the node pairs
+    links_of: Callable[[Connection], tuple[DirectedLink, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,11 @@ class _Connections:
         found = self.index.get(connection)
         if found is not None:
             return found
-        path = self.fabric.path_of(connection)
-        links: dict[DirectedLink, float] = dict.fromkeys(itertools.pairwise(path), 1.0)
+        if self.fabric.links_of is not None:
+            hops: Iterable[DirectedLink] = self.fabric.links_of(connection)
+        else:
+            hops = itertools.pairwise(self.fabric.path_of(connection))
+        links: dict[DirectedLink, float] = dict.fromkeys(hops, 1.0)
         missing = [link for link in links if link not in self.fabric.capacity]
         if missing:
             raise ValueError(f"a path crosses {missing[0]}, which is not a link of the fabric")
