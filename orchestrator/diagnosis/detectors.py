@@ -1366,8 +1366,8 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
     it arrive at most at their paths' rates before it (each at its narrowest direction
     upstream, one such direction feeding several connections counted once). When those
     rates together do not exceed the port's own, a full queue (:data:`QUEUE_MIN_BYTES`
-    held in :data:`OVERFULL_SAMPLES` samples or more, :data:`OVERFULL_BYTES` in
-    :data:`OVERFULL_PEAKS` of them) says the port is slower than its
+    held in :data:`OVERFULL_SAMPLES` consecutive samples or more, :data:`OVERFULL_BYTES`
+    in :data:`OVERFULL_PEAKS` of them) says the port is slower than its
     link should be. Congestion cannot look like it: an incast or a collision is more
     arriving than the port's rate. This reads a slow link under a collective whose other
     connections wait for the slow one (a ring), where the slow connection's own pace,
@@ -1381,7 +1381,7 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
     out: dict[str, Suspect] = {}
     for port, rows in sorted(queues.items()):
         d = direction_of.get(port)
-        full = [r for r in rows if start <= r[0] <= end and r[3] >= QUEUE_MIN_BYTES]
+        full = _longest_full_run([r for r in rows if start <= r[0] <= end])
         held = sorted(r[3] for r in full)[len(full) // 2] if full else 0
         peaks = sum(1 for r in full if r[3] >= OVERFULL_BYTES)
         if d is None or len(full) < OVERFULL_SAMPLES or peaks < OVERFULL_PEAKS:
@@ -1413,6 +1413,22 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
         ]
         _keep_earliest(out, Suspect("link", d.name, "slow", OVERFULL_SCORE, evidence, a))
     return list(out.values())
+
+
+def _longest_full_run(
+    rows: Sequence[tuple[float, int, int, int]],
+) -> list[tuple[float, int, int, int]]:
+    """The longest run of consecutive queue samples that held :data:`QUEUE_MIN_BYTES` or
+    more: a port slower than what reaches it holds a standing queue, sample after sample;
+    two shapers of one rate in a row hold a burst now and then (a sweep of sizes on a
+    healthy fat-tree: 4 single samples over 27 s, read live as a slow port)."""
+    best: list[tuple[float, int, int, int]] = []
+    run: list[tuple[float, int, int, int]] = []
+    for row in rows:
+        run = [*run, row] if row[3] >= QUEUE_MIN_BYTES else []
+        if len(run) > len(best):
+            best = run
+    return best
 
 
 def _keep_earliest(out: dict[str, Suspect], suspect: Suspect) -> None:

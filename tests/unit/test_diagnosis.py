@@ -1639,6 +1639,18 @@ def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
     assert overfull_queues(observations(astral, counters={port: crawling}, **live))
     early = [r for r in crawling if r[0] <= T0 + 3]
     assert not overfull_queues(observations(astral, counters={port: early}, **live))
+    # as many full samples, but one here and one there (bursts through two shapers of
+    # one rate, a sweep of sizes between): no standing queue, no slow port
+    rows = held(55_000)[port]
+    scattered = [
+        (t, s, dr, 55_000 if k % 3 == 0 and 6 <= k < 48 else 0)
+        for k, (t, s, dr, _) in enumerate(rows)
+    ]
+    apart = {**queues({}, ["c0"]), port: scattered}
+    assert sum(1 for r in scattered if r[3]) >= 12
+    assert not overfull_queues(
+        observations(astral, connections=conns, queues=apart, counters={port: crawling})
+    )
 
 
 def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
