@@ -11,27 +11,28 @@ Generates a scenario suite from the fabric model (:func:`suite`): per fault kind
 fabrics, the policies and two onsets (``at: 0s`` and mid-run), plus ``--healthy`` runs
 without a fault, of four shapes in turn (:data:`HEALTHY_SHAPES`): the fault runs' two, a
 sweep of sizes from 64 KiB to 4 MiB of both (the default experiment's shape), and four
-other collectives and algorithms in one run (:func:`shape_document`). Locations are drawn with a seeded random generator from what the run's
-8-rank ring actually crosses (:func:`ring_usage`): the fabric connections between
-consecutive ranks (pairs on one server ride NVLink), a NIC link of a sending GPU (with
-``balanced`` host ports each rank's connections use both its NIC ports), a ToR-aggregation
-or aggregation-core link on a shortest path of such a pair, a first-hop ToR of a sending GPU
-or an aggregation switch on such a path (switch-down, blackhole; a blackhole's destination
-is a GPU whose connection crosses the switch), any GPU of the ring (straggler). Link tiers,
-switch tiers and GPUs rotate over a kind's runs, so a suite of four runs per kind puts a
-link fault on every tier a fabric has. ``--seed`` draws another suite.
+other collectives and algorithms in one run (:func:`shape_document`). Locations are drawn
+with a seeded random generator from what the run's 8-rank ring actually crosses
+(:func:`ring_usage`): the fabric connections between consecutive ranks (pairs on one server
+ride NVLink), a NIC link of a sending GPU (with ``balanced`` host ports each rank's
+connections use both its NIC ports), a ToR-aggregation or aggregation-core link on a
+shortest path of such a pair, a first-hop ToR of a sending GPU or an aggregation switch on
+such a path (switch-down, blackhole; a blackhole's destination is a GPU whose connection
+crosses the switch), any GPU of the ring (straggler). Link tiers, switch tiers and GPUs
+rotate over a kind's runs, so a suite of four runs per kind puts a link fault on every tier
+a fabric has. ``--seed`` draws another suite.
 
 Fabrics: ``astral-small`` (the preset: dual-ToR, three tiers) and ``fat-tree-2pod``, no
 preset: a k = 4 fat-tree cut to 2 pods of 2 servers x 2 GPUs (one NIC port per GPU, 4 edge,
-4 aggregation and 2 core switches), written as a fabric file into the suite's directory.
-A preset's name or a fabric file works too. Each run is one ``astral run`` (a subprocess:
-real emulation, the machine-wide lock taken by it, ``--lock-wait``) of one collective, ring
-all-reduce or direct all-to-all (alternating), 1 MiB (less on a fabric with a slower
-tier: :func:`size_for`, so that an operation keeps its length), at the scale of
-experiments/faults.yaml (0.6e-4, 12 Mbit/s per 200G port), with iterations for about 18 s
-of collectives (and a timed batch of at least 18 s by the warm-up's time per operation,
-for a fabric whose operations are shorter than the estimate); every fault lasts 7 s (a
-GPU with one NIC port cut off stalls the collective until it ends). Then
+4 aggregation and 2 core switches), written as a fabric file into the suite's directory. A
+preset's name or a fabric file works too. Each run is one ``astral run`` (a subprocess:
+real emulation, the machine-wide lock taken by it, ``--lock-wait``); a fault run runs one
+collective, ring all-reduce or direct all-to-all (alternating), 1 MiB (less on a fabric
+with a slower tier: :func:`size_for`, so that an operation keeps its length), at the scale
+of experiments/faults.yaml (0.6e-4, 12 Mbit/s per 200G port), with iterations for about 18
+s of collectives (and a timed batch of at least 18 s by the warm-up's time per operation,
+for a fabric whose operations are shorter than the estimate); every fault lasts 7 s (a GPU
+with one NIC port cut off stalls the collective until it ends). Then
 ``orchestrator.diagnosis.diagnose_bundle`` on the bundle, in this process; the bundle's
 ``faults`` table is the ground truth (the diagnosis never reads it).
 
