@@ -246,9 +246,13 @@ class ConfigurationModel:
             routed = self.router(policy).route(self.workers, groups, self.host_ports, salt)
             recorded = self.recorded.get((policy, collective, algorithm))
             if recorded is not None:
+                # a recorded path replaces the computed one, the link it names among
+                # parallel ones too
+                lanes = {f: x for f, x in routed.lanes.items() if f not in recorded.paths}
                 routed = Routed(
                     {**routed.paths, **recorded.paths},
                     {**routed.source_ports, **recorded.source_ports},
+                    {**lanes, **recorded.lanes},
                 )
             self._routes[key] = routed
         return self._routes[key]

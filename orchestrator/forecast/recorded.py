@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.forecast.paths import Routed
+from orchestrator.forecast.paths import Lane, Routed
 from orchestrator.results.store import Configuration, PathHop, ResultsBundle, StoredConnection
 from orchestrator.testbed.pinning import Flow
 from orchestrator.worker.spec import WorkerSpec
@@ -252,7 +252,23 @@ def _configuration(
             nodes = (src, fabric.servers[fabric.gpus[src].server].nvswitch, *nodes)
         routed.paths[flow] = nodes
         routed.source_ports[flow] = rows[0].five_tuple.src_port
+        lanes = _lanes(fabric, path)
+        if lanes:
+            routed.lanes[flow] = lanes
     return RecordedConfiguration(config_id, size, routed, unusable)
+
+
+def _lanes(fabric: Fabric, path: Sequence[PathHop]) -> tuple[Lane, ...]:
+    """The links of ``path`` that have parallel twins, each with the port the path left
+    its node by (the forecast shares that one alone: orchestrator/forecast/model.py)."""
+    out = []
+    for hop, after in itertools.pairwise(path):
+        if hop.out_port is None:
+            continue
+        twins = sum(1 for x in fabric.links_of(hop.node) if x.other(hop.node) == after.node)
+        if twins > 1:
+            out.append((hop.node, after.node, hop.out_port))
+    return tuple(out)
 
 
 def _unusable(

@@ -28,8 +28,11 @@ from orchestrator.forecast.calibration import (
     save_forecast_calibration,
 )
 from orchestrator.forecast.model import ConfigurationModel, FabricModel
+from orchestrator.forecast.paths import Routed
+from orchestrator.forecast.recorded import _lanes
 from orchestrator.forecast.schedule import plan_schedule, symmetric_schedule
 from orchestrator.forecast.sharing import FlowClass, completion_time, max_min_rates
+from orchestrator.results.store import PathHop
 from orchestrator.testbed.pinning import fabric_flows
 from orchestrator.worker.spec import workers_from_description
 from topologies.catalog import resolve_fabric
@@ -388,3 +391,35 @@ def test_ecmp_connections_hashed_onto_one_of_parallel_links_share_it() -> None:
         ecmp = model.forecast("ecmp", "all-reduce", "ring", 4 << 20, played=played)
         pinned = model.forecast("path-pinned", "all-reduce", "ring", 4 << 20, played=played)
         assert ecmp.time_us > 1.5 * pinned.time_us, (played, ecmp.time_us, pinned.time_us)
+
+
+def test_a_recorded_or_planned_path_brings_the_parallel_link_it_took() -> None:
+    """A run's recorded paths (and ``astral run``'s planned ones) replace the computed
+    paths with the parallel link each took: from the recorded ports, kept through the
+    merge with the policy's routing (where they were once dropped, and summed)."""
+    spec = {
+        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
+        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
+        "oversubscription": {"tor": 2, "agg": 1},
+    }  # fmt: skip
+    desc = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    model = ConfigurationModel(desc, workers_from_description(desc))
+    computed = model.routed("ecmp", "all-reduce", "ring", 0)
+    flow, lanes = next(iter(computed.lanes.items()))
+    path = computed.paths[flow]
+    hops = [
+        PathHop(i, node, None, lane[2] if (lane := by.get(node)) else 1, "traced")
+        for by in [{x[0]: x for x in lanes}]
+        for i, node in enumerate(path)
+    ]
+    assert _lanes(desc.fabric, hops) == lanes
+    other = tuple((a, b, port + 1 if port < 8 else 5) for a, b, port in lanes)
+    model.recorded[("ecmp", "all-reduce", "ring")] = Routed(
+        {flow: path}, {flow: computed.source_ports[flow]}, {flow: other}
+    )
+    model.forget("ecmp", "all-reduce", "ring")
+    merged = model.routed("ecmp", "all-reduce", "ring", 0)
+    assert merged.lanes[flow] == other
+    assert {f: x for f, x in merged.lanes.items() if f != flow} == {
+        f: x for f, x in computed.lanes.items() if f != flow
+    }
