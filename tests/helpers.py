@@ -22,7 +22,7 @@ from topologies.catalog import DEFAULT_PRESET, preset_path
 from topologies.description import FabricDescription
 from topologies.generators import build_fabric
 from topologies.model import Fabric
-from topologies.spec import FabricSpec, load_fabric_spec
+from topologies.spec import FabricSpec, load_fabric_spec, parse_fabric_spec
 
 #: The repository's root (the folder holding pyproject.toml).
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +69,26 @@ def preset_fabric(name: str = DEFAULT_PRESET) -> Fabric:
 def preset_description(name: str = DEFAULT_PRESET) -> FabricDescription:
     """The fabric description (model and addressing plan) of preset ``name``."""
     return FabricDescription.of(preset_fabric(name))
+
+
+#: one pod of 4 servers x 2 GPUs on 2 rail leaves, one spine joined to each leaf by 4
+#: parallel links at half the NIC rate (a ToR oversubscription of 2 at radix 8): what a
+#: generated fabric can be, and no preset is
+PARALLEL_LINKS: dict[str, Any] = {
+    "name": "rail-twins",
+    "kind": "rail-optimized",
+    "pods": 1,
+    "servers_per_pod": 4,
+    "gpus_per_server": 2,
+    "nic_ports": 1,
+    "switch": {"radix": 8, "down_ports": 4},
+    "oversubscription": {"tor": 2, "agg": 1},
+}
+
+
+def parallel_links_description() -> FabricDescription:
+    """The description of :data:`PARALLEL_LINKS`."""
+    return FabricDescription.of(build_fabric(parse_fabric_spec(PARALLEL_LINKS, "test")))
 
 
 def load_benchmark(name: str) -> ModuleType:

@@ -62,7 +62,7 @@ from orchestrator.run import alerts
 from orchestrator.worker.launcher import LiveView
 from orchestrator.worker.outcome import ConnectionInfo, TcpInfoRecord, ThroughputSample
 from orchestrator.worker.transport import TcpView
-from tests.helpers import load_benchmark, preset_description
+from tests.helpers import load_benchmark, parallel_links_description, preset_description
 from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
 from topologies.generators import build_fabric
@@ -365,12 +365,7 @@ def test_a_connection_on_one_of_parallel_links_is_judged_by_that_links_share() -
     them, a fourth has another to itself and is held to a quarter of it (a slowed link).
     By the direction's name the four split one link's rate and the fourth looks fine (a
     quarter is its "share"); by the ports the paths took, it had a whole link."""
-    spec = {
-        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
-        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
-        "oversubscription": {"tor": 2, "agg": 1},
-    }  # fmt: skip
-    twins = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    twins = parallel_links_description()
     obs = observations(twins)
     capacity = lane_capacity(obs)
     assert {k for k in capacity if k.startswith("p0r0t0>s0#")} == {

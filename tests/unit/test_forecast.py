@@ -35,13 +35,14 @@ from orchestrator.forecast.sharing import FlowClass, completion_time, max_min_ra
 from orchestrator.results.store import PathHop
 from orchestrator.testbed.pinning import fabric_flows
 from orchestrator.worker.spec import workers_from_description
+from tests.helpers import parallel_links_description
 from topologies.catalog import resolve_fabric
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError
 from topologies.generators import build_fabric
 from topologies.planner import plan
 from topologies.properties import all_routes
-from topologies.spec import load_fabric_spec, parse_fabric_spec
+from topologies.spec import load_fabric_spec
 
 PRESETS = ["astral-small", "astral-64", "fat-tree-small", "hpn-like", "rail-only-small",
            "rail-optimized-small"]  # fmt: skip
@@ -354,12 +355,7 @@ def test_a_link_that_is_not_there_cannot_fail(capsys: pytest.CaptureFixture[str]
 def test_parallel_links_are_one_link_of_their_summed_rate() -> None:
     """A leaf joined to its spine by 4 parallel links carries 4 of them: the connections
     ECMP or path pinning spread over them are not held to one link's rate."""
-    spec = {
-        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
-        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
-        "oversubscription": {"tor": 2, "agg": 1},
-    }  # fmt: skip
-    desc = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    desc = parallel_links_description()
     model = FabricModel.of(desc)
     leaf, spine = "p0r0t0", "s0"
     twins = [x for x in desc.fabric.links if {x.a, x.b} == {leaf, spine}]
@@ -375,12 +371,7 @@ def test_ecmp_connections_hashed_onto_one_of_parallel_links_share_it() -> None:
     connections hashed onto one link share it, in the play-out and the step model alike,
     where path pinning spreads them one per link (measured on such a fabric: ECMP's ring
     at about half path-pinned's busbw, forecast at par before)."""
-    spec = {
-        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
-        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
-        "oversubscription": {"tor": 2, "agg": 1},
-    }  # fmt: skip
-    desc = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    desc = parallel_links_description()
     model = ConfigurationModel(desc, workers_from_description(desc))
     routed = model.routed("ecmp", "all-reduce", "ring", 0)
     lanes = [lane for taken in routed.lanes.values() for lane in taken]
@@ -397,12 +388,7 @@ def test_a_recorded_or_planned_path_brings_the_parallel_link_it_took() -> None:
     """A run's recorded paths (and ``astral run``'s planned ones) replace the computed
     paths with the parallel link each took: from the recorded ports, kept through the
     merge with the policy's routing (where they were once dropped, and summed)."""
-    spec = {
-        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
-        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
-        "oversubscription": {"tor": 2, "agg": 1},
-    }  # fmt: skip
-    desc = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    desc = parallel_links_description()
     model = ConfigurationModel(desc, workers_from_description(desc))
     computed = model.routed("ecmp", "all-reduce", "ring", 0)
     flow, lanes = next(iter(computed.lanes.items()))

@@ -39,7 +39,7 @@ from orchestrator.testbed.pinning import (
     source_ports,
 )
 from orchestrator.worker.spec import WorkerSpec, workers_from_description
-from tests.helpers import preset_description
+from tests.helpers import parallel_links_description, preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError, EmulationError
 from topologies.generators import build_fabric
@@ -475,8 +475,6 @@ def test_a_single_port_mate_forwards_every_planned_port(pinned: bool) -> None:
     import yaml
 
     from topologies.catalog import resolve_fabric
-    from topologies.generators import build_fabric
-    from topologies.spec import parse_fabric_spec
 
     document = yaml.safe_load(resolve_fabric("rail-only-small").read_text())
     document |= {"name": "rail-only-1nic", "nic_ports": 1}
@@ -496,12 +494,7 @@ def test_a_run_spreads_pinned_connections_over_parallel_links() -> None:
     """On a fabric whose leaves reach their spine by parallel links, the run's own
     assignment (from the published paths) spreads a collective's connections over them,
     and records the link each takes: the paths file names its port."""
-    spec = {
-        "name": "rail-twins", "kind": "rail-optimized", "pods": 1, "servers_per_pod": 4,
-        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
-        "oversubscription": {"tor": 2, "agg": 1},
-    }  # fmt: skip
-    description = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    description = parallel_links_description()
     fabric = description.fabric
     workers = workers_from_description(description)
     rank = {w.host: w.rank for w in workers}

@@ -26,12 +26,10 @@ from controllers.policies.path_pinned import PIN_PRIORITY
 from controllers.policies.shortest import ShortestPathPolicy
 from controllers.routing import RoutingGraph, programmable_switches, shortest_path_plan
 from controllers.tracer import follow, trace_all
-from tests.helpers import preset_description
+from tests.helpers import parallel_links_description, preset_description
 from topologies.description import FabricDescription
 from topologies.errors import ConfigError
-from topologies.generators import build_fabric
 from topologies.model import Link, LinkKind, Tier
-from topologies.spec import parse_fabric_spec
 
 POLICIES = ["shortest", "ecmp", "ecmp-polarized", "path-pinned", "adaptive"]
 WORKER_PORT = 29500
@@ -451,23 +449,10 @@ def test_entries_carry_only_what_they_match() -> None:
 
 # --- parallel links --------------------------------------------------------------------------
 
-#: one pod of 4 servers x 2 GPUs on 2 rail leaves, one spine joined to each leaf by 4
-#: parallel links (a ToR oversubscription of 2 at radix 8): what a generated fabric can be
-TWINS = {
-    "name": "rail-twins",
-    "kind": "rail-optimized",
-    "pods": 1,
-    "servers_per_pod": 4,
-    "gpus_per_server": 2,
-    "nic_ports": 1,
-    "switch": {"radix": 8, "down_ports": 4},
-    "oversubscription": {"tor": 2, "agg": 1},
-}
-
 
 @cache
 def twins_description() -> FabricDescription:
-    return FabricDescription.of(build_fabric(parse_fabric_spec(TWINS, "test")))
+    return parallel_links_description()
 
 
 def test_pinned_flows_spread_over_parallel_links_and_the_rules_take_them() -> None:
