@@ -134,6 +134,11 @@ class Fabric:
     def links_of(self, node: str) -> list[Link]:
         return [link for link in self.links if node in (link.a, link.b)]
 
+    def links_between(self, a: str, b: str) -> list[Link]:
+        """Every link joining ``a`` and ``b``: more than one where a generated fabric has
+        parallel links between two switches (one name, several ports)."""
+        return [link for link in self.links_of(a) if link.other(a) == b]
+
     def links_of_kind(self, kind: LinkKind) -> list[Link]:
         return [link for link in self.links if link.kind is kind]
 

@@ -317,5 +317,4 @@ class PolicyRouter:
         if link is None:
             return None
         other = link.other(switch)
-        twins = sum(1 for x in fabric.links_of(switch) if x.other(switch) == other)
-        return (switch, other, port) if twins > 1 else None
+        return (switch, other, port) if len(fabric.links_between(switch, other)) > 1 else None

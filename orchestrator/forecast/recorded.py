@@ -265,8 +265,7 @@ def _lanes(fabric: Fabric, path: Sequence[PathHop]) -> tuple[Lane, ...]:
     for hop, after in itertools.pairwise(path):
         if hop.out_port is None:
             continue
-        twins = sum(1 for x in fabric.links_of(hop.node) if x.other(hop.node) == after.node)
-        if twins > 1:
+        if len(fabric.links_between(hop.node, after.node)) > 1:
             out.append((hop.node, after.node, hop.out_port))
     return tuple(out)
 

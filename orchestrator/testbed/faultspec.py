@@ -341,7 +341,7 @@ def resolve_link(read: _Reader, text: str, kind: FaultKind, fabric: Fabric, key:
         if char == separator and text[:i] in nodes and text[i + 1 :] in nodes:
             pairs.append((text[:i], text[i + 1 :]))
     for a, b in pairs:
-        links = [link for link in fabric.links_of(a) if link.other(a) == b]
+        links = fabric.links_between(a, b)
         if links:
             ends = tuple((a, link.port_of(a)) for link in links) if one_way else ()
             return Target(text, links=tuple(links), ends=ends)
