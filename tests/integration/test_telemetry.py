@@ -145,35 +145,41 @@ def test_the_gpus_nic_queues_are_sampled_in_their_namespaces(emulation: Emulatio
     desc = emulation.description
     assert desc is not None
     src, dst = "p0s1g1", "p1s1g0"
-    sampler = QueueSampler.for_emulation(emulation, desc, interval=0.25)
+    # samples are taken by hand below: one when the block starts, one after iperf3, one
+    # between tc's readings; the sockets live only inside the block, and the thread's own
+    # samples (every 60 s) must not land after tc's second reading
+    sampler = QueueSampler.for_emulation(emulation, desc, interval=60.0)
     assert sampler.namespaces and set(sampler.nics) == set(desc.fabric.gpus)
     server = emulation.popen(dst, ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
     time.sleep(0.5)
-    with sampler:
-        out = emulation.cmd(src, ["iperf3", "-c", desc.addresses[dst].fabric_ip, "-t", "2", "-J"])
-    server.wait(timeout=10)
-    assert sampler.nic_error is None and sampler.nic_failures == 0
-    # what arrived crossed the GPU's queue before iperf3 ended, at most 1448 bytes a packet
-    # (a 1500-byte MTU, TCP timestamps); what was sent may have been partly still in the
-    # socket. 0.9 of that: 3,394 packets carried 4,861,800 bytes on a quiet machine
-    delivered = json.loads(out)["end"]["sum_received"]["bytes"]
-    rows: dict[tuple[str, int], list[QueueCounter]] = {}
-    for q in sampler.snapshot():
-        rows.setdefault((q.switch, q.port), []).append(q)
-    nic_ports = {(g, n.port) for g in sampler.nics for n in desc.addresses[g].nics}
-    assert nic_ports <= set(rows)
-    moved = {port: r[-1].packets - r[0].packets for port, r in rows.items() if port[0] == src}
-    assert max(moved.values()) >= 0.9 * delivered / 1448, moved
 
     def tc_root(port: int) -> dict[str, int]:
         text = emulation.cmd(src, ["tc", "-s", "-j", "qdisc", "show", "dev", f"{src}-eth{port}"])
         (root,) = [q for q in json.loads(text) if q.get("root")]
         return root
 
-    port = max(moved, key=lambda p: moved[p])[1]
-    before = tc_root(port)
-    sampler.sample()
-    after = tc_root(port)
-    last = [q for q in sampler.snapshot() if (q.switch, q.port) == (src, port)][-1]
+    with sampler:
+        out = emulation.cmd(src, ["iperf3", "-c", desc.addresses[dst].fabric_ip, "-t", "2", "-J"])
+        server.wait(timeout=10)
+        sampler.sample()
+        assert sampler.nic_error is None and sampler.nic_failures == 0
+        # what arrived crossed the GPU's queue before iperf3 ended, at most 1448 bytes a
+        # packet (a 1500-byte MTU, TCP timestamps); what was sent may have been partly still
+        # in the socket. 0.9 of that: 3,394 packets carried 4,861,800 bytes on a quiet machine
+        delivered = json.loads(out)["end"]["sum_received"]["bytes"]
+        rows: dict[tuple[str, int], list[QueueCounter]] = {}
+        for q in sampler.snapshot():
+            rows.setdefault((q.switch, q.port), []).append(q)
+        nic_ports = {(g, n.port) for g in sampler.nics for n in desc.addresses[g].nics}
+        assert nic_ports <= set(rows)
+        moved = {port: r[-1].packets - r[0].packets for port, r in rows.items() if port[0] == src}
+        assert max(moved.values()) >= 0.9 * delivered / 1448, moved
+        # a late ACK or FIN may leave between any two readings: the sampler's must fall
+        # between tc's, read while its socket is still open
+        port = max(moved, key=lambda p: moved[p])[1]
+        before = tc_root(port)
+        sampler.sample()
+        after = tc_root(port)
+        last = [q for q in sampler.snapshot() if (q.switch, q.port) == (src, port)][-1]
     assert before["packets"] <= last.packets <= after["packets"]
     assert before["drops"] <= last.drops <= after["drops"]
