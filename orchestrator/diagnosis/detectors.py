@@ -330,29 +330,38 @@ def port_events(obs: Observations) -> list[Suspect]:
 class Leak:
     """What a switch dropped inside over the run: ``packets`` and ``nbytes`` its ports
     received and did not send, ``queued`` of those packets its egress queues report
-    discarding (None: its queues were not sampled)."""
+    discarding (None: its queues were not sampled), ``emulator`` of them the switch
+    process never read (its ports' sockets full: :attr:`Observations.ingress`)."""
 
     packets: int
     nbytes: int
     queued: int | None = None
+    emulator: int = 0
 
     @property
     def silent(self) -> int:
-        """Packets dropped that no queue reports: a lossy link's or a drop rule's (all of
-        them when the queues were not sampled)."""
-        return self.packets - (self.queued or 0)
+        """Packets dropped that no queue and no socket of the emulator reports: a lossy
+        link's or a drop rule's (all of them when the queues were not sampled)."""
+        return self.packets - (self.queued or 0) - self.emulator
 
     def describe(self, switch: str) -> str:
         said = (
             f"counters: {switch} received {self.packets:,} packets ({self.nbytes:,} bytes) "
             "more than it sent"
         )
+        unread = (
+            f", {self.emulator:,} the switch process never read (the emulator's: its sockets full)"
+            if self.emulator
+            else ""
+        )
         if self.queued is None:
-            return f"{said}: dropped at one of its egresses"
+            return f"{said}{unread}: dropped at one of its egresses"
         if not self.queued:
-            return f"{said}, and none of its egress queues dropped any: dropped, not congested"
+            return (
+                f"{said}{unread}, and none of its egress queues dropped any: dropped, not congested"
+            )
         return (
-            f"{said}; its egress queues dropped {self.queued:,} of them (full), "
+            f"{said}{unread}; its egress queues dropped {self.queued:,} of them (full), "
             f"{self.silent:,} more were dropped without a full queue"
         )
 
@@ -401,7 +410,7 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
             least = SILENT_MIN_PACKETS + (LIVE_LEAK_MARGIN if live else 0)
             if leak.silent >= max(least, SILENT_SHARE * leak.queued):
                 out[switch] = leak
-        elif leak.packets >= LEAK_MIN_PACKETS and leak.nbytes >= LEAK_MIN_BYTES:
+        elif leak.silent >= LEAK_MIN_PACKETS and leak.nbytes >= LEAK_MIN_BYTES:
             out[switch] = leak
     return out
 
@@ -422,11 +431,12 @@ def _balance(
         nbytes += (b[1] - a[1]) - (b[2] - a[2])
         packets_in, bytes_in = packets_in + b[3] - a[3], bytes_in + b[1] - a[1]
     dropped = [obs.queue_drops((switch, port), start, end) for port in numbers]
+    unread = sum(obs.ingress_drops((switch, port), start, end) for port in numbers)
     if not obs.queues or any(d is None for d in dropped):
-        return Leak(packets, nbytes)
+        return Leak(packets, nbytes, emulator=unread)
     if live:
         packets -= _held_packets(obs, switch, numbers, end, packets_in, bytes_in)
-    return Leak(packets, nbytes, sum(d or 0 for d in dropped))
+    return Leak(packets, nbytes, sum(d or 0 for d in dropped), unread)
 
 
 def _held_packets(
@@ -1066,6 +1076,7 @@ def silent_onset(obs: Observations, switch: str) -> float | None:
                 return None
             packets += (b[3] - a[3]) - (b[4] - a[4])
         packets -= sum(obs.queue_drops((switch, port), start, t) or 0 for port in ports)
+        packets -= sum(obs.ingress_drops((switch, port), start, t) for port in ports)
         if packets < SILENT_MIN_PACKETS:
             onset = None
         elif onset is None:

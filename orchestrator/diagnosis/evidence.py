@@ -162,6 +162,11 @@ class Observations:
     # healthy all-to-all, seed 30) read as dropped with room in its queues. The readings
     # that use these say how they allow for it (detectors.switch_leaks)
     live_queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
+    # each switch port's packets the switch process never read, its socket's receive
+    # buffer full: (t, cumulative drops), oldest first (orchestrator/testbed/queues.py);
+    # the emulator's loss, not the fabric's. Live, the samples so far; empty in bundles
+    # before 2026-12-05 and where ``ss`` did not answer
+    ingress: dict[Port, list[tuple[float, int]]] = field(default_factory=dict)
     # the probe mesh's probes, paths and samples (orchestrator.diagnosis.probes); None
     # without one
     probes: ProbeRecord | None = None
@@ -199,6 +204,18 @@ class Observations:
         a = max(bisect.bisect_right(times, start) - 1, 0)
         b = max(bisect.bisect_right(times, end) - 1, 0)
         return sum(max(0, rows[i + 1][2] - rows[i][2]) for i in range(a, b))
+
+    def ingress_drops(self, port: Port, start: float, end: float) -> int:
+        """Packets ``port``'s switch-process socket dropped between its last sample at or
+        before ``start`` and its last at or before ``end`` (0 when not sampled; a counter
+        that went back, the port's socket opened again, counts from where it restarted)."""
+        rows = self.ingress.get(port)
+        if not rows:
+            return 0
+        times = [r[0] for r in rows]
+        a = max(bisect.bisect_right(times, start) - 1, 0)
+        b = max(bisect.bisect_right(times, end) - 1, 0)
+        return sum(max(0, rows[i + 1][1] - rows[i][1]) for i in range(a, b))
 
     def counter_at(self, port: Port, t: float) -> tuple[float, int, int, int, int] | None:
         """The last sample of ``port`` at or before ``t`` (the first one if none is)."""
@@ -261,6 +278,11 @@ def observe(path: Path) -> Observations:
             held[(q.switch, q.port)].append((q.t, q.packets, q.drops, q.backlog))
         for held_rows in itertools.chain(queues.values(), nic_queues.values()):
             held_rows.sort()
+        ingress: dict[Port, list[tuple[float, int]]] = defaultdict(list)
+        for d in bundle.ingress_drops():
+            ingress[(d.switch, d.port)].append((d.t, d.drops))
+        for drop_rows in ingress.values():
+            drop_rows.sort()
         connections = _connections(bundle, fabric, gpus_by_rank)
         events = bundle.controller_events() if bundle.has_table("controller_events") else []
         loads = bundle.emulator_loads() if bundle.has_table("emulator_load") else {}
@@ -282,6 +304,7 @@ def observe(path: Path) -> Observations:
             counters=dict(counters),
             queues=dict(queues),
             nic_queues=dict(nic_queues),
+            ingress=dict(ingress),
             probes=read_probes(path),
             connections=connections,
             events=sorted(events, key=lambda e: e.t),

@@ -549,7 +549,8 @@ def _destinations_needed(
 
 def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     """Packets ``switch`` received and did not send between ``start`` and ``end`` beyond
-    what its full egress queues discarded (0 when a port or queue was not sampled)."""
+    what its full egress queues discarded and its sockets dropped unread (the emulator's
+    loss: :meth:`Observations.ingress_drops`); 0 when a port or queue was not sampled."""
     received_not_sent = 0
     queued = 0
     for (node, port), _ in obs.counters.items():
@@ -560,7 +561,7 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
         if a is None or b is None or drops is None:
             return 0
         received_not_sent += (b[3] - a[3]) - (b[4] - a[4])
-        queued += drops
+        queued += drops + obs.ingress_drops((node, port), start, end)
     return max(0, received_not_sent - queued)
 
 

@@ -54,6 +54,7 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         queues={},
         live_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.queues.items()},
         nic_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.nic_queues.items()},
+        ingress={p: [r for r in rows if r[0] <= now] for p, rows in obs.ingress.items()},
         warmed=obs.warmed if obs.warmed is not None and obs.warmed <= now else None,
         workload=None,
         now=now,

@@ -49,6 +49,11 @@ that hosts every emulated namespace, so they compare across ranks and switches::
                          (orchestrator/testbed/queues.py; absent before version 5); a GPU
                          NIC port's egress queue too, under the GPU's name in ``switch``
                          (runs of this machine's fabrics, from 2026-12-05)
+    ingress_drops       (run_id, t, switch, port, drops)
+                         packets a switch port received that the switch process never
+                         read: cumulative drops of ovs-vswitchd's packet socket on the
+                         port, its receive buffer full (orchestrator/testbed/queues.py;
+                         absent before version 6)
     timelines           (config_id, iteration, rank, phase, start, end)
     ceilings            (config_id, rail, fabric_share, payload_share, burst_s)
                          the configuration's busbw ceiling, GB/s emulated
@@ -132,14 +137,14 @@ from topologies.description import FabricDescription
 from topologies.errors import ResultsError
 from topologies.fivetuple import FiveTuple
 
-SCHEMA_VERSION = 5  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers,
-#: faults, forecasts; 4: controller_restarts; 5: queue_counters
+SCHEMA_VERSION = 6  # 2: configurations.host_ports and .unpinned; 3: the monitor's layers,
+#: faults, forecasts; 4: controller_restarts; 5: queue_counters; 6: ingress_drops
 #: Versions this astral reads: 1 lacks configurations.unpinned (read as NULL) and
 #: configurations.host_ports (read as 'unknown'); 1 and 2 lack the monitor's tables (read
 #: as empty), its columns (NULL or 0), the faults and the forecasts (read as none); 1 to 3
 #: lack the controller restarts (read as not recorded: ResultsBundle.controller_restarts);
-#: 1 to 4 lack the egress queues' counters (read as none).
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+#: 1 to 4 lack the egress queues' counters, 1 to 5 the switch sockets' drops (read as none).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -261,6 +266,14 @@ CREATE TABLE queue_counters (
     backlog INTEGER NOT NULL
 );
 CREATE INDEX queue_counters_by_port ON queue_counters (switch, port, t);
+CREATE TABLE ingress_drops (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    t REAL NOT NULL,
+    switch TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    drops INTEGER NOT NULL
+);
+CREATE INDEX ingress_drops_by_port ON ingress_drops (switch, port, t);
 CREATE TABLE ceilings (
     config_id INTEGER PRIMARY KEY REFERENCES configurations(id),
     rail REAL NOT NULL,
@@ -437,6 +450,20 @@ class QueueCounter:
     packets: int
     drops: int
     backlog: int
+
+
+@dataclass(frozen=True)
+class IngressDrop:
+    """What one switch port received that the switch process never read, by time ``t``
+    (epoch seconds): the cumulative drops of ovs-vswitchd's packet socket on the port,
+    whose receive buffer was full (orchestrator/testbed/queues.py samples them). The port
+    counters count such a packet received and never sent, as they count a fault's drop:
+    this tells the emulator's own loss apart."""
+
+    t: float
+    switch: str
+    port: int
+    drops: int
 
 
 @dataclass(frozen=True)
@@ -1052,6 +1079,16 @@ class ResultsWriter:
             )
         return len(rows)
 
+    def add_ingress_drops(self, drops: Iterable[IngressDrop]) -> int:
+        """Switch ports' packet socket drops (orchestrator/testbed/queues.py)."""
+        rows = [(self.run_id, d.t, d.switch, d.port, d.drops) for d in drops]
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO ingress_drops (run_id, t, switch, port, drops) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
     def add_ceiling(self, config_id: int, ceiling: Ceiling) -> None:
         """The busbw ceiling of a configuration (what its figures are judged against)."""
         with self._db:
@@ -1276,6 +1313,15 @@ class ResultsBundle:
             " ORDER BY switch, port, t"
         )
         return [QueueCounter(*row) for row in rows]
+
+    def ingress_drops(self) -> list[IngressDrop]:
+        """The switch ports' packet socket drops, by port and time (none before version 6)."""
+        if not self.has_table("ingress_drops"):
+            return []
+        rows = self._db.execute(
+            "SELECT t, switch, port, drops FROM ingress_drops ORDER BY switch, port, t"
+        )
+        return [IngressDrop(*row) for row in rows]
 
     # --- the monitor's layers (version 3; empty in older bundles) --------------------------
 

@@ -33,7 +33,7 @@ from orchestrator.diagnosis.proberecord import ProbeRecord
 from orchestrator.diagnosis.restarts import recorded
 from orchestrator.monitor.live import EVENTS_NAME
 from orchestrator.monitor.record import connection_paths, controller_events
-from orchestrator.results.store import QueueCounter
+from orchestrator.results.store import IngressDrop, QueueCounter
 from orchestrator.testbed.queues import queue_rows
 from orchestrator.testbed.telemetry import Telemetry, parse_line
 from orchestrator.testbed.testbed import Testbed
@@ -50,13 +50,15 @@ def live_builder(
     since: float,
     probes: Callable[[], ProbeRecord | None] | None = None,
     queues: Callable[[], list[QueueCounter]] | None = None,
+    ingress: Callable[[], list[IngressDrop]] | None = None,
 ) -> Callable[[], Observations | None]:
     """Observations of the launch ``current()`` returns (None while there is none), and
     of the counters and events from ``since`` (epoch s) on; ``probes``: the probe mesh so
     far; ``queues``: the egress queues' samples so far (switch ports and GPUs' NIC ports),
     which read a slow port live as after the run (:attr:`Observations.live_queues`), and
     ride with the probe mesh's record (what tells its congestion losses from a fault's:
-    orchestrator.diagnosis.probes)."""
+    orchestrator.diagnosis.probes); ``ingress``: the switch sockets' drops so far (the
+    emulator's own loss, :attr:`Observations.ingress`)."""
     description = testbed.description
     switches = set(description.fabric.switches)
     directions = direction_map(description)
@@ -102,6 +104,7 @@ def live_builder(
             warmed=_warmed(view.dones, view.warmup),
             probes=record,
             live_queues=_since(switch_rows, since),
+            ingress=_ingress(ingress() if ingress is not None else []),
             nic_queues=_since(nic_rows, since),
         )
 
@@ -119,6 +122,17 @@ def _queues(counters: list[QueueCounter], switches: set[str]) -> tuple[QueueRows
         {port: r for port, r in rows.items() if port[0] in switches},
         {port: r for port, r in rows.items() if port[0] not in switches},
     )
+
+
+def _ingress(drops: list[IngressDrop]) -> dict[tuple[str, int], list[tuple[float, int]]]:
+    """The switch sockets' drops as :attr:`Observations.ingress` keeps them: per port,
+    (t, cumulative drops), oldest first."""
+    rows: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    for d in drops:
+        rows.setdefault((d.switch, d.port), []).append((d.t, d.drops))
+    for values in rows.values():
+        values.sort()
+    return rows
 
 
 def _since(rows: QueueRows, since: float) -> QueueRows:

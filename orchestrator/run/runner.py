@@ -109,6 +109,7 @@ from orchestrator.results.store import (
     WORKLOAD_FILE,
     Configuration,
     ForecastRecord,
+    IngressDrop,
     InjectedFault,
     QueueCounter,
 )
@@ -729,7 +730,9 @@ class Runner(Messages):
         ).start()
         mesh = self._probe_mesh(testbed, writer.path)
         self._start_faults(testbed)
-        self._start_live_diagnosis(testbed, self._live_probes(mesh), queues.snapshot)
+        self._start_live_diagnosis(
+            testbed, self._live_probes(mesh), queues.snapshot, queues.ingress_snapshot
+        )
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -1026,15 +1029,16 @@ class Runner(Messages):
         testbed: Testbed,
         probes: Callable[[], ProbeRecord | None] | None = None,
         queues: Callable[[], list[QueueCounter]] | None = None,
+        ingress: Callable[[], list[IngressDrop]] | None = None,
     ) -> None:
         """The live diagnosis (orchestrator.diagnosis.live) on what the launches, the
-        counters, the egress queues, the controller's events and the probe mesh show,
-        alerting as it goes."""
+        counters, the egress queues, the switch sockets' drops, the controller's events and
+        the probe mesh show, alerting as it goes."""
         self.current_launcher = None
-        self.live = LiveDiagnosis(
-            live_builder(testbed, lambda: self.current_launcher, time.time(), probes, queues),
-            say=self.say,
-        ).start()
+        builder = live_builder(
+            testbed, lambda: self.current_launcher, time.time(), probes, queues, ingress
+        )
+        self.live = LiveDiagnosis(builder, say=self.say).start()
 
     @staticmethod
     def _live_probes(mesh: ProbeMesh | None) -> Callable[[], ProbeRecord | None] | None:
@@ -1252,8 +1256,14 @@ class Runner(Messages):
             self.run_file["port_counters"] = len(counters)
             if queues is not None:
                 self.run_file["queue_counters"] = writer.add_queue_counters(queues.snapshot())
+                self.run_file["ingress_drops"] = writer.add_ingress_drops(queues.ingress_snapshot())
                 if queues.failures:
                     self.say(f"egress queues: {queues.failures} sample(s) could not be read")
+                if queues.socket_failures:
+                    self.say(
+                        f"switch sockets: {queues.socket_failures} sample(s) could not be read"
+                        " (ss): the emulator's own drops are not told from the fabric's"
+                    )
                 if queues.nic_error:
                     self.say(queues.nic_error)
                 elif queues.nic_failures:

@@ -34,11 +34,22 @@ are read without a process, over a netlink socket opened inside each GPU's names
 (:mod:`orchestrator.emulation.qdiscstats`), when the emulation gives its GPUs' namespaces
 (this machine's fabric; not one spread over several machines, whose GPU ends are not
 sampled). They are recorded beside the switch ports' under the GPU's name.
+
+One more loss happens inside a switch with no fault and no full queue: the emulator's
+own. Every switch port is read by ovs-vswitchd through a packet socket; a packet arriving
+when that socket's receive buffer is full (the switch process starved of CPU for a
+moment) is counted received by the port and dropped by the kernel, never sent: the port
+counters show it as they show a lossy link's drop (measured: a healthy ring left 20 such
+at one core switch, and its connection retransmitted them). The sockets' own drop counts
+(``ss -0 -m -p``, :data:`SOCKET_COMMAND`) name those per port, one command per machine
+per sample beside tc's, and the diagnosis takes them off a switch's unexplained drops
+(:class:`~orchestrator.results.store.IngressDrop`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,13 +59,20 @@ from orchestrator.emulation import qdiscstats
 from orchestrator.emulation.executor import CommandExecutor
 from orchestrator.emulation.probe import opened_in
 from orchestrator.emulation.wiring import intf_name
-from orchestrator.results.store import QueueCounter
+from orchestrator.results.store import IngressDrop, QueueCounter
 from orchestrator.testbed.sampling import PeriodicSampler
 from topologies.description import FabricDescription
 from topologies.model import LinkKind
 
 QUEUE_INTERVAL = 0.5  # seconds between samples: the controller's counter polling's pace
 QDISC_COMMAND = ["tc", "-s", "-j", "qdisc", "show"]
+#: every packet socket of the namespace, with its process and memory (its drops): ``ss``
+SOCKET_COMMAND = ["ss", "-H", "-0", "-m", "-p"]
+SWITCH_PROCESS = "ovs-vswitchd"
+_SOCKET_LINE = re.compile(
+    r"^\S+\s+\d+\s+\d+\s+\S*:(?P<dev>\S+)\s.*?users:\(\(\"(?P<proc>[^\"]+)\"[^)]*\)"
+    r".*?skmem:\((?P<mem>[^)]*)\)"
+)
 
 
 def switch_interfaces(description: FabricDescription) -> dict[str, tuple[str, int]]:
@@ -114,6 +132,26 @@ def parse_qdiscs(
     return out
 
 
+def parse_socket_drops(
+    text: str, interfaces: Mapping[str, tuple[str, int]], t: float
+) -> list[IngressDrop]:
+    """The drops of :data:`SWITCH_PROCESS`'s packet sockets on ``interfaces`` in
+    :data:`SOCKET_COMMAND`'s output (``skmem``'s ``d``: packets the kernel received for
+    the socket and found its receive buffer full); other processes' sockets (a capture
+    on a switch port) and other interfaces are skipped, several sockets on a port add."""
+    drops: dict[tuple[str, int], int] = {}
+    for line in (text or "").splitlines():
+        match = _SOCKET_LINE.match(line.strip())
+        if match is None or match["proc"] != SWITCH_PROCESS:
+            continue
+        where = interfaces.get(match["dev"])
+        counted = re.search(r"(?:^|,)d(\d+)(?:,|$)", match["mem"])
+        if where is None or counted is None:
+            continue
+        drops[where] = drops.get(where, 0) + int(counted[1])
+    return [IngressDrop(t, switch, port, n) for (switch, port), n in sorted(drops.items())]
+
+
 class QueueSampler(PeriodicSampler):
     """Samples every switch port's egress queue every ``interval`` seconds in a daemon
     thread (one sample on start and one on stop, so that the run is spanned). ``nodes``:
@@ -139,7 +177,9 @@ class QueueSampler(PeriodicSampler):
         self.namespaces = {g: p for g, p in (namespaces or {}).items() if (nics or {}).get(g)}
         self.nics = {g: dict(ports) for g, ports in (nics or {}).items()}
         self.samples: list[QueueCounter] = []
+        self.ingress: list[IngressDrop] = []  # the switch process's sockets' drops
         self.failures = 0  # samples a machine did not answer (tc missing, a timeout)
+        self.socket_failures = 0  # socket samples a machine did not answer (ss missing)
         self.nic_failures = 0  # GPU samples not read (its namespace gone, a netlink error)
         self.nic_error: str | None = None  # why the GPUs' sockets could not be opened
         # GPU -> (its netlink socket, ifindex -> model port), while started
@@ -205,6 +245,9 @@ class QueueSampler(PeriodicSampler):
             rows = parse_qdiscs(done.stdout, self.interfaces, t)
             with self._lock:
                 self.samples += rows
+            drops = self._socket_drops(node)
+            with self._lock:
+                self.ingress += drops
         for gpu, (sock, indexes) in self._nic_sockets.items():
             t = time.time()
             try:
@@ -220,9 +263,27 @@ class QueueSampler(PeriodicSampler):
             with self._lock:
                 self.samples += rows
 
+    def _socket_drops(self, node: str) -> list[IngressDrop]:
+        """One sample of the switch process's packet socket drops on the machine of
+        ``node`` (none when ``ss`` did not answer: counted in :attr:`socket_failures`)."""
+        t = time.time()
+        try:
+            done = self.executor.run(node, SOCKET_COMMAND, timeout=10.0)
+        except Exception:  # as a lost queue sample: counted, said at the end
+            done = None
+        if done is None or done.returncode != 0:
+            self.socket_failures += 1
+            return []
+        return parse_socket_drops(done.stdout, self.interfaces, t)
+
     def snapshot(self) -> list[QueueCounter]:
         with self._lock:
             return list(self.samples)
+
+    def ingress_snapshot(self) -> list[IngressDrop]:
+        """The switch ports' packet socket drops sampled so far."""
+        with self._lock:
+            return list(self.ingress)
 
 
 def _close_nic(made: tuple[socket.socket, dict[int, int]]) -> None:

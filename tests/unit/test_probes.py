@@ -368,6 +368,36 @@ def test_a_switch_that_alone_drops_silently_under_congestion_is_lossy_where_its_
     assert not probes.leaking_egress(obs, detectors.switch_leaks(obs)), diagnose(obs).render()
 
 
+def test_drops_the_switch_process_never_read_are_the_emulators_not_a_lossy_egress(
+    astral: FabricDescription,
+) -> None:
+    # the case above, but p1r0a1's packet socket on port 1 dropped every one of the 40
+    # (its receive buffer full: ovs-vswitchd starved, orchestrator/testbed/queues.py): the
+    # counters place no loss there; with half of them, 20 are still the fabric's
+    up = [("p1s0g0", "p0s0g0", ("p1s0g0", "p1r0t0", "p1r0a1", "c3", "p0r0a1", "p0r0t0", "p0s0g0"))]
+    lossy: dict[int, dict[str, object]] = {
+        i: {"lost": [2.0 + i * 0.1 + k for k in range(6)]} for i in range(3)
+    }
+    times = [T0 - 2.0 + 0.5 * k for k in range(45)]
+    silent = [min(40, max(0, round((x - T0 - 2.0) / 6.0 * 40))) for x in times]
+    counters = {
+        ("p1r0a1", 1): [
+            (t, 0, 0, 100 * k, 100 * k - 2 * k - silent[k]) for k, t in enumerate(times)
+        ]
+    }
+    queues = {("p1r0a1", 1): [(t, 100 * k, 2 * k, 1500) for k, t in enumerate(times)]}
+    layers = {"probes": record(DOWN_A1 + up + ELSEWHERE, lossy), "counters": counters}
+    unread = {("p1r0a1", 1): [(t, 7 + silent[k]) for k, t in enumerate(times)]}
+    obs = observations(astral, queues=queues, ingress=unread, **layers)
+    assert detectors.switch_leaks(obs) == {}
+    assert not any(s.target.startswith("p1r0a1") for s in diagnose(obs).ranked)
+    half = {("p1r0a1", 1): [(t, silent[k] // 2) for k, t in enumerate(times)]}
+    obs = observations(astral, queues=queues, ingress=half, **layers)
+    leak = detectors.switch_leaks(obs)["p1r0a1"]
+    assert (leak.packets, leak.queued, leak.emulator, leak.silent) == (122, 82, 20, 20)
+    assert "20 the switch process never read (the emulator's" in leak.describe("p1r0a1")
+
+
 def test_a_hole_on_the_acknowledgements_way_is_found_there(astral: FabricDescription) -> None:
     # probe 5 (p1s0g1 -> p0s0g1) stalls: its packets' way is clear (probe 4's ACKs... no:
     # probes 3 and 4 cross the same switches towards the same GPU and go on), but its

@@ -8,7 +8,14 @@ from pathlib import Path
 
 from orchestrator.diagnosis.evidence import Observations, direction_map
 from orchestrator.emulation.executor import Completed
-from orchestrator.testbed.queues import QDISC_COMMAND, QueueSampler, parse_qdiscs, switch_interfaces
+from orchestrator.testbed.queues import (
+    QDISC_COMMAND,
+    SOCKET_COMMAND,
+    QueueSampler,
+    parse_qdiscs,
+    parse_socket_drops,
+    switch_interfaces,
+)
 from tests.helpers import preset_description
 
 # what `tc -s -j qdisc show` printed on this machine for a shaped port (HTB root, a
@@ -48,8 +55,31 @@ def test_only_the_root_qdisc_of_a_switch_port_is_read() -> None:
     assert parse_qdiscs('{"an": "object"}', interfaces, 5.0) == []
 
 
+# what `ss -H -0 -m -p` printed on this machine: ovs-vswitchd's unbound socket, its
+# sockets on a switch port (10,215 dropped after 200,000 frames were sent into it at once)
+# and on a GPU-side interface, and a capture's socket on the same switch port, trimmed
+SS_OUTPUT = """\
+p_raw 0 0 [0]:* * users:(("ovs-vswitchd",pid=21387,fd=200)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d0)
+p_raw 0 0 *:p0r0t0-eth1 * users:(("ovs-vswitchd",pid=21387,fd=43)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d10215)
+p_raw 0 0 *:p0r0t0-eth1 * users:(("tcpdump",pid=9,fd=3)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d31)
+p_raw 0 0 *:p0r0t0-eth2 * users:(("ovs-vswitchd",pid=21387,fd=44)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d0)
+p_raw 0 0 *:p0s0g0-eth1 * users:(("ovs-vswitchd",pid=21387,fd=45)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d9)
+"""
+
+
+def test_the_switch_process_socket_drops_are_read_per_switch_port() -> None:
+    interfaces = {"p0r0t0-eth1": ("p0r0t0", 1), "p0r0t0-eth2": ("p0r0t0", 2)}
+    rows = parse_socket_drops(SS_OUTPUT, interfaces, 5.0)
+    assert [(r.t, r.switch, r.port, r.drops) for r in rows] == [
+        (5.0, "p0r0t0", 1, 10215), (5.0, "p0r0t0", 2, 0),
+    ]  # fmt: skip
+    assert parse_socket_drops("", interfaces, 5.0) == []
+    assert parse_socket_drops("garbage\nlines", interfaces, 5.0) == []
+
+
 class Machine:
-    """A command executor that answers tc's command with :data:`TC_OUTPUT`, or fails."""
+    """A command executor that answers tc's command with :data:`TC_OUTPUT` and ss's with
+    :data:`SS_OUTPUT`, or fails."""
 
     def __init__(self, ok: bool = True) -> None:
         self.ok = ok
@@ -58,7 +88,8 @@ class Machine:
     def run(self, node: str | None, argv: list[str], **_: object) -> Completed:
         self.calls.append((node, list(argv)))
         code = 0 if self.ok else 127
-        return Completed(tuple(argv), code, json.dumps(TC_OUTPUT) if self.ok else "", "")
+        out = SS_OUTPUT if argv == SOCKET_COMMAND else json.dumps(TC_OUTPUT)
+        return Completed(tuple(argv), code, out if self.ok else "", "")
 
 
 def test_a_sampler_samples_on_start_and_stop_and_counts_what_it_could_not() -> None:
@@ -67,8 +98,9 @@ def test_a_sampler_samples_on_start_and_stop_and_counts_what_it_could_not() -> N
     sampler.start()
     sampler.stop()
     sampler.stop()  # idempotent
-    assert [c[1] for c in machine.calls] == [QDISC_COMMAND, QDISC_COMMAND]
+    assert [c[1] for c in machine.calls] == [QDISC_COMMAND, SOCKET_COMMAND] * 2
     assert len(sampler.snapshot()) == 2 and sampler.failures == 0
+    assert [d.drops for d in sampler.ingress_snapshot()] == [10215, 10215]
     broken = QueueSampler(Machine(ok=False), {}, ["p0r0t0"], interval=60)
     broken.sample()
     assert broken.snapshot() == [] and broken.failures == 1
@@ -86,3 +118,17 @@ def test_a_queue_counts_its_drops_across_a_replaced_qdisc() -> None:
     assert obs.queue_drops(("p0r0t0", 1), 0.0, 3.5) == 4 + 5
     assert obs.queue_drops(("p0r0t0", 1), 2.5, 10.0) == 5 + 3
     assert obs.queue_drops(("p0r0t1", 1), 0.0, 10.0) is None
+
+
+def test_a_port_socket_counts_its_drops_over_a_window_and_none_when_not_sampled() -> None:
+    description = preset_description("astral-small")
+    rows = [(0.0, 100), (1.0, 100), (2.0, 120), (3.0, 3), (4.0, 10)]
+    obs = Observations(
+        path=Path("b"), description=description, status="ok", operations=[],
+        directions=direction_map(description), counters={}, connections=[], events=[],
+        saturated=[], gpus_by_rank={}, labels={}, ingress={("p0r0t0", 1): rows},
+    )  # fmt: skip
+    # 100 before the window is the socket's past; then its socket opened again at 3.0
+    assert obs.ingress_drops(("p0r0t0", 1), 0.5, 2.5) == 20
+    assert obs.ingress_drops(("p0r0t0", 1), 0.0, 10.0) == 20 + 7
+    assert obs.ingress_drops(("p0r0t1", 1), 0.0, 10.0) == 0

@@ -258,7 +258,7 @@ def test_operation_time_is_the_mean_over_ranks_of_each_ranks_mean() -> None:
 def test_database_has_schema_version_and_flat_samples_view(bundle: Path) -> None:
     db = sqlite3.connect(bundle / DATABASE)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         columns = [d[0] for d in db.execute("SELECT * FROM connection_samples_flat").description]
         assert " ".join(columns) == (
             "config_id rank protocol src_ip src_port dst_ip dst_port t bytes"
@@ -376,9 +376,9 @@ def test_a_version_1_bundle_still_reads_without_unpinned_counts(tmp_path: Path) 
     assert f"# {OLD_TIME_DEFINITION}" in text and TIME_DEFINITION not in text
     assert "busbw ceiling: not recorded" in text
     with sqlite3.connect(tmp_path / "old" / DATABASE) as db:
-        db.execute("PRAGMA user_version = 6")
+        db.execute("PRAGMA user_version = 7")
     with pytest.raises(
-        ResultsError, match=r"schema version 1 or 2 or 3 or 4 or 5 .* found version 6"
+        ResultsError, match=r"schema version 1 or 2 or 3 or 4 or 5 or 6 .* found version 7"
     ):
         ResultsBundle.open(tmp_path / "old")
 
