@@ -142,7 +142,7 @@ from orchestrator.testbed.faults import Stragglers, injector_on
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog, FaultOutcome, FaultScheduler
 from orchestrator.testbed.monitoring import monitor_level
 from orchestrator.testbed.probemesh import ProbeMesh
-from orchestrator.testbed.queues import QueueSampler
+from orchestrator.testbed.queues import QueueSampler, unread_per_port
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
@@ -1256,7 +1256,15 @@ class Runner(Messages):
             self.run_file["port_counters"] = len(counters)
             if queues is not None:
                 self.run_file["queue_counters"] = writer.add_queue_counters(queues.snapshot())
-                self.run_file["ingress_drops"] = writer.add_ingress_drops(queues.ingress_snapshot())
+                unread = queues.ingress_snapshot()
+                self.run_file["ingress_drops"] = writer.add_ingress_drops(unread)
+                lost = unread_per_port(unread)
+                if lost:
+                    self.say(
+                        f"emulator: the switch process left {sum(lost.values()):,} packets unread"
+                        f" at {len(lost)} switch port(s), its sockets full: losses of the"
+                        " emulator, not of the fabric (the diagnosis does not count them)"
+                    )
                 if queues.failures:
                     self.say(f"egress queues: {queues.failures} sample(s) could not be read")
                 if queues.socket_failures:

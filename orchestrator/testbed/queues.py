@@ -38,9 +38,9 @@ sampled). They are recorded beside the switch ports' under the GPU's name.
 One more loss happens inside a switch with no fault and no full queue: the emulator's
 own. Every switch port is read by ovs-vswitchd through a packet socket; a packet arriving
 when that socket's receive buffer is full (the switch process starved of CPU for a
-moment) is counted received by the port and dropped by the kernel, never sent: the port
-counters show it as they show a lossy link's drop (measured: a healthy ring left 20 such
-at one core switch, and its connection retransmitted them). The sockets' own drop counts
+moment, or a burst of about 90 full frames arriving faster than it reads) is counted
+received by the port and dropped by the kernel, never sent: the port counters show it as
+they show a lossy link's drop. The sockets' own drop counts
 (``ss -0 -m -p``, :data:`SOCKET_COMMAND`) name those per port, one command per machine
 per sample beside tc's, and the diagnosis takes them off a switch's unexplained drops
 (:class:`~orchestrator.results.store.IngressDrop`).
@@ -48,6 +48,7 @@ per sample beside tc's, and the diagnosis takes them off a switch's unexplained 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import socket
@@ -150,6 +151,22 @@ def parse_socket_drops(
             continue
         drops[where] = drops.get(where, 0) + int(counted[1])
     return [IngressDrop(t, switch, port, n) for (switch, port), n in sorted(drops.items())]
+
+
+def unread_per_port(drops: Iterable[IngressDrop]) -> dict[tuple[str, int], int]:
+    """Per switch port, the packets its switch-process socket dropped from its first
+    sample to its last (a count that went back, the socket opened again, counts from
+    where it restarted); ports that dropped none are left out."""
+    rows: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    for d in drops:
+        rows.setdefault((d.switch, d.port), []).append((d.t, d.drops))
+    out = {}
+    for port, values in rows.items():
+        values.sort()
+        n = sum(max(0, b[1] - a[1]) for a, b in itertools.pairwise(values))
+        if n:
+            out[port] = n
+    return out
 
 
 class QueueSampler(PeriodicSampler):

@@ -1,5 +1,7 @@
 """Telemetry on a running fabric: records arrive at the configured interval and the port
-counters on a flow's path grow by the bytes iperf3 sent (docs/telemetry.md).
+counters on a flow's path grow by the bytes iperf3 sent (docs/telemetry.md); the egress
+queues and the switch process's sockets account for every packet a switch received and
+did not send.
 
 Needs root and Open vSwitch (tests/conftest.py). Waits for the astral run lock like the
 emulation tests.
@@ -9,9 +11,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import socket
+import struct
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +35,7 @@ from orchestrator.testbed.telemetry import (
     read_telemetry,
     summarize_periods,
 )
+from topologies.addressing import GATEWAY_MAC
 from topologies.model import LinkKind
 
 pytestmark = pytest.mark.integration
@@ -183,3 +192,100 @@ def test_the_gpus_nic_queues_are_sampled_in_their_namespaces(emulation: Emulatio
         last = [q for q in sampler.snapshot() if (q.switch, q.port) == (src, port)][-1]
     assert before["packets"] <= last.packets <= after["packets"]
     assert before["drops"] <= last.drops <= after["drops"]
+
+
+# Sends one frame ``count`` times from an interface with a packet socket that bypasses
+# the interface's queue (PACKET_QDISC_BYPASS): the GPU's shaper does not pace it, and the
+# switch port at the other end receives it as fast as this loop sends.
+BLAST = """
+import socket, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((sys.argv[1], 0))
+s.setsockopt(263, 20, 1)  # SOL_PACKET, PACKET_QDISC_BYPASS
+frame, sent = bytes.fromhex(sys.argv[2]), 0
+for _ in range(int(sys.argv[3])):
+    try:
+        sent += s.send(frame) > 0
+    except OSError:
+        pass
+print(sent)
+"""
+
+
+def udp_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, size: int = 1500) -> bytes:
+    """An Ethernet frame of ``size`` bytes carrying one UDP datagram to the discard port."""
+    ip_len = size - 14
+    header = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, 0, ip_len, 0, 0, 64, 17, 0,
+        socket.inet_aton(src_ip), socket.inet_aton(dst_ip),
+    )  # fmt: skip
+    words = sum(struct.unpack("!10H", header))
+    while words >> 16:
+        words = (words & 0xFFFF) + (words >> 16)
+    header = header[:10] + struct.pack("!H", ~words & 0xFFFF) + header[12:]
+    udp = struct.pack("!HHHH", 40000, 9, ip_len - 20, 0)
+    macs = bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex(src_mac.replace(":", ""))
+    return macs + b"\x08\x00" + header + udp + bytes(ip_len - 28)
+
+
+def port_packets(switch: str) -> dict[int, tuple[int, int]]:
+    """Each port of ``switch``'s bridge: (packets received, packets sent), as OVS counts."""
+    text = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.findall(r"port\s+(\d+): rx pkts=(\d+).*?\n\s+tx pkts=(\d+)", text)
+    return {int(p): (int(rx), int(tx)) for p, rx, tx in found}
+
+
+def test_what_a_switch_received_and_never_sent_is_its_queues_or_its_unread_sockets(
+    emulation: Emulation, tmp_path: Path
+) -> None:
+    """A GPU sends faster than the switch process reads its ToR port (its packet socket's
+    buffer overflows) and than the ToR's uplink carries (the egress queue discards): every
+    packet the ToR's ports counted in and not out is one the queues discarded or one the
+    switch process never read, as the sampler reads them (the balance the diagnosis keeps
+    when it calls a switch's other drops a fault's, orchestrator.diagnosis.detectors)."""
+    desc = emulation.description
+    assert desc is not None
+    src, dst = "p0s0g0", "p1s1g0"
+    nic = desc.addresses[src].nics[0]
+    tor = nic.peer
+    frame = udp_frame(
+        nic.mac, GATEWAY_MAC, desc.addresses[src].fabric_ip, desc.addresses[dst].fabric_ip
+    )
+    sampler = QueueSampler.for_emulation(emulation, desc, interval=60.0)
+    with sampler:
+        before = port_packets(tor)
+        blast = tmp_path / "blast.py"
+        blast.write_text(BLAST)
+        sent = emulation.cmd(src, [sys.executable, str(blast), nic.intf, frame.hex(), "100000"])
+        # the egress queue empties at the port's rate, then the counters stand still
+        time.sleep(3.0)
+        sampler.sample()
+        after = port_packets(tor)
+    assert int(sent.strip()) >= 90_000, sent
+    received_not_sent = sum(
+        (after[p][0] - before[p][0]) - (after[p][1] - before[p][1]) for p in before
+    )
+    ports = {(tor, p) for p in before}
+    queued = dropped_over([q for q in sampler.snapshot() if (q.switch, q.port) in ports])
+    unread = dropped_over([d for d in sampler.ingress_snapshot() if (d.switch, d.port) in ports])
+    print(f"{tor}: {received_not_sent} received and not sent, {queued} queued, {unread} unread")
+    assert unread > 0, "the switch process read every packet of the burst"
+    assert queued > 0, "the uplink's queue discarded nothing of the burst"
+    # a few packets of the fabric's own (the ICMP answers of the destination) may cross
+    # the switch while the counters are read
+    assert abs(received_not_sent - queued - unread) <= 10
+
+
+def dropped_over(rows: list[Any]) -> int:
+    """Drops per port from the first sample to the last, summed."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for r in sorted(rows, key=lambda r: r.t):
+        first.setdefault(r.port, r.drops)
+        last[r.port] = r.drops
+    return sum(last[p] - first[p] for p in last)

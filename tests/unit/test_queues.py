@@ -55,16 +55,26 @@ def test_only_the_root_qdisc_of_a_switch_port_is_read() -> None:
     assert parse_qdiscs('{"an": "object"}', interfaces, 5.0) == []
 
 
-# what `ss -H -0 -m -p` printed on this machine: ovs-vswitchd's unbound socket, its
-# sockets on a switch port (10,215 dropped after 200,000 frames were sent into it at once)
-# and on a GPU-side interface, and a capture's socket on the same switch port, trimmed
-SS_OUTPUT = """\
-p_raw 0 0 [0]:* * users:(("ovs-vswitchd",pid=21387,fd=200)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d0)
-p_raw 0 0 *:p0r0t0-eth1 * users:(("ovs-vswitchd",pid=21387,fd=43)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d10215)
-p_raw 0 0 *:p0r0t0-eth1 * users:(("tcpdump",pid=9,fd=3)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d31)
-p_raw 0 0 *:p0r0t0-eth2 * users:(("ovs-vswitchd",pid=21387,fd=44)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d0)
-p_raw 0 0 *:p0s0g0-eth1 * users:(("ovs-vswitchd",pid=21387,fd=45)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d9)
-"""
+def ss_line(where: str, process: str, drops: int) -> str:
+    """One line as `ss -H -0 -m -p` printed it on this machine, spaces trimmed."""
+    return (
+        f'p_raw 0 0 {where} * users:(("{process}",pid=21387,fd=43)) '
+        f"skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d{drops})"
+    )
+
+
+# ovs-vswitchd's unbound socket, its sockets on a switch port (10,215 dropped after
+# 200,000 frames were sent into it at once) and on a GPU-side interface, and a capture's
+# socket on the same switch port
+SS_OUTPUT = "\n".join(
+    [
+        ss_line("[0]:*", "ovs-vswitchd", 0),
+        ss_line("*:p0r0t0-eth1", "ovs-vswitchd", 10215),
+        ss_line("*:p0r0t0-eth1", "tcpdump", 31),
+        ss_line("*:p0r0t0-eth2", "ovs-vswitchd", 0),
+        ss_line("*:p0s0g0-eth1", "ovs-vswitchd", 9),
+    ]
+)
 
 
 def test_the_switch_process_socket_drops_are_read_per_switch_port() -> None:
