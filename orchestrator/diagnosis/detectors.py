@@ -60,6 +60,9 @@ LEAK_MIN_BYTES = 16_000
 # the stalled connection's retransmissions into it (12-15 packets in 5 s); a lossy
 # link's, tens to hundreds
 SILENT_MIN_PACKETS = 5
+# a switch's balance ends this long after the last operation: the fabric is quiet by then,
+# and the run keeps sampling the counters and the queues past it (orchestrator/run/runner.py)
+QUIET_AFTER_S = 1.0
 # live, a switch's counters and its queues are sampled apart: packets that moved between
 # the two samples read as dropped (at most this many beyond SILENT_MIN_PACKETS)
 LIVE_LEAK_MARGIN = 10
@@ -387,7 +390,7 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
     if span is None:
         return {}
     first = min((c.samples[0][0] for c in obs.connections if c.samples), default=span[0])
-    start, end = min(span[0], first) - 0.5, span[1] + 1.0
+    start, end = min(span[0], first) - 0.5, span[1] + QUIET_AFTER_S
     live = obs.now is not None and not obs.queues and bool(obs.live_queues)
     if live:
         # live, the fabric is not quiet at the cut: what its queues hold then was
