@@ -765,6 +765,37 @@ def test_drops_no_queue_explains_find_a_loss_that_congestion_hides(
     )
 
 
+def test_a_lossy_connection_on_a_switchs_full_egress_owes_its_losses_to_that_queue(
+    astral: FabricDescription,
+) -> None:
+    """A switch 30 packets short beside 104 its full queue towards c0 discarded, and the
+    one connection through that egress retransmitting 123 segments against the others'
+    30: the queue explains the connection's losses, and the switch's unexplained drops
+    may be at another of its egresses (a 3 % loss on a ToR's idle uplink named on its busy
+    one, seed 48), so the connection names the egress less surely than the counters alone
+    would have it."""
+    obs = observations(astral)
+    busy = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    conns = [connection(1, 1, 4, busy, retrans=123)] + [
+        connection(i, i, (i + 4) % 8, path(GPUS[i], "p0r0t0", "p0r0a0", "c1", "p1r0a1",
+                   "p1r0t1", GPUS[(i + 4) % 8]), retrans=30)
+        for i in (0, 2, 3)
+    ]  # fmt: skip
+    switches = ["p0r1t1", "p0r1a0", "p0r0a0", "c1"]
+    drops = counters({"p0r1a0": 134}, switches)
+    full = queues({}, switches)
+    (port,) = egress_ports(obs, obs.directions["p0r1a0>c0"])
+    drops[port] = [(t, rx, rx, p, p) for t, rx, _, p, _ in drops[("p0r1a0", 1)]]
+    full[port] = [
+        (T0 + k * 0.5 - 1, k * 10, round(104 * min(1.0, max(0.0, (k * 0.5 - 1) / 20))), 0)
+        for k in range(45)
+    ]
+    diagnosis = diagnose(observations(astral, connections=conns, counters=drops, queues=full))
+    (named,) = [x for x in diagnosis.ranked if x.target == "p0r1a0>c0"]
+    assert any("egress queue of this link discarded 104 packets" in e for e in named.evidence)
+    assert named.score < 0.8, diagnosis.render()
+
+
 def test_the_unexplained_drops_are_at_the_egress_whose_queue_did_not_overflow(
     astral: FabricDescription,
 ) -> None:
