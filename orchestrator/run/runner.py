@@ -734,6 +734,7 @@ class Runner(Messages):
         self._start_live_diagnosis(
             testbed, self._live_probes(mesh), queues.snapshot, queues.ingress_snapshot
         )
+        quiet_from: float | None = None
         step_times: list[dict[str, Any]] = []
         outcome.timings["steps"] = step_times
         outcome.timings["policy_switch"] = {}
@@ -792,11 +793,7 @@ class Runner(Messages):
                             testbed, policy, collective.label, results, outcome.emulator, forecasts
                         )
                     )
-            # each switch's balance of packets in and out ends on a quiet fabric: the
-            # counters and the queues are sampled once more after the last operation
-            # (stopped at once, their last samples caught a healthy core switch with
-            # packets in flight, 7 to 52 packets short: false losses, seed 47)
-            time.sleep(QUIET_AFTER_S + self.monitor.telemetry_interval)
+            quiet_from = time.time()  # the last operation is over (_settle)
             outcome.status = "ok"
         except _WorkersFailed as failed:
             outcome.status = "failed"
@@ -818,12 +815,20 @@ class Runner(Messages):
             raise
         finally:
             sampler.stop()
-            queues.stop()
             if self.progress is not None:
                 self.progress.close()
-        self._stop_probes(mesh)
-        self._end_live_diagnosis()
-        self._end_faults(writer)
+        try:
+            self._stop_probes(mesh)
+            self._end_live_diagnosis()
+            self._end_faults(writer)
+            self._settle(quiet_from)
+        except BaseException:  # Ctrl-C or SIGTERM while the fabric settles
+            queues.stop()
+            self._record_telemetry(writer, testbed, sampler, queues)
+            writer.finish(status="interrupted")
+            raise
+        finally:
+            queues.stop()
         self._check_wrong(outcome)
         self._record_telemetry(writer, testbed, sampler, queues)
         writer.finish(status=outcome.status)
@@ -1007,6 +1012,19 @@ class Runner(Messages):
             self.run_file["probes"] = {"enabled": False, "why": str(error)}
             return None
         return mesh
+
+    def _settle(self, quiet_from: float | None) -> None:
+        """Wait until :data:`QUIET_AFTER_S` and a counter poll have passed since
+        ``quiet_from``, the end of the run's last operation (None: the run failed, no
+        wait), so that the counters and the queues are sampled once more on a quiet
+        fabric: each switch's balance of packets in and out ends there. Stopped at once,
+        their last samples caught a healthy core switch with packets in flight (7 to 52
+        packets short at healthy switches, a false lossy link, seed 47). The end of the
+        probe mesh, the live diagnosis and the faults count towards the wait."""
+        if quiet_from is not None:
+            time.sleep(
+                max(0.0, quiet_from + QUIET_AFTER_S + self.monitor.telemetry_interval - time.time())
+            )
 
     def _stop_probes(self, mesh: ProbeMesh | None) -> None:
         if mesh is None:

@@ -36,6 +36,7 @@ from orchestrator.collectives.ceilings import (
     fabric_share,
 )
 from orchestrator.collectives.nccl import TIME_DEFINITION
+from orchestrator.diagnosis.detectors import QUIET_AFTER_S
 from orchestrator.emulation.executor import run_local
 from orchestrator.emulation.pathtrace import DROPPED, TRACED, Hop, TracedPath
 from orchestrator.monitor import record
@@ -54,6 +55,7 @@ from orchestrator.run.runner import (
 from orchestrator.testbed import testbed
 from orchestrator.testbed.monitoring import FULL, MonitorLevel
 from orchestrator.testbed.pinning import Candidate, Pinning, assign, candidates, fabric_flows
+from orchestrator.testbed.queues import QDISC_COMMAND
 from orchestrator.testbed.tracing import PathTraces
 from orchestrator.worker import rto
 from orchestrator.worker.launcher import Launcher, local_spawn
@@ -714,3 +716,37 @@ def test_the_bundle_holds_the_monitor_layers_at_full_detail_and_fewer_at_light(
         assert all(not b.tcp_info(c.id) for c in b.connections())
         assert all(c.workers_cores is None for c in b.host_cpu())
     assert not (bed.run_dir / testbed.LIVE_FILE).exists()
+
+
+@dataclass
+class SampledTestbed(LoopbackTestbed):
+    """A LoopbackTestbed that notes when the switches' queues were sampled (tc's command)."""
+
+    sampled: list[float] = field(default_factory=list)
+
+    @property
+    def emulation(self) -> Any:
+        def run(node: Any, argv: list[str], **options: Any) -> Any:
+            if argv == QDISC_COMMAND:
+                self.sampled.append(time.time())
+            return run_local(argv, **options)
+
+        return SimpleNamespace(
+            datapath=None, timings={}, controller=None, fitted_recipe=None, run=run
+        )
+
+
+def test_the_queues_are_sampled_on_a_quiet_fabric_after_the_last_operation(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    """Each switch's balance of packets in and out ends :data:`QUIET_AFTER_S` after the
+    last operation (orchestrator.diagnosis.detectors.switch_leaks): the run samples the
+    queues (and the counters poll) past it, at full detail by a poll interval more."""
+    bed = SampledTestbed(description, tmp_path / "run")
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
+    outcome, bed, _ = run(spec, tmp_path, description, bed=bed)
+    assert outcome.status == "ok", outcome.error
+    with ResultsBundle.open(tmp_path / "bundle") as b:
+        records = b.iterations(b.configurations()[0].id)
+    last = max(r.start + r.time_us / 1e6 for r in records if r.start is not None)
+    assert bed.sampled[-1] >= last + QUIET_AFTER_S + FULL.telemetry_interval
