@@ -805,27 +805,17 @@ class Runner(Messages):
             outcome.error = str(error)
             outcome.exit_status = error.exit_status
         except BaseException:
-            self._stop_probes(mesh)
-            self._end_live_diagnosis()
-            self._end_faults(writer)
-            sampler.stop()
-            queues.stop()
-            self._record_telemetry(writer, testbed, sampler, queues)
-            writer.finish(status="interrupted")
+            self._interrupted(testbed, writer, mesh, sampler, queues)
             raise
         finally:
             sampler.stop()
             if self.progress is not None:
                 self.progress.close()
         try:
-            self._stop_probes(mesh)
-            self._end_live_diagnosis()
-            self._end_faults(writer)
+            self._wind_down(writer, mesh)
             self._settle(quiet_from)
         except BaseException:  # Ctrl-C or SIGTERM while the fabric settles
-            queues.stop()
-            self._record_telemetry(writer, testbed, sampler, queues)
-            writer.finish(status="interrupted")
+            self._interrupted(testbed, writer, mesh, sampler, queues)
             raise
         finally:
             queues.stop()
@@ -1012,6 +1002,28 @@ class Runner(Messages):
             self.run_file["probes"] = {"enabled": False, "why": str(error)}
             return None
         return mesh
+
+    def _wind_down(self, writer: ResultsWriter, mesh: ProbeMesh | None) -> None:
+        """The probe mesh stopped, the live diagnosis ended, the faults undone and kept."""
+        self._stop_probes(mesh)
+        self._end_live_diagnosis()
+        self._end_faults(writer)
+
+    def _interrupted(
+        self,
+        testbed: Testbed,
+        writer: ResultsWriter,
+        mesh: ProbeMesh | None,
+        sampler: CpuSampler,
+        queues: QueueSampler,
+    ) -> None:
+        """A run stopped by Ctrl-C or SIGTERM: wound down, what was sampled kept, and the
+        bundle finished as interrupted (each step is idempotent)."""
+        self._wind_down(writer, mesh)
+        sampler.stop()
+        queues.stop()
+        self._record_telemetry(writer, testbed, sampler, queues)
+        writer.finish(status="interrupted")
 
     def _settle(self, quiet_from: float | None) -> None:
         """Wait until :data:`QUIET_AFTER_S` and a counter poll have passed since
