@@ -116,3 +116,10 @@ def fast_options(**overrides: object) -> LaunchOptions:
     }
     defaults.update(overrides)
     return LaunchOptions(**defaults)  # type: ignore[arg-type]
+
+
+def dump_ports(bridge: str) -> str:
+    """``ovs-ofctl dump-ports`` of ``bridge`` (OpenFlow 1.3, as the controller speaks it):
+    each port's receive and transmit counters as Open vSwitch keeps them."""
+    argv = ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout

@@ -198,24 +198,13 @@ class Observations:
         ``start`` and its last at or before ``end`` (a counter that went back, its qdisc
         replaced, counts from where it restarted); None when the queue was not sampled."""
         rows = self.queues.get(port)
-        if not rows:
-            return None
-        times = [r[0] for r in rows]
-        a = max(bisect.bisect_right(times, start) - 1, 0)
-        b = max(bisect.bisect_right(times, end) - 1, 0)
-        return sum(max(0, rows[i + 1][2] - rows[i][2]) for i in range(a, b))
+        return counted_between(rows, 2, start, end) if rows else None
 
     def ingress_drops(self, port: Port, start: float, end: float) -> int:
         """Packets ``port``'s switch-process socket dropped between its last sample at or
         before ``start`` and its last at or before ``end`` (0 when not sampled; a counter
         that went back, the port's socket opened again, counts from where it restarted)."""
-        rows = self.ingress.get(port)
-        if not rows:
-            return 0
-        times = [r[0] for r in rows]
-        a = max(bisect.bisect_right(times, start) - 1, 0)
-        b = max(bisect.bisect_right(times, end) - 1, 0)
-        return sum(max(0, rows[i + 1][1] - rows[i][1]) for i in range(a, b))
+        return counted_between(self.ingress.get(port, []), 1, start, end)
 
     def counter_at(self, port: Port, t: float) -> tuple[float, int, int, int, int] | None:
         """The last sample of ``port`` at or before ``t`` (the first one if none is)."""
@@ -224,6 +213,19 @@ class Observations:
             return None
         i = bisect.bisect_right([r[0] for r in rows], t) - 1
         return rows[max(i, 0)]
+
+
+def counted_between(rows: Sequence[tuple[Any, ...]], column: int, start: float, end: float) -> int:
+    """What the cumulative counter in ``column`` of ``rows`` ((t, ...), oldest first) grew
+    by from its last sample at or before ``start`` to its last at or before ``end``; a
+    counter that went back (its qdisc replaced, its socket opened again) counts from
+    where it restarted. 0 without rows."""
+    if not rows:
+        return 0
+    times = [r[0] for r in rows]
+    a = max(bisect.bisect_right(times, start) - 1, 0)
+    b = max(bisect.bisect_right(times, end) - 1, 0)
+    return sum(max(0, rows[i + 1][column] - rows[i][column]) for i in range(a, b))
 
 
 def direction_map(description: FabricDescription) -> dict[str, Direction]:

@@ -552,7 +552,7 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     what its full egress queues discarded and its sockets dropped unread (the emulator's
     loss: :meth:`Observations.ingress_drops`); 0 when a port or queue was not sampled."""
     received_not_sent = 0
-    queued = 0
+    explained = 0  # what the full queues discarded and the sockets dropped unread
     for (node, port), _ in obs.counters.items():
         if node != switch:
             continue
@@ -561,8 +561,8 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
         if a is None or b is None or drops is None:
             return 0
         received_not_sent += (b[3] - a[3]) - (b[4] - a[4])
-        queued += drops + obs.ingress_drops((node, port), start, end)
-    return max(0, received_not_sent - queued)
+        explained += drops + obs.ingress_drops((node, port), start, end)
+    return max(0, received_not_sent - explained)
 
 
 def _ways(rec: ProbeRecord, probe: Probe, t: float) -> set[tuple[str, str]]:

@@ -34,7 +34,7 @@ from orchestrator.diagnosis.restarts import recorded
 from orchestrator.monitor.live import EVENTS_NAME
 from orchestrator.monitor.record import connection_paths, controller_events
 from orchestrator.results.store import IngressDrop, QueueCounter
-from orchestrator.testbed.queues import queue_rows
+from orchestrator.testbed.queues import ingress_rows, queue_rows
 from orchestrator.testbed.telemetry import Telemetry, parse_line
 from orchestrator.testbed.testbed import Testbed
 from orchestrator.worker.launcher import Launcher, LiveView
@@ -104,7 +104,7 @@ def live_builder(
             warmed=_warmed(view.dones, view.warmup),
             probes=record,
             live_queues=_since(switch_rows, since),
-            ingress=_ingress(ingress() if ingress is not None else []),
+            ingress=ingress_rows(ingress() if ingress is not None else []),
             nic_queues=_since(nic_rows, since),
         )
 
@@ -122,17 +122,6 @@ def _queues(counters: list[QueueCounter], switches: set[str]) -> tuple[QueueRows
         {port: r for port, r in rows.items() if port[0] in switches},
         {port: r for port, r in rows.items() if port[0] not in switches},
     )
-
-
-def _ingress(drops: list[IngressDrop]) -> dict[tuple[str, int], list[tuple[float, int]]]:
-    """The switch sockets' drops as :attr:`Observations.ingress` keeps them: per port,
-    (t, cumulative drops), oldest first."""
-    rows: dict[tuple[str, int], list[tuple[float, int]]] = {}
-    for d in drops:
-        rows.setdefault((d.switch, d.port), []).append((d.t, d.drops))
-    for values in rows.values():
-        values.sort()
-    return rows
 
 
 def _since(rows: QueueRows, since: float) -> QueueRows:

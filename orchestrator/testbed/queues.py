@@ -157,12 +157,8 @@ def unread_per_port(drops: Iterable[IngressDrop]) -> dict[tuple[str, int], int]:
     """Per switch port, the packets its switch-process socket dropped from its first
     sample to its last (a count that went back, the socket opened again, counts from
     where it restarted); ports that dropped none are left out."""
-    rows: dict[tuple[str, int], list[tuple[float, int]]] = {}
-    for d in drops:
-        rows.setdefault((d.switch, d.port), []).append((d.t, d.drops))
     out = {}
-    for port, values in rows.items():
-        values.sort()
+    for port, values in ingress_rows(drops).items():
         n = sum(max(0, b[1] - a[1]) for a, b in itertools.pairwise(values))
         if n:
             out[port] = n
@@ -315,6 +311,17 @@ def queue_rows(
     rows: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
     for q in counters:
         rows.setdefault((q.switch, q.port), []).append((q.t, q.packets, q.drops, q.backlog))
+    for values in rows.values():
+        values.sort()
+    return rows
+
+
+def ingress_rows(drops: Iterable[IngressDrop]) -> dict[tuple[str, int], list[tuple[float, int]]]:
+    """Per (switch, port), its socket's drop samples as the diagnosis reads them: (t,
+    cumulative drops), oldest first."""
+    rows: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    for d in drops:
+        rows.setdefault((d.switch, d.port), []).append((d.t, d.drops))
     for values in rows.values():
         values.sort()
     return rows

@@ -24,6 +24,7 @@ import pytest
 from controllers.policies.adaptive import AdaptivePolicy, placement_index
 from orchestrator.emulation.network import Emulation
 from orchestrator.testbed.telemetry import read_telemetry
+from tests.helpers import dump_ports
 from tests.integration.test_telemetry import start_emulation
 from topologies.addressing import FABRIC_PREFIX, GATEWAY_IP
 from topologies.fivetuple import FiveTuple
@@ -112,13 +113,7 @@ def leave_by(emulation: Emulation, gpu: str, port: int, sport: int) -> None:
 
 
 def tx_bytes(bridge: str) -> dict[int, int]:
-    out = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {int(port): int(nbytes) for port, nbytes in _TX_BYTES.findall(out)}
+    return {int(port): int(nbytes) for port, nbytes in _TX_BYTES.findall(dump_ports(bridge))}
 
 
 def test_two_flows_on_one_uplink_are_split_by_the_counters(emulation: Emulation) -> None:

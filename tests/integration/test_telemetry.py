@@ -35,6 +35,7 @@ from orchestrator.testbed.telemetry import (
     read_telemetry,
     summarize_periods,
 )
+from tests.helpers import dump_ports
 from topologies.addressing import GATEWAY_MAC
 from topologies.model import LinkKind
 
@@ -230,13 +231,7 @@ def udp_frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, size: int = 
 
 def port_packets(switch: str) -> dict[int, tuple[int, int]]:
     """Each port of ``switch``'s bridge: (packets received, packets sent), as OVS counts."""
-    text = subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    found = re.findall(r"port\s+(\d+): rx pkts=(\d+).*?\n\s+tx pkts=(\d+)", text)
+    found = re.findall(r"port\s+(\d+): rx pkts=(\d+).*?\n\s+tx pkts=(\d+)", dump_ports(switch))
     return {int(p): (int(rx), int(tx)) for p, rx, tx in found}
 
 

@@ -314,29 +314,42 @@ def test_a_hole_amid_a_fabric_wide_stall_stands_when_its_counters_place_it(
     assert top.score >= 0.8
 
 
+# p1r0a1 under an all-to-all's congestion (every egress of it discards all along: the loss
+# rule excuses every probe's losses there), 40 packets short between 2 and 8 s beyond its
+# discards; 3 probes down p1r0a1>p1r0t0 lose 6 segments each, the one up p1r0a1>c3 crosses
+UP_C3 = [("p1s0g0", "p0s0g0", ("p1s0g0", "p1r0t0", "p1r0a1", "c3", "p0r0a1", "p0r0t0", "p0s0g0"))]
+SAMPLED = [T0 - 2.0 + 0.5 * k for k in range(45)]  # every 0.5 s
+SILENT = [min(40, max(0, round((x - T0 - 2.0) / 6.0 * 40))) for x in SAMPLED]
+
+
+def down_losses() -> dict[int, dict[str, object]]:
+    """The 3 probes down p1r0a1>p1r0t0, 6 segments lost each from 2 s on."""
+    return {i: {"lost": [2.0 + i * 0.1 + k for k in range(6)]} for i in range(3)}
+
+
+def short_counters(discarded: int) -> dict[tuple[str, int], list[tuple[float, int, int, int, int]]]:
+    """p1r0a1's port 1: 100 packets in a sample, ``discarded`` and :data:`SILENT` not sent."""
+    rows = [(t, 0, 0, 100 * k, 100 * k - discarded * k - SILENT[k]) for k, t in enumerate(SAMPLED)]
+    return {("p1r0a1", 1): rows}
+
+
+def discarding(discarded: int) -> dict[tuple[str, int], list[tuple[float, int, int, int]]]:
+    """p1r0a1's port 1 egress queue: full, discarding ``discarded`` packets a sample."""
+    return {("p1r0a1", 1): [(t, 100 * k, discarded * k, 1500) for k, t in enumerate(SAMPLED)]}
+
+
 def test_a_switch_that_alone_drops_silently_under_congestion_is_lossy_where_its_probes_lose(
     astral: FabricDescription,
 ) -> None:
-    # every egress of p1r0a1 discards all along (an all-to-all's congestion: the loss rule
-    # excuses every probe's losses there), and p1r0a1 received 40 packets more than it
-    # sent or discarded between 2 and 8 s, the only switch short: its counters place a
-    # loss at it, and the probes say which egress (3 down p1r0a1>p1r0t0 lose 6 segments
-    # each; the one up p1r0a1>c3 loses 1)
-    up = [("p1s0g0", "p0s0g0", ("p1s0g0", "p1r0t0", "p1r0a1", "c3", "p0r0a1", "p0r0t0", "p0s0g0"))]
-    lossy: dict[int, dict[str, object]] = {
-        i: {"lost": [2.0 + i * 0.1 + k for k in range(6)]} for i in range(3)
-    }
+    # p1r0a1 is the only switch short: its counters place a loss at it, and the probes say
+    # which egress (3 down p1r0a1>p1r0t0 lose 6 segments each; the one up p1r0a1>c3 loses 1)
+    lossy = down_losses()
     lossy[3] = {"lost": [4.0]}
-    times = [T0 - 2.0 + 0.5 * k for k in range(45)]
-    silent = [min(40, max(0, round((x - T0 - 2.0) / 6.0 * 40))) for x in times]
-    counters = {
-        ("p1r0a1", 1): [
-            (t, 0, 0, 100 * k, 100 * k - 2 * k - silent[k]) for k, t in enumerate(times)
-        ]
-    }
-    queues = {("p1r0a1", 1): [(t, 100 * k, 2 * k, 1500) for k, t in enumerate(times)]}
     obs = observations(
-        astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=counters, queues=queues
+        astral,
+        probes=record(DOWN_A1 + UP_C3 + ELSEWHERE, lossy),
+        counters=short_counters(2),
+        queues=discarding(2),
     )
     diagnosis = diagnose(obs)
     top = diagnosis.ranked[0]
@@ -347,23 +360,23 @@ def test_a_switch_that_alone_drops_silently_under_congestion_is_lossy_where_its_
     # sends at its 20 Mbit/s, as a port whose queue discards does)
     quiet = {
         ("p1r0a1", 1): [
-            (t, 1_253_000 * k, 1_250_000 * k, 100 * k, 98 * k) for k, t in enumerate(times)
+            (t, 1_253_000 * k, 1_250_000 * k, 100 * k, 98 * k) for k, t in enumerate(SAMPLED)
         ]
     }
     obs = observations(
-        astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=quiet, queues=queues
+        astral,
+        probes=record(DOWN_A1 + UP_C3 + ELSEWHERE, lossy),
+        counters=quiet,
+        queues=discarding(2),
     )
     assert diagnose(obs).healthy, diagnose(obs).render()
     # the same leak beside ten times as many discards from full queues: the queues' count
     # lagging the ports', as at a congested switch of a healthy run
-    busy = {("p1r0a1", 1): [(t, 100 * k, 10 * k, 1500) for k, t in enumerate(times)]}
-    counters = {
-        ("p1r0a1", 1): [
-            (t, 0, 0, 100 * k, 100 * k - 10 * k - silent[k]) for k, t in enumerate(times)
-        ]
-    }
     obs = observations(
-        astral, probes=record(DOWN_A1 + up + ELSEWHERE, lossy), counters=counters, queues=busy
+        astral,
+        probes=record(DOWN_A1 + UP_C3 + ELSEWHERE, lossy),
+        counters=short_counters(10),
+        queues=discarding(10),
     )
     assert not probes.leaking_egress(obs, detectors.switch_leaks(obs)), diagnose(obs).render()
 
@@ -374,25 +387,17 @@ def test_drops_the_switch_process_never_read_are_the_emulators_not_a_lossy_egres
     # the case above, but p1r0a1's packet socket on port 1 dropped every one of the 40
     # (its receive buffer full: ovs-vswitchd starved, orchestrator/testbed/queues.py): the
     # counters place no loss there; with half of them, 20 are still the fabric's
-    up = [("p1s0g0", "p0s0g0", ("p1s0g0", "p1r0t0", "p1r0a1", "c3", "p0r0a1", "p0r0t0", "p0s0g0"))]
-    lossy: dict[int, dict[str, object]] = {
-        i: {"lost": [2.0 + i * 0.1 + k for k in range(6)]} for i in range(3)
+    layers = {
+        "probes": record(DOWN_A1 + UP_C3 + ELSEWHERE, down_losses()),
+        "counters": short_counters(2),
+        "queues": discarding(2),
     }
-    times = [T0 - 2.0 + 0.5 * k for k in range(45)]
-    silent = [min(40, max(0, round((x - T0 - 2.0) / 6.0 * 40))) for x in times]
-    counters = {
-        ("p1r0a1", 1): [
-            (t, 0, 0, 100 * k, 100 * k - 2 * k - silent[k]) for k, t in enumerate(times)
-        ]
-    }
-    queues = {("p1r0a1", 1): [(t, 100 * k, 2 * k, 1500) for k, t in enumerate(times)]}
-    layers = {"probes": record(DOWN_A1 + up + ELSEWHERE, lossy), "counters": counters}
-    unread = {("p1r0a1", 1): [(t, 7 + silent[k]) for k, t in enumerate(times)]}
-    obs = observations(astral, queues=queues, ingress=unread, **layers)
+    unread = {("p1r0a1", 1): [(t, 7 + SILENT[k]) for k, t in enumerate(SAMPLED)]}
+    obs = observations(astral, ingress=unread, **layers)
     assert detectors.switch_leaks(obs) == {}
     assert not any(s.target.startswith("p1r0a1") for s in diagnose(obs).ranked)
-    half = {("p1r0a1", 1): [(t, silent[k] // 2) for k, t in enumerate(times)]}
-    obs = observations(astral, queues=queues, ingress=half, **layers)
+    half = {("p1r0a1", 1): [(t, SILENT[k] // 2) for k, t in enumerate(SAMPLED)]}
+    obs = observations(astral, ingress=half, **layers)
     leak = detectors.switch_leaks(obs)["p1r0a1"]
     assert (leak.packets, leak.queued, leak.emulator, leak.silent) == (122, 82, 20, 20)
     assert "20 the switch process never read (the emulator's" in leak.describe("p1r0a1")
