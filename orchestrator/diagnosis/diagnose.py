@@ -95,7 +95,8 @@ def leaking_egress(
     """Lossy egresses of switches whose silent drops (``leaks``) no suspect shown explains
     (:func:`orchestrator.diagnosis.probes.leaking_egress`)."""
     named = _named(shown)
-    return [s for s in probes.leaking_egress(obs, leaks) if s.target.split(">", 1)[0] not in named]
+    found = probes.leaking_egress(obs, leaks) or probes.agreeing_egress(obs, leaks)
+    return [s for s in found if s.target.split(">", 1)[0] not in named]
 
 
 def _named(shown: Sequence[Suspect]) -> set[str]:

@@ -381,6 +381,29 @@ def test_a_switch_that_alone_drops_silently_under_congestion_is_lossy_where_its_
     assert not probes.leaking_egress(obs, detectors.switch_leaks(obs)), diagnose(obs).render()
 
 
+def test_weak_counters_and_probes_that_agree_name_one_egress(astral: FabricDescription) -> None:
+    # p1r0a1 dropped 12 packets no queue explains (the counters' own rule asks for 20), and
+    # the 3 probes down p1r0a1>p1r0t0 lost 5 segments (the probes' own rule asks for 6):
+    # each is under its line, together they name the egress
+    leak = [min(12, max(0, round((x - T0 - 2.0) / 6.0 * 12))) for x in SAMPLED]
+    counters = {
+        ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - leak[k]) for k, t in enumerate(SAMPLED)]
+    }
+    few = {0: {"lost": [2.0, 4.0]}, 1: {"lost": [3.0, 5.0]}, 2: {"lost": [4.5]}}
+    cases = DOWN_A1 + UP_C3 + ELSEWHERE
+    obs = observations(astral, probes=record(cases, few), counters=counters, queues=discarding(0))
+    assert not probes.probe_losses(obs)
+    assert not probes.leaking_egress(obs, detectors.switch_leaks(obs))
+    top = diagnose(obs).ranked[0]
+    assert top.key() == ("link", "p1r0a1>p1r0t0", "lossy"), diagnose(obs).render()
+    assert 0.5 <= top.score <= 0.7
+    # either alone names nothing: the probes without the leak, the leak with one lossy probe
+    assert diagnose(observations(astral, probes=record(cases, few), queues=discarding(0))).healthy
+    one = {0: {"lost": [2.0, 4.0, 5.0]}}
+    obs = observations(astral, probes=record(cases, one), counters=counters, queues=discarding(0))
+    assert not any(s.fault == "lossy" for s in diagnose(obs).suspects), diagnose(obs).render()
+
+
 def test_drops_the_switch_process_never_read_are_the_emulators_not_a_lossy_egress(
     astral: FabricDescription,
 ) -> None:
