@@ -18,6 +18,7 @@ from orchestrator.diagnosis.proberecord import (
     ProbeFollower,
     ProbeRecord,
     Train,
+    egress,
     read_probes,
     stalls,
 )
@@ -312,6 +313,32 @@ def test_a_hole_amid_a_fabric_wide_stall_stands_when_its_counters_place_it(
     top = diagnose(obs).ranked[0]
     assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
     assert top.score >= 0.8
+
+
+def test_a_lone_stall_amid_congestion_is_a_hole_where_the_counters_place_its_retries(
+    astral: FabricDescription,
+) -> None:
+    # only probe 0 (p0s0g0 -> p1s0g0 by p0r0a1, c3, p1r0a1) stalls, from 5 to 12 s, while
+    # the queue of its first uplink discards all along (a busy all-to-all): the timer's
+    # retries look like congestion's, unless a switch it alone passed towards p1s0g0 is
+    # short of them: p1r0a1, 2 packets a sample through the stall
+    cases = DOWN_A1 + DOWN_A0
+    busy = {port: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(SAMPLED)]
+            for port in egress(hops(*cases[0][2]))[:1]}  # fmt: skip
+    short = [2 * sum(1 for x in SAMPLED[:k] if 5.0 <= x - T0 < 12.0) for k in range(45)]
+    counters = {
+        ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)]
+    }
+    queues = {**busy, ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
+    held = record(cases, {0: {"stall": (5.0, 12.0)}})
+    obs = observations(astral, probes=held, counters=counters, queues=queues)
+    top = diagnose(obs).ranked[0]
+    assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
+    assert "kept because p1r0a1 dropped 28 packets" in top.evidence[-1], top.evidence
+    # the same stall with p1r0a1 balanced: congestion's timeouts, no hole
+    even = {("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k) for k, t in enumerate(SAMPLED)]}
+    obs = observations(astral, probes=held, counters=even, queues=queues)
+    assert not any(s.fault == "blackhole" for s in diagnose(obs).suspects), diagnose(obs).render()
 
 
 # p1r0a1 under an all-to-all's congestion (every egress of it discards all along: the loss
