@@ -95,7 +95,7 @@ def leaking_egress(
     """Lossy egresses of switches whose silent drops (``leaks``) no suspect shown explains
     (:func:`orchestrator.diagnosis.probes.leaking_egress`)."""
     named = _named(shown)
-    found = probes.leaking_egress(obs, leaks) or probes.agreeing_egress(obs, leaks)
+    found = probes.agreeing_egress(obs, leaks) or probes.leaking_egress(obs, leaks)
     return [s for s in found if s.target.split(">", 1)[0] not in named]
 
 
