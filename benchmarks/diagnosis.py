@@ -450,10 +450,19 @@ def _renumber(scenario: Scenario, index: int) -> Scenario:
     return Scenario.from_dict(data)
 
 
+def rank_count(fabric: Fabric) -> int:
+    """How many GPUs a run takes: at most :data:`RANKS`, whole servers (a hierarchical
+    all-reduce needs the same local ranks on every server: 8 of a fabric of 3-GPU servers
+    cannot run it, 6 can), every GPU of a smaller fabric."""
+    per_server = max(Counter(g.server for g in fabric.gpus.values()).values())
+    whole = max(per_server, RANKS // per_server * per_server)
+    return min(whole, len(fabric.gpus))
+
+
 def ring_gpus(fabric: Fabric) -> list[str]:
-    """The run's ranks: the first :data:`RANKS` GPUs in rank order (the experiment's
-    ``placement: {gpus: 8}``, rank order)."""
-    return [g.name for g in fabric.gpus_by_rank()[:RANKS]]
+    """The run's ranks: the first :func:`rank_count` GPUs in rank order (the experiment's
+    ``placement: {gpus: N}``, rank order)."""
+    return [g.name for g in fabric.gpus_by_rank()[: rank_count(fabric)]]
 
 
 def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -> dict[str, Any]:
@@ -466,8 +475,8 @@ def experiment_document(scenario: Scenario, fabric_ref: str, spec: FabricSpec) -
         "policy": scenario.policy,
         **shape_document(scenario.collective, spec),
         "warmup": 1,
-        # a fabric with fewer GPUs runs them all (the ranks of ring_gpus)
-        "placement": {"gpus": min(RANKS, len(build_fabric(spec).gpus))},
+        # whole servers, every GPU of a smaller fabric (the ranks of ring_gpus)
+        "placement": {"gpus": rank_count(build_fabric(spec))},
         "scale": SCALE,
     }
     entry = scenario.fault_entry()

@@ -66,7 +66,13 @@ from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.ceilings import min_batch_seconds
 from orchestrator.collectives.latency import LatencyTable, operation_latency
 from orchestrator.collectives.nccl import ELEMENT_SIZES, buffer_bytes, bus_factor, count_column
-from orchestrator.collectives.plans import COLLECTIVES, ELEMENT_BYTES, Layout, element_count
+from orchestrator.collectives.plans import (
+    COLLECTIVES,
+    ELEMENT_BYTES,
+    Layout,
+    PlanError,
+    element_count,
+)
 from orchestrator.collectives.plans import default_registry as algorithm_registry
 from orchestrator.collectives.program import PROGRAM, Program, ProgramError, compose_all
 from orchestrator.collectives.sizes import parse_size
@@ -516,6 +522,7 @@ def parse_experiment(
                 f"(one {DTYPE} element for each of {len(gpus)} ranks)",
                 sizes.max,
             )
+    _check_plans(read, collectives, sizes, layout_of(fabric, gpus))
     return ExperimentSpec(
         name=name,
         fabric=fabric_spec,
@@ -539,6 +546,31 @@ def parse_experiment(
         workload_source=workload_source,
         cluster=_cluster(read, doc.get("cluster", [])),
     )
+
+
+def _check_plans(
+    read: _ExperimentReader,
+    collectives: Sequence[Collective],
+    sizes: SizeSweep,
+    layout: Layout,
+) -> None:
+    """Every collective's algorithm plans on the placement's layout, before anything is
+    brought up: a hierarchical all-reduce needs the same local ranks on every server, so
+    ``placement: {gpus: 8}`` on servers of 3 GPUs cannot run it, and the workers would
+    find out only after the fabric came up (a traceback, the fabric torn down)."""
+    registry = algorithm_registry()
+    ranks = len(layout.servers)
+    for i, collective in enumerate(collectives):
+        count = element_count(collective.op, sizes.max, ranks)
+        try:
+            registry.get(collective.op, collective.algorithm).plan(layout, 0, count)
+        except PlanError as error:
+            read.fail(
+                f"collectives[{i}]",
+                f"an algorithm that runs on the placement's {ranks} GPUs ({error}; "
+                "placement.gpus: a whole number of servers, or another algorithm)",
+                f"{collective.op}/{collective.algorithm}",
+            )
 
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

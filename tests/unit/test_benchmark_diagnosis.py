@@ -14,7 +14,7 @@ from orchestrator.run.experiment import parse_experiment
 from tests.helpers import REPO, load_benchmark
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind, Tier
-from topologies.spec import FabricSpec
+from topologies.spec import FabricSpec, parse_fabric_spec
 
 POLICIES = ["ecmp", "path-pinned"]
 
@@ -96,7 +96,7 @@ def test_every_scenario_is_a_valid_experiment_on_its_fabric(
         ref, spec = fabrics[scenario.fabric]
         document = bench.experiment_document(scenario, ref, spec)
         parsed = parse_experiment(document, "test", REPO)
-        assert len(parsed.gpus) == min(bench.RANKS, len(models[scenario.fabric].gpus))
+        assert len(parsed.gpus) == bench.rank_count(models[scenario.fabric])
         assert len(parsed.faults) == (0 if scenario.kind is None else 1)
         # the timed batch lasts long enough for a mid-run fault and the time after it,
         # however short the fabric's operations are
@@ -377,3 +377,23 @@ def test_a_fabric_with_fewer_gpus_than_the_ranks_runs_them_all(
         ref, spec = resolved[scenario.fabric]
         parsed = parse_experiment(bench.experiment_document(scenario, ref, spec), "test", REPO)
         assert len(parsed.gpus) == 6
+
+
+def test_a_run_takes_whole_servers_so_that_every_shape_runs(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    # a fabric of 3-GPU servers: 8 GPUs would leave the third server two, and the mixed
+    # healthy shape's hierarchical all-reduce cannot run on that (seed 49's run 24 failed)
+    document = {
+        "name": "three-per-server", "kind": "astral", "pods": 1, "servers_per_pod": 3,
+        "gpus_per_server": 3, "nic_ports": 1, "switch": {"radix": 6, "down_ports": 3},
+        "oversubscription": {"tor": 1, "agg": 2},
+    }  # fmt: skip
+    spec = parse_fabric_spec(document)
+    fabric = build_fabric(spec)
+    assert bench.rank_count(fabric) == 6
+    scenario = bench.Scenario(1, None, "three-per-server", "ecmp", "mixed")
+    path = tmp_path / "three-per-server.yaml"
+    path.write_text(json.dumps(document))  # JSON is YAML
+    parsed = parse_experiment(bench.experiment_document(scenario, str(path), spec), "test", REPO)
+    assert len(parsed.gpus) == 6

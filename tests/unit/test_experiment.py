@@ -428,11 +428,32 @@ def test_default_experiment_is_valid_and_fits_the_time_budget() -> None:
 
 
 def placement(tmp_path: Path, line: str) -> tuple[str, ...]:
-    return load_experiment(write(tmp_path, replace(VALID, "placement", line))).gpus
+    # without PXN's all-to-all, which needs whole servers (the next test)
+    ring_only = VALID.replace("  - {op: all-to-all, algorithm: pxn}\n", "")
+    return load_experiment(write(tmp_path, replace(ring_only, "placement", line))).gpus
 
 
 def test_placement_count_takes_the_first_gpus_by_rank(tmp_path: Path) -> None:
     assert placement(tmp_path, "placement: {gpus: 3}") == ("p0s0g0", "p0s0g1", "p0s1g0")
+
+
+def test_a_placement_an_algorithm_cannot_run_on_is_refused_before_bring_up(
+    tmp_path: Path,
+) -> None:
+    # 3 GPUs of 2-GPU servers: the second server has one, and a hierarchical all-reduce
+    # needs the same local ranks on every server
+    text = VALID.replace(
+        "  - all-reduce\n  - {op: all-to-all, algorithm: pxn}",
+        "  - {op: all-reduce, algorithm: hierarchical}",
+    )
+    text = replace(text, "placement", "placement: {gpus: 3}")
+    with pytest.raises(ExperimentError) as caught:
+        load_experiment(write(tmp_path, text))
+    message = str(caught.value)
+    assert "key 'collectives[0]'" in message and "found 'all-reduce/hierarchical'" in message
+    assert "the same rails (local ranks) on every server" in message
+    text = replace(text, "placement", "placement: {gpus: 4}")
+    assert len(load_experiment(write(tmp_path, text)).gpus) == 4
 
 
 def test_placement_list_is_put_in_rank_order(tmp_path: Path) -> None:

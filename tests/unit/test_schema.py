@@ -152,7 +152,7 @@ VALID_DOCUMENTS = [
     ("experiment", yaml.safe_load(test_experiment.VALID)),
     ("experiment", yaml.safe_load(test_experiment.INLINE_FABRIC)),
     ("experiment", {**yaml.safe_load(test_experiment.VALID), "latency": False, "scale": "1e-4"}),
-    ("experiment", {**yaml.safe_load(test_experiment.VALID), "placement": {"gpus": 3}}),
+    ("experiment", {**yaml.safe_load(test_experiment.VALID), "placement": {"gpus": 4}}),
     (
         "experiment",
         {**test_fault_schedule.BASE, **yaml.safe_load(test_fault_schedule.ISSUE_EXAMPLE)},
