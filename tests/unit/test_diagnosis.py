@@ -796,6 +796,43 @@ def test_a_lossy_connection_on_a_switchs_full_egress_owes_its_losses_to_that_que
     assert named.score < 0.8, diagnosis.render()
 
 
+def test_drops_within_the_sampling_noise_of_a_congested_switch_name_no_lossy_link(
+    astral: FabricDescription,
+) -> None:
+    """A healthy all-to-all (seed 49, run 42): two connections through a ToR's uplink
+    retransmitted 81 and 93 segments against the median's 18, and the ToR was 24 packets
+    short beside 281 that its other full queue discarded: no more than the queues and the
+    ports being sampled apart leave at such a switch, so the drops support the uplink as
+    little as they would name it alone. 80 short beside the same discards do."""
+    busy = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    also = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t1", "p1s1g0")
+    calm = path("p0s1g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g1")
+    conns = [
+        connection(1, 1, 4, busy, retrans=93),
+        connection(2, 1, 6, also, retrans=81),
+        connection(3, 3, 5, calm, retrans=18),
+    ] + [
+        connection(10 + i, i, (i + 4) % 8, path(GPUS[i], "p0r0t0", "p0r0a0", "c1",
+                   "p1r0a1", "p1r0t1", GPUS[(i + 4) % 8]), retrans=18)
+        for i in (0, 2, 5, 7)
+    ]  # fmt: skip
+    switches = ["p0r1t1", "p0r1a0", "p0r0a0", "c1"]
+    full = queues({"p0r1a0": 281}, switches)
+
+    def top(short: int) -> Suspect | None:
+        drops = counters({"p0r1a0": 281 + short}, switches)
+        obs = observations(astral, connections=conns, counters=drops, queues=full)
+        shown = [x for x in diagnose(obs).ranked if x.fault == "lossy" and x.score >= 0.5]
+        return shown[0] if shown else None
+
+    assert top(24) is None, diagnose(
+        observations(astral, connections=conns, counters=counters({"p0r1a0": 305}, switches),
+                     queues=full)
+    ).render()  # fmt: skip
+    found = top(80)
+    assert found is not None and found.target.startswith("p0r1a0")
+
+
 def test_the_unexplained_drops_are_at_the_egress_whose_queue_did_not_overflow(
     astral: FabricDescription,
 ) -> None:
