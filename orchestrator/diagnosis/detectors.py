@@ -212,6 +212,11 @@ SENDING_MIN_S = 0.2  # of sending in a second for its pace to count
 #: emulated latency, docs/latency.md); a small message's connection (8 KB a ring step at
 #: 64 KiB) paces at a tenth of its share with nothing queued
 QUEUED_RTT_US = 3000
+#: ... above the wire's own round trip: the least the connection had, up to this much
+#: per switch on its path (the userspace switches forward in turn: 4.0-4.6 ms across a
+#: 3-pod fat-tree's core, 5 switches, nothing queued, seed 50); a least beyond it was
+#: queued from the first sample (a link slow from the start)
+WIRE_PER_SWITCH_US = 1000
 KEPT_SHARE = 0.75  # of its fair share, median while a slow link held others under theirs
 SENDING_SHARE = 0.45  # of its fair share: a link slowed to a quarter measures 0.2-0.3,
 # healthy connections (collisions, ECMP, a busy machine) at least 0.29 in one second and
@@ -788,14 +793,20 @@ def pace_shares(
 
 def unqueued_seconds(c: ConnectionView) -> set[int]:
     """The whole seconds in which ``c``'s round trip (its kernel's smoothed one, median
-    over the second's samples) stayed under :data:`QUEUED_RTT_US`: nothing on its path
-    held its bytes, so whatever its pace then, no link was what kept it down (its
-    sender had no more to send: a small message between the workers' latency sleeps).
-    Pace shares leave those seconds out, as neither held nor kept."""
+    over the second's samples) stayed under :data:`QUEUED_RTT_US` above the least it
+    had: nothing on its path held its bytes, so whatever its pace then, no link was what
+    kept it down (its sender had no more to send: a small message between the workers'
+    latency sleeps). Pace shares leave those seconds out, as neither held nor kept. Above
+    the wire's own round trip (:data:`WIRE_PER_SWITCH_US`), not absolute: a path across a
+    core has a round trip of its own (4-4.6 ms on a 3-pod fat-tree, seed 50, whose ring
+    at 64 KiB then read as held at 13 % of its share across the core, a false alarm)."""
     by_second: dict[int, list[int]] = defaultdict(list)
     for t, rtt in c.rtt:
         by_second[int(t)].append(rtt)
-    return {s for s, rtts in by_second.items() if statistics.median(rtts) < QUEUED_RTT_US}
+    least = min((rtt for _, rtt in c.rtt if rtt > 0), default=0)
+    wire = min(least, WIRE_PER_SWITCH_US * len(c.switches()))
+    line = wire + QUEUED_RTT_US
+    return {s for s, rtts in by_second.items() if statistics.median(rtts) < line}
 
 
 def held_below_share(

@@ -33,6 +33,7 @@ from orchestrator.diagnosis.detectors import (
     silent_onset,
     stalls,
     uncounted_losses,
+    unqueued_seconds,
 )
 from orchestrator.diagnosis.diagnose import reconcile
 from orchestrator.diagnosis.evidence import (
@@ -2090,3 +2091,15 @@ def test_live_a_ranks_entry_is_read_a_round_trip_before_its_bytes_were_acknowled
     assert all(abs(late) < 0.006 for late in on_time.values()), on_time
     straggler = alerts._lateness(view(0.2), latency, 2)
     assert all(abs(late - 0.2) < 0.006 for late in straggler.values()), straggler
+
+
+def test_a_long_paths_own_round_trip_is_no_queue() -> None:
+    """A connection across a 3-pod fat-tree's core has a round trip of 4-4.6 ms with
+    nothing queued (seed 50): its seconds of small messages are unqueued, as a short
+    path's under 3 ms are; 9 ms above its least is a queue."""
+    hops = path(GPUS[3], "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", GPUS[4])
+    far = ConnectionView(1, 1, 3, 4, GPUS[3], GPUS[4], hops)
+    far.rtt = [(T0 + k * 0.06, 4_600 + 1_400 * (k % 2)) for k in range(50)]
+    assert unqueued_seconds(far) == {int(T0) + s for s in range(3)}
+    far.rtt += [(T0 + 3 + k * 0.06, 13_600) for k in range(17)]
+    assert int(T0) + 3 not in unqueued_seconds(far)
