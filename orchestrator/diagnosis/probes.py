@@ -171,6 +171,20 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     return units
 
 
+def _tally(lossy: Sequence[_Unit], start: str = "") -> tuple[dict[str, set[int]], Counter[str]]:
+    """Per direction (those beginning with ``start``): the lossy probes across it, and the
+    segments they lost there together (a probe under several tracings counts once as a
+    witness, each tracing's losses add)."""
+    support: dict[str, set[int]] = {}
+    lost: Counter[str] = Counter()
+    for u in lossy:
+        for d in u.dirs:
+            if d.startswith(start):
+                support.setdefault(d, set()).add(u.probe.id)
+                lost[d] += u.lost
+    return support, lost
+
+
 def probe_losses(obs: Observations) -> list[Suspect]:
     """Lossy link directions placed by the probes (the module docstring)."""
     units = _units(obs)
@@ -180,12 +194,7 @@ def probe_losses(obs: Observations) -> list[Suspect]:
         if not lossy:
             break
         # probes, not units: a probe seen under several tracings is one witness
-        support: dict[str, set[int]] = {}
-        lost: Counter[str] = Counter()
-        for u in lossy:
-            for d in u.dirs:
-                support.setdefault(d, set()).add(u.probe.id)
-                lost[d] += u.lost
+        support, lost = _tally(lossy)
         # on a tie, the one fewer probes crossed cleanly while the lossy ones lost (a
         # direction the same lossy probes crossed, and clean ones too, is less likely),
         # then the other direction of a link already found (one fault on a link rather
@@ -404,13 +413,7 @@ def agreeing_egress(obs: Observations, leaks: Mapping[str, Leak]) -> list[Suspec
         return []
     units = _units(obs)
     lossy = [u for u in units if u.lost]
-    support: dict[str, set[int]] = {}
-    lost: Counter[str] = Counter()
-    for u in lossy:
-        for d in u.dirs:
-            if d.startswith(f"{switch}>"):
-                support.setdefault(d, set()).add(u.probe.id)
-                lost[d] += u.lost
+    support, lost = _tally(lossy, f"{switch}>")
     if not support:
         return []
     ranked_dirs = sorted(support, key=lambda d: (-len(support[d]), -lost[d], d))
