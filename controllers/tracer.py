@@ -52,8 +52,24 @@ def follow(
     Raises :class:`RoutingError` on a loop, a missing entry, a port that leads nowhere or an
     output to the port the packet arrived on (which the switch would drop).
     """
-    paths = _trace(description, plan, switch, destination, down, choose, branch=False)
-    return paths[0]
+    return [
+        node
+        for node, _ in follow_hops(description, plan, switch, destination, down=down, choose=choose)
+    ]
+
+
+def follow_hops(
+    description: FabricDescription,
+    plan: ForwardingPlan,
+    switch: str,
+    destination: str | Packet,
+    *,
+    down: Iterable[tuple[str, int]] | None = None,
+    choose: BucketChooser | None = None,
+) -> list[tuple[str, int | None]]:
+    """:func:`follow`'s path with the port the packet came in by at each node (None at
+    ``switch``): where two switches are joined by several links, which one it crossed."""
+    return _trace(description, plan, switch, destination, down, choose, branch=False)[0]
 
 
 def trace_all(
@@ -68,7 +84,8 @@ def trace_all(
 
     Sorted; :class:`RoutingError` as for :func:`follow` if any branch fails.
     """
-    return sorted(_trace(description, plan, switch, destination, down, None, branch=True))
+    hops = _trace(description, plan, switch, destination, down, None, branch=True)
+    return sorted([node for node, _ in path] for path in hops)
 
 
 def _trace(
@@ -79,7 +96,8 @@ def _trace(
     down: Iterable[tuple[str, int]] | None,
     choose: BucketChooser | None,
     branch: bool,
-) -> list[list[str]]:
+) -> list[list[tuple[str, int | None]]]:
+    """Every path found, each as (node, the port it came in by) from ``switch`` (None)."""
     fabric = description.fabric
     ends = link_ends(fabric)
     packet = destination if isinstance(destination, Packet) else Packet(destination)
@@ -89,7 +107,7 @@ def _trace(
         down_ends |= {(x.b, x.b_port) for x in plan.failed_links}
     else:
         down_ends = set(down)
-    done: list[list[str]] = []
+    done: list[list[tuple[str, int | None]]] = []
     # Depth-first over (path so far, (node, port it arrived on) states visited); select
     # groups branch. A loop is a state seen twice: a packet may pass a switch twice when it
     # comes back by another port (a fast-failover detour: ToR -> agg -> other ToR).
@@ -103,7 +121,7 @@ def _trace(
                 or description.addresses[node].fabric_ip != ipv4_dst
             ):
                 raise RoutingError(f"{ipv4_dst} ends at {node}, not at its GPU (path {path})")
-            done.append(path)
+            done.append(states)
             continue
         dpid = fabric.switches[node].dpid
         entry = (

@@ -36,6 +36,7 @@ path-pinned its path among those published from the mate, as a run chooses them
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,11 +44,11 @@ from typing import Any
 
 from controllers.ovshash import pick, reproducible
 from controllers.pinning import PortLayout
-from controllers.plan import Bucket, FlowEntry, ForwardingPlan, GroupEntry, Output, Packet
+from controllers.plan import Bucket, FlowEntry, ForwardingPlan, GroupEntry, Packet
 from controllers.policies import Policy
 from controllers.policies import default_registry as policy_registry
 from controllers.routing import RoutingError
-from controllers.tracer import follow
+from controllers.tracer import follow_hops
 from orchestrator.testbed.hostports import BALANCED, check_host_ports
 from orchestrator.testbed.pinning import (
     CANDIDATES,
@@ -286,7 +287,6 @@ class PolicyRouter:
         addresses = self.description.addresses
         tor = next(n.peer for n in addresses[src].nics if n.port == nic)
         packet = Packet.tcp(addresses[src].fabric_ip, addresses[dst].fabric_ip, port, WORKER_PORT)
-        chosen: list[tuple[str, Bucket]] = []
 
         def choose(switch: str, group: GroupEntry, live: list[Bucket]) -> Bucket:
             # Open vSwitch's own choice where it is reproduced, else a draw by the salt
@@ -296,25 +296,26 @@ class PolicyRouter:
                 basis = group.selection.basis if group.selection else 0
                 by_bucket = dict(zip(group.buckets, ids, strict=True))
                 exact = max(live, key=lambda b: _score(salt, basis, key, by_bucket[b]))
-            chosen.append((switch, exact))
             return exact
 
-        path = (src, *follow(self.description, self.plan, tor, packet, choose=choose))
+        hops = follow_hops(self.description, self.plan, tor, packet, choose=choose)
+        path = (src, *(node for node, _ in hops))
         self._follow_cache[key] = path
-        self._lanes_cache[key] = tuple(
-            lane for switch, bucket in chosen if (lane := self._twin(switch, bucket)) is not None
-        )
+        self._lanes_cache[key] = self._twins(hops)
         return path
 
-    def _twin(self, switch: str, bucket: Bucket) -> Lane | None:
-        """The lane a select group's ``bucket`` sends out of at ``switch``, where that
-        link has parallel twins (None elsewhere: the node pair names it)."""
-        port = next((a.port for a in bucket.actions if isinstance(a, Output)), None)
-        if port is None:
-            return None
+    def _twins(self, hops: Sequence[tuple[str, int | None]]) -> tuple[Lane, ...]:
+        """The lanes a path took where two switches are joined by several links (parallel
+        twins; elsewhere the node pair names the link): whichever entry chose it, a select
+        group's bucket (ECMP) or a rule matching the source port's bits (path-pinned). A
+        connection crosses one of them, at that one's rate, not their sum (a path-pinned
+        ring's connection across 4 parallel aggregation-core links was forecast at their
+        summed rate, twice what the one it took carried: seed 49 run 21)."""
         fabric = self.description.fabric
-        link = next((x for x in fabric.links_of(switch) if x.port_of(switch) == port), None)
-        if link is None:
-            return None
-        other = link.other(switch)
-        return (switch, other, port) if len(fabric.links_between(switch, other)) > 1 else None
+        lanes = []
+        for (a, _), (b, came_in) in itertools.pairwise(hops):
+            if came_in is None or len(fabric.links_between(a, b)) < 2:
+                continue
+            link = next(x for x in fabric.links_of(b) if x.port_of(b) == came_in)
+            lanes.append((a, b, link.port_of(a)))
+        return tuple(lanes)
