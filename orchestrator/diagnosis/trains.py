@@ -15,7 +15,9 @@ queue on a busy link of the way back (and behind a slow link's full queue: train
 acknowledgements crossed a slowed link came at 0.1-0.3 in the suites). So a train is
 evidence against a direction ``d`` of its way there or back (:meth:`Reading.slow_across`)
 when it came at under :data:`SLOW_LINE` of its path's slowest link while no other
-direction of its way carried :data:`BUSY` of its rate or more, none of the way back
+direction of its way carried :data:`BUSY` of its rate or more (unless the train came far
+under an equal share of it beside the collectives' connections crossing it:
+:data:`FAIR_FLOOR`), none of the way back
 :data:`BUSY_BACK` (the ports' counters, :data:`BUSY_PAD_S` around the train), ``d`` itself
 less than :data:`OWN_MAX` and than :data:`OWN_OVER_SHARE` times the train's share (a link
 slowed so that a train crosses it at a share s carries about s of its rate at most: a
@@ -47,8 +49,9 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from orchestrator.diagnosis.detectors import rel
@@ -61,6 +64,7 @@ SLOW_LINE = 0.3  # a train's second half under this share of its path's slowest 
 FAST_LINE = 0.8  # ... at this share or more: its path was that fast
 BUSY = 0.4  # another direction of its path that carried this share of its rate meanwhile
 BUSY_BACK = 0.6  # ... or of its acknowledgements' path (they clock its second half)
+FAIR_FLOOR = 0.25  # ... unless the train came under this many equal shares of it (_shared)
 OWN_MAX = 0.5  # the direction itself carried this share or more: not slowed below the line
 OWN_OVER_SHARE = 1.5  # ... or this many times the train's own share: not slowed to that
 BUSY_PAD_S = 0.3  # around the train, for the counters polled every 0.5 s
@@ -90,6 +94,9 @@ class Reading:
     loads: dict[str, float]  # direction -> share of its rate it carried meanwhile
     down: bool  # a port of the fabric was down meanwhile (a failover reroutes)
     lost: bool  # its probe retransmitted while it arrived
+    # direction of its way there -> (the share of that direction's own rate the train
+    # came at, the collectives' connections crossing it meanwhile)
+    sharing: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @cached_property  # asked for every direction of the fabric, on every live look
     def ways(self) -> frozenset[str]:
@@ -105,10 +112,23 @@ class Reading:
         if self.down or self.share >= SLOW_LINE or own >= min(OWN_MAX, OWN_OVER_SHARE * self.share):
             return False
         return not any(
-            load >= (BUSY if x in self.dirs else BUSY_BACK)
+            load >= (BUSY if x in self.dirs else BUSY_BACK) and self._shared(x)
             for x, load in self.loads.items()
             if x != d
         )
+
+    def _shared(self, x: str) -> bool:
+        """Whether the traffic on busy direction ``x`` of the way there can have held the
+        train back: unless the collectives' connections crossing ``x`` (n of them) would
+        have left it :data:`FAIR_FLOOR` / (n + 1) of ``x``'s rate and it came slower. A
+        train is one more TCP flow there; it gets about an equal share of a link it
+        shares, less as a short flow against long ones, not a quarter of one it shares
+        with one connection carrying under half the rate (seed 49 run 1: trains across a
+        slowed core link came at 0.22-0.23 of a ToR downlink beside the one ring
+        connection that carried 0.46-0.51 of it; healthy runs' trains came at 0.26 or more
+        of (n + 1) shares). Traffic no connection explains (n = 0) holds it back."""
+        came, flows = self.sharing.get(x, (0.0, 0))
+        return flows == 0 or came * (flows + 1) >= FAIR_FLOOR
 
     @property
     def fast(self) -> bool:
@@ -121,6 +141,13 @@ def readings(obs: Observations) -> list[Reading]:
     if rec is None or not rec.train or span is None:
         return []
     downs = down_windows(obs)
+    spans: dict[int, tuple[float, float]] = {}
+    for op in obs.operations:
+        a, b = spans.get(op.config_id, (op.start, op.end))
+        spans[op.config_id] = (min(a, op.start), max(b, op.end))
+    crossing: dict[int, Counter[str]] = defaultdict(Counter)
+    for c in obs.connections:
+        crossing[c.config_id].update(set(c.directions()))
     out = []
     for probe in rec.probes.values():
         for train in probe.trains:
@@ -138,6 +165,11 @@ def readings(obs: Observations) -> list[Reading]:
                 continue
             a, b = train.first - BUSY_PAD_S, train.last + BUSY_PAD_S
             loads = {d.name: carried(obs, d, a, b) for d in {*dirs, *back}}
+            active = [cid for cid, (x, y) in spans.items() if x <= b and a <= y]
+            sharing = {
+                d.name: (tail / d.capacity_bps, sum(crossing[cid][d.name] for cid in active))
+                for d in dirs
+            }
             out.append(
                 Reading(
                     probe.id,
@@ -149,6 +181,7 @@ def readings(obs: Observations) -> list[Reading]:
                     {d: x for d, x in loads.items() if x is not None},
                     any(x <= train.last and train.first <= y for x, y in downs),
                     _retransmitted(probe, train.first - 0.2, train.last + 0.2),
+                    sharing,
                 )
             )
     return sorted(out, key=lambda r: r.first)
@@ -210,7 +243,8 @@ def _finding(
         f"({ids}) between {rel(obs, run[0].first)} and {rel(obs, run[-1].last)} came at "
         f"{statistics.median(shares):.2f} of their path's slowest link (at most "
         f"{max(shares):.2f}; a healthy idle path gives about 1.3), while no other link of "
-        f"their ways was busy (at most {busiest:.2f} of its rate carried)",
+        f"their ways was busy enough to hold them back so (at most {busiest:.2f} of its "
+        "rate carried)",
         f"the other trains meanwhile, not across this link: "
         f"{sum(1 for r in others if r.share < SLOW_LINE)} of {len(others)} slow",
     ]
