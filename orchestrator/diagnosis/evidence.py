@@ -170,6 +170,9 @@ class Observations:
     # the probe mesh's probes, paths and samples (orchestrator.diagnosis.probes); None
     # without one
     probes: ProbeRecord | None = None
+    # config -> seconds per operation the calibrated model forecast before the run
+    # (orchestrator/forecast); empty where there was none or it was not calibrated
+    forecast_seconds: dict[int, float] = field(default_factory=dict)
 
     @property
     def fabric(self) -> Fabric:
@@ -292,7 +295,9 @@ def observe(path: Path) -> Observations:
         lateness = entry_lateness(bundle, fabric, configs, gpus)
         record = bundle.controller_restarts()
         own = restarts.recorded(record) if record is not None else restarts.inferred(windows)
+        forecasts = {cid: f.time_us / 1e6 for cid, f in bundle.forecasts().items() if f.calibrated}
         return Observations(
+            forecast_seconds=forecasts,
             warmed=warmed,
             config_policies={c.id: c.policy for c in configs},
             workload=read_workload(path),

@@ -51,6 +51,7 @@ def live_builder(
     probes: Callable[[], ProbeRecord | None] | None = None,
     queues: Callable[[], list[QueueCounter]] | None = None,
     ingress: Callable[[], list[IngressDrop]] | None = None,
+    forecast: Callable[[], float | None] | None = None,
 ) -> Callable[[], Observations | None]:
     """Observations of the launch ``current()`` returns (None while there is none), and
     of the counters and events from ``since`` (epoch s) on; ``probes``: the probe mesh so
@@ -58,7 +59,9 @@ def live_builder(
     which read a slow port live as after the run (:attr:`Observations.live_queues`), and
     ride with the probe mesh's record (what tells its congestion losses from a fault's:
     orchestrator.diagnosis.probes); ``ingress``: the switch sockets' drops so far (the
-    emulator's own loss, :attr:`Observations.ingress`)."""
+    emulator's own loss, :attr:`Observations.ingress`); ``forecast``: the running
+    configuration's calibrated forecast, s per operation, if any
+    (:attr:`Observations.forecast_seconds`)."""
     description = testbed.description
     switches = set(description.fabric.switches)
     directions = direction_map(description)
@@ -84,6 +87,7 @@ def live_builder(
         record = probes() if probes is not None else None
         if record is not None and queues is not None:
             record.queues = switch_rows
+        predicted = forecast() if forecast is not None else None
         return Observations(
             path=testbed.run_dir,
             description=description,
@@ -106,6 +110,7 @@ def live_builder(
             live_queues=_since(switch_rows, since),
             ingress=ingress_rows(ingress() if ingress is not None else []),
             nic_queues=_since(nic_rows, since),
+            forecast_seconds={0: predicted} if predicted else {},
         )
 
     return build

@@ -548,6 +548,8 @@ class Runner(Messages):
         self.live: LiveDiagnosis | None = None
         self.interrupted: Callable[[], bool] = lambda: False  # a Ctrl-C noted (run())
         self.current_launcher: Launcher | None = None  # the launch running (live diagnosis)
+        # its configuration's calibrated forecast, s per operation (live diagnosis)
+        self.current_forecast: float | None = None
         self.stragglers: Stragglers | None = None
         self.fault_outcomes: list[FaultOutcome] = []
         self.run_dir: Path | None = None  # the fabric's run directory, once it is up
@@ -766,6 +768,11 @@ class Runner(Messages):
                         for step in group:
                             self.progress.step(step)
                             predicted = self._forecast(forecaster, step)
+                            self.current_forecast = (
+                                predicted.time_us / 1e6
+                                if predicted is not None and predicted.calibrated
+                                else None
+                            )
                             began = time.monotonic()
                             test = CollectiveTest(collective.op, collective.algorithm, step.size)
                             result, recorded = self._measure(
@@ -1072,7 +1079,13 @@ class Runner(Messages):
         the probe mesh show, alerting as it goes."""
         self.current_launcher = None
         builder = live_builder(
-            testbed, lambda: self.current_launcher, time.time(), probes, queues, ingress
+            testbed,
+            lambda: self.current_launcher,
+            time.time(),
+            probes,
+            queues,
+            ingress,
+            lambda: self.current_forecast,
         )
         self.live = LiveDiagnosis(builder, say=self.say).start()
 
