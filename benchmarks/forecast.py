@@ -188,12 +188,19 @@ def cell(name: str, result: Any, forecast: Any, scale: float, saturated: bool) -
     }
 
 
+def experiment_name(fabric: str) -> str:
+    """The benchmark's experiment name for ``fabric``: an experiment's name has at most 32
+    characters, and a fabric file's may be longer (a 28-character file name was refused
+    as ``forecast-`` + it), so it is cut."""
+    return f"fc-{fabric}"[:32].rstrip("-")
+
+
 def run_fabric(given: str, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     # a fabric file (not in the repository, say) is named by its file name
     is_file = given.endswith((".yaml", ".yml"))
     name = Path(given).stem if is_file else given
     document = {
-        "name": f"forecast-{name}",
+        "name": experiment_name(name),
         "fabric": str(Path(given).resolve()) if is_file else fabric_document(given),
         "policies": args.policies,
         "host_ports": "balanced",

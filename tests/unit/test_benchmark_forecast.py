@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.helpers import load_benchmark
+from topologies.spec import NAME_PATTERN
 
 
 def cell(policy: str, collective: str, error: float, paths: str | None = None) -> dict[str, Any]:
@@ -56,3 +57,13 @@ def test_ecmps_band_is_judged_on_the_hash_draws_and_the_runs_planned_forecast_ap
     )
     # a run that drew as many (one NIC port: nothing planned decides more) adds nothing
     assert bench.with_hash_draws([full("ecmp", 1, 0.01, 8, True)], drawn) == [drawn[1]]
+
+
+def test_a_long_fabric_file_name_still_makes_a_valid_experiment_name() -> None:
+    """The benchmark names its experiment after the fabric; a fabric file's name may be
+    longer than an experiment's 32 characters (one was refused as ``forecast-`` + it)."""
+    bench = load_benchmark("forecast")
+    for fabric in ("astral-small", "astral-1pod-4x2-nic2-r8-tor2", "x" * 40 + "-y"):
+        name = bench.experiment_name(fabric)
+        assert NAME_PATTERN.match(name), name
+    assert bench.experiment_name("astral-small") == "fc-astral-small"
