@@ -125,8 +125,9 @@ class Reading:
         shares, less as a short flow against long ones, not a quarter of one it shares
         with one connection carrying under half the rate (seed 49 run 1: trains across a
         slowed core link came at 0.22-0.23 of a ToR downlink beside the one ring
-        connection that carried 0.46-0.51 of it; healthy runs' trains came at 0.26 or more
-        of (n + 1) shares). Traffic no connection explains (n = 0) holds it back."""
+        connection that carried 0.46-0.51 of it; of the slow trains such a link excused in
+        144 saved healthy runs, one came at 0.20 of an equal share, the rest at 0.26 or
+        more). Traffic no connection explains (n = 0) holds it back."""
         came, flows = self.sharing.get(x, (0.0, 0))
         return flows == 0 or came * (flows + 1) >= FAIR_FLOOR
 
