@@ -644,7 +644,7 @@ def diagnosis_dict(diagnosis: Any) -> dict[str, Any]:
     """``Diagnosis.to_dict()`` with each suspect's ``onset`` where the Suspect has one."""
     data: dict[str, Any] = dict(diagnosis.to_dict())
     rows = data.get("suspects") or []
-    for row, suspect in zip(rows, diagnosis.suspects, strict=False):
+    for row, suspect in zip(rows, getattr(diagnosis, "listed", diagnosis.suspects), strict=False):
         onset = getattr(suspect, "onset", None)
         if onset is not None and "onset" not in row:
             row["onset"] = onset
@@ -887,8 +887,8 @@ def diagnose(bundle: Path, outcome: Outcome) -> None:
         outcome.error = f"diagnose_bundle: {type(error).__name__}: {error}"
         return
     outcome.diagnosis = diagnosis_dict(diagnosis)
-    # what the diagnosis reports: a suspect under its threshold is not shown to anyone
-    score(outcome, list(diagnosis.ranked))
+    # what the diagnosis lists: the suspects above its threshold, then the less likely ones
+    score(outcome, list(diagnosis.listed))
 
 
 def evaluate(run_dir: Path, scenario: Scenario, status: str, seconds: float) -> Outcome:
