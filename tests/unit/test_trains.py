@@ -146,11 +146,25 @@ def test_every_train_slow_at_once_is_the_machine_not_a_link(astral: FabricDescri
 def test_trains_slow_only_when_their_probe_lost_are_a_loss_not_a_slow_link(
     astral: FabricDescription,
 ) -> None:
+    """A lossy link's train is slow when a lost segment waited for the probe's timer (its
+    second half then takes 0.2 s or more: at 0.03 of 20 Mbit/s, 0.22 s)."""
     # probes 0-2 retransmit during each of their trains from 4 s to 12 s
     lost = {i: {"lost": [2.0 * k + 0.3 * i + 0.05 for k in range(2, 7)]} for i in range(3)}
     slow = {i: (4.0, 12.0) for i in range(3)}
-    obs = observations(astral, probes=with_trains(record(CASES, lost), slow))
+    obs = observations(astral, probes=with_trains(record(CASES, lost), slow, slow_share=0.03))
     assert not slow_directions(obs), diagnose(obs).render()
+
+
+def test_trains_that_lost_but_came_at_a_slowed_links_rate_are_a_slow_link(
+    astral: FabricDescription,
+) -> None:
+    """A slowed link's small queue overflows under a train, which retransmits within a
+    round trip: its second half still comes at the link's rate (0.2 of 20 Mbit/s: 33 ms),
+    and every train losing is no reason to call it a loss (seed 50 run 1)."""
+    lost = {i: {"lost": [2.0 * k + 0.3 * i + 0.05 for k in range(2, 7)]} for i in range(3)}
+    slow = {i: (4.0, 12.0) for i in range(3)}
+    obs = observations(astral, probes=with_trains(record(CASES, lost), slow))
+    assert [s.target for s in slow_directions(obs)] == ["p1r0a1-p1r0t0"], diagnose(obs).render()
 
 
 def test_a_train_cut_short_or_read_in_one_go_has_no_rate() -> None:
