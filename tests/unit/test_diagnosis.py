@@ -1788,6 +1788,57 @@ def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
     )
 
 
+def test_ports_across_the_fabric_holding_queues_below_their_rates_at_once_are_no_slow_link(
+    astral: FabricDescription,
+) -> None:
+    """A slowed link's port holds its queue while it sends below its rate, alone. Another
+    port doing the same meanwhile (seed 34 run 29, a straggler's all-to-all: a spine's
+    port and a ToR's, both at 0.48) says the fabric did it, not one link: the score is
+    halved, under the threshold. The other port at its rate, or full at another time,
+    leaves it whole. (The port sends at 0.45 here, as seed 34's did: a port at a quarter
+    of its rate is read by its pace as well, :func:`sending_below_rate`.)"""
+    out = routed(astral, "p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    port = ("p0r1a0", out[2].out_port)
+    elsewhere = routed(astral, "p1s1g1", "p1r1t1", "p1r1a1", "c3", "p0r1a1", "p0r1t1", "p0s1g1")
+    other = ("p1r1a1", elsewhere[2].out_port)
+    d = observations(astral).directions["p0r1a0>c0"]
+
+    def held(first: int) -> list[tuple[float, int, int, int]]:
+        return [
+            (T0 - 1 + k * 0.5, 500 * k, 0, 55_000 if first <= k < first + 14 else 0)
+            for k in range(45)
+        ]
+
+    def sending(share: float) -> list[tuple[float, int, int, int, int]]:
+        rate = share * d.capacity_bps / 8
+        return [(T0 - 1 + k * 0.5, 0, int(k * 0.5 * rate), 0, 0) for k in range(45)]
+
+    conns = [connection(1, 1, 4, out)]
+
+    def top(other_first: int, other_share: float) -> list[tuple[str, float]]:
+        obs = observations(
+            astral,
+            connections=conns,
+            queues={**queues({}, ["c0", "c3"]), port: held(10), other: held(other_first)},
+            counters={port: sending(0.45), other: sending(other_share)},
+        )
+        return [(s.target, round(s.score, 3)) for s in overfull_queues(obs)]
+
+    assert top(30, 0.5) == [("p0r1a0>c0", 0.85)]  # the other full later: alone
+    assert top(12, 0.96) == [("p0r1a0>c0", 0.85)]  # the other at its rate: congestion's
+    assert top(12, 0.5) == [("p0r1a0>c0", 0.425)]
+    obs = observations(
+        astral,
+        connections=conns,
+        queues={**queues({}, ["c0", "c3"]), port: held(10), other: held(12)},
+        counters={port: sending(0.45), other: sending(0.5)},
+    )
+    assert diagnose(obs).healthy, diagnose(obs).render()
+    halved = overfull_queues(obs)[0]
+    assert halved.evidence[-1].startswith("but 1 other port(s) held a queue while sending")
+    assert "p1r1a1>c3 at 0.50" in halved.evidence[-1]
+
+
 def test_a_port_that_holds_a_queue_and_sends_far_below_its_rate_is_slow(
     astral: FabricDescription,
 ) -> None:
