@@ -80,6 +80,10 @@ LOSSY_OVER_QUEUED = 0.25  # ... and this share of its full queues' discards
 BACKGROUND_SWITCHES = 6  # other switches dropping some too: a rate to compare (about_as_often)
 QUEUE_DROPS_MIN = 5  # packets a full egress queue discarded over the run
 QUEUE_MIN_BYTES = 24_000  # held at a switch's egress through the run: a shaped-down port
+# a port whose full queue speaks for a slow link sent at most this share of its rate in any
+# sampling interval meanwhile: ports slowed to a quarter sent 0.27 at most in the saved
+# suites' fault windows; full queues of healthy all-to-alls' bursts, 0.3-0.57
+FULL_PACE_MAX = 0.5
 # a port fed no faster than its rate is full when QUEUE_MIN_BYTES or more were held in
 # OVERFULL_SAMPLES samples (0.5 s apart), OVERFULL_BYTES or more in OVERFULL_PEAKS of them:
 # fed by one connection at its own rate, its bursts held at most 37 KB at a sample over the
@@ -1904,7 +1908,20 @@ def _explain(
             said = {
                 d.name: [full[port] for port in egress_ports(obs, d) if port in full] for d in ends
             }
-            holding = [d for d in ends if said[d.name]]
+            # a port slowed below the line never sends faster; one full of bursts does
+            bursts = {
+                d.name: pace
+                for d in ends
+                if said[d.name]
+                and (pace := _fastest_pace(queued, egress_ports(obs, d), d, window))
+                and pace > FULL_PACE_MAX
+            }
+            holding = [d for d in ends if said[d.name] and d.name not in bursts]
+            evidence += [
+                f"but {name_}'s port, its queue full, sent at {pace:.2f} of its rate at times "
+                "meanwhile: bursts overflowed it, a slower port could not have sent so"
+                for name_, pace in sorted(bursts.items())
+            ]
             if holding:
                 factor = 0.65 + 0.35 * len(holding) / len(ends)
                 evidence += [
@@ -1991,7 +2008,7 @@ def _explain(
                 f"but full queues on their paths discarded {congestion:,} packets: "
                 "their retransmissions are congestion's"
             )
-        if fault == "slow" and len(bad) == 1 and len(evidence) == 2:
+        if fault == "slow" and len(bad) == 1 and all(e.startswith("but ") for e in evidence[2:]):
             # one connection's path names each of its directions alike, and nothing but
             # its pace speaks for this one
             factor *= LONE_SLOW_FACTOR
@@ -2005,6 +2022,31 @@ def _explain(
     if leaks and fault == "lossy":
         out += _beyond_first_hop(obs, bad, leaks, lead, onset)
     return out
+
+
+def _fastest_pace(
+    obs: Observations,
+    ports: Sequence[Port],
+    d: Direction,
+    window: tuple[float, float] | None,
+) -> float | None:
+    """The fastest ``d``'s ports sent between two consecutive queue samples (0.2-2 s
+    apart) within ``window`` (the run's span without one), as a share of its rate; None
+    where the counters do not cover any such interval."""
+    span = window or obs.span
+    if span is None:
+        return None
+    fastest = None
+    for port in ports:
+        rows = [r for r in egress_queue(obs, port) if span[0] <= r[0] <= span[1]]
+        for a, b in itertools.pairwise(rows):
+            if not 0.2 <= b[0] - a[0] <= 2.0:
+                continue
+            sent = _sent_bytes(obs, port, a[0], b[0])
+            if sent is not None:
+                pace = sent * 8 / (b[0] - a[0]) / d.capacity_bps
+                fastest = pace if fastest is None else max(fastest, pace)
+    return fastest
 
 
 def _with_live_queues(obs: Observations) -> Observations:
