@@ -1595,13 +1595,7 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
                 if found is not None:
                     _keep_earliest(gpu_ports, found)
                 continue
-            paces = []
-            for a, b in itertools.pairwise(rows):
-                if a[3] < BACKLOG_BYTES or b[3] < BACKLOG_BYTES or not 0.2 <= b[0] - a[0] <= 2.0:
-                    continue
-                sent = _sent_bytes(obs, port, a[0], b[0])
-                if sent is not None:
-                    paces.append((a[0], b[0], sent * 8 / (b[0] - a[0]) / d.capacity_bps))
+            paces = _interval_paces(obs, port, d, rows, BACKLOG_BYTES)
             if len(paces) < BACKLOGGED_INTERVALS or max(p for _, _, p in paces) > BELOW_RATE:
                 found = _often_backlogged(obs, port, d, rows) or _slow_while_dropping(
                     obs, port, d, rows
@@ -2036,17 +2030,34 @@ def _fastest_pace(
     span = window or obs.span
     if span is None:
         return None
-    fastest = None
-    for port in ports:
-        rows = [r for r in egress_queue(obs, port) if span[0] <= r[0] <= span[1]]
-        for a, b in itertools.pairwise(rows):
-            if not 0.2 <= b[0] - a[0] <= 2.0:
-                continue
-            sent = _sent_bytes(obs, port, a[0], b[0])
-            if sent is not None:
-                pace = sent * 8 / (b[0] - a[0]) / d.capacity_bps
-                fastest = pace if fastest is None else max(fastest, pace)
-    return fastest
+    paces = [
+        pace
+        for port in ports
+        for _, _, pace in _interval_paces(
+            obs, port, d, [r for r in egress_queue(obs, port) if span[0] <= r[0] <= span[1]]
+        )
+    ]
+    return max(paces, default=None)
+
+
+def _interval_paces(
+    obs: Observations,
+    port: Port,
+    d: Direction,
+    rows: Sequence[tuple[float, int, int, int]],
+    backlog: int = 0,
+) -> list[tuple[float, float, float]]:
+    """(start, end, pace) for each two consecutive queue samples of ``port`` (``rows``)
+    0.2-2 s apart that both held ``backlog`` bytes or more: what the port sent meanwhile
+    (its transmit counter) as a share of ``d``'s rate, where the counters cover it."""
+    out = []
+    for a, b in itertools.pairwise(rows):
+        if a[3] < backlog or b[3] < backlog or not 0.2 <= b[0] - a[0] <= 2.0:
+            continue
+        sent = _sent_bytes(obs, port, a[0], b[0])
+        if sent is not None:
+            out.append((a[0], b[0], sent * 8 / (b[0] - a[0]) / d.capacity_bps))
+    return out
 
 
 def _with_live_queues(obs: Observations) -> Observations:
