@@ -449,6 +449,23 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
     return out
 
 
+def live_silent(obs: Observations, switch: str, start: float, end: float) -> int:
+    """Packets ``switch`` dropped between ``start`` and ``end`` that no full queue explains,
+    read live (:attr:`Observations.live_queues`) as :func:`switch_leaks` reads a switch:
+    less what its queues held at ``end`` (received and not yet sent), and the least of
+    that reading and those :data:`LIVE_CUTS_S` earlier (a burst of drops between a
+    queue's sample and the counters' reads as lost at one cut and not the next). 0 when
+    a port or queue was not sampled."""
+    live = _with_live_queues(obs)
+    ports = sorted(port for node, port in obs.counters if node == switch)
+    readings = [
+        _balance(live, switch, ports, start, end - back, True)
+        for back in (0.0, *LIVE_CUTS_S)
+        if end - back > start
+    ]
+    return max(0, min((x.silent for x in readings if x is not None), default=0))
+
+
 def _balance(
     obs: Observations, switch: str, numbers: Sequence[int], start: float, end: float, live: bool
 ) -> Leak | None:

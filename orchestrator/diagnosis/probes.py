@@ -47,7 +47,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.diagnosis.detectors import UNCOUNTED_PAD_S, Leak, discards_of, rel
+from orchestrator.diagnosis.detectors import (
+    UNCOUNTED_PAD_S,
+    Leak,
+    discards_of,
+    live_silent,
+    rel,
+)
 from orchestrator.diagnosis.evidence import Observations
 from orchestrator.diagnosis.model import FABRIC_WIDE, THRESHOLD, Suspect
 from orchestrator.diagnosis.proberecord import (
@@ -661,7 +667,12 @@ def _destinations_needed(
 def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     """Packets ``switch`` received and did not send between ``start`` and ``end`` beyond
     what its full egress queues discarded and its sockets dropped unread (the emulator's
-    loss: :meth:`Observations.ingress_drops`); 0 when a port or queue was not sampled."""
+    loss: :meth:`Observations.ingress_drops`); 0 when a port or queue was not sampled.
+    Live, with the queue samples so far (:func:`~orchestrator.diagnosis.detectors.
+    live_silent`): before 2026-12-06 a live look had none, and a hole whose probe
+    stalled beside a congested queue waited for the run's end to be named."""
+    if obs.now is not None and not obs.queues and obs.live_queues:
+        return live_silent(obs, switch, start, end)
     received_not_sent = 0
     explained = 0  # what the full queues discarded and the sockets dropped unread
     for (node, port), _ in obs.counters.items():

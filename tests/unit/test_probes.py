@@ -335,10 +335,14 @@ def test_a_lone_stall_amid_congestion_is_a_hole_where_the_counters_place_its_ret
     top = diagnose(obs).ranked[0]
     assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
     assert "kept because p1r0a1 dropped 28 packets" in top.evidence[-1], top.evidence
+    # live, halfway through the stall, the queue samples so far place it alike
+    live = diagnose(replay_at(obs, T0 + 10.0))
+    assert [s.key() for s in live.ranked][:1] == [("switch", "p1r0a1", "blackhole")], live.render()
     # the same stall with p1r0a1 balanced: congestion's timeouts, no hole
     even = {("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k) for k, t in enumerate(SAMPLED)]}
     obs = observations(astral, probes=held, counters=even, queues=queues)
     assert not any(s.fault == "blackhole" for s in diagnose(obs).suspects), diagnose(obs).render()
+    assert not diagnose(replay_at(obs, T0 + 10.0)).ranked
 
 
 # p1r0a1 under an all-to-all's congestion (every egress of it discards all along: the loss
