@@ -633,7 +633,11 @@ def stalls(c: ConnectionView, now: float | None = None) -> list[tuple[float, flo
     ``now`` (a run still going): a stall not over yet counts up to it, when the
     connection's last kernel view still held unacknowledged data (one that finished its
     step holds none) and it is longer than the samples' shipping lag allows
-    (:data:`LIVE_LAG_S` more); without it a stall is seen only once bytes move again."""
+    (:data:`LIVE_LAG_S` more), and while its kernel views go on (a connection in a hole
+    is looked at every 0.06 s; one whose configuration ended is looked at no more, its
+    last view taken before its last acknowledgement: three healthy runs of the saved
+    suites alerted live on such a connection's "stall" between two configurations);
+    without ``now`` a stall is seen only once bytes move again."""
     out = []
     last_progress: float | None = None
     for t, nbytes in c.samples:
@@ -645,7 +649,12 @@ def stalls(c: ConnectionView, now: float | None = None) -> list[tuple[float, flo
             last_progress = t
     found = [(a, b) for a, b in out if _outstanding(c, a, b)]
     open_since = last_progress if c.unacked and c.unacked[-1][1] > 0 else None
-    if now is not None and open_since is not None and now - open_since >= STALL_S + LIVE_LAG_S:
+    if (
+        now is not None
+        and open_since is not None
+        and now - open_since >= STALL_S + LIVE_LAG_S
+        and now - c.unacked[-1][0] <= STALL_S + LIVE_LAG_S
+    ):
         found.append((open_since, now))
     return found
 

@@ -1377,11 +1377,15 @@ def test_a_stall_not_over_yet_counts_while_the_run_goes() -> None:
     hops = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
     c = ConnectionView(1, 1, 1, 4, GPUS[1], GPUS[4], hops)
     c.samples = [(T0 + k * 0.01, 12_000) for k in range(300)]  # moving until T0 + 3 s
-    c.unacked = [(T0 + 2.99, 30)]
+    c.unacked = [(T0 + 2.99 + k * 0.06, 30) for k in range(31)]  # looked at until T0 + 4.8
     assert stalls(c) == []
     assert stalls(c, now=T0 + 4.2) == []  # 1.2 s: within what shipping samples lags
     assert stalls(c, now=T0 + 5.0) == [(pytest.approx(T0 + 2.99), T0 + 5.0)]
     c.unacked = [(T0 + 2.99, 0)]  # its step done: waiting for the next, not stalled
+    assert stalls(c, now=T0 + 5.0) == []
+    # its kernel no longer looked at since its last bytes: its configuration ended (the
+    # last view taken before the last acknowledgement), not a stall
+    c.unacked = [(T0 + 2.99, 30)]
     assert stalls(c, now=T0 + 5.0) == []
 
 
