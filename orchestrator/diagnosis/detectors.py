@@ -204,6 +204,10 @@ CASCADE_S = 1.0  # a hole's connections stall together; those that wait for them
 # run's first operation shows that now and then (one connection 1.2 s at its start, a lost
 # first segment under the kernel's 1 s initial timeout); alone it stays under the line
 LONE_STALL = 0.6
+# ... unless it stalled this long, retransmitting into it (HOLE_RETRANS_MIN): the longest
+# stall of a connection in the saved suites' healthy runs and other faults' was 2.9 s
+# (beside most of a run's connections stalled at once, 10.6 s: the workers' pause)
+LONE_HOLE_S = 4.0
 GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
 CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collision's half
 CAPPED_SHARE_FAIR = 0.5  # the same, each peak over its fair share (collisions accounted for)
@@ -2360,10 +2364,15 @@ def _explain_stalls(
         # in its stall: a connection whose segments a hole drops retransmits them when its
         # timeout fires, well within a second (a healthy run's lone 1.1 s stall, over the
         # warm-up's end, retransmitted nothing, beside 5 drops of its switch: seed 21)
+        first_stalls = stalled.get(bad[0].id, [])
         score *= (
             1.0
             if len(bad) > 1
-            or (leak and retransmitted_in_longest(bad[0], stalled.get(bad[0].id, [])) > 0)
+            or (leak and retransmitted_in_longest(bad[0], first_stalls) > 0)
+            or (
+                longest >= LONE_HOLE_S
+                and retransmitted_in_longest(bad[0], first_stalls) >= HOLE_RETRANS_MIN
+            )
             else LONE_STALL
         )
         acks = sum(1 for c in through if c.dst_gpu != destination)
