@@ -119,6 +119,7 @@ BUSY_SHARE = 0.5
 BUSY_BELOW_RATE = 0.35
 BUSY_RATIO = 0.45
 BUSY_SCORE = 0.8
+OFTEN_ELSEWHERE_FACTOR = 0.5  # ... another link's port read so at the same time
 # Either reading (by the share of samples found waiting, or by discards) is worth this
 # much when the operations meanwhile ran within AS_FORECAST of the calibrated forecast
 # (median; _unless_as_forecast)
@@ -1626,21 +1627,22 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
     start, end = span[0] - 0.5, span[1] + 1.0
     out: dict[str, Suspect] = {}
     gpu_ports: dict[str, Suspect] = {}
+    often: list[tuple[Suspect, float, str]] = []  # read by the share waiting: (it, until, link)
     for d in obs.directions.values():
         for port in egress_ports(obs, d):
             rows = [r for r in egress_queue(obs, port) if start <= r[0] <= end]
             if d.src not in obs.fabric.switches:  # a GPU's NIC port: by the share only
-                found = _often_backlogged(obs, port, d, rows, NIC_BUSY_BYTES, NIC_BUSY_SHARE)
-                if found is not None:
-                    _keep_earliest(gpu_ports, found)
+                waited = _often_backlogged(obs, port, d, rows, NIC_BUSY_BYTES, NIC_BUSY_SHARE)
+                if waited is not None:
+                    _keep_earliest(gpu_ports, waited[0])
                 continue
             paces = _interval_paces(obs, port, d, rows, BACKLOG_BYTES)
             if len(paces) < BACKLOGGED_INTERVALS or max(p for _, _, p in paces) > BELOW_RATE:
-                found = _often_backlogged(obs, port, d, rows) or _slow_while_dropping(
+                waited = _often_backlogged(obs, port, d, rows) or _slow_while_dropping(
                     obs, port, d, rows
                 )
-                if found is not None:
-                    _keep_earliest(out, found)
+                if waited is not None:
+                    often.append((*waited, d.link_name))
                 continue
             median = statistics.median(p for _, _, p in paces)
             evidence = [
@@ -1658,6 +1660,28 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
     # of a healthy all-to-all's GPUs at 0.25-0.28 of their rate), not a fault of one link
     if len(gpu_ports) == 1:
         out.update(gpu_ports)
+    # the same of switch ports on other links at the same time, by either reading: an
+    # all-to-all's TCP backing off at several uplinks, not one slow port (seed 50 run 42:
+    # two leaf uplinks of a healthy ECMP all-to-all waiting at 75 % of their samples,
+    # sending 0.33 of their rate; seed 55 run 24, found after: two ToR uplinks of a healthy
+    # ECMP run discarding in 4-7 intervals while sending 0.22-0.28, overlapping 0.5 s)
+    for suspect, until, link in often:
+        alike = sorted(
+            {
+                other.target
+                for other, other_until, other_link in often
+                if other_link != link
+                and (other.onset or 0.0) < until
+                and (suspect.onset or 0.0) < other_until
+            }
+        )
+        if alike:
+            suspect.score *= OFTEN_ELSEWHERE_FACTOR
+            suspect.evidence.append(
+                f"but {', '.join(alike)} read so at the same time: several ports waiting and "
+                "sending slow at once are the traffic's pattern, not one slow port"
+            )
+        _keep_earliest(out, suspect)
     return list(out.values())
 
 
@@ -1668,11 +1692,12 @@ def _often_backlogged(
     rows: Sequence[tuple[float, int, int, int]],
     busy_bytes: int = BUSY_BYTES,
     busy_share: float = BUSY_SHARE,
-) -> Suspect | None:
+) -> tuple[Suspect, float] | None:
     """``port`` slow by the share of its queue samples that found bytes waiting against
     what it sent meanwhile (:data:`BUSY_WINDOW`): the window that reads slowest, if any
-    reads slow. A quarter-rate port under TCP fills, discards and drains in turn, so its
-    queue is seldom held from one sample to the next, but often found waiting."""
+    reads slow, with the window's end. A quarter-rate port under TCP fills, discards and
+    drains in turn, so its queue is seldom held from one sample to the next, but often
+    found waiting."""
     transmitted = _transmitted(obs, port)
     if transmitted is None:
         return None
@@ -1702,12 +1727,12 @@ def _often_backlogged(
         f"a port with bytes waiting sends at its rate: found waiting that often, it should "
         f"have sent at {share:.2f} of its rate at least; it sent slower than its link's rate",
     ]
-    return _unless_as_forecast(obs, Suspect("link", d.name, "slow", BUSY_SCORE, evidence, a), b)
+    return _unless_as_forecast(obs, Suspect("link", d.name, "slow", BUSY_SCORE, evidence, a), b), b
 
 
 def _slow_while_dropping(
     obs: Observations, port: Port, d: Direction, rows: Sequence[tuple[float, int, int, int]]
-) -> Suspect | None:
+) -> tuple[Suspect, float] | None:
     """``port`` slow by what it sent in the sampling intervals its queue discarded packets
     in (see :data:`DROPPING_INTERVALS`): the longest run of such intervals, one after the
     other, each sent at :data:`DROPPING_BELOW_RATE` of the port's rate or less (and
@@ -1746,7 +1771,7 @@ def _slow_while_dropping(
         "it sent slower than its link's rate",
     ]
     suspect = Suspect("link", d.name, "slow", DROPPING_SCORE, evidence, best[0][0])
-    return _unless_as_forecast(obs, suspect, best[-1][1])
+    return _unless_as_forecast(obs, suspect, best[-1][1]), best[-1][1]
 
 
 def _unless_as_forecast(obs: Observations, suspect: Suspect, end: float) -> Suspect:

@@ -21,6 +21,7 @@ from orchestrator.diagnosis.detectors import (
     BUSY_SCORE,
     CAPPED_SHARE_FAIR,
     DROPPING_SCORE,
+    OFTEN_ELSEWHERE_FACTOR,
     Leak,
     capped,
     dropped_without_congestion,
@@ -2089,6 +2090,20 @@ def test_a_port_often_found_with_bytes_waiting_that_sends_slowly_is_slow(
             observations(astral, forecast_seconds={1: forecast}, **layers(0.2, alternate))
         )
         assert [s.score for s in late] == [BUSY_SCORE], forecast
+    # another link's switch port read so at the same time: the traffic's pattern (seed 50
+    # run 42, a healthy ECMP all-to-all's two leaf uplinks), each at half; one of the same
+    # link's other direction is that link's own, in full
+    for other, alone in (("p1r0a1>c3", False), ("c0>p0r1a0", True)):
+        o = obs0.directions[other]
+        twin = {
+            k: {**v, (o.src, o.link.port_of(o.src)): next(iter(v.values()))}
+            for k, v in layers(0.2, alternate).items()
+        }
+        both = sending_below_rate(observations(astral, **twin))
+        assert sorted(s.target for s in both) == sorted(["p0r1a0>c0", other])
+        assert {s.score for s in both} == {
+            BUSY_SCORE if alone else BUSY_SCORE * OFTEN_ELSEWHERE_FACTOR
+        }, other
 
 
 def test_the_pace_while_sending_leaves_out_the_waits_between_a_rings_chunks() -> None:
