@@ -209,6 +209,7 @@ LONE_STALL = 0.6
 # stall of a connection in the saved suites' healthy runs and other faults' was 2.9 s
 # (beside most of a run's connections stalled at once, 10.6 s: the workers' pause)
 LONE_HOLE_S = 4.0
+VIEW_GAP_S = 1.0  # ... looked at all through it: views no further apart than this
 GLOBAL_SHARE = 0.5  # of the connections anomalous at once: the machine, not a component
 CAPPED_SHARE = 0.4  # of the typical busy connection's peak rate: below a collision's half
 CAPPED_SHARE_FAIR = 0.5  # the same, each peak over its fair share (collisions accounted for)
@@ -723,6 +724,20 @@ def retransmitted_in_longest(c: ConnectionView, spans: Sequence[tuple[float, flo
     if not spans:
         return 0
     return retransmitted_across(c, max(spans, key=lambda ab: ab[1] - ab[0]))
+
+
+def _viewed_throughout(c: ConnectionView, stall: tuple[float, float]) -> bool:
+    """Whether ``c``'s kernel was looked at all through ``stall``, no two views (the last
+    before it and the first after it included) :data:`VIEW_GAP_S` or more apart: a
+    connection in a hole is looked at every 0.06 s, while a pause of the workers' sampler
+    leaves a gap in every connection's views (seed 55 run 33, a healthy sweep: one
+    connection's views 4.1 s apart, read live as a lone 4 s stall)."""
+    a, b = stall
+    times = [t for t, _ in c.unacked]
+    i = max(bisect.bisect_right(times, a) - 1, 0)
+    j = bisect.bisect_left(times, b)
+    seen = times[i : j + 1]
+    return bool(seen) and all(y - x < VIEW_GAP_S for x, y in itertools.pairwise(seen))
 
 
 def _first_retransmission(c: ConnectionView, start: float) -> float | None:
@@ -2397,6 +2412,7 @@ def _explain_stalls(
             or (
                 longest >= LONE_HOLE_S
                 and retransmitted_in_longest(bad[0], first_stalls) >= HOLE_RETRANS_MIN
+                and _viewed_throughout(bad[0], max(first_stalls, key=lambda ab: ab[1] - ab[0]))
             )
             else LONE_STALL
         )

@@ -687,6 +687,13 @@ def test_one_connection_stalled_once_is_not_a_blackhole_unless_a_switch_dropped_
         assert {(s.component, s.fault) for s in found} == (
             {("switch", "blackhole")} if holed else set()
         ), found
+    # ... and only if its kernel was looked at all through it: views 5 s apart are the
+    # workers' sampler pausing (seed 55 run 33, healthy), not a hole
+    paused = connection(1, 1, 6, alone, stall=(2.0, 7.2), retrans=6)
+    paused.unacked = [v for v in paused.unacked if not T0 + 2.1 <= v[0] <= T0 + 7.1]
+    assert diagnose(
+        observations(astral, connections=[paused, *conns[1:]], counters=counters({}, switches))
+    ).healthy
 
 
 def queues(
