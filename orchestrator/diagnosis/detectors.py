@@ -726,13 +726,16 @@ def retransmitted_in_longest(c: ConnectionView, spans: Sequence[tuple[float, flo
     return retransmitted_across(c, max(spans, key=lambda ab: ab[1] - ab[0]))
 
 
-def _viewed_throughout(c: ConnectionView, stall: tuple[float, float]) -> bool:
-    """Whether ``c``'s kernel was looked at all through ``stall``, no two views (the last
-    before it and the first after it included) :data:`VIEW_GAP_S` or more apart: a
-    connection in a hole is looked at every 0.06 s, while a pause of the workers' sampler
-    leaves a gap in every connection's views (seed 55 run 33, a healthy sweep: one
-    connection's views 4.1 s apart, read live as a lone 4 s stall)."""
-    a, b = stall
+def _viewed_throughout(c: ConnectionView, spans: Sequence[tuple[float, float]]) -> bool:
+    """Whether ``c``'s kernel was looked at all through the longest of its stalls
+    ``spans``, no two views (the last before it and the first after it included)
+    :data:`VIEW_GAP_S` or more apart (False without any): a connection in a hole is
+    looked at every 0.06 s, while a pause of the workers' sampler leaves a gap in every
+    connection's views (seed 55 run 33, a healthy sweep: one connection's views 4.1 s
+    apart, read live as a lone 4 s stall)."""
+    if not spans:
+        return False
+    a, b = max(spans, key=lambda ab: ab[1] - ab[0])
     times = [t for t, _ in c.unacked]
     i = max(bisect.bisect_right(times, a) - 1, 0)
     j = bisect.bisect_left(times, b)
@@ -1642,7 +1645,7 @@ def sending_below_rate(obs: Observations) -> list[Suspect]:
     start, end = span[0] - 0.5, span[1] + 1.0
     out: dict[str, Suspect] = {}
     gpu_ports: dict[str, Suspect] = {}
-    often: list[tuple[Suspect, float, str]] = []  # read by the share waiting: (it, until, link)
+    often: list[tuple[Suspect, float, str]] = []  # read by queue samples: (it, until, link)
     for d in obs.directions.values():
         for port in egress_ports(obs, d):
             rows = [r for r in egress_queue(obs, port) if start <= r[0] <= end]
@@ -2412,7 +2415,7 @@ def _explain_stalls(
             or (
                 longest >= LONE_HOLE_S
                 and retransmitted_in_longest(bad[0], first_stalls) >= HOLE_RETRANS_MIN
-                and _viewed_throughout(bad[0], max(first_stalls, key=lambda ab: ab[1] - ab[0]))
+                and _viewed_throughout(bad[0], first_stalls)
             )
             else LONE_STALL
         )

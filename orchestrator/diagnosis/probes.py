@@ -668,9 +668,9 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     """Packets ``switch`` received and did not send between ``start`` and ``end`` beyond
     what its full egress queues discarded and its sockets dropped unread (the emulator's
     loss: :meth:`Observations.ingress_drops`); 0 when a port or queue was not sampled.
-    Live, with the queue samples so far (:func:`~orchestrator.diagnosis.detectors.
-    live_silent`): before 2026-12-06 a live look had none, and a hole whose probe
-    stalled beside a congested queue waited for the run's end to be named."""
+    Live, with the queue samples so far (:func:`detectors.live_silent`): before
+    2026-12-06 a live look had none, and a hole whose probe stalled beside a congested
+    queue waited for the run's end to be named."""
     if obs.now is not None and not obs.queues and obs.live_queues:
         return live_silent(obs, switch, start, end)
     received_not_sent = 0
