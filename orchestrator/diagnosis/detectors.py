@@ -432,7 +432,7 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
         return {}
     first = min((c.samples[0][0] for c in obs.connections if c.samples), default=span[0])
     start, end = min(span[0], first) - 0.5, span[1] + QUIET_AFTER_S
-    live = obs.now is not None and not obs.queues and bool(obs.live_queues)
+    live = reads_live(obs)
     if live:
         # live, the fabric is not quiet at the cut: what its queues hold then was
         # received and not yet sent, and is taken off (LIVE_LEAK_MARGIN: the rest)
@@ -442,14 +442,9 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
         ports[switch].append(port)
     out = {}
     for switch, numbers in ports.items():
-        leak = _balance(obs, switch, numbers, start, end, live)
+        leak = (_live_balance if live else _balance)(obs, switch, numbers, start, end)
         if leak is None:
             continue
-        if live and leak.queued is not None:
-            # a burst of drops between a queue's sample and the counters' reads as lost
-            # at one cut and not the next; a loss keeps counting (LIVE_CUTS_S)
-            cuts = [_balance(obs, switch, numbers, start, end - back, live) for back in LIVE_CUTS_S]
-            leak = min((x for x in (leak, *cuts) if x is not None), key=lambda x: x.silent)
         if leak.queued is not None:
             least = SILENT_MIN_PACKETS + (LIVE_LEAK_MARGIN if live else 0)
             if leak.silent >= max(least, SILENT_SHARE * leak.queued):
@@ -459,25 +454,42 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
     return out
 
 
+def reads_live(obs: Observations) -> bool:
+    """Whether ``obs`` is a live look with the queue samples so far
+    (:attr:`Observations.live_queues`) in place of a finished run's."""
+    return obs.now is not None and not obs.queues and bool(obs.live_queues)
+
+
 def live_silent(obs: Observations, switch: str, start: float, end: float) -> int:
     """Packets ``switch`` dropped between ``start`` and ``end`` that no full queue explains,
-    read live (:attr:`Observations.live_queues`) as :func:`switch_leaks` reads a switch:
-    less what its queues held at ``end`` (received and not yet sent), and the least of
-    that reading and those :data:`LIVE_CUTS_S` earlier (a burst of drops between a
-    queue's sample and the counters' reads as lost at one cut and not the next). 0 when
-    a port or queue was not sampled."""
-    live = _with_live_queues(obs)
+    read live as :func:`switch_leaks` reads a switch (:func:`_live_balance`); 0 when a
+    port or queue was not sampled."""
     ports = sorted(port for node, port in obs.counters if node == switch)
-    readings = [
-        _balance(live, switch, ports, start, end - back, True)
-        for back in (0.0, *LIVE_CUTS_S)
-        if end - back > start
-    ]
-    return max(0, min((x.silent for x in readings if x is not None), default=0))
+    leak = _live_balance(_with_live_queues(obs), switch, ports, start, end)
+    return max(0, leak.silent) if leak is not None and leak.queued is not None else 0
+
+
+def _live_balance(
+    obs: Observations, switch: str, numbers: Sequence[int], start: float, end: float
+) -> Leak | None:
+    """:func:`_balance` live (``obs`` with the live queue samples in place): less what the
+    queues held at ``end``, and the least of that reading and those :data:`LIVE_CUTS_S`
+    earlier (a burst of drops between a queue's sample and the counters' reads as lost
+    at one cut and not the next; a loss keeps counting)."""
+    leak = _balance(obs, switch, numbers, start, end, True)
+    if leak is None or leak.queued is None:
+        return leak
+    cuts = [_balance(obs, switch, numbers, start, end - back, True) for back in LIVE_CUTS_S]
+    return min((x for x in (leak, *cuts) if x is not None), key=lambda x: x.silent)
 
 
 def _balance(
-    obs: Observations, switch: str, numbers: Sequence[int], start: float, end: float, live: bool
+    obs: Observations,
+    switch: str,
+    numbers: Sequence[int],
+    start: float,
+    end: float,
+    live: bool = False,
 ) -> Leak | None:
     """:func:`switch_leaks`' reading of one switch from ``start`` to ``end``: packets and
     bytes its ports received and did not send (live, less what its queues held at
@@ -1192,7 +1204,7 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     Live, the queue samples so far, and :func:`switch_leaks`' allowance for them."""
     span = obs.span
     conns = [c for c in obs.connections if c.samples]
-    live = obs.now is not None and not obs.queues
+    live = reads_live(obs)
     leaks = switch_leaks(obs)  # before the live queues stand in: it knows the cut is live
     obs = _with_live_queues(obs)
     if span is None or not obs.queues or not conns:
@@ -2408,13 +2420,14 @@ def _explain_stalls(
         # timeout fires, well within a second (a healthy run's lone 1.1 s stall, over the
         # warm-up's end, retransmitted nothing, beside 5 drops of its switch: seed 21)
         first_stalls = stalled.get(bad[0].id, [])
+        lost_into = retransmitted_in_longest(bad[0], first_stalls)
         score *= (
             1.0
             if len(bad) > 1
-            or (leak and retransmitted_in_longest(bad[0], first_stalls) > 0)
+            or (leak and lost_into > 0)
             or (
                 longest >= LONE_HOLE_S
-                and retransmitted_in_longest(bad[0], first_stalls) >= HOLE_RETRANS_MIN
+                and lost_into >= HOLE_RETRANS_MIN
                 and _viewed_throughout(bad[0], first_stalls)
             )
             else LONE_STALL

@@ -52,6 +52,7 @@ from orchestrator.diagnosis.detectors import (
     Leak,
     discards_of,
     live_silent,
+    reads_live,
     rel,
 )
 from orchestrator.diagnosis.evidence import Observations
@@ -671,7 +672,7 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     Live, with the queue samples so far (:func:`detectors.live_silent`): before
     2026-12-06 a live look had none, and a hole whose probe stalled beside a congested
     queue waited for the run's end to be named."""
-    if obs.now is not None and not obs.queues and obs.live_queues:
+    if reads_live(obs):
         return live_silent(obs, switch, start, end)
     received_not_sent = 0
     explained = 0  # what the full queues discarded and the sockets dropped unread
