@@ -398,6 +398,16 @@ def read_pty(fd: int, seconds: float) -> str:
     return out.decode("utf-8", "replace")
 
 
+def wait_reading(process: subprocess.Popen[bytes], fd: int, seconds: float) -> int:
+    """``process``'s exit status, reading its terminal meanwhile as a terminal would: a
+    view interrupted mid-frame writes its last frame on the way out, and a pseudo-terminal
+    nobody reads blocks that write once its buffer is full (the process then never exits)."""
+    deadline = time.monotonic() + seconds
+    while process.poll() is None and time.monotonic() < deadline:
+        read_pty(fd, 0.1)
+    return process.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.1)
+
+
 def test_astral_top_draws_in_a_pseudo_terminal_and_redraws(tmp_path: Path) -> None:
     write_run_dir(tmp_path / "run")
     main, secondary = pty.openpty()
@@ -420,7 +430,7 @@ def test_astral_top_draws_in_a_pseudo_terminal_and_redraws(tmp_path: Path) -> No
         assert "5/5" in later
     finally:
         os.killpg(process.pid, signal.SIGINT)
-        status = process.wait(timeout=10)
+        status = wait_reading(process, main, 10.0)
         os.close(main)
     assert status == 0
 
