@@ -97,6 +97,8 @@ START_LEAD_S = 0.02
 START_LEAD_PER_RANK_S = 0.001
 #: How often the ranks' progress is written for the live view (it redraws twice a second)
 LIVE_INTERVAL_S = 0.2
+#: Chunks of 64 KiB read from one worker before the launcher looks elsewhere (Launcher._read)
+READS_PER_TURN = 4
 
 
 # --- spawning workers -------------------------------------------------------------------------
@@ -760,7 +762,7 @@ class Launcher:
             os.replace(tmp, self.live)
 
     def _pump(self, timeout: float) -> None:
-        """Accept and read whatever is waiting (everything, so that timestamps are fresh)."""
+        """Accept and read whatever is waiting (a bounded share of each connection: _read)."""
         self._write_live()
         for key, _ in self._selector.select(timeout):
             if key.data is None:
@@ -773,7 +775,10 @@ class Launcher:
             self._read(key.data)
 
     def _read(self, link: _Link) -> None:
-        while True:
+        """Read what ``link`` holds, at most :data:`READS_PER_TURN` chunks: a worker that
+        writes faster than this thread reads (a million tiny operations, a DONE each) must
+        not keep it here, where it asks neither the other ranks nor the noted Ctrl-C."""
+        for _ in range(READS_PER_TURN):
             try:
                 data = link.sock.recv(1 << 16)
             except BlockingIOError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import selectors
 import signal
 import socket
 import subprocess
@@ -26,7 +27,8 @@ import pytest
 from orchestrator.collectives.latency import LatencyTable
 from orchestrator.collectives.nccl import format_row, format_table
 from orchestrator.collectives.plans import ELEMENT_BYTES, default_registry
-from orchestrator.worker.launcher import Launcher
+from orchestrator.worker import protocol
+from orchestrator.worker.launcher import Launcher, _Link
 from orchestrator.worker.outcome import (
     CollectiveResult,
     IterationResult,
@@ -503,3 +505,52 @@ def test_a_late_rank_delays_every_operation_of_the_ring_by_its_lateness() -> Non
     assert mean(again) < mean(on_time) + late / 3
     with pytest.raises(ValueError, match="no rank 7"):
         Launcher(loopback_workers(2)).set_late(7, 1.0)
+
+
+def test_a_worker_writing_faster_than_the_launcher_reads_does_not_keep_it_from_a_ctrl_c() -> None:
+    """A run of a million tiny operations sends a DONE each as fast as it can; the
+    launcher, reading one worker's connection until it was empty, never got back to ask
+    whether a Ctrl-C had been noted (a unit test hung so). It reads a bounded share of one
+    connection per turn. The writer here is another process, which writes heartbeats
+    faster than this one handles them."""
+    launcher = Launcher(loopback_workers(2), options=fast_options())  # no process started
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    launcher._selector.register(ours, selectors.EVENT_READ, _Link(ours))
+    beat = protocol.encode(
+        protocol.heartbeat(
+            0, busy=True, test=0, iteration=0, step=0, phase="", elapsed=0.0, waiting_on=[]
+        )
+    )
+    flood = f"import os\nwhile True: os.write({theirs.fileno()}, {beat * 512!r})"
+    writer = subprocess.Popen([sys.executable, "-c", flood], pass_fds=[theirs.fileno()])
+    theirs.close()
+    launcher.interrupted = lambda: True
+    handle = launcher._handle
+
+    def slow_handle(link: _Link, message: dict[str, object]) -> None:
+        time.sleep(0.0002)  # a launcher slower than its worker (another thread holds the GIL)
+        handle(link, message)
+
+    launcher._handle = slow_handle  # type: ignore[method-assign]
+    raised: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            launcher._await("done", lambda rank: False, None, "a batch")
+        except BaseException as error:
+            raised.append(error)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    try:
+        time.sleep(0.3)  # the connection holds more than one turn's reads
+        waiter.start()
+        waiter.join(timeout=10.0)
+        asked_while_flooded = not waiter.is_alive()
+    finally:
+        writer.kill()
+        writer.wait()
+    waiter.join(timeout=5.0)
+    ours.close()
+    assert asked_while_flooded, "the launcher kept reading and never asked"
+    assert len(raised) == 1 and isinstance(raised[0], KeyboardInterrupt)
