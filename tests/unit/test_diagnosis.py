@@ -2351,3 +2351,32 @@ def test_a_long_paths_own_round_trip_is_no_queue() -> None:
     assert unqueued_seconds(far) == {int(T0) + s for s in range(3)}
     far.rtt += [(T0 + 3 + k * 0.06, 13_600) for k in range(17)]
     assert int(T0) + 3 not in unqueued_seconds(far)
+
+
+def test_a_lossy_connection_beside_a_switch_that_dropped_acknowledgements_only_is_no_loss_there(
+    astral: FabricDescription,
+) -> None:
+    """Seed 56 run 27, a healthy pinned ring: one connection retransmitted 41 segments
+    (a 64 KiB packet its destination's full downlink queue discarded), and the ToR it
+    left by had dropped 20 packets of 99 bytes no queue of its reports. Those were
+    acknowledgements: none of the connection's data was lost there, and its uplink is not
+    lossy (it was named so at 0.85). The same 20 packets as whole data segments are a
+    loss there."""
+    lossy = connection(1, 3, 7, ACROSS_C0, retrans=41)
+    others = [connection(2, 0, 2, ELSEWHERE), connection(3, 2, 0, LOCAL)]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p1r1a0", "p1r1t0"]
+
+    def named(nbytes: int) -> list[tuple[str, str, float]]:
+        drops = counters({"p0r1t1": 20, "p1r1t0": 22}, switches)
+        drops[("p0r1t1", 1)] = [
+            (t, rxb, rxb - round(nbytes * (rx - tx) / 20), rx, tx)
+            for t, rxb, _, rx, tx in drops[("p0r1t1", 1)]
+        ]
+        obs = observations(
+            astral, connections=[lossy, *others], counters=drops,
+            queues=queues({"p1r1t0": 15}, switches),
+        )  # fmt: skip
+        return [(s.target, s.fault, s.score) for s in diagnose(obs).ranked if s.score >= 0.5]
+
+    assert not [s for s in named(20 * 99) if s[0].startswith("p0r1t1")]
+    assert [s[:2] for s in named(20 * 1_500)][:1] == [("p0r1t1>p0r1a0", "lossy")]
