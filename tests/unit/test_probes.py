@@ -621,3 +621,33 @@ def test_the_budget_thins_the_probes_of_a_slow_link_and_no_other() -> None:
     assert budget(slower, forward, back, 0.05, 4.0)[0] == (10, 24)
     # a probe whose ways cross no known link is left alone
     assert budget(rates, {0: ["x>y"]}, {}, 0.05, 4.0) == {0: (1, 1)}
+
+
+def test_live_a_probe_loss_after_its_ways_last_queue_sample_waits_for_the_next(
+    astral: FabricDescription,
+) -> None:
+    """The queues are sampled every 0.5 s and the probes every 0.1 s: a discard shows only
+    at the queue sample after it, while the probes it dropped show at once. Seed 56 runs
+    21 and 45 (healthy sweeps) alerted a lossy ToR uplink live at 0.7 and 0.9 from probes
+    that lost at a new size's first burst, which the uplink's next queue sample showed
+    discarding (healthy after the run). Live, a loss after the last queue sample of a port
+    on its ways is judged once that port is sampled again."""
+    lossy = {i: {"lost": [5.01 + 0.03 * i, 5.05 + 0.03 * i, 5.11]} for i in range(3)}
+    # every probe's paths leave p1r0a1 by port 1 (hops()): it discarded between the
+    # samples at +5.0 s and +5.5 s, and at no other time
+    rows = [(T0 + k * 0.5 - 2, 1000 * k, 30 if k >= 15 else 0, 0) for k in range(50)]
+    obs = observations(
+        astral, probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, lossy), queues={("p1r0a1", 1): rows}
+    )
+    assert diagnose(obs).healthy, diagnose(obs).render()  # after the run: the discard's
+    before = diagnose(replay_at(obs, T0 + 5.45))  # the probes' losses seen, not the discard
+    assert not [s for s in before.ranked if s.fault == "lossy"], before.render()
+    after = diagnose(replay_at(obs, T0 + 6.0))
+    assert after.healthy, after.render()
+    # the same losses without the discard are a lossy link, live as soon as they are seen
+    clean = [(t, tx, 0, q) for t, tx, _, q in rows]
+    quiet = observations(
+        astral, probes=record(DOWN_A1 + DOWN_A0 + ELSEWHERE, lossy), queues={("p1r0a1", 1): clean}
+    )
+    live = diagnose(replay_at(quiet, T0 + 5.55))
+    assert [s.key() for s in live.ranked][:1] == [("link", "p1r0a1>p1r0t0", "lossy")], live.render()
