@@ -651,3 +651,30 @@ def test_live_a_probe_loss_after_its_ways_last_queue_sample_waits_for_the_next(
     )
     live = diagnose(replay_at(quiet, T0 + 5.55))
     assert [s.key() for s in live.ranked][:1] == [("link", "p1r0a1>p1r0t0", "lossy")], live.render()
+
+
+def test_victims_of_one_hole_that_heal_apart_do_not_clear_each_other(
+    astral: FabricDescription,
+) -> None:
+    """Seed 57 run 22: a blackhole for one GPU at an aggregation switch stalled three
+    probes for 7.4-7.5 s amid an all-to-all's congestion, and the counters placed 24
+    drops at the switch; but two of the probes moved again 0.3 s before the third, which
+    made them probes that "went on" through the switch towards that GPU during the
+    third's stall, and each stall cleared the switch of the others' (named a lossy link).
+    A probe stalled itself for 2 s or more of another's stall did not go on. Here probe
+    0 (p0s0g0 -> p1s0g0) and probe 5 (the way back, p1s0g0 -> p0s0g0) pass p1r0a1 both
+    ways, each behind a busy first uplink; probe 5 heals 0.3 s before probe 0."""
+    cases = DOWN_A1 + DOWN_A0 + UP_C3
+    busy = {port: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(SAMPLED)]
+            for i in (0, 5) for port in egress(hops(*cases[i][2]))[:1]}  # fmt: skip
+    short = [3 * sum(1 for x in SAMPLED[:k] if 5.0 <= x - T0 < 12.0) for k in range(45)]
+    counters = {
+        ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)]
+    }
+    queues = {**busy, ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
+    held = record(cases, {0: {"stall": (5.0, 12.0)}, 5: {"stall": (5.0, 11.7)}})
+    obs = observations(astral, probes=held, counters=counters, queues=queues)
+    top = diagnose(obs).ranked[0]
+    assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
+    assert "2 probe(s) whose packets or acknowledgements crossed p1r0a1" in top.evidence[0]
+    assert top.score >= 0.85, diagnose(obs).render()
