@@ -49,7 +49,7 @@ from orchestrator.diagnosis.evidence import (
     entry_lateness,
     loss_retransmissions,
 )
-from orchestrator.diagnosis.model import Suspect
+from orchestrator.diagnosis.model import THRESHOLD, Suspect
 from orchestrator.results import IterationRecord, PortCounter, ResultsWriter, Versions
 from orchestrator.results.store import (
     DATABASE,
@@ -2380,3 +2380,32 @@ def test_a_lossy_connection_beside_a_switch_that_dropped_acknowledgements_only_i
 
     assert not [s for s in named(20 * 99) if s[0].startswith("p0r1t1")]
     assert [s[:2] for s in named(20 * 1_500)][:1] == [("p0r1t1>p0r1a0", "lossy")]
+
+
+def test_a_lone_short_stall_beside_a_congested_switchs_few_drops_is_no_hole(
+    astral: FabricDescription,
+) -> None:
+    """Seed 57 run 9, a healthy pinned sweep on a fat-tree with a 2:1 core: one connection
+    stalled 2.1 s, retransmitting, through a core switch 5 packets short beside 6 its full
+    queues discarded, and was called that switch's blackhole at 0.85. A lone stall under
+    2.5 s stands by the switch's drops only where they are at least its queues' discards;
+    a longer one, or the same drops with fewer discards, is a hole as before."""
+    alone = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")
+    switches = ["p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0"]
+
+    def top(stall: tuple[float, float], discarded: int) -> list[tuple[str, str, str]]:
+        conns = [
+            connection(1, 1, 6, alone, stall=stall, retrans=6),
+            connection(2, 0, 4, path("p0s0g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0",
+                                     "p1s0g0")),
+            connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")),
+        ]  # fmt: skip
+        drops = counters({"c0": 5 + discarded}, switches, during=stall)
+        obs = observations(
+            astral, connections=conns, counters=drops, queues=queues({"c0": discarded}, switches)
+        )
+        return [s.key() for s in diagnose(obs).ranked if s.score >= THRESHOLD][:1]
+
+    assert top((5.0, 7.1), 6) == []
+    assert top((5.0, 7.1), 3) == [("switch", "c0", "blackhole")]
+    assert top((5.0, 8.0), 6) == [("switch", "c0", "blackhole")]
