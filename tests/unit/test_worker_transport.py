@@ -11,12 +11,20 @@ from orchestrator.worker.transport import Connection, ConnectionKey
 TIME_WAIT = "06"  # the st column of /proc/net/tcp
 
 
-def _time_wait_ports() -> set[int]:
+LOOPBACK = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
+
+
+def _time_wait_ports(remote_port: int) -> set[int]:
+    """Local ports of 127.0.0.1 with a connection to 127.0.0.1:``remote_port`` in
+    TIME_WAIT: this test's five-tuples only (the other tests' loopback workers use
+    127.0.1.x and pinned ports, and their closed connections' TIME_WAIT is theirs)."""
     ports = set()
+    remote = f"{LOOPBACK}:{remote_port:04X}"
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if fields[3] == TIME_WAIT:
-            ports.add(int(fields[1].split(":")[1], 16))
+        address, port = fields[1].split(":")
+        if fields[3] == TIME_WAIT and address == LOOPBACK and fields[2] == remote:
+            ports.add(int(port, 16))
     return ports
 
 
@@ -48,6 +56,6 @@ def test_closing_a_connection_leaves_no_time_wait_and_the_tuple_is_reusable() ->
             assert ends[1].sock.recv(1) == b"x"
             for end in ends:
                 end.close()
-            assert src_port not in _time_wait_ports()
+            assert src_port not in _time_wait_ports(server.getsockname()[1])
     finally:
         server.close()
