@@ -1302,17 +1302,6 @@ def dropped_without_congestion(obs: Observations) -> list[Suspect]:
     return out
 
 
-def _not_congestions(leak: Leak) -> bool:
-    """Whether a switch's drops no full queue explains are at least what its full queues
-    discarded (or its queues were not sampled): drops a congestion's timeouts cannot have
-    left. One connection stalled under :data:`HOLE_S` beside a switch whose queues
-    discarded more than that is congestion's timeouts as likely as a hole: seed 57 run 9,
-    a healthy pinned sweep on a fat-tree with a 2:1 core, one connection stalled 2.1 s,
-    its core switch 5 packets short beside 6 its full queues discarded (called a
-    blackhole at 0.85). A hole's lone connection stalls for the fault's seconds."""
-    return leak.queued is None or leak.silent >= leak.queued
-
-
 def _leaks_alone(leak: Leak) -> bool:
     """Whether a switch's unexplained drops are enough to name a lossy egress by:
     :data:`LOSSY_SILENT_MIN` packets or more, and :data:`LOSSY_OVER_QUEUED` of what its
@@ -2430,9 +2419,14 @@ def _explain_stalls(
         if late:
             leak = None
         # one connection's short stall beside a switch whose full queues discarded more
-        # than it dropped otherwise: congestion's timeouts as likely as a hole
+        # than it dropped otherwise: congestion's timeouts as likely as a hole (seed 57
+        # run 9, a healthy pinned sweep on a 2:1 fat-tree: one connection stalled 2.1 s,
+        # its core switch 5 packets short beside 6 discarded, called a blackhole at
+        # 0.85); a hole's lone connection stalls as long as the hole lasts
         congested = (
-            leak if leak and len(bad) == 1 and longest < HOLE_S and not _not_congestions(leak)
+            leak
+            if leak and len(bad) == 1 and longest < HOLE_S
+            and leak.queued is not None and leak.silent < leak.queued
             else None
         )  # fmt: skip
         if congested:

@@ -153,7 +153,7 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     # sample after it (seed 56 runs 21 and 45, healthy sweeps: probes that lost at a new
     # size's first burst were alerted as a lossy ToR uplink at 0.7 and 0.9, where the
     # next queue sample of that uplink showed its discards)
-    judged = _queues_read_until(obs, rec) if excuse_discards and obs.now is not None else None
+    judged = _queues_read_until(obs, rec) if excuse_discards and reads_live(obs) else {}
     downs = down_windows(obs)
     span = obs.span
     units = []
@@ -166,6 +166,8 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
             # a full queue on the acknowledgements' way makes the sender retry too
             ports = egress(path) + egress(rec.back_at(pid, start))
             held = stalls(probe)
+            # live: the last instant every queue on its ways has been sampled to
+            judged_until = min((judged.get(p, math.inf) for p in ports), default=math.inf)
             unit = _Unit(probe, set(directions(path)), [], [])
             lost = {t1: n for _, t1, n in probe.losses()}
             for (t0, *_), (t1, *_) in itertools.pairwise(probe.samples):
@@ -177,7 +179,7 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
                     continue
                 if any(_inside(quiet.get(p, ()), t0, t1) for p in ports):
                     continue
-                if judged is not None and any(t1 > judged.get(p, t1) for p in ports):
+                if t1 > judged_until:
                     continue
                 unit.observed.append((t0, t1))
                 if t1 in lost:
@@ -738,8 +740,7 @@ def _went_on(probe: Probe, a: float, b: float) -> bool:
     run 22, a blackhole for one GPU at an aggregation switch, stalled three probes for
     7.4-7.5 s, and two of them, moving again 0.3 s before the third, cleared the switch
     of its stall, which the switch's 24 unexplained drops placed there."""
-    stalled = _covered(stalls(probe), a, b)
-    return _moved(probe, a, b) and stalled < HOLE_S
+    return _moved(probe, a, b) and _covered(stalls(probe), a, b) < HOLE_S
 
 
 def _moved(probe: Probe, a: float, b: float) -> bool:
