@@ -747,6 +747,34 @@ def test_a_lone_stall_is_a_blackhole_by_the_drops_no_full_queue_explains(
     assert diagnose(full).healthy
 
 
+def test_of_a_lone_stalls_leaking_switches_the_one_that_dropped_most_is_first(
+    astral: FabricDescription,
+) -> None:
+    """One stalled connection's path explains a hole at any of its switches equally, and a
+    switch that dropped at all stands by it: the one that dropped the most is first (a CI
+    run of the integration test's blackhole: the hole's ToR 49 packets short, the three
+    switches ahead of it on the way back 5-20 each, as every healthy switch of that run
+    was, and the first three were kept: the ToR fell to fourth)."""
+    alone = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")
+    conns = [
+        connection(1, 1, 6, alone, stall=(2.0, 7.2), retrans=6),
+        connection(2, 0, 4, path("p0s0g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")),
+        connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")),
+        connection(4, 3, 5, path("p0s1g1", "p0r1t1", "p0r1a0", "c0", "p1r0a1", "p1r0t1", "p1s0g1")),
+    ]
+    switches = ["p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0"]
+    for hole in switches:
+        drops = {s: 49 if s == hole else 20 - 3 * i for i, s in enumerate(switches)}
+        obs = observations(
+            astral, connections=conns, counters=counters(drops, switches),
+            queues=queues({}, switches),
+        )  # fmt: skip
+        ranked = diagnose(obs).ranked
+        assert ranked[0].key() == ("switch", hole, "blackhole"), diagnose(obs).render()
+        # the destination it names is the stalled data's, not its acknowledgements'
+        assert "every stalled connection goes to p1s1g0 through" in ranked[0].evidence[1]
+
+
 def test_retransmissions_through_congested_switches_do_not_make_a_lossy_link(
     astral: FabricDescription,
 ) -> None:
