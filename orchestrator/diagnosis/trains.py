@@ -23,7 +23,10 @@ less than :data:`OWN_MAX` and than :data:`OWN_OVER_SHARE` times the train's shar
 slowed so that a train crosses it at a share s carries about s of its rate at most: a
 quarter-rate link's trains came at 0.22, while it carried 0.01-0.05), and no port of
 the fabric was down (a failover reroutes). A train at :data:`FAST_LINE` or more clears the
-directions of its way there (its acknowledgements cross an idle slow link unhurt).
+directions of its way there (its acknowledgements cross an idle slow link unhurt): a link
+slowed so that trains come under :data:`SLOW_LINE` lets none across at twice that (a CI
+run's healthy ring: three trains at 0.09-0.20 over 12 s across a core uplink, which trains
+at 0.67 and 0.78 crossed between them, were a slow link at 0.60 while the line was 0.8).
 
 A direction is slow when :data:`RUN_MIN` of the trains across it in a row, from
 :data:`PROBES_MIN` probes or more, over :data:`RUN_SPAN_S` or more, were slow against it
@@ -68,7 +71,7 @@ from orchestrator.diagnosis.proberecord import Probe, directions
 from orchestrator.diagnosis.probes import as_links, down_windows
 
 SLOW_LINE = 0.3  # a train's second half under this share of its path's slowest link
-FAST_LINE = 0.8  # ... at this share or more: its path was that fast
+FAST_LINE = 0.6  # ... at this share or more (twice the line): its path was that fast
 BUSY = 0.4  # another direction of its path that carried this share of its rate meanwhile
 BUSY_BACK = 0.6  # ... or of its acknowledgements' path (they clock its second half)
 FAIR_FLOOR = 0.25  # ... unless the train came under this many equal shares of it (_shared)

@@ -84,6 +84,25 @@ def test_a_fast_train_up_the_link_clears_that_direction(astral: FabricDescriptio
     assert [s.target for s in slow_directions(obs)] == ["p1r0a1>p1r0t0"], diagnose(obs).render()
 
 
+def test_a_train_up_the_link_at_twice_the_slow_line_clears_it(astral: FabricDescription) -> None:
+    """A link slowed so that trains cross it under the slow line lets none across at
+    twice that: trains up it at 0.7 between the slow ones say it was not slowed then
+    (a CI run's healthy ring: three trains at 0.09-0.20 over 12 s, across a core uplink
+    that trains at 0.67 and 0.78 crossed between them, were a slow link at 0.60)."""
+    up = [("p1s0g0", "p0s1g1", ("p1s0g0", "p1r0t0", "p1r0a1", "c3", "p0r1a1", "p0r1t1", "p0s1g1"))]
+    slow = {0: (4.0, 16.0), 2: (4.0, 16.0)}
+    for between, slowed in ((0.7, False), (0.5, True)):
+        rec = with_trains(record(CASES + up, {}), slow)
+        # probe 1 crosses p1r0a1>p1r0t0 on its way, the last one p1r0t0>p1r0a1
+        for pid in (1, len(CASES)):
+            rec.probes[pid].trains = [
+                train(tr.first - T0, between) if 4.0 <= tr.first - T0 <= 16.0 else tr
+                for tr in rec.probes[pid].trains
+            ]
+        obs = observations(astral, probes=rec)
+        assert bool(slow_directions(obs)) is slowed, (between, diagnose(obs).render())
+
+
 def test_a_slow_train_behind_another_busy_link_is_congestion(astral: FabricDescription) -> None:
     slow = {i: (4.0, 12.0) for i in range(3)}
     # the ToR's ports down to the GPUs the slow probes go to sent at 0.9 of their rate
