@@ -775,6 +775,29 @@ def test_of_a_lone_stalls_leaking_switches_the_one_that_dropped_most_is_first(
         assert "every stalled connection goes to p1s1g0 through" in ranked[0].evidence[1]
 
 
+def test_a_lone_stall_does_not_stand_by_drops_every_switch_of_the_fabric_has(
+    astral: FabricDescription,
+) -> None:
+    """Every switch of a healthy run may be a few packets short that no queue explains
+    (seed 58 run 42, a healthy ECMP all-to-all: each aggregation and core switch 5-8): a
+    lone stall, retransmitting, through a switch no shorter than the fabric's median
+    switch is no hole; the same stall through one that dropped more than that is."""
+    alone = path("p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s1g0")
+    conns = [
+        connection(1, 1, 6, alone, stall=(2.0, 5.5), retrans=6),
+        connection(2, 0, 4, path("p0s0g0", "p0r0t0", "p0r0a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")),
+        connection(3, 2, 3, path("p0s1g0", "p0r0t0", "p0s1g1")),
+    ]
+    network = [s for s in astral.fabric.switches if not s.endswith("nv")]
+    for short, holed in ((6, False), (14, True)):
+        # every other switch 6 short over the run, p0r1a0 while the connection stalled
+        rows = counters({s: 6 for s in network if s != "p0r1a0"}, network)
+        rows |= counters({"p0r1a0": short}, ["p0r1a0"], during=(2.0, 5.5))
+        obs = observations(astral, connections=conns, counters=rows, queues=queues({}, network))
+        found = [s.key() for s in diagnose(obs).ranked]
+        assert (found[:1] == [("switch", "p0r1a0", "blackhole")]) is holed, (short, found)
+
+
 def test_retransmissions_through_congested_switches_do_not_make_a_lossy_link(
     astral: FabricDescription,
 ) -> None:
