@@ -2435,25 +2435,34 @@ def _explain_stalls(
         if datable and switch not in onsets:
             onsets[switch] = silent_onset(obs, switch)
         began = onsets[switch] if datable else None
-        late = began is not None and began > stalls_end + 1.0
-        if late:
-            leak = None
-        # no more than the fabric's median switch dropped: what every switch leaves
-        common = leak if leak is not None and 0 < leak.silent <= typical else None
-        if common:
-            leak = None
-        # one connection's short stall beside a switch whose full queues discarded more
-        # than it dropped otherwise: congestion's timeouts as likely as a hole (seed 57
-        # run 9, a healthy pinned sweep on a 2:1 fat-tree: one connection stalled 2.1 s,
-        # its core switch 5 packets short beside 6 discarded, called a blackhole at
-        # 0.85); a hole's lone connection stalls as long as the hole lasts
-        congested = (
-            leak
-            if leak and len(bad) == 1 and longest < HOLE_S
+        # drops that do not stand by this hole, and why (the evidence says so instead)
+        excuse = None
+        if leak is not None and began is not None and began > stalls_end + 1.0:
+            excuse = (
+                f"counters: {switch} dropped packets no full queue explains, but from "
+                f"{rel(obs, began)}, after the stalls ended"
+            )
+        elif leak is not None and 0 < leak.silent <= typical:
+            # no more than the fabric's median switch dropped: what every switch leaves
+            excuse = (
+                f"but {switch} dropped {leak.silent:,} packets no full queue explains, no "
+                f"more than the fabric's median switch ({typical:g}): what every switch leaves"
+            )
+        elif (
+            leak and len(bad) == 1 and longest < HOLE_S
             and leak.queued is not None and leak.silent < leak.queued
-            else None
-        )  # fmt: skip
-        if congested:
+        ):  # fmt: skip
+            # one connection's short stall beside a switch whose full queues discarded
+            # more than it dropped otherwise: congestion's timeouts as likely as a hole
+            # (seed 57 run 9, a healthy pinned sweep on a 2:1 fat-tree: one connection
+            # stalled 2.1 s, its core switch 5 packets short beside 6 discarded, called a
+            # blackhole at 0.85); a hole's lone connection stalls as long as the hole lasts
+            excuse = (
+                f"but {switch}'s full queues discarded {leak.queued:,} packets, more than "
+                f"the {leak.silent:,} it dropped otherwise: one connection's stall under "
+                f"{HOLE_S:g} s beside them is congestion's timeouts as likely"
+            )
+        if excuse:
             leak = None
         elsewhere = sum(1 for c in bad if destination not in (c.dst_gpu, c.src_gpu))
         # only first hops known, or several destinations: less sure; but drops that no
@@ -2508,22 +2517,8 @@ def _explain_stalls(
         ]
         if leak:
             evidence.append(leak.describe(switch))
-        elif congested:
-            evidence.append(
-                f"but {switch}'s full queues discarded {congested.queued:,} packets, more than "
-                f"the {congested.silent:,} it dropped otherwise: one connection's stall under "
-                f"{HOLE_S:g} s beside them is congestion's timeouts as likely"
-            )
-        elif common:
-            evidence.append(
-                f"but {switch} dropped {common.silent:,} packets no full queue explains, no "
-                f"more than the fabric's median switch ({typical:g}): what every switch leaves"
-            )
-        elif late and began is not None:
-            evidence.append(
-                f"counters: {switch} dropped packets no full queue explains, but from "
-                f"{rel(obs, began)}, after the stalls ended"
-            )
+        elif excuse:
+            evidence.append(excuse)
         holes.append(
             (
                 Suspect("switch", switch, "blackhole", score, evidence, onset=onset),
