@@ -2,7 +2,7 @@
 
 One fabric for the whole module (the ``astral_fabric`` fixture, orchestrator/pytest_plugin.py):
 the experiment below runs every collective algorithm under ``ecmp`` and ``path-pinned`` with
-small sizes through the runner (the code ``astral run`` runs, on the fixture's testbed), and
+one small size through the runner (the code ``astral run`` runs, on the fixture's testbed), and
 the tests check its results, its bundle, a worker killed in the middle of a run, and the
 command line's answer to a malformed experiment.
 """
@@ -44,7 +44,7 @@ EXPERIMENT = {
     "fabric": "astral-small",
     "policies": POLICIES,
     "collectives": COLLECTIVES,
-    "sizes": {"min": "64K", "max": "256K", "factor": 4},
+    "sizes": {"min": "256K", "max": "256K"},  # one size: the suite's time
     "iterations": 2,
     "warmup": 1,
 }
@@ -77,7 +77,7 @@ def test_every_collective_verifies_and_stays_under_its_own_ceiling(
     seen = {(r.configuration.policy, r.configuration.collective, r.configuration.algorithm)
             for r in outcome.results}  # fmt: skip
     assert seen == {(p, c["op"], c["algorithm"]) for p in POLICIES for c in COLLECTIVES}
-    assert len(outcome.results) == len(POLICIES) * len(COLLECTIVES) * 2
+    assert len(outcome.results) == len(POLICIES) * len(COLLECTIVES)
     for result in outcome.results:
         c = result.configuration
         ceiling = fabric.busbw_ceiling(c.collective, c.algorithm)
@@ -101,7 +101,7 @@ def test_the_bundle_has_every_file(outcome: RunOutcome) -> None:
     for group in groups:
         for suffix in (".txt", ".csv"):
             assert (bundle / "tables" / f"{group}{suffix}").is_file(), group + suffix
-        for size in ("64K", "256K"):
+        for size in ("256K",):
             assert (bundle / "plots" / "connections" / f"{group}__{size}.png").is_file()
     for c in COLLECTIVES:
         assert (bundle / "plots" / f"busbw-{c['op']}-{c['algorithm']}.png").is_file()

@@ -78,7 +78,6 @@ def test_a_presets_iteration_composes_and_verifies_in_memory(path: Path) -> None
     plans = compose_all(program, LAYOUT)
     results = [expected(program, LAYOUT, rank) for rank in range(8)]
     assert simulate(plans, results=results) == [0] * 8
-    assert sum(simulate(plans, results=results, corrupt=3)) > 0  # a corrupted region counts
     ops = [op for slot in program.slots for op in slot.ops]
     kinds = {kind_of(op.name) for op in ops if isinstance(op, GroupCollective)}
     kinds |= {"pp"} if any(isinstance(op, PointToPoint) for op in ops) else set()
