@@ -137,6 +137,11 @@ class Observations:
     # (config, iteration, rank) -> how late its first step's first byte left, in seconds,
     # beyond the latency the emulation applies before it (see :func:`entry_lateness`)
     lateness: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    # the same keys -> when that first byte could be seen (epoch s): the sample that told
+    # (an acknowledgement's, a round trip after it left); a replay's cut keeps the
+    # lateness of an operation still running from then on, as the live look, which reads
+    # a rank's entry from its heartbeat before the operation ends (orchestrator.run.alerts)
+    entry_seen: dict[tuple[int, int, int], float] = field(default_factory=dict)
     # the controller restarts the run made itself (its policy switches), recorded or inferred
     own_restarts: list[OwnRestart] = field(default_factory=list)
     config_policies: dict[int, str] = field(default_factory=dict)  # config -> its policy
@@ -292,7 +297,7 @@ def observe(path: Path) -> Observations:
         events = bundle.controller_events() if bundle.has_table("controller_events") else []
         loads = bundle.emulator_loads() if bundle.has_table("emulator_load") else {}
         saturated = [labels[cid] for cid, load in loads.items() if load.saturated and cid in labels]
-        lateness = entry_lateness(bundle, fabric, configs, gpus)
+        lateness, entry_seen = entry_lateness(bundle, fabric, configs, gpus)
         record = bundle.controller_restarts()
         own = restarts.recorded(record) if record is not None else restarts.inferred(windows)
         forecasts = {cid: f.time_us / 1e6 for cid, f in bundle.forecasts().items() if f.calibrated}
@@ -302,6 +307,7 @@ def observe(path: Path) -> Observations:
             config_policies={c.id: c.policy for c in configs},
             workload=read_workload(path),
             lateness=lateness,
+            entry_seen=entry_seen,
             own_restarts=own,
             path=path,
             description=description,
@@ -456,17 +462,18 @@ def rtt_at(rows: list[tuple[float, float]], t: float) -> float:
 
 def entry_lateness(
     bundle: ResultsBundle, fabric: Fabric, configs: list[Configuration], gpus: list[str]
-) -> dict[tuple[int, int, int], float]:
+) -> tuple[dict[tuple[int, int, int], float], dict[tuple[int, int, int], float]]:
     """Per timed operation and rank: when the rank's first step sent its first byte,
     after the step began, minus the latency the emulation waits before those sends (the
     operation's, and the one-way latency to the step's farthest peer: topologies.latency).
     What is left is how late the rank entered the operation: a few ms of scheduling and
     the 10 ms sample period for a rank on time, the delay itself for a straggler (which
-    enters late, before its first step's sends)."""
+    enters late, before its first step's sends). With it, when each entry could be seen:
+    the instant of the sample that told it (:attr:`Observations.entry_seen`)."""
     try:
         applied = applied_latency(fabric, gpus)
     except ValueError:
-        return {}
+        return {}, {}
     acked: dict[tuple[int, int, int], list[float]] = defaultdict(list)
     for config_id, src, dst, t in bundle.sql(
         "SELECT c.config_id, c.src_rank, c.dst_rank, s.t FROM connection_samples AS s"
@@ -493,14 +500,15 @@ def entry_lateness(
     # smoothed one then): a straggler's step 0 ends as it sends, what it receives having
     # arrived while it waited, so its bytes are acknowledged after its step ended (seed 20:
     # 17 ms after, at a 25 ms round trip)
-    firsts: dict[tuple[int, int, int], list[float]] = defaultdict(list)
+    # (left, seen): when the bytes left, and the sample that told it
+    firsts: dict[tuple[int, int, int], list[tuple[float, float]]] = defaultdict(list)
     for key, times in acked.items():
-        firsts[key] = [t - rtt_at(rtts.get(key, []), t) for t in times]
+        firsts[key] = [(t - rtt_at(rtts.get(key, []), t), t) for t in times]
     for key, rows in flight.items():
-        firsts[key] += sent_by(rows)
-    for times in firsts.values():
-        times.sort()
-    out = {}
+        firsts[key] += [(t, t) for t in sent_by(rows)]
+    for pairs in firsts.values():
+        pairs.sort()
+    out, seen = {}, {}
     for c in configs:
         for step in bundle.steps(c.id):
             if step.step != 0 or step.warmup or not step.send_peers:
@@ -510,12 +518,14 @@ def entry_lateness(
             wait = applied.operation + max(applied.one_way[step.rank][p] for p in step.send_peers)
             # bytes acknowledged before the wait is over are the previous operation's
             after = step.start + wait - SAMPLE_S / 2
-            sent = []
+            sent: list[tuple[float, float]] = []
             for peer in step.send_peers:
-                times = firsts.get((c.id, step.rank, peer), [])
-                i = bisect.bisect_left(times, after)
-                if i < len(times) and times[i] <= step.end + SAMPLE_S:
-                    sent.append(times[i])
+                left_seen = firsts.get((c.id, step.rank, peer), [])
+                i = bisect.bisect_left(left_seen, (after, -math.inf))
+                if i < len(left_seen) and left_seen[i][0] <= step.end + SAMPLE_S:
+                    sent.append(left_seen[i])
             if sent:
-                out[(c.id, step.iteration, step.rank)] = min(sent) - step.start - wait
-    return out
+                left, told = min(sent)
+                out[(c.id, step.iteration, step.rank)] = left - step.start - wait
+                seen[(c.id, step.iteration, step.rank)] = told
+    return out, seen

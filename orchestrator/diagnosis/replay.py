@@ -11,10 +11,12 @@ scores above the threshold, stamped with the instant of the cut.
 What a cut holds, as live: the operations every rank had finished, the counters and the
 controller's events up to the instant, each connection's samples and kernel views up to
 :data:`SHIP_LAG_S` before it (the workers ship them every 0.2 s), the entry lateness of
-finished operations, the egress queues' samples up to the instant for the slow-port
-readings (:attr:`~orchestrator.diagnosis.evidence.Observations.live_queues`, and the GPUs'
-NIC ports'; the probe mesh's too), ``now`` (a stall or a
-pause of the polling not over yet counts up to it), and of the controller's events those
+finished operations and of those still running whose entry a sample had told by then
+(the live look reads a rank's entry from its heartbeat), the egress queues' samples up
+to the instant for the slow-port readings
+(:attr:`~orchestrator.diagnosis.evidence.Observations.live_queues`, and the GPUs' NIC
+ports'; the probe mesh's too), ``now`` (a stall or a pause of the polling not over yet
+counts up to it), and of the controller's events those
 after its first start (the live diagnosis starts after the bring-up). What differs from a
 real run, so that a replayed delay approximates a live one rather than measures it: the
 paths are the bundle's (traced after each batch; live, as first traced), every
@@ -25,6 +27,7 @@ machine is not busy diagnosing while the fabric runs.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from orchestrator.diagnosis.evidence import ConnectionView, Observations
 from orchestrator.diagnosis.live import INTERVAL_S, Alert, LiveDiagnosis
@@ -50,7 +53,11 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         counters={p: [r for r in rows if r[0] <= now] for p, rows in obs.counters.items()},
         connections=[_cut(c, seen) for c in obs.connections],
         events=[e for e in obs.events if since <= e.t <= now],
-        lateness={k: v for k, v in obs.lateness.items() if (k[0], k[1]) in done},
+        lateness={
+            k: v
+            for k, v in obs.lateness.items()
+            if (k[0], k[1]) in done or obs.entry_seen.get(k, math.inf) <= seen
+        },
         queues={},
         live_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.queues.items()},
         nic_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.nic_queues.items()},

@@ -304,7 +304,11 @@ def _lateness(
     out = {}
     for rank, done in view.dones.items():
         peers = [dst for (src, dst) in firsts if src == rank]
-        for iteration, (_, _, step0) in done.items():
+        # the operations it finished, and those it has entered (their step 0 begun, by
+        # its heartbeat): a straggler is read as it enters, not when the operation ends
+        entries = {i: step0 for i, (_, _, step0) in done.items()}
+        entries.update(view.entering.get(rank, {}))
+        for iteration, step0 in entries.items():
             if iteration < view.warmup or step0 is None:
                 continue
             late = []

@@ -42,12 +42,16 @@ class Progress:
         self.phase = "idle"
         self.since = time.monotonic()
         self.completion: Completion | None = None
+        # when the operation's step 0 began (epoch s; None before it): the heartbeat tells
+        # the live diagnosis, which reads a rank's entry before the operation ends
+        self.entered: float | None = None
 
     def enter(self, step: int, phase: str, completion: Completion | None = None) -> None:
         self.completion = completion
         self.step, self.phase, self.since = step, phase, time.monotonic()
 
     def begin(self, test: int, iteration: int) -> None:
+        self.entered = None  # first: a heartbeat between the two lines sees no stale entry
         self.test, self.iteration, self.busy = test, iteration, True
         self.enter(-1, "starting")
 
@@ -148,6 +152,8 @@ class Executor:
             done = Completion()
             progress.enter(k, step.phase, done)
             s0 = time.perf_counter()
+            if k == 0:
+                progress.entered = wall0 + (s0 - t0)
             self.latency.wait(k, step)
             # inside step 0, as a latency is (emulated time), and read after the latency,
             # not as the operation begins: a straggler that comes before this rank sent

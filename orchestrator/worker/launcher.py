@@ -176,6 +176,9 @@ class _Rank:
     ready: Message | None = None
     # the current batch's done messages, by iteration
     dones: dict[int, Message] = field(default_factory=dict)
+    # iteration -> when its step 0 began (epoch s), by the heartbeats: an operation's
+    # entry before its done message (the live diagnosis reads stragglers from it)
+    entering: dict[int, float] = field(default_factory=dict)
     failed: Message | None = None
     heartbeat: Message | None = None
     heartbeat_at: float = 0.0
@@ -198,6 +201,8 @@ class LiveView:
     # rank -> iteration -> (start, seconds, when its first step began or None)
     dones: dict[int, dict[int, tuple[float, float, float | None]]]
     warmup: int
+    # rank -> iteration -> when its step 0 began (epoch s), of operations still running
+    entering: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 class Launcher:
@@ -254,8 +259,8 @@ class Launcher:
     def live_view(self) -> LiveView:
         """What the running batch has produced so far, copied for another thread (the live
         diagnosis): the connections, their samples and kernel view, every rank's
-        completed operations (iteration -> (start, seconds, first step's start)) and how
-        many are warm-ups."""
+        completed operations (iteration -> (start, seconds, first step's start)), how
+        many are warm-ups, and when the step 0 of those still running began."""
         for _ in range(3):  # a dict the main thread grows while it is copied: try again
             try:
                 dones = {
@@ -265,17 +270,22 @@ class Launcher:
                     }
                     for r, rank in list(self._ranks.items())
                 }
+                entering = {
+                    r: {i: t for i, t in dict(rank.entering).items() if i not in dones[r]}
+                    for r, rank in list(self._ranks.items())
+                }
                 break
             except RuntimeError:
                 continue
         else:
-            dones = {}
+            dones, entering = {}, {}
         return LiveView(
             list(self._live_connections),
             list(self._samples),
             list(self._tcp_info),
             dones,
             self.options.warmup,
+            entering,
         )
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -543,7 +553,7 @@ class Launcher:
         The iterations every rank completed are added to ``into``, also when the batch
         fails part way."""
         for rank in self._ranks.values():
-            rank.dones = {}
+            rank.dones, rank.entering = {}, {}
         self._awaiting_done, self._batch = True, count
         test = into.test
         self._operation = {
@@ -820,6 +830,8 @@ class Launcher:
         rank.seen_at = now
         if kind == protocol.HEARTBEAT:
             rank.heartbeat, rank.heartbeat_at = message, now
+            if message.get("busy") and message.get("entered") is not None:
+                rank.entering[int(message["iteration"])] = float(message["entered"])
         elif kind == protocol.SAMPLES:
             self._take_samples(link.rank, rank, message)
         elif kind == protocol.READY:

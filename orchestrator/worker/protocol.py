@@ -221,11 +221,13 @@ def heartbeat(
     phase: str,
     elapsed: float,
     waiting_on: list[int],
+    entered: float | None = None,
 ) -> Message:
     """The worker's position: ``busy`` between start and done; ``step`` -1 before the
     first step and after the last; ``elapsed``: seconds in the current step (or state);
-    ``waiting_on``: peers whose transfers of this step have not completed."""
-    return {
+    ``waiting_on``: peers whose transfers of this step have not completed; ``entered``:
+    when the operation's step 0 began (epoch s), once it has."""
+    message: Message = {
         "type": HEARTBEAT,
         "rank": rank,
         "busy": busy,
@@ -236,6 +238,9 @@ def heartbeat(
         "elapsed": elapsed,
         "waiting_on": waiting_on,
     }
+    if entered is not None:
+        message["entered"] = entered
+    return message
 
 
 def samples(rank: int, rows: list[list[float]], tcp: list[list[float]] | None = None) -> Message:
@@ -279,6 +284,8 @@ def shift_clock(message: Message, seconds: float) -> Message:
         shifted["phases"] = [
             [p[0], p[1], p[2] + seconds, p[3] + seconds] for p in message["phases"]
         ]
+    elif kind == HEARTBEAT and message.get("entered") is not None:
+        shifted["entered"] = float(message["entered"]) + seconds
     elif kind == SAMPLES:
         shifted["samples"] = [[r[0] + seconds, *r[1:]] for r in message["samples"]]
         if "tcp" in message:

@@ -166,6 +166,7 @@ class Worker:
                         phase=p.phase,
                         elapsed=p.elapsed(),
                         waiting_on=p.waiting_on(),
+                        entered=p.entered if p.busy else None,
                     )
                 )
             except OSError:

@@ -8,6 +8,7 @@ conclude; the end-to-end runs with real faults are in tests/integration/test_dia
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -2288,10 +2289,16 @@ def test_a_straggler_is_measured_late_when_its_bytes_are_acknowledged_after_its_
         w.add_tcp_info(config, infos)
         w.finish()
     with ResultsBundle.open(tmp_path / "b") as bundle:
-        lateness = entry_lateness(bundle, astral.fabric, bundle.configurations(), gpus)
+        lateness, seen = entry_lateness(bundle, astral.fabric, bundle.configurations(), gpus)
     assert {(i, r) for (_, i, r) in lateness} == {(i, r) for i in range(3) for r in range(4)}
     for (_, i, r), x in lateness.items():
         assert x == pytest.approx(late + 0.006 if (r == 2 and i > 0) else 0.006, abs=0.002)
+    # each entry was seen when its acknowledgement's sample was taken, not when it left
+    assert seen.keys() == lateness.keys()
+    for (c, i, r), told in seen.items():
+        wait = applied.operation + applied.one_way[r][(r + 1) % 4]
+        left = T0 + i + wait + lateness[(c, i, r)]  # as read: a round trip before its sample
+        assert told == pytest.approx(left + rtt, abs=1e-6)
 
 
 def test_a_straggler_whose_own_link_out_looks_slow_is_the_straggler(
@@ -2401,6 +2408,14 @@ def test_live_a_ranks_entry_is_read_a_round_trip_before_its_bytes_were_acknowled
     assert all(abs(late) < 0.006 for late in on_time.values()), on_time
     straggler = alerts._lateness(view(0.2), latency, 2)
     assert all(abs(late - 0.2) < 0.006 for late in straggler.values()), straggler
+    # an operation still running (its step 0 begun, by the heartbeat; no done message
+    # yet) is read as a finished one: a straggler is seen as it enters, not as it ends
+    running = view(0.2)
+    step0 = running.dones[0].pop(3)[2]
+    assert step0 is not None
+    entered = dataclasses.replace(running, entering={0: {3: step0}})
+    assert alerts._lateness(entered, latency, 2) == pytest.approx(straggler)
+    assert (0, 3, 0) not in alerts._lateness(running, latency, 2)
 
 
 def test_a_long_paths_own_round_trip_is_no_queue() -> None:

@@ -478,6 +478,47 @@ def test_a_straggler_told_just_after_a_batch_began_delays_its_first_operation() 
     assert all(r.time_us / 1e6 > late for r in first.ranks.values())
 
 
+def test_a_ranks_entry_into_a_running_operation_reaches_the_live_view_by_its_heartbeat() -> None:
+    """The live diagnosis reads a straggler from when each rank's step 0 began
+    (orchestrator.run.alerts), which before 2026-12-06 it had only from the operation's
+    done message, an operation after the straggler entered it. The heartbeats carry it
+    while the operation runs: the on-time ranks' entries are in the live view before
+    the late rank's bytes let them finish, and equal their done messages' step 0."""
+    late = 0.4
+    test = CollectiveTest("all-reduce", "ring", 1 << 12)
+    options = fast_options(warmup=0, iterations=1, latency=LatencyTable((), operation=0.05))
+    seen: dict[int, float] = {}  # rank -> its entry, as read while its operation ran
+    with Launcher(loopback_workers(3), options=options) as launcher:
+        launcher.set_late(1, late)
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(0.01):
+                view = launcher.live_view()
+                for rank, entries in view.entering.items():
+                    if 0 in entries and 0 not in view.dones.get(rank, {}):
+                        seen.setdefault(rank, entries[0])
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            launcher.run([test])
+        finally:
+            stop.set()
+            watcher.join()
+        dones = launcher.live_view().dones
+    assert {0, 2} <= set(seen), seen
+    for rank, entered in seen.items():
+        assert entered == pytest.approx(dones[rank][0][2], abs=1e-6)
+    assert protocol.shift_clock(
+        protocol.heartbeat(
+            0, busy=True, test=0, iteration=0, step=0, phase="", elapsed=0.0,
+            waiting_on=[], entered=100.0,
+        ),
+        -2.0,
+    )["entered"] == pytest.approx(98.0)  # fmt: skip
+
+
 def test_a_late_rank_delays_every_operation_of_the_ring_by_its_lateness() -> None:
     """A straggler (orchestrator/testbed/faults.py): ``Launcher.set_late`` makes one rank
     enter every following operation late, told while the workers run; the launcher's
