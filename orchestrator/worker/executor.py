@@ -152,8 +152,9 @@ class Executor:
             done = Completion()
             progress.enter(k, step.phase, done)
             s0 = time.perf_counter()
+            began = wall0 + (s0 - t0)  # the step's start on the wall clock, as recorded
             if k == 0:
-                progress.entered = wall0 + (s0 - t0)
+                progress.entered = began
             self.latency.wait(k, step)
             # inside step 0, as a latency is (emulated time), and read after the latency,
             # not as the operation begins: a straggler that comes before this rank sent
@@ -192,7 +193,7 @@ class Executor:
                 time.sleep(step.compute)
             _wait(done, poll, f"step {k} ({step.phase})")
             s1 = time.perf_counter()
-            outcome.phases.append([step.phase, k, wall0 + (s0 - t0), wall0 + (s1 - t0)])
+            outcome.phases.append([step.phase, k, began, wall0 + (s1 - t0)])
         if sent_on:
             done = Completion()
             progress.enter(len(plan.steps), "delivery", done)
