@@ -40,10 +40,11 @@ Both say what they cannot tell apart: suspects with the same evidence get the sa
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +124,28 @@ def _inside(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> bool:
     return any(a <= t1 and t0 <= b for a, b in spans)
 
 
+class _Spans:
+    """The union of closed spans, asked whether an interval touches it: in time order and
+    disjoint, so one bisection answers (:func:`_inside` over every span of a probe's
+    stalls, the downs and its ports' discards, for each of its samples, was two thirds
+    of a live diagnosis's time)."""
+
+    def __init__(self, spans: Iterable[tuple[float, float]]) -> None:
+        merged: list[tuple[float, float]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+
+    def touch(self, t0: float, t1: float) -> bool:
+        """Whether [t0, t1] and a span share an instant (as :func:`_inside`)."""
+        i = bisect.bisect_left(self.ends, t0)  # the first span ending at t0 or later
+        return i < len(self.starts) and self.starts[i] <= t1
+
+
 @dataclass
 class _Unit:
     """One probe under one tracing: its directions, and when and what it lost."""
@@ -158,6 +181,7 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     span = obs.span
     units = []
     end = max((s[-1][0] for s in _all_samples(obs)), default=0.0)
+    stalled: dict[int, list[tuple[float, float]]] = {}  # per probe, under every tracing
     for start, until, paths in rec.periods(end):
         for pid, path in paths.items():
             probe = rec.probes.get(pid)
@@ -165,7 +189,16 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
                 continue
             # a full queue on the acknowledgements' way makes the sender retry too
             ports = egress(path) + egress(rec.back_at(pid, start))
-            held = stalls(probe)
+            if pid not in stalled:
+                stalled[pid] = stalls(probe)
+            # its stalls, the downs and (excuse_discards) its ways' discards
+            excused = _Spans(
+                itertools.chain(
+                    stalled[pid],
+                    downs,
+                    *(quiet.get(p, ()) for p in ports),
+                )
+            )
             # live: the last instant every queue on its ways has been sampled to
             judged_until = min((judged.get(p, math.inf) for p in ports), default=math.inf)
             unit = _Unit(probe, set(directions(path)), [], [])
@@ -175,9 +208,7 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
                     continue
                 if span is not None and not (span[0] <= t1 <= span[1] + 1.0):
                     continue  # the warm-up's slow starts lose what no counter saw
-                if _inside(held, t0, t1) or _inside(downs, t0, t1):
-                    continue
-                if any(_inside(quiet.get(p, ()), t0, t1) for p in ports):
+                if excused.touch(t0, t1):
                     continue
                 if t1 > judged_until:
                     continue

@@ -6,6 +6,7 @@ the prober writes every 0.1 s."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -678,3 +679,20 @@ def test_victims_of_one_hole_that_heal_apart_do_not_clear_each_other(
     assert top.key() == ("switch", "p1r0a1", "blackhole"), diagnose(obs).render()
     assert "2 probe(s) whose packets or acknowledgements crossed p1r0a1" in top.evidence[0]
     assert top.score >= 0.85, diagnose(obs).render()
+
+
+def test_the_merged_spans_answer_as_every_span_asked_in_turn() -> None:
+    """``_Spans`` (one bisection over the union) answers what ``_inside`` (every span in
+    turn) does, for overlapping, nested, touching and disjoint spans, and intervals that
+    end on a span's start or start on its end."""
+    draw = random.Random(7)
+    for _ in range(300):
+        spans = []
+        for _ in range(draw.randrange(0, 6)):
+            a = draw.choice([draw.uniform(0, 10), float(draw.randrange(0, 10))])
+            spans.append((a, a + draw.choice([0.0, 0.5, 1.0, draw.uniform(0, 3)])))
+        merged = probes._Spans(spans)
+        for _ in range(20):
+            t0 = draw.choice([draw.uniform(-1, 12), float(draw.randrange(-1, 12))])
+            t1 = t0 + draw.choice([0.0, 0.1, 1.0, draw.uniform(0, 2)])
+            assert merged.touch(t0, t1) == probes._inside(spans, t0, t1), (spans, t0, t1)
