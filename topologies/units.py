@@ -7,6 +7,7 @@ Durations are seconds; a bare number is microseconds (the unit latencies are quo
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 
@@ -37,20 +38,20 @@ def parse_rate(text: object) -> float:
     """Return the rate in bit/s for ``200G``, ``3.6T``, ``25M``, ``100Mbps`` or a bare number.
 
     Raises ``ValueError`` with the accepted forms for anything else (the spec loader turns
-    it into a message that names the file and key).
+    it into a message that names the file and key). YAML's ``.inf`` and ``.nan`` are
+    floats, and ``1e999G`` overflows to infinity: none is a rate (an infinite link makes
+    max-flow unbounded, a NaN one turns every capacity and ceiling derived from it to NaN).
     """
     if isinstance(text, bool):
         raise ValueError("a rate such as 200G, 25M or 3.6T")
     if isinstance(text, (int, float)):
-        if text <= 0:
-            raise ValueError("a positive rate")
-        return float(text)
-    if not isinstance(text, str):
+        value = float(text) if isinstance(text, float) or abs(text) < 2**1023 else math.inf
+    elif isinstance(text, str) and (match := RATE.match(text)):
+        value = float(match.group(1)) * _PREFIX[match.group(2).upper()]
+    else:
         raise ValueError("a rate such as 200G, 25M or 3.6T")
-    match = RATE.match(text)
-    if not match:
-        raise ValueError("a rate such as 200G, 25M or 3.6T")
-    value = float(match.group(1)) * _PREFIX[match.group(2).upper()]
+    if not math.isfinite(value):
+        raise ValueError("a finite rate such as 200G, 25M or 3.6T")
     if value <= 0:
         raise ValueError("a positive rate")
     return value

@@ -193,6 +193,9 @@ VALIDATOR_ONLY = {
     "down-equals-radix": "compares switch.down_ports with switch.radix",
     "down-above-radix": "compares switch.down_ports with switch.radix",
     "latency-too-long": "a duration written as text against MAX_LATENCY",
+    "rate-inf": "JSON has no infinity (YAML's .inf), so no schema keyword refuses it",
+    "rate-nan": "JSON has no NaN (YAML's .nan), so no schema keyword refuses it",
+    "rate-overflow": "a rate written as text whose value overflows to infinity",
     "fabric: scale as text, zero": "the range of a number written as text",
     "fabric: pods 2.0": "JSON Schema counts 2.0 as an integer",
     # experiment

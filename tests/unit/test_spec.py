@@ -73,6 +73,10 @@ CASES = [
     ("bad-rate", _nested("speeds", nic="200X"), "speeds.nic", "rate"),
     ("rate-zero", _nested("speeds", tor_agg=0), "speeds.tor_agg", "positive"),
     ("rate-list", _nested("speeds", nvlink=[1, 2]), "speeds.nvlink", "rate"),
+    # YAML's .inf and .nan are floats; 1e999G overflows: none may reach max-flow or the report
+    ("rate-inf", _nested("speeds", nic=float("inf")), "speeds.nic", "finite"),
+    ("rate-nan", _nested("speeds", tor_agg=float("nan")), "speeds.tor_agg", "finite"),
+    ("rate-overflow", _nested("speeds", agg_core="1e999G"), "speeds.agg_core", "finite"),
     ("down-equals-radix", _nested("switch", down_ports=4), "switch.down_ports", "uplink"),
     ("down-above-radix", _nested("switch", down_ports=9), "switch.down_ports", "radix"),
     ("missing-switch", _doc(switch=None), "switch", "present"),
