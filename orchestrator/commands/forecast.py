@@ -125,7 +125,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator.commands import workload_forecast
-    from orchestrator.commands.whatif import with_settings
+    from orchestrator.commands.whatif import routed_around, with_settings
     from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.run.experiment import WORKLOAD_KEY
 
@@ -155,9 +155,10 @@ def run(args: argparse.Namespace) -> int:
     variant = None
     if args.set or args.fail:
         changed = with_settings(base.document, args.set, base.base_dir)
-        variant = forecast_document(
-            Experiment(changed, base.source, base.base_dir), args, failures=args.fail
-        )
+        with routed_around(args.fail):
+            variant = forecast_document(
+                Experiment(changed, base.source, base.base_dir), args, failures=args.fail
+            )
     if args.json:
         out: dict[str, Any] = {"configurations": baseline.records()}
         if args.paths is not None:

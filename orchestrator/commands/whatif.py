@@ -4,7 +4,8 @@ YAML) and ``--fail LINK|SWITCH`` (links taken down)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,26 @@ def with_settings(
 
 
 def parse_failures(fabric: Any, failures: Sequence[str]) -> frozenset[Any]:
-    """``a-b`` (a link between two nodes) or a switch name (all its fabric links)."""
+    """``a-b`` (a link between two nodes) or a switch name (all its fabric links).
+
+    NVLink is refused rather than taken: the model always carries a server's own traffic
+    over its NVLink switch and routes only the fabric's links around failures, so a failed
+    NVLink link or switch would leave the variant equal to the baseline, a what-if that
+    silently answers another question."""
     from controllers.routing import FABRIC_LINK_KINDS
 
     found = set()
     for text in failures:
         if text in fabric.switches:
             links = [x for x in fabric.links if text in (x.a, x.b) and x.kind in FABRIC_LINK_KINDS]
+            if not links:
+                raise ConfigError(
+                    "--fail",
+                    text,
+                    "a switch of the network (ToR, aggregation, core): NVLink switches are"
+                    " inside a server, and the model does not fail them",
+                    text,
+                )
             found.update(links)
             continue
         a, sep, b = text.partition("-")
@@ -52,5 +66,36 @@ def parse_failures(fabric: Any, failures: Sequence[str]) -> frozenset[Any]:
                 "a switch name or a link as NODE-NODE (e.g. p0r0t0-p0r0a0) of the fabric",
                 text,
             )
+        if not any(x.kind in FABRIC_LINK_KINDS for x in matches):
+            raise ConfigError(
+                "--fail",
+                text,
+                "a link of the network (NIC-ToR, ToR-agg, agg-core): NVLink links are"
+                " inside a server, and the model does not fail them",
+                text,
+            )
         found.update(matches)
     return frozenset(found)
+
+
+@contextmanager
+def routed_around(failures: Sequence[str]) -> Iterator[None]:
+    """Turn a forecast's RoutingError into a ConfigError naming ``failures`` when there are
+    some. Why: failures can leave a connection without a route (both NIC ports of a GPU,
+    every core, a ToR's every uplink while its hosts still send to it); the collective
+    would then never finish, and no figure can be forecast. Without failures a
+    RoutingError is a bug in the model, and passes through."""
+    from controllers.routing import RoutingError
+
+    try:
+        yield
+    except RoutingError as err:
+        if not failures:
+            raise
+        raise ConfigError(
+            "--fail",
+            ", ".join(failures),
+            "failures the policy can route every connection around",
+            "a connection left without a route",
+            detail=str(err),
+        ) from None

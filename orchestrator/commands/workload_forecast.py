@@ -191,7 +191,7 @@ def _by_flow(
     path: Path, spec: FabricSpec, policy: str, failures: Sequence[str]
 ) -> IterationForecast:
     """Every rank of the program, each group's op forecast flow by flow (emulated)."""
-    from orchestrator.commands.whatif import parse_failures
+    from orchestrator.commands.whatif import parse_failures, routed_around
     from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.program import ProgramForecaster
     from orchestrator.workload.iteration import iteration_program
@@ -211,7 +211,8 @@ def _by_flow(
         calibration=load_forecast_calibration(),
         failed=parse_failures(fabric, failures),
     )
-    predicted = forecaster.forecast(program)
+    with routed_around(failures):
+        predicted = forecaster.forecast(program)
     return _iteration(workload, spec, policy, predicted, spec.emulation.scale)
 
 
@@ -346,7 +347,7 @@ def _experiment_iteration(
     spec: ExperimentSpec, policy: str, failures: Sequence[str]
 ) -> IterationForecast:
     """The experiment's workload iteration under ``policy``, flow by flow on its placement."""
-    from orchestrator.commands.whatif import parse_failures
+    from orchestrator.commands.whatif import parse_failures, routed_around
     from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.program import ProgramForecaster
     from topologies.description import FabricDescription
@@ -361,7 +362,8 @@ def _experiment_iteration(
         host_ports=spec.host_ports,
         failed=parse_failures(fabric, failures),
     )
-    predicted = forecaster.forecast(spec.program())
+    with routed_around(failures):
+        predicted = forecaster.forecast(spec.program())
     return _iteration(spec.workload, spec.fabric, policy, predicted, spec.fabric.emulation.scale)
 
 

@@ -352,6 +352,34 @@ def test_a_link_that_is_not_there_cannot_fail(capsys: pytest.CaptureFixture[str]
     assert "NODE-NODE" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "failures",
+    [
+        ["p0s0g0-p0r0t0", "p0s0g0-p0r0t1"],  # both NIC ports of a GPU
+        ["c0", "c1", "c2", "c3"],  # every core: the pods are cut apart
+        ["p0r0t0-p0r0a0", "p0r0t0-p0r0a1"],  # a ToR's uplinks, its hosts still sending to it
+    ],
+)
+def test_failures_that_leave_no_route_are_a_clear_error(
+    failures: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a RoutingError traceback: the what-if names its failures and exits 2."""
+    args = ["forecast", "--set", "sizes.max=64K"]
+    assert cli.main([*args, *(a for f in failures for a in ("--fail", f))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("astral: error: --fail:") and ", ".join(failures) in err
+    assert "without a route" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("failure", "what"), [("p0s0nv", "switch"), ("p0s0g0-p0s0nv", "link")])
+def test_nvlink_cannot_fail(failure: str, what: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The model carries a server's own traffic over NVLink whatever fails: failing it
+    would print a variant equal to the baseline instead of saying so."""
+    assert cli.main(["forecast", "--fail", failure]) == 2
+    err = capsys.readouterr().err
+    assert f"a {what} of the network" in err and "NVLink" in err
+
+
 def test_parallel_links_are_one_link_of_their_summed_rate() -> None:
     """A leaf joined to its spine by 4 parallel links carries 4 of them: the connections
     ECMP or path pinning spread over them are not held to one link's rate."""

@@ -151,3 +151,17 @@ def test_astral_forecast_of_a_workload_prints_the_iteration_and_a_what_if(
     assert main(["forecast", path, "--fail", "p0r0a0-c0", "--policy", "ecmp"]) == 0
     text = capsys.readouterr().out
     assert "policy ecmp" in text and "fail p0r0a0-c0" in text and "variant / baseline" in text
+
+
+def test_a_workload_what_if_that_cuts_a_gpu_off_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Both NIC ports of a GPU down leave its connections no route: an error naming the
+    failures (exit 2), not the forecast's RoutingError traceback."""
+    from orchestrator.cli import main
+
+    path = str(REPO / "workloads" / "gpt3-like.yaml")
+    cut = ["--fail", "p0s0g0-p0r0t0", "--fail", "p0s0g0-p0r0t1"]
+    assert main(["forecast", path, *cut]) == 2
+    err = capsys.readouterr().err
+    assert "--fail: key 'p0s0g0-p0r0t0, p0s0g0-p0r0t1'" in err and "without a route" in err
