@@ -39,6 +39,14 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchestrator.results.store import readable_database
+
+    bundles = [args.a] if args.b is None else [args.a, args.b]
+    with readable_database(*bundles):  # a damaged database: exit 6, not a traceback
+        return _compare(args)
+
+
+def _compare(args: argparse.Namespace) -> int:
     from orchestrator.results.compare import compare_bundles, compare_forecasts
     from orchestrator.results.store import ResultsBundle, read_workload
     from orchestrator.study.bundle import is_study_bundle

@@ -28,8 +28,11 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator.diagnosis import diagnose_bundle
+    from orchestrator.results.store import readable_database
 
-    diagnosis = diagnose_bundle(args.bundle)
+    # a damaged database is exit 6, never a traceback's 1, which means "suspects" here
+    with readable_database(args.bundle):
+        diagnosis = diagnose_bundle(args.bundle)
     if args.json:
         print(json.dumps(diagnosis.to_dict(), indent=2))
     else:

@@ -31,6 +31,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchestrator.results.store import readable_database
+
+    with readable_database(args.bundle):  # a damaged database: exit 6, not a traceback
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
     # Imported here: `astral --help` and the other commands need not load the results code.
     from orchestrator.monitor.report import fault_lines, render_monitor
     from orchestrator.results.report import render_bundle

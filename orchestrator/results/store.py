@@ -125,6 +125,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, astuple, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -1172,6 +1173,32 @@ class ResultsWriter:
             self._connection_db = None
 
 
+#: SQLite errors that are a bug of the reader's, not damage to the file: never reworded.
+_READER_BUGS = (sqlite3.ProgrammingError, sqlite3.IntegrityError, sqlite3.NotSupportedError)
+
+
+@contextmanager
+def readable_database(*bundles: str | Path) -> Iterator[None]:
+    """Turn an SQLite error met while reading the databases of ``bundles`` into one
+    ResultsError naming them (exit 6).
+
+    Why: :meth:`ResultsBundle.open` checks the file's header, version and first run only.
+    A page damaged further in (bit rot, a copy patched together) or a table missing (a
+    database cut down by hand) fails at the first query that reaches it, deep in the
+    reader, the report or the diagnosis, as a traceback that exits 1, which ``astral
+    diagnose`` also uses for "suspects found"."""
+    try:
+        yield
+    except sqlite3.DatabaseError as err:
+        if isinstance(err, _READER_BUGS):
+            raise
+        raise ResultsError(
+            " or ".join(str(b) for b in bundles),
+            f"an intact {DATABASE} database (damaged, or missing part of its schema)",
+            f"{type(err).__name__}: {err}",
+        ) from None
+
+
 class ResultsBundle:
     """A bundle opened for reading (the database read-only). Bad paths are ResultsErrors."""
 
@@ -1228,7 +1255,8 @@ class ResultsBundle:
                 f"version {version}",
             )
         try:
-            return cls(path, db, fabric, version)
+            with readable_database(path):
+                return cls(path, db, fabric, version)
         except ResultsError:
             db.close()
             raise

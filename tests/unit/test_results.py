@@ -540,6 +540,43 @@ def test_bad_bundle_paths_are_clear_errors(
         assert f"results bundle {path}" in err and message in err, err
 
 
+def _damaged(bundle: Path, where: Path, damage: str) -> Path:
+    """A copy of ``bundle`` whose database lost a table, or whose pages after the first
+    (which holds the header and the schema, so that it still opens) are garbage."""
+    where.mkdir()
+    (where / FABRIC).write_text((bundle / FABRIC).read_text())
+    data = (bundle / DATABASE).read_bytes()
+    if damage == "rot":
+        page, size = int.from_bytes(data[16:18], "big"), len(data)  # the header's page size
+        garbage = bytes(range(251)) * (size // 251 + 1)
+        (where / DATABASE).write_bytes((data[:page] + garbage)[:size])
+    else:
+        (where / DATABASE).write_bytes(data)
+        db = sqlite3.connect(where / DATABASE)
+        db.execute(f"DROP TABLE {damage}")
+        db.commit()
+        db.close()
+    return where
+
+
+@pytest.mark.parametrize("damage", ["runs", "configurations", "iterations", "rot"])
+@pytest.mark.parametrize("command", ["report", "compare", "diagnose"])
+def test_a_damaged_database_is_a_clear_error(
+    command: str, damage: str, tmp_path: Path, bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Damage past the header reaches the readers' queries: still one sentence and exit 6
+    (for diagnose not 1, its "suspects found"), never an sqlite3 traceback."""
+    damaged = _damaged(bundle, tmp_path / "damaged", damage)
+    argv = {
+        "report": ["report", "--no-plots", "-q", str(damaged)],
+        "compare": ["compare", str(bundle), str(damaged)],
+        "diagnose": ["diagnose", str(damaged)],
+    }[command]
+    assert main(argv) == ResultsError.exit_status == 6
+    err = capsys.readouterr().err
+    assert f"{damaged}: expected an intact results.sqlite database" in err, err
+
+
 def test_bundle_without_fabric_json_or_with_foreign_database(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     sqlite3.connect(tmp_path / "a" / DATABASE).execute("CREATE TABLE x (y)").connection.close()
