@@ -63,6 +63,16 @@ def min_batch_seconds(burst_s: float) -> float:
     return burst_s / BUCKET_TARGET_SHARE
 
 
+def timed_count(asked: int, per_operation_s: float, min_batch_s: float, most: int) -> int:
+    """How many operations a timed batch runs: ``asked``, or more where one operation
+    (``per_operation_s``, the warm-up's; 0: not known) is so short that the batch would
+    last under ``min_batch_s`` (0: no floor), at most ``most``. The launcher sizes its
+    batches so, and the forecast sizes the batches it predicts as the launcher will."""
+    if not min_batch_s or per_operation_s <= 0:
+        return asked
+    return max(asked, min(math.ceil(min_batch_s / per_operation_s), most))
+
+
 class WorkerSpec(Protocol):
     """Where a rank sits: all a ceiling needs of a worker (the launcher's WorkerSpec)."""
 

@@ -151,14 +151,14 @@ def run(args: argparse.Namespace) -> int:
     if WORKLOAD_KEY in base.document:  # an experiment that replays a training workload
         return workload_forecast.run_experiment(base, args)
     calibration = load_forecast_calibration(args.calibration)
-    baseline = forecast_document(base, args)
     variant = None
-    if args.set or args.fail:
+    if args.set or args.fail:  # first: a what-if that is a mistake is said at once
         changed = with_settings(base.document, args.set, base.base_dir)
         with routed_around(args.fail):
             variant = forecast_document(
                 Experiment(changed, base.source, base.base_dir), args, failures=args.fail
             )
+    baseline = forecast_document(base, args)
     if args.json:
         out: dict[str, Any] = {"configurations": baseline.records()}
         if args.paths is not None:
@@ -337,6 +337,7 @@ def forecast_document(
         iterations=spec.iterations,
         warmup=spec.warmup,
         paths=args.paths,
+        min_batch_s=spec.batch_floor_s,
     )
     steps = list(spec.steps())
     forecasts = forecaster.forecast_all(steps)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator.collectives.ceilings import configuration_ceiling
+from orchestrator.collectives.ceilings import configuration_ceiling, timed_count
 from orchestrator.emulation.recipe import payload_share_of
 from orchestrator.forecast.calibration import ForecastCalibration
 from orchestrator.forecast.model import DEFAULT_SALTS, ConfigurationModel
@@ -24,7 +24,7 @@ from orchestrator.forecast.recorded import Coverage, Key, RecordedPaths
 from orchestrator.forecast.report import Forecasted
 from orchestrator.results.store import Configuration
 from orchestrator.testbed.pinning import Flow, fabric_flows
-from orchestrator.worker.spec import workers_from_description
+from orchestrator.worker.spec import LaunchOptions, workers_from_description
 from topologies.description import FabricDescription
 from topologies.model import Link
 
@@ -77,6 +77,8 @@ class Forecaster:
         iterations: int = 0,
         warmup: int = 0,
         paths: Path | None = None,
+        min_batch_s: float = 0.0,
+        max_iterations: int = LaunchOptions.max_iterations,
     ) -> None:
         self.description = description
         self.workers = workers_from_description(description, gpus)
@@ -99,6 +101,10 @@ class Forecaster:
         self.host_ports = host_ports
         self.iterations = iterations
         self.warmup = warmup
+        # the run's floor on a timed batch's length, which lengthens a short operation's
+        # batch (orchestrator.collectives.ceilings.timed_count; 0: ``iterations`` as given)
+        self.min_batch_s = min_batch_s
+        self.max_iterations = max_iterations
         spec = description.fabric.spec
         self.rail_bandwidth = spec.nic_ports * spec.emulation.emulated(spec.speeds.nic) / 8
         self.payload_share = payload_share_of(description)
@@ -153,10 +159,24 @@ class Forecaster:
         flows = fabric_flows(self.workers, [(collective, algorithm)], channels)[0]
         return self.recorded.coverage((policy, collective, algorithm), size, flows)
 
+    def timed(self, step: StepLike) -> int:
+        """The operations the run will time of ``step``: ``iterations``, or more where the
+        warm-up's one operation says the batch would be shorter than ``min_batch_s``, as
+        the launcher judges it (without a warm-up it has nothing to judge by). A forecast
+        of the batch asked for instead would spread the shapers' saved bytes over fewer
+        operations than the run does, and could exceed the configuration's ceiling."""
+        asked = max(1, self.iterations)
+        if not self.min_batch_s or self.warmup < 1:
+            return asked
+        op, algorithm = step.collective.op, step.collective.algorithm
+        one = self.model_for(step.size).forecast(step.policy, op, algorithm, step.size, 1)
+        return timed_count(asked, one.time_us / 1e6, self.min_batch_s, self.max_iterations)
+
     def forecast(self, step: StepLike) -> Forecasted:
         op, algorithm = step.collective.op, step.collective.algorithm
+        iterations = self.timed(step)
         prediction = self.model_for(step.size).forecast(
-            step.policy, op, algorithm, step.size, max(1, self.iterations)
+            step.policy, op, algorithm, step.size, iterations
         )
         configuration = Configuration(
             id=step.index + 1,
@@ -167,12 +187,17 @@ class Forecaster:
             count=step.count,
             dtype=step.dtype,
             ranks=step.ranks,
-            iterations=self.iterations,
+            iterations=iterations,
             warmup=self.warmup,
             host_ports=self.host_ports,
         )
         ceiling = configuration_ceiling(
-            self.workers, op, algorithm, self.rail_bandwidth, payload_share=self.payload_share
+            self.workers,
+            op,
+            algorithm,
+            self.rail_bandwidth,
+            burst_s=self.model.fabric.bucket_s,  # the play-out spends them, as a run does
+            payload_share=self.payload_share,
         )
         return Forecasted(configuration, prediction, ceiling)
 

@@ -303,6 +303,12 @@ class ExperimentSpec:
     cluster: tuple[str, ...] = ()
 
     @property
+    def batch_floor_s(self) -> float:
+        """The shortest timed batch a run of it times, seconds: ``min_batch``, or the
+        launcher's own floor for the shapers' buckets (orchestrator.testbed.testbed)."""
+        return max(self.min_batch or 0.0, MIN_BATCH_RANGE[0])
+
+    @property
     def ranks(self) -> int:
         return len(self.gpus)
 

@@ -1378,6 +1378,7 @@ class Runner(Messages):
                 calibration=calibration,
                 iterations=spec.iterations,
                 warmup=spec.warmup,
+                min_batch_s=spec.batch_floor_s,
             )
         except Exception as error:
             self.say(f"no forecast for this run: {type(error).__name__}: {error}")

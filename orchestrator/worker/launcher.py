@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import select
 import selectors
@@ -54,6 +53,7 @@ from statistics import fmean
 from typing import IO, Any, Protocol
 
 from orchestrator import REPO
+from orchestrator.collectives.ceilings import timed_count
 from orchestrator.collectives.latency import LatencyTable
 from orchestrator.collectives.plans import (
     ELEMENT_BYTES,
@@ -622,11 +622,8 @@ class Launcher:
         ``min_batch_seconds`` (at most ``max_iterations``)."""
         o = self.options
         warm = [i.time_us for i in result.iterations if i.warmup and i.ranks]
-        if not o.min_batch_seconds or not warm:
-            return o.iterations
-        per_operation = fmean(warm) / 1e6
-        wanted = math.ceil(o.min_batch_seconds / per_operation) if per_operation > 0 else 0
-        return max(o.iterations, min(wanted, o.max_iterations))
+        per_operation = fmean(warm) / 1e6 if warm else 0.0
+        return timed_count(o.iterations, per_operation, o.min_batch_seconds, o.max_iterations)
 
     def _start_at(self) -> float:
         """The common instant a batch begins at (epoch seconds): far enough ahead that
