@@ -45,7 +45,10 @@ def parse_rate(text: object) -> float:
     if isinstance(text, bool):
         raise ValueError("a rate such as 200G, 25M or 3.6T")
     if isinstance(text, (int, float)):
-        value = float(text) if isinstance(text, float) or abs(text) < 2**1023 else math.inf
+        try:
+            value = float(text)
+        except OverflowError:  # an integer beyond any float
+            value = math.inf
     elif isinstance(text, str) and (match := RATE.match(text)):
         value = float(match.group(1)) * _PREFIX[match.group(2).upper()]
     else:

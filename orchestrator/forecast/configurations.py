@@ -159,25 +159,25 @@ class Forecaster:
         flows = fabric_flows(self.workers, [(collective, algorithm)], channels)[0]
         return self.recorded.coverage((policy, collective, algorithm), size, flows)
 
-    def timed(self, step: StepLike) -> int:
-        """The operations the run will time of ``step``: ``iterations``, or more where the
-        warm-up's one operation says the batch would be shorter than ``min_batch_s``, as
-        the launcher judges it (without a warm-up it has nothing to judge by). A forecast
-        of the batch asked for instead would spread the shapers' saved bytes over fewer
-        operations than the run does, and could exceed the configuration's ceiling."""
+    def _timed(self, model: ConfigurationModel, step: StepLike) -> int:
+        """The operations the run will time of ``step`` (forecast by ``model``):
+        ``iterations``, or more where the warm-up's one operation says the batch would be
+        shorter than ``min_batch_s``, as the launcher judges it (without a warm-up it has
+        nothing to judge by). A forecast of the batch asked for instead would spread the
+        shapers' saved bytes over fewer operations than the run does, and could exceed the
+        configuration's ceiling."""
         asked = max(1, self.iterations)
         if not self.min_batch_s or self.warmup < 1:
             return asked
         op, algorithm = step.collective.op, step.collective.algorithm
-        one = self.model_for(step.size).forecast(step.policy, op, algorithm, step.size, 1)
+        one = model.forecast(step.policy, op, algorithm, step.size, 1)
         return timed_count(asked, one.time_us / 1e6, self.min_batch_s, self.max_iterations)
 
     def forecast(self, step: StepLike) -> Forecasted:
         op, algorithm = step.collective.op, step.collective.algorithm
-        iterations = self.timed(step)
-        prediction = self.model_for(step.size).forecast(
-            step.policy, op, algorithm, step.size, iterations
-        )
+        model = self.model_for(step.size)
+        iterations = self._timed(model, step)
+        prediction = model.forecast(step.policy, op, algorithm, step.size, iterations)
         configuration = Configuration(
             id=step.index + 1,
             policy=step.policy,
