@@ -9,13 +9,16 @@ On studies (docs/studies.md): ``astral compare STUDY`` sets every variant beside
 a variant's own bundle (STUDY/variants/NN-...) compares as any run's.
 On bundles that replayed a workload (docs/workloads.md): their iterations per policy, B/A
 at real speed, with the exposed communication per kind; ``--forecast`` sets a replay
-beside its forecast. Exits 1 when nothing matches.
+beside its forecast. Exits 1 when nothing matches; a policy chosen that its side did not
+run is a mistake (exit 2) that names the policies it did run, since an empty comparison
+would leave the user to guess which of the two sides lacked it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +63,11 @@ def _compare(args: argparse.Namespace) -> int:
     if args.forecast:
         if args.b is not None:
             raise ConfigError("command line", "B", "no second bundle with --forecast", str(args.b))
+        _no_b_policy(args)
         with ResultsBundle.open(args.a) as a:
-            comparison = compare_forecasts(a)
+            if args.a_policy is not None:
+                _check_policy("--a-policy", args.a_policy, f"bundle A ({args.a})", _ran(a))
+            comparison = compare_forecasts(a, policy=args.a_policy)
         print(comparison.text, end="")
         if comparison.matched == 0:
             print("astral compare: A holds no forecast (a bundle from before)", file=sys.stderr)
@@ -71,6 +77,7 @@ def _compare(args: argparse.Namespace) -> int:
         raise ConfigError("command line", "B", "a second bundle (or --forecast)", None)
 
     with ResultsBundle.open(args.a) as a, ResultsBundle.open(args.b) as b:
+        check_policies(args, _ran(a), _ran(b))
         comparison = compare_bundles(a, b, a_policy=args.a_policy, b_policy=args.b_policy)
     print(comparison.text, end="")
     if comparison.matched == 0:
@@ -93,7 +100,12 @@ def _workloads(args: argparse.Namespace, a: dict[str, Any]) -> int:
     if args.forecast:
         if args.b is not None:
             raise ConfigError("command line", "B", "no second bundle with --forecast", str(args.b))
-        print(replay_table(a["workload"], a["policies"], a["scale"]))
+        _no_b_policy(args)
+        records = a["policies"]
+        if args.a_policy is not None:
+            _check_policy("--a-policy", args.a_policy, f"bundle A ({args.a})", records)
+            records = {args.a_policy: records[args.a_policy]}
+        print(replay_table(a["workload"], records, a["scale"]))
         return 0
     if args.b is None:
         raise ConfigError("command line", "B", "a second bundle (or --forecast)", None)
@@ -102,6 +114,7 @@ def _workloads(args: argparse.Namespace, a: dict[str, Any]) -> int:
         raise ConfigError(
             "command line", "B", "a bundle that replayed a workload, as A did", str(args.b)
         )
+    check_policies(args, a["policies"], b["policies"])
     text, matched = compare_workloads(a, b, a_policy=args.a_policy, b_policy=args.b_policy)
     print(text, end="")
     if matched == 0:
@@ -133,6 +146,13 @@ def _studies(args: argparse.Namespace) -> int:
         b = StudyBundle.open(args.b)
         by_label = {v.label: v for v in b.variants}
         pairs = [(args.a, v, args.b, by_label[v.label]) for v in measured if v.label in by_label]
+    if pairs:  # the variants a policy chosen may come from: A's of the pairs, and B's
+        check_policies(
+            args,
+            _ran_in(sorted({(p[0], p[1].directory) for p in pairs})),
+            _ran_in(sorted({(p[2], p[3].directory) for p in pairs})),
+            "study",
+        )
     matched = 0
     for path_a, variant_a, path_b, variant_b in pairs:
         where_b = path_b / variant_b.directory
@@ -153,3 +173,73 @@ def _studies(args: argparse.Namespace) -> int:
         print("astral compare: no configuration in common", file=sys.stderr)
         return 1
     return 0
+
+
+# --- the policies chosen ---------------------------------------------------------------------
+
+
+def check_policies(
+    args: argparse.Namespace, ran_a: Collection[str], ran_b: Collection[str], what: str = "bundle"
+) -> None:
+    """A ConfigError (exit 2) when ``--a-policy`` or ``--b-policy`` names a policy its side
+    did not run (``ran_a``, ``ran_b``); one of them alone picks its policy on both sides.
+    Why: the comparison would be empty, and "nothing in common" leaves the user to guess
+    that a policy was misspelt, or which side lacks it."""
+    sides = (
+        ("A", args.a, ran_a, args.a_policy, "--a-policy", args.b_policy, "--b-policy"),
+        ("B", args.b or args.a, ran_b, args.b_policy, "--b-policy", args.a_policy, "--a-policy"),
+    )
+    for label, path, ran, own, own_option, other, other_option in sides:
+        if own is not None:
+            _check_policy(own_option, own, f"{what} {label} ({path})", ran)
+        elif other is not None:
+            _check_policy(
+                other_option,
+                other,
+                f"{what} {label} ({path})",
+                ran,
+                detail=f"given alone, {other_option} picks its policy on both sides; "
+                f"{own_option} picks {label}'s",
+            )
+
+
+def _check_policy(
+    option: str, policy: str, side: str, ran: Collection[str], detail: str = ""
+) -> None:
+    if policy not in ran:
+        from topologies.errors import ConfigError
+
+        listed = ", ".join(sorted(ran)) or "none"
+        raise ConfigError(
+            "command line", option, f"a policy that {side} ran: {listed}", policy, detail=detail
+        )
+
+
+def _no_b_policy(args: argparse.Namespace) -> None:
+    """``--b-policy`` with ``--forecast``: there is no B to pick from."""
+    if args.b_policy is not None:
+        from topologies.errors import ConfigError
+
+        raise ConfigError(
+            "command line",
+            "--b-policy",
+            "no --b-policy with --forecast (A's measurements beside its own forecasts; "
+            "--a-policy picks A's policy)",
+            args.b_policy,
+        )
+
+
+def _ran(bundle: Any) -> set[str]:
+    """The policies an open run bundle ran."""
+    return {c.policy for c in bundle.configurations()}
+
+
+def _ran_in(bundles: Collection[tuple[Path, str]]) -> set[str]:
+    """The policies any of a study's variant bundles (study path, variant directory) ran."""
+    from orchestrator.results.store import ResultsBundle
+
+    ran: set[str] = set()
+    for study, directory in bundles:
+        with ResultsBundle.open(study / directory) as bundle:
+            ran |= _ran(bundle)
+    return ran

@@ -36,7 +36,9 @@ orchestrator/commands/workload_forecast.py.
 fabric key (``speeds.nic``, ``oversubscription.agg``, ``switch.radix``, ...; a fabric the
 experiment names by preset or file is read and changed inline), dotted; values are YAML.
 The changed experiment is validated as a file would be: a bad key or value is an error
-that names it, and nothing is forecast.
+that names it, and nothing is forecast. A key the model does not use (``faults``,
+``monitor``, ``load_limit``, ``cluster``) is such an error too, and a fabric key the
+experiment's own would replace (``emulation.scale`` under its ``scale``) takes effect.
 
 Exit status: 0; 2 a bad experiment, ``--set``, ``--fail`` or ``--paths`` (a bundle of
 another fabric or placement); 3 ``--calibrate`` without root; 6 a ``--paths`` bundle that
@@ -199,6 +201,7 @@ class Experiment:
 
 
 def experiment_document(path: Path | None) -> Experiment:
+    from orchestrator.run.experiment import check_is_experiment
     from orchestrator.run.runner import DEFAULT_EXPERIMENT
     from topologies.errors import ExperimentError
     from topologies.yamlfile import read_yaml
@@ -207,6 +210,8 @@ def experiment_document(path: Path | None) -> Experiment:
     document = read_yaml(where, ExperimentError, "experiment")
     if not isinstance(document, dict):
         raise ExperimentError(str(where), "(document)", "a mapping of experiment keys", document)
+    # before --set, which would otherwise look for the fabric an experiment names
+    check_is_experiment(document, str(where))
     return Experiment(document, str(where), where.parent)
 
 

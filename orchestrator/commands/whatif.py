@@ -13,12 +13,21 @@ import yaml
 
 from topologies.errors import ConfigError
 
+# Experiment keys a forecast does not model, and what to do instead: a what-if of one would
+# print a variant equal to the baseline, as if the change made no difference.
+UNMODELLED = {
+    "faults": "the forecast takes no timed faults; --fail LINK|SWITCH takes one down",
+    "monitor": "the monitor's level changes what a run records, not what the model predicts",
+    "load_limit": "the load guard decides whether a run starts, not what it measures",
+    "cluster": "the model forecasts the fabric whatever machines would emulate it",
+}
+
 
 def with_settings(
     document: dict[str, Any], settings: Sequence[str], base_dir: Path = Path(".")
 ) -> dict[str, Any]:
     """``document`` with every ``KEY=VALUE`` applied (a copy; orchestrator.run.overrides
-    says which document a key changes)."""
+    says which document a key changes); a key of :data:`UNMODELLED` is an error."""
     from orchestrator.run.overrides import changed
 
     pairs: list[tuple[str, object]] = []
@@ -27,6 +36,17 @@ def with_settings(
         key = key.strip()
         if not sep or not key:
             raise ConfigError("--set", setting, "KEY=VALUE, e.g. speeds.nic=400G", setting)
+        head = key.split(".", 1)[0]
+        if head in UNMODELLED:
+            raise ConfigError(
+                "--set",
+                key,
+                "a key the forecast models (any experiment or fabric key but "
+                + ", ".join(sorted(UNMODELLED))
+                + ")",
+                key,
+                detail=UNMODELLED[head],
+            )
         try:
             pairs.append((key, yaml.safe_load(text)))
         except yaml.YAMLError as err:

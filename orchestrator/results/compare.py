@@ -178,11 +178,12 @@ _FORECAST_UNITS = (
 )
 
 
-def compare_forecasts(bundle: ResultsBundle) -> Comparison:
+def compare_forecasts(bundle: ResultsBundle, *, policy: str | None = None) -> Comparison:
     """A bundle's measurements beside the forecasts its run made before each configuration
     (the ``forecasts`` table): time and real busbw, measured and forecast, the relative
-    error of the busbw, and the p10-p90 band where paths hash (ECMP)."""
-    results = summarize(bundle)
+    error of the busbw, and the p10-p90 band where paths hash (ECMP); of ``policy``'s
+    configurations only when it is given."""
+    results = [r for r in summarize(bundle) if policy is None or r.configuration.policy == policy]
     forecasts = bundle.forecasts()
     scale = bundle.scale
     run = bundle.run

@@ -88,7 +88,7 @@ from orchestrator.workload.spec import (
     parse_workload,
     resolve_workload,
 )
-from topologies.catalog import resolve_fabric
+from topologies.catalog import preset_path, resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError, WorkloadError
 from topologies.fabricspec import EmulationSpec, FabricSpec
 from topologies.generators import build_fabric
@@ -447,6 +447,7 @@ def parse_experiment(
     registry knows).
     """
     read = _ExperimentReader(source)
+    check_is_experiment(document, source)
     doc = read.mapping(document, "", _TOP_KEYS)
     for key in sorted(STUDY_KEYS & set(doc)):
         read.fail(
@@ -552,6 +553,62 @@ def parse_experiment(
         workload_source=workload_source,
         cluster=_cluster(read, doc.get("cluster", [])),
     )
+
+
+# A key of another file of ours that no experiment has, and what that file is: a fabric
+# description always has a kind (topologies/spec.py), a training workload a model
+# (orchestrator/workload/spec.py).
+_OTHER_FILES = (("kind", "a fabric description"), ("model", "a training workload"))
+
+
+def check_is_experiment(document: object, source: str) -> None:
+    """An ExperimentError when ``document`` is a fabric description or a training workload
+    given where an experiment is expected (``astral run FABRIC.yaml``), saying so and how an
+    experiment uses it. Why: the key check alone names the first key an experiment does
+    not know (``kind``, ``emulation``), which leaves the user to work out that the file is
+    of another kind, and that an experiment refers to it rather than being it."""
+    if not isinstance(document, Mapping) or {"fabric", "fabrics", WORKLOAD_KEY} & set(document):
+        return
+    for key, what in _OTHER_FILES:
+        if key not in document:
+            continue
+        value = document[key]
+        shown = value if isinstance(value, str) else "..."
+        if key == "kind":
+            reference = _fabric_reference(document, source)
+            names = f"names its fabric with `fabric: {reference}`"
+            example = "experiments/default.yaml"
+            uses = "`astral topo show FILE` shows a fabric, `astral up FILE` holds it up"
+        else:
+            reference = source
+            names = f"replays it with `{WORKLOAD_KEY}: {reference}`"
+            example = "experiments/workload-replay.yaml"
+            uses = "`astral forecast FILE` forecasts one iteration of the workload"
+        where = (
+            " (a relative path starts at the experiment file's directory)"
+            if reference == source
+            else ""
+        )
+        raise ExperimentError(
+            source,
+            "",
+            "an experiment (" + ", ".join(REQUIRED_KEYS) + ", ...)",
+            f"{what} ({key}: {shown})",
+            detail=f"an experiment {names}{where}, as {example} does; {uses}",
+        )
+
+
+def _fabric_reference(document: Mapping[str, Any], source: str) -> str:
+    """How an experiment names the fabric file at ``source``: by its preset name when it
+    is a shipped preset's file, else by its path."""
+    name = document.get("name")
+    if isinstance(name, str) and NAME_PATTERN.match(name):
+        try:
+            if preset_path(name).resolve() == Path(source).resolve():
+                return name
+        except (FabricSpecError, OSError):
+            pass
+    return source
 
 
 def _check_plans(

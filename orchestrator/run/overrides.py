@@ -12,6 +12,17 @@ the fabric's (``oversubscription.agg``, ``nic_ports``, ``switch.radix``), and
 ``fabric.KEY`` says so explicitly. A fabric the experiment names by preset or file is read
 and written inline first, so the change never touches a shared file. A value of ``None``
 removes the key (the validator's default applies).
+
+Two experiment keys replace a fabric key for the run (:func:`~orchestrator.run.experiment.
+parse_experiment`): ``scale`` the fabric's ``emulation.scale``, and ``latency`` the fabric's
+``latency`` (a mapping of it, the components it names). A fabric key set here that the
+experiment's own key would replace takes effect anyway: the experiment's key gives way (is
+removed, or loses the component). Why: a setting is a what-if asked for by name, and one
+the experiment silently outranked would leave the variant equal to the baseline, an answer
+to another question (``--set emulation.scale=1e-4`` on experiments/default.yaml, whose
+``scale: 2.0e-4`` would keep the run at 2e-4). Where giving way would change more than the key
+set (a component of the fabric's latencies under an experiment's ``latency: off``, which
+would turn every other latency on), it is an error naming the experiment's key instead.
 """
 
 from __future__ import annotations
@@ -22,6 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from topologies.errors import ConfigError, FabricSpecError
+
+# fabric key -> the experiment key that replaces it for the run (parse_experiment)
+REPLACED_BY_EXPERIMENT: dict[tuple[str, ...], str] = {
+    ("emulation", "scale"): "scale",
+    ("latency",): "latency",
+}
 
 
 def changed(
@@ -41,6 +58,7 @@ def changed(
         parts, on_fabric = _target(key, source)
         if on_fabric:
             _assign(_inline_fabric(out, key, source, base_dir), parts, value, key, source)
+            _give_way(out, parts, key, source)
         else:
             _assign(out, parts, value, key, source)
     return out
@@ -99,6 +117,37 @@ def _inline_fabric(
     if not isinstance(fabric, dict):
         raise ConfigError(source, key, "an experiment whose fabric is a mapping", fabric)
     return fabric
+
+
+def _give_way(document: dict[str, Any], parts: Sequence[str], key: str, source: str) -> None:
+    """Make the experiment's own key give way to the fabric key ``parts`` just set where it
+    would replace it for the run (see the module docstring)."""
+    from topologies.spec import LATENCY_ON
+
+    for fabric_path, own in REPLACED_BY_EXPERIMENT.items():
+        if own not in document:
+            continue
+        depth = min(len(parts), len(fabric_path))
+        if tuple(parts[:depth]) != fabric_path[:depth]:
+            continue
+        if len(parts) <= len(fabric_path):  # the whole value the experiment replaces
+            document.pop(own)
+            continue
+        # a component below it (latency.nic): the experiment's value replaces that part
+        # only when it is a mapping naming it; `on` keeps the fabric's figures
+        mine = document[own]
+        component = parts[len(fabric_path)]
+        if isinstance(mine, dict):
+            mine.pop(component, None)
+        elif mine is not True and mine != LATENCY_ON:
+            raise ConfigError(
+                source,
+                key,
+                "a fabric key the experiment does not replace for the run",
+                f"{own}: {mine} in the experiment",
+                detail=f"which sets the run's {own} whatever the fabric's; set {own} "
+                f"instead, e.g. {own}={{{component}: ...}}",
+            )
 
 
 def _assign(

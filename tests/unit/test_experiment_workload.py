@@ -199,8 +199,8 @@ def test_astral_compare_sets_two_replays_side_by_side_per_policy(
     assert "0.200->0.200" in rows[0]  # dp exposed, ms at real speed on both sides
     assert main(["compare", a, b, "--a-policy", "ecmp", "--b-policy", "path-pinned"]) == 0
     assert len([x for x in capsys.readouterr().out.splitlines() if x[:2] == "  "]) == 1
-    assert main(["compare", a, b, "--a-policy", "adaptive"]) == 1
-    assert "no policy in common" in capsys.readouterr().err
+    assert main(["compare", a, b, "--a-policy", "adaptive"]) == 2  # neither ran it
+    assert "ran: ecmp, path-pinned, found 'adaptive'" in capsys.readouterr().err
     # a bundle of collectives is not a replay to compare with
     (tmp_path / "collectives").mkdir()
     assert main(["compare", a, str(tmp_path / "collectives")]) == 2

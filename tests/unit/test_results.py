@@ -508,8 +508,11 @@ def test_compare_with_nothing_in_common_says_so(
     bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     other = write_synthetic_bundle(tmp_path / "run-c", policies=("path-pinned",))
-    assert main(["compare", str(bundle), str(other), "--a-policy", "ecmp"]) == 1
-    assert "no configuration in common" in capsys.readouterr().err
+    # one policy given picks it on both sides: B never ran it, which is said as a mistake
+    # naming B and what it ran (tests/unit/test_cli_mistakes.py), not as an empty match
+    assert main(["compare", str(bundle), str(other), "--a-policy", "ecmp"]) == 2
+    err = capsys.readouterr().err
+    assert "a policy that bundle B" in err and "ran: path-pinned, found 'ecmp'" in err
 
 
 # --- bad bundles -----------------------------------------------------------------------------
