@@ -10,6 +10,12 @@ A run the emulator itself could not carry (its CPU, not a link) says so, and a s
 seen only in the transport layer is not blamed on a link then. The controller restarts the
 run made itself (its policy switches, :mod:`.restarts`) are said in a note: the
 controller's events show them, and the controller detector does not blame them.
+
+A damaged bundle (a table its schema version has is missing from its database) says so in
+a note: what the table held reads as nothing. Without the controller's events (neither
+the table nor the bundle's copy of the events file) nothing says a port went down, and a
+link that went down looks like what it does to the probes and the connections, a hole
+or a loss: such verdicts are weakened (:func:`without_port_events`).
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ def diagnose(obs: Observations) -> Diagnosis:
     suspects = merge([s for detector in DETECTORS for s in detector(obs)])
     suspects = reconcile(obs, suspects)
     probes.cleared_by_probes(obs, suspects)
-    notes = []
+    notes = damage_notes(obs)
+    without_port_events(obs, suspects)
     if not obs.operations:
         notes.append("no timed operation in this bundle: nothing to compare against")
     if obs.connections and not any(c.full_path for c in obs.connections):
@@ -87,6 +94,57 @@ def diagnose(obs: Observations) -> Diagnosis:
         if FABRIC_WIDE in s.signs and s.score < THRESHOLD
     ]
     return Diagnosis(suspects, notes=notes)
+
+
+# what a link that went down looks like when no port event says it did
+LOOKS_LIKE_DOWN = ("blackhole", "lossy")
+# ... and what their scores are worth then: something was seen, so the suspect stays above
+# THRESHOLD when its evidence was strong (a damaged bundle is not called healthy), but
+# under the 0.8 of a verdict whose evidence is whole
+WITHOUT_PORT_EVENTS = 0.7
+
+
+def damage_notes(obs: Observations) -> list[str]:
+    """A note on the tables the bundle's database lacks (none for an intact bundle)."""
+    missing = [t for t in obs.missing_tables if t != "controller_events" or not obs.events_known]
+    notes = []
+    if missing:
+        tables = f"the {', '.join(missing)} table" + ("s" if len(missing) > 1 else "")
+        notes.append(
+            f"damaged bundle: its database lacks {tables} of its schema version; what "
+            "they hold reads as nothing here"
+            + (
+                ", so no port event says a link went down, and a verdict of a hole or a "
+                "loss is weaker for it"
+                if not obs.events_known
+                else ""
+            )
+        )
+    if obs.events_logged:
+        notes.append(
+            "damaged bundle: its database lacks the controller_events table; the "
+            f"controller's events were read from the bundle's {obs.events_logged} instead"
+        )
+    return notes
+
+
+def without_port_events(obs: Observations, suspects: Sequence[Suspect]) -> None:
+    """Weaken (:data:`WITHOUT_PORT_EVENTS`) the suspects a link that went down would also
+    explain, when the bundle lacks the controller's events. Why: the probes and the
+    connections see a down link as a hole (nothing acknowledged) or a loss
+    (retransmissions); the port-status event that tells them apart, and whose absence the
+    detectors read as "no port down", was not kept (seed 56's run 38 with its
+    ``controller_events`` table dropped: ``switch p0r2t0: blackhole`` at 0.90 for the NIC
+    link that went down)."""
+    if obs.events_known:
+        return
+    for s in suspects:
+        if s.fault in LOOKS_LIKE_DOWN:
+            s.score *= WITHOUT_PORT_EVENTS
+            s.evidence.append(
+                "but the bundle lacks the controller's events: a link here that went down "
+                "would look the same"
+            )
 
 
 def leaking_egress(

@@ -28,6 +28,8 @@ from orchestrator.diagnosis.proberecord import ProbeRecord, read_probes
 from orchestrator.diagnosis.restarts import OwnRestart
 from orchestrator.results import ResultsBundle
 from orchestrator.results.store import (
+    CONTROLLER_EVENTS_LOG,
+    LOGS,
     Configuration,
     ControllerEvent,
     IterationRecord,
@@ -178,6 +180,18 @@ class Observations:
     # config -> seconds per operation the calibrated model forecast before the run
     # (orchestrator/forecast); empty where there was none or it was not calibrated
     forecast_seconds: dict[int, float] = field(default_factory=dict)
+    # the tables the bundle's schema version has and its database lacks (a damaged
+    # bundle: ResultsBundle.missing_tables); what they hold reads as nothing
+    missing_tables: tuple[str, ...] = ()
+    # where :attr:`events` came from when the controller_events table is missing: the
+    # bundle's copy of the controller's events file ("" when it has none either)
+    events_logged: str = ""
+
+    @property
+    def events_known(self) -> bool:
+        """Whether :attr:`events` are the controller's (from the database or its log), so
+        that no port-down among them means no port went down."""
+        return "controller_events" not in self.missing_tables or bool(self.events_logged)
 
     @property
     def fabric(self) -> Fabric:
@@ -294,7 +308,13 @@ def observe(path: Path) -> Observations:
         for drop_rows in ingress.values():
             drop_rows.sort()
         connections = _connections(bundle, fabric, gpus_by_rank)
+        missing = bundle.missing_tables()
         events = bundle.controller_events() if bundle.has_table("controller_events") else []
+        logged = ""
+        if "controller_events" in missing:  # damaged: the same events, from the log's copy
+            from_log = bundle.logged_controller_events()
+            if from_log is not None:
+                events, logged = from_log, f"{LOGS}/{CONTROLLER_EVENTS_LOG}"
         loads = bundle.emulator_loads() if bundle.has_table("emulator_load") else {}
         saturated = [labels[cid] for cid, load in loads.items() if load.saturated and cid in labels]
         lateness, entry_seen = entry_lateness(bundle, fabric, configs, gpus)
@@ -324,6 +344,8 @@ def observe(path: Path) -> Observations:
             saturated=saturated,
             gpus_by_rank=gpus_by_rank,
             labels=labels,
+            missing_tables=tuple(missing),
+            events_logged=logged,
         )
 
 

@@ -554,6 +554,7 @@ def probe_holes(obs: Observations) -> list[Suspect]:
         if len(dropped) == 1:
             suspects = dropped
     score = (0.9 if most >= 2 else 0.75) - (0.15 if len(suspects) > 1 else 0.0)
+    port_state = "no port down" if obs.events_known else "whether a port was down not recorded"
     out = []
     for switch in suspects:
         towards = sorted({d for ways in left for s, d in ways if s == switch})
@@ -570,7 +571,7 @@ def probe_holes(obs: Observations) -> list[Suspect]:
             f"probes: {len(victims)} probe(s) whose packets or acknowledgements crossed "
             f"{switch} towards {', '.join(towards)} had nothing acknowledged for "
             f"{HOLE_S:g} s or more between {_rel(obs, first)} and {_rel(obs, last)} "
-            f"({_probe_list(victims)}), no port down; no probe that went on then took "
+            f"({_probe_list(victims)}), {port_state}; no probe that went on then took "
             f"{switch} towards {' or '.join(towards)}",
             (
                 f"{went_on[switch]} probe(s) through {switch} to other GPUs went on: it "

@@ -211,22 +211,7 @@ def disagreements(
 def controller_events(path: Path, since: float = 0.0) -> list[ControllerEvent]:
     """The controller's events file (controllers/events.py) as records, those at or after
     ``since`` (epoch s); a record without a kind is a ``log`` line."""
-    out = []
-    for r in read_events(path):
-        if r["t"] < since:
-            continue
-        port = r.get("port")
-        out.append(
-            ControllerEvent(
-                t=float(r["t"]),
-                kind=str(r.get("event") or "log"),
-                switch=r.get("switch"),
-                port=int(port) if isinstance(port, int) else None,
-                level=str(r.get("level", "")),
-                message=str(r.get("message", "")),
-            )
-        )
-    return out
+    return [ControllerEvent.of_record(r) for r in read_events(path) if r["t"] >= since]
 
 
 def copy_logs(

@@ -146,6 +146,21 @@ SCHEMA_VERSION = 6  # 2: configurations.host_ports and .unpinned; 3: the monitor
 #: lack the controller restarts (read as not recorded: ResultsBundle.controller_restarts);
 #: 1 to 4 lack the egress queues' counters, 1 to 5 the switch sockets' drops (read as none).
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+#: The tables whose readers take an absent one for empty, by the schema version that added
+#: them. In a bundle of that version or later an absent one is missing, not yet to come: a
+#: database cut down by hand or a copy patched together (ResultsBundle.missing_tables).
+TABLES_SINCE = {
+    "steps": 3,
+    "tcp_info": 3,
+    "connection_paths": 3,
+    "controller_events": 3,
+    "host_cpu": 3,
+    "faults": 3,
+    "forecasts": 3,
+    "controller_restarts": 4,
+    "queue_counters": 5,
+    "ingress_drops": 6,
+}
 APPLICATION_ID = 0x41535452  # "ASTR": marks the file as ours
 
 DATABASE = "results.sqlite"
@@ -160,6 +175,8 @@ WORKLOAD_FILE = "workload.json"
 PROBES_FILE = "probes.json"
 PROBE_SAMPLES_FILE = "probes.jsonl"
 LOGS = "logs"
+# the controller's events file (controllers/events.py names it) as logs/ holds its copy
+CONTROLLER_EVENTS_LOG = "events.jsonl"
 
 
 def read_workload(bundle: Path) -> dict[str, Any] | None:
@@ -586,6 +603,20 @@ class ControllerEvent:
     port: int | None
     level: str
     message: str
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any]) -> ControllerEvent:
+        """The event a record of the controller's events file (controllers/events.py)
+        says; a record without a kind is a ``log`` line."""
+        port = record.get("port")
+        return cls(
+            t=float(record["t"]),
+            kind=str(record.get("event") or "log"),
+            switch=record.get("switch"),
+            port=int(port) if isinstance(port, int) else None,
+            level=str(record.get("level", "")),
+            message=str(record.get("message", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -1452,6 +1483,44 @@ class ResultsBundle:
             "SELECT t, kind, switch, port, level, message FROM controller_events ORDER BY t",
         )
         return [ControllerEvent(*row) for row in rows]
+
+    def logged_controller_events(self) -> list[ControllerEvent] | None:
+        """The controller's events from the bundle's copy of its events file (logs/), those
+        from the run's start on; None without the file. The runner fills the
+        ``controller_events`` table and this copy from the same file at the same moment, so
+        a bundle whose table is missing (:meth:`missing_tables`) still has its events here.
+        Lines that do not parse are skipped, as the controller's own reader does (the last
+        one of a killed run may be half written)."""
+        path = self.path / LOGS / CONTROLLER_EVENTS_LOG
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        try:
+            since = datetime.fromisoformat(self.run.started).timestamp()
+        except ValueError:
+            since = float("-inf")
+        events = []
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            timed = isinstance(record, dict) and isinstance(record.get("t"), (int, float))
+            if timed and record["t"] >= since:
+                events.append(ControllerEvent.of_record(record))
+        return sorted(events, key=lambda e: e.t)
+
+    def missing_tables(self) -> list[str]:
+        """The tables of :data:`TABLES_SINCE` this bundle's schema version has and its
+        database lacks, sorted: damage. Why: their readers return nothing for an absent
+        table, as for an older bundle's; a reader that concludes from absence (no port went
+        down, so a stall is a blackhole) must know when absence means "not recorded"."""
+        return sorted(
+            table
+            for table, since in TABLES_SINCE.items()
+            if self.version >= since and not self.has_table(table)
+        )
 
     def controller_restarts(self) -> list[ControllerRestart] | None:
         """The controller restarts the run made itself, in order; None in a bundle from
