@@ -206,6 +206,42 @@ def _describe(value: object) -> str:
     )
 
 
+# Keys of another file of ours that no fabric description has, and what that file is: an
+# experiment names its fabric and its collectives, a study sweeps experiments, a training
+# workload has a model.
+_OTHER_FILES = (
+    (("fabric", "fabrics", "collectives", "workload"), "an experiment"),
+    (("model",), "a training workload"),
+)
+
+
+def check_is_fabric(document: object, source: str) -> None:
+    """A FabricSpecError when ``document`` is an experiment or a workload given where a
+    fabric description is expected (``astral topo show EXPERIMENT.yaml``), saying so and
+    where its fabric is. Why: the key check alone names the first key a fabric does not
+    know (``description``), which leaves the user to work out that the file is of
+    another kind."""
+    if not isinstance(document, Mapping) or "kind" in document:
+        return
+    for keys, what in _OTHER_FILES:
+        present = [k for k in keys if k in document]
+        if not present:
+            continue
+        fabric = document.get("fabric")
+        where = (
+            f"; its fabric is `fabric: {fabric}`: give that preset or file"
+            if isinstance(fabric, str)
+            else ""
+        )
+        raise FabricSpecError(
+            source,
+            "",
+            "a fabric description (name, kind, gpus_per_server, ...; topologies/presets/)",
+            f"{what} ({present[0]}: ...)",
+            detail=f"a fabric file has a kind{where}",
+        )
+
+
 def parse_fabric_spec(
     document: object, source: str = "<inline>", kinds: GeneratorRegistry | None = None
 ) -> FabricSpec:
@@ -215,6 +251,7 @@ def parse_fabric_spec(
     """
     if kinds is None:
         kinds = default_registry()
+    check_is_fabric(document, source)
     read = _Reader(source)
     doc = read.mapping(document, "", _TOP_KEYS)
     for required in REQUIRED_KEYS:
