@@ -277,10 +277,14 @@ def configuration_table(
 
 def forecast_note(forecast: ForecastRecord | None, busbw: float, scale: float) -> str:
     """Beside a measured row: ``forecast busbw 44.10 real (+2.3%)``, and where hashing
-    spreads the forecast, its p10-p90 band and whether the measurement fell inside."""
+    spreads the forecast, its p10-p90 band and whether the measurement fell inside; a
+    forecast made without this machine's calibration says so (``uncalibrated``): the bare
+    model, links at full rate and no per-step costs, is not what the row is to be judged by."""
     if forecast is None:
         return ""
     text = f"forecast busbw {forecast.busbw / scale:.2f} real ({forecast.error(busbw):+.1%})"
+    if not forecast.calibrated:
+        text += " uncalibrated"
     if forecast.hash_draws > 1 and forecast.busbw_p10 != forecast.busbw_p90:
         where = "inside" if forecast.inside(busbw) else "OUTSIDE"
         text += (

@@ -1370,6 +1370,12 @@ class Runner(Messages):
         it cannot forecast this fabric (a run never fails for its forecast)."""
         spec = self.spec
         calibration = self._forecast_calibration()
+        if calibration is None:
+            self.say(
+                "forecast: uncalibrated (no forecast calibration on this machine): each row's "
+                "forecast is the bare model, links at their full rate and no per-step costs; "
+                "`sudo astral forecast --calibrate` measures them (docs/forecast.md)"
+            )
         try:
             return Forecaster(
                 testbed.description,
