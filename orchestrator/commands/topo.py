@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from topologies.catalog import DEFAULT_PRESET, preset_names, resolve_fabric
 from topologies.errors import FabricSpecError
-from topologies.generators import default_registry
+from topologies.generators import MAX_RADIX, default_registry
 from topologies.model import LinkKind, Tier
 from topologies.units import parse_rate
 
@@ -306,6 +306,13 @@ def _plan_inputs(args: argparse.Namespace) -> PlanInput:
         port_speed = parse_rate(args.port_speed)
     except ValueError as err:
         raise FabricSpecError(SOURCE, "--port-speed", str(err), args.port_speed) from None
+    if args.radix > MAX_RADIX:  # the closed forms walk the ToR groups: a hang beyond
+        raise FabricSpecError(
+            SOURCE,
+            "--radix",
+            f"at most {MAX_RADIX:,} ports (real switches have hundreds)",
+            args.radix,
+        )
     return PlanInput(
         radix=args.radix,
         port_speed=port_speed,

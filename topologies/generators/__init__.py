@@ -17,8 +17,19 @@ from typing import Protocol
 
 from topologies.errors import FabricSpecError
 from topologies.fabricspec import FabricSpec
-from topologies.model import Fabric, Tier
+from topologies.model import Fabric, LinkKind, Tier
 from topologies.plan import Plan, PlanInput
+
+#: The most links :meth:`GeneratorRegistry.build` builds. The model holds every link as an
+#: object: the paper's full-size fabric (524,288 GPUs, 3,670,016 links, NVLink included) takes
+#: about 15 s and 1.2 GB to build; a spec far beyond (a switch radix of 100,000 asks for
+#: billions of servers) would fill the memory for minutes before failing. ``astral topo
+#: plan`` dimensions any size in closed form instead.
+MAX_LINKS = 1 << 22  # 4,194,304
+#: The widest switch a fabric is built or planned with (``astral topo plan --radix``): the
+#: closed-form counts walk a pod's ToR groups, which a radix of billions makes a hang (a
+#: radix of 2^20 plans in a few seconds); real switches have hundreds of ports.
+MAX_RADIX = 1 << 20
 
 
 class Generator(Protocol):
@@ -94,6 +105,7 @@ class GeneratorRegistry:
     def build(self, spec: FabricSpec) -> Fabric:
         generator = self.get(spec.kind, spec.source)
         generator.check(spec)
+        check_buildable(generator, spec)
         return generator.generate(spec)
 
 
@@ -109,6 +121,39 @@ def default_registry() -> GeneratorRegistry:
     registry.register(RailOptimizedGenerator())
     registry.register(RailOnlyGenerator())
     return registry
+
+
+def check_buildable(generator: Generator, spec: FabricSpec) -> None:
+    """Raise FabricSpecError if ``spec`` (which passed ``generator.check``) is too large to
+    build (:data:`MAX_LINKS`), counting its links in closed form (``generator.plan``, which
+    counts exactly what ``generate`` builds). The key named is the one that sized what
+    overflows: the radix for the tiers above the ToRs and for pods left to fill, the
+    servers per pod where they were given and their GPUs' links are the most."""
+    radix = spec.switch.radix
+    if radix > MAX_RADIX:
+        raise spec.error(
+            "switch.radix",
+            f"a switch of at most {MAX_RADIX:,} ports (real switches have hundreds)",
+            radix,
+        )
+    plan = generator.plan(spec)
+    links = sum(plan.links.values())
+    if links <= MAX_LINKS:
+        return
+    gpu_links = plan.links.get(LinkKind.NIC, 0) + plan.links.get(LinkKind.NVLINK, 0)
+    if spec.servers_per_pod is not None and 2 * gpu_links > links:
+        key, found = "servers_per_pod", spec.servers_per_pod
+    else:
+        key, found = "switch.radix", radix
+    raise spec.error(
+        key,
+        f"a fabric small enough to build: at most {MAX_LINKS:,} links (`astral topo plan` "
+        "dimensions larger ones in closed form)",
+        found,
+        detail=f"it would have {plan.gpus:,} GPUs in {spec.pods:,} pod(s) of "
+        f"{plan.servers_per_pod:,} servers of {spec.gpus_per_server:,}, "
+        f"{plan.network_switches:,} network switches and {links:,} links",
+    )
 
 
 def build_fabric(spec: FabricSpec) -> Fabric:

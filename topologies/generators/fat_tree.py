@@ -39,8 +39,8 @@ Rules:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from topologies.fabricspec import FabricSpec
 from topologies.generators.common import TIER_NAMES, ceil_div, round_robin, upper_switches
@@ -165,24 +165,29 @@ class FatTreeGenerator:
             LinkKind.NVLINK: P * slots,
         }
 
-        def edge_loads(in_a: Any) -> tuple[list[int], list[int]]:
-            """GPUs of side A and side B on each edge; ``in_a(slot)`` says which side a slot is."""
+        def edge_loads(a_below: Callable[[int], int]) -> tuple[list[int], list[int]]:
+            """GPUs of side A and side B on each edge; ``a_below(x)`` counts the slots of
+            side A below slot ``x`` (in closed form: a pod may have billions of slots)."""
             a_loads, b_loads = [], []
             for e in range(h):
-                members = range(e * h, min(slots, (e + 1) * h))
-                na = sum(1 for j in members if in_a(j))
+                lo, hi = e * h, max(e * h, min(slots, (e + 1) * h))
+                na = a_below(hi) - a_below(lo)
                 a_loads.append(na)
-                b_loads.append(len(members) - na)
+                b_loads.append(hi - lo - na)
             return a_loads, b_loads
+
+        def first_rails(x: int) -> int:
+            """Slots below ``x`` whose GPU is in the first half of its server's."""
+            return x // gps * (gps // 2) + min(x % gps, gps // 2)
 
         loads = [max(0, min(slots, (e + 1) * h) - e * h) for e in range(h)]
         cuts = {}
         if even(P):
             cuts["pods"] = P // 2 * min(out_of(loads, n, h * t), h * h * a)
         if even(S):
-            cuts["servers"] = P * split(*edge_loads(lambda j: j < S // 2 * gps), n, h * t)
+            cuts["servers"] = P * split(*edge_loads(lambda x: min(x, S // 2 * gps)), n, h * t)
         if even(gps):
-            cuts["rails"] = P * split(*edge_loads(lambda j: j % gps < gps // 2), n, h * t)
+            cuts["rails"] = P * split(*edge_loads(first_rails), n, h * t)
         used_edges = ceil_div(slots, h)
         hops = 5 if per_group else (3 if used_edges > 1 else 1)
         return Plan(spec, S, nonzero(switches), nonzero(links), hops, cuts, min(h, slots))
