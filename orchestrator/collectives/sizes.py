@@ -8,6 +8,10 @@ import re
 #: What :func:`parse_size` reads in a text (the experiment schema says the same).
 SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 MIN_SIZE = 1  # byte
+#: The largest size, 2^53 bytes (8192T = 8 PiB): the largest count a double holds to the
+#: byte. The forecast plays bytes out and the results divide them in doubles; far beyond
+#: (10^309 bytes) a size is not a double at all, and the forecast would fail on it.
+MAX_SIZE = 1 << 53
 _BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -26,6 +30,11 @@ def parse_size(text: object) -> int:
         raise ValueError("a size in bytes such as 512, 64K or 1M")
     if value < MIN_SIZE:
         raise ValueError("a size of at least 1 byte")
+    if value > MAX_SIZE:
+        raise ValueError(
+            f"a size of at most {format_size(MAX_SIZE)} (2^53 bytes, the most a double "
+            "counts to the byte)"
+        )
     return value
 
 

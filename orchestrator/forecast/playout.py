@@ -36,7 +36,10 @@ The figures it takes (:class:`Figures`) are the machine's, fitted by
 orchestrator/forecast/calibration.py. Cost: a few events per rank and step, each a
 max-min share over the connections that hold bytes; fine for the fabrics the emulator
 runs (milliseconds to a second), too slow for a pod of 65,536 GPUs, which the synchronous
-step model forecasts (orchestrator/forecast/model.py chooses).
+step model forecasts (orchestrator/forecast/model.py chooses). Not a matter of the bytes:
+a 64 TiB operation takes as many events as a 1 GiB one, though its clock, a double, runs
+to 10^8 s, where it cannot resolve the last bytes' 15 ns (:func:`slack`, and the
+``soonest`` step).
 """
 
 from __future__ import annotations
@@ -61,8 +64,21 @@ from orchestrator.forecast.sharing import FlowClass, max_min_rates
 Connection = tuple[int, int, int]
 #: a directed link: (from node, to node)
 DirectedLink = Hashable
-#: bytes that count as "delivered" when this close to a threshold (fluid rounding)
+#: bytes that count as "delivered" when this close to a threshold (fluid rounding) ...
 SLACK = 0.5
+#: ... or this share of the threshold, where that is more: 64 units in the last place of a
+#: double (2^-52 each), which the fluid arithmetic may lose on a count of many terabytes.
+#: It is SLACK itself below 2^45 bytes (32 TiB), so every smaller play-out is unchanged.
+RELATIVE_SLACK = 2.0**-46
+#: the thresholds whose slack is SLACK
+EXACT_BELOW = SLACK / RELATIVE_SLACK
+
+
+def slack(threshold: float) -> float:
+    """How close to ``threshold`` delivered bytes count as having reached it."""
+    return SLACK if threshold < EXACT_BELOW else threshold * RELATIVE_SLACK
+
+
 #: the most operations of a batch played out: the time per operation has settled by then
 #: (only the first operation's start and the last one's drain differ from the rest, and
 #: their share falls as 1/iterations), and a batch of a million operations, which a run
@@ -248,7 +264,9 @@ def play_out(
 
     def met(r: int) -> bool:
         wanted = needs[r]
-        return wanted is None or all(conns.delivered[c] >= x - SLACK for c, x in wanted)
+        return wanted is None or all(
+            conns.delivered[c] >= x - (SLACK if x < EXACT_BELOW else slack(x)) for c, x in wanted
+        )
 
     def advance(r: int) -> None:
         """Run rank ``r`` until it sleeps, waits for bytes not yet delivered, or ends."""
@@ -275,7 +293,9 @@ def play_out(
             break
         events += 1
         active = tuple(
-            c for c in range(len(conns.links)) if conns.posted[c] - conns.delivered[c] > SLACK
+            c
+            for c in range(len(conns.links))
+            if conns.posted[c] - conns.delivered[c] > slack(conns.posted[c])
         )
         starting = [c for c in active if c not in busy]
         if starting and buckets.spend(starting, conns):
@@ -290,22 +310,33 @@ def play_out(
             rates = _share(active, conns, capacity, fabric.into_gpu, figures.incast)
             active_before = active
         upcoming = math.inf
+        soonest = math.inf  # the same as a time from now, which the clock cannot round away
         for r in range(n):
             if not math.isnan(done[r]):
                 continue
             if needs[r] is None:
                 upcoming = min(upcoming, wake[r])
+                soonest = min(soonest, wake[r] - now)
                 continue
             for c, x in needs[r] or ():
                 short = x - conns.delivered[c]
-                if short > SLACK and rates.get(c, 0.0) > 0:
+                if short > slack(x) and rates.get(c, 0.0) > 0:
                     upcoming = min(upcoming, now + short / rates[c])
+                    soonest = min(soonest, short / rates[c])
         for c in active:
             if rates.get(c, 0.0) > 0:
-                upcoming = min(upcoming, now + (conns.posted[c] - conns.delivered[c]) / rates[c])
+                left = (conns.posted[c] - conns.delivered[c]) / rates[c]
+                upcoming = min(upcoming, now + left)
+                soonest = min(soonest, left)
         if not math.isfinite(upcoming):
             raise RuntimeError(f"{collective} ({algorithm}): the play-out stalled at {now:.3f} s")
-        step = max(0.0, upcoming - now)
+        step = upcoming - now
+        if step <= 0:
+            # The clock cannot tell the next event from now: at 10^8 s (a few 64 TiB
+            # operations at the emulated rates) a double moves in steps of 15 ns, and the
+            # last byte of a connection at 44 MB/s is due sooner. Deliver what is due as
+            # if the clock had moved, rather than wait forever for a step of zero.
+            step = max(0.0, soonest)
         for c in active:
             conns.delivered[c] = min(conns.posted[c], conns.delivered[c] + rates[c] * step)
         buckets.refill(active, rates, conns, step)
