@@ -12,9 +12,10 @@ import importlib.util
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from orchestrator.worker.spec import LaunchOptions
@@ -123,3 +124,21 @@ def dump_ports(bridge: str) -> str:
     each port's receive and transmit counters as Open vSwitch keeps them."""
     argv = ["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge]
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+@contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Fail the block (TimeoutError) if it takes longer than ``seconds``: what used to hang
+    then fails instead of stalling the suite. A guard against hangs, not a speed test:
+    give it ten times what the block takes on a busy machine."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

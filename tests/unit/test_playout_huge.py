@@ -8,10 +8,6 @@ with ``sizes: {min: 64T, max: 64T}`` stepped by zero forever before."""
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -24,29 +20,12 @@ from orchestrator.forecast.playout import play_out
 from orchestrator.forecast.report import Forecasted
 from orchestrator.run.experiment import parse_experiment
 from orchestrator.worker.spec import workers_from_description
-from tests.helpers import REPO, preset_description
+from tests.helpers import REPO, preset_description, within
 from topologies.description import FabricDescription
 from topologies.errors import ExperimentError
 
 TiB = 1 << 40
 GiB = 1 << 30
-
-
-@contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fail the block (TimeoutError) if it takes longer than ``seconds``: what used to hang
-    then fails instead of stalling the suite."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"took more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def default_experiment(size: object) -> dict[str, Any]:
