@@ -387,7 +387,7 @@ def full_size(args: argparse.Namespace) -> int:
     try:
         size = parse_size(args.size)
     except ValueError as err:
-        raise ConfigError("command line", "--size", "a size such as 1G or 256M", args.size) from err
+        raise ConfigError("command line", "--size", str(err), args.size) from err
     pods = 8 if args.pods is None else args.pods
     if pods < 1:
         raise ConfigError("command line", "--pods", "a number of pods >= 1", pods)

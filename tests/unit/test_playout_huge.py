@@ -96,3 +96,10 @@ def test_a_size_beyond_2_to_the_53_bytes_is_a_sentence_naming_the_key() -> None:
         parse_experiment(default_experiment("16384T"), "e.yaml", REPO / "experiments")
     assert info.value.key == "sizes.min"
     assert str(info.value).startswith("e.yaml: key 'sizes.min': expected a size of at most 8192T")
+
+
+def test_full_size_says_why_a_size_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.cli import main
+
+    assert main(["forecast", "--full-size", "--size", "16384T"]) == 2
+    assert "at most 8192T" in capsys.readouterr().err
