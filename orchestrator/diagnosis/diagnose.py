@@ -24,12 +24,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.diagnosis import detectors, expectation, probes, trains
+from orchestrator.diagnosis import detectors, expectation, nvlink, probes, trains
 from orchestrator.diagnosis.evidence import Observations, observe
 from orchestrator.diagnosis.model import FABRIC_WIDE, THRESHOLD, UNCOUNTED, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
 
 Detector = Callable[[Observations], list[Suspect]]
+
+
+def nvlink_faults(obs: Observations) -> list[Suspect]:
+    """:func:`.nvlink.down_faults` with when each configuration's first fabric connection
+    stalled (a hole's or a down link's stall, :func:`.detectors.stalls`)."""
+    first: dict[int, float] = {}
+    for c in obs.connections:
+        for start, _ in detectors.stalls(c):
+            first[c.config_id] = min(first.get(c.config_id, start), start)
+    return nvlink.down_faults(obs.nvlink, first)
+
+
 DETECTORS: Sequence[Detector] = (
     detectors.port_events,
     detectors.connection_faults,
@@ -43,6 +55,7 @@ DETECTORS: Sequence[Detector] = (
     probes.probe_holes,
     trains.slow_directions,  # the probe mesh's trains: slow links
     expectation.behind_forecast,  # a workload replay against its forecast timeline
+    nvlink_faults,  # inside a server: NVLink links and switches
 )
 NETWORK_FAULTS = ("down", "flapping", "slow", "lossy", "blackhole")
 

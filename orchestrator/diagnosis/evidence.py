@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnosis import restarts
+from orchestrator.diagnosis.nvlink import NvlinkView, read_nvlink
 from orchestrator.diagnosis.proberecord import ProbeRecord, read_probes
 from orchestrator.diagnosis.restarts import OwnRestart
 from orchestrator.results import ResultsBundle
@@ -183,6 +184,8 @@ class Observations:
     # the tables the bundle's schema version has and its database lacks (a damaged
     # bundle: ResultsBundle.missing_tables); what they hold reads as nothing
     missing_tables: tuple[str, ...] = ()
+    # the connections between GPUs of one server, over its NVLink switch (nvlink.py)
+    nvlink: list[NvlinkView] = field(default_factory=list)
     # where :attr:`events` came from when the controller_events table is missing: the
     # bundle's copy of the controller's events file ("" when it has none either)
     events_logged: str = ""
@@ -346,6 +349,7 @@ def observe(path: Path) -> Observations:
             labels=labels,
             missing_tables=tuple(missing),
             events_logged=logged,
+            nvlink=read_nvlink(bundle, description, gpus_by_rank),
         )
 
 

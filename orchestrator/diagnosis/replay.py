@@ -66,6 +66,7 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         workload=None,
         now=now,
         probes=_cut_probes(obs, now, seen),
+        nvlink=[],  # the live look does not read the NVLink connections (nvlink.py)
     )
 
 
