@@ -12,6 +12,11 @@
     astral fault list
     astral fault clear 103          (or several ids, or --all; ids by hand start at 101)
 
+Ids are never reused while the fabric is up: each is above every id its fault log
+(faults.jsonl) has seen. Faults on the same component compose: clearing one leaves what
+the others still active imply (a link slowed by two runs at the slower rate, a port that
+another fault holds down stays down), whoever applied them.
+
 The same code a run's scheduled faults use (orchestrator/testbed/faults.py), on the fabric
 found in ``/run/astral/runs/`` (a record whose status is ``up`` and whose owner runs; with
 several, ``--run ID`` picks one). Every fault and what it adds go into that run's fault
@@ -19,13 +24,17 @@ record first, so ``astral fault list`` (from any terminal) shows them, and the f
 teardown, or ``astral clean`` after a kill -9, removes them. A straggler needs a run's
 workers and is refused here: it belongs in an experiment's ``faults:``.
 
-Exit status: 0; 2 for a bad fault (nothing is changed); 4 when no fabric is up or a
-command failed.
+Clearing an id twice (``clear 103 103``, or a fault cleared before) undoes it once and
+says so for the rest.
+
+Exit status: 0; 2 for a bad fault or an id that was never applied on this fabric (a
+straggler too; nothing is changed); 4 when no fabric is up or a command failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +42,13 @@ from typing import Any
 from orchestrator.cluster.held import held_executor
 from orchestrator.emulation.executor import NamespaceExecutor
 from orchestrator.emulation.faults import FabricFaults
-from orchestrator.emulation.state import FaultEntry, FaultRecord, RunState, live_runs
+from orchestrator.emulation.state import (
+    HAND_IDS,
+    FaultEntry,
+    FaultRecord,
+    RunState,
+    live_runs,
+)
 from orchestrator.run.experiment import _ExperimentReader
 from orchestrator.testbed.faults import FaultInjector, RecordedController, spec_of
 from orchestrator.testbed.faultschedule import FAULT_LOG, FaultLog
@@ -47,9 +62,13 @@ from orchestrator.testbed.faultspec import (
     parse_fault,
 )
 from topologies.description import FabricDescription
-from topologies.errors import EmulationError
+from topologies.errors import ConfigError, EmulationError
 
 SOURCE = "astral fault"
+
+
+class FaultUsageError(ConfigError):
+    """A fault ``astral fault`` cannot take as given (exit status 2, nothing changed)."""
 
 
 def register(subparsers: Any) -> None:
@@ -120,6 +139,29 @@ class HeldFabric:
         read = _ExperimentReader(SOURCE)
         return parse_fault(read, raw, self.description.fabric, "fault", fault_id)
 
+    def logged_ids(self) -> set[int]:
+        """Every fault id this fabric's fault log has seen (applied, undone or both)."""
+        ids: set[int] = set()
+        try:
+            lines = self.log.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return ids
+        for line in lines:
+            try:
+                value = json.loads(line).get("id")
+            except (ValueError, AttributeError):
+                continue  # a line cut short by a kill: no id to keep apart from
+            if isinstance(value, int):
+                ids.add(value)
+        return ids
+
+    def next_id(self) -> int:
+        """An id no fault on this fabric has had: above the active ones (the record's
+        :meth:`~FaultRecord.next_id`) and above every one the log has seen, so that a
+        cleared fault's id is not given again while the fabric is up."""
+        logged = [i for i in self.logged_ids() if i > HAND_IDS]
+        return max([self.record.next_id(), *(i + 1 for i in logged)])
+
     def clear(self, entry: FaultEntry) -> str:
         fault = spec_of(entry, self.description.fabric, _ExperimentReader(SOURCE))
         detail = self.injector.undo(fault)
@@ -144,16 +186,38 @@ def held_fabric(args: argparse.Namespace) -> HeldFabric:
 # --- the actions -----------------------------------------------------------------------------
 
 
+APPLY_TRIES = 5  # another `astral fault apply` may take the same id meanwhile
+
+
 def run_apply(args: argparse.Namespace) -> int:
+    if args.kind == "straggler":
+        raise FaultUsageError(
+            SOURCE,
+            "kind",
+            "a fault astral fault can apply: a straggler needs a run's workers "
+            "(use it in an experiment's faults:)",
+            args.kind,
+        )
     raw: dict[str, Any] = {"kind": args.kind}
     for key in ("target", "rate", "probability", "period", "delay", "destination", "duration"):
         value = getattr(args, key)
         if value is not None:
             raw[key] = value
     fabric = held_fabric(args)
-    fault = fabric.spec(fabric.record.next_id(), raw)
-    began = time.time()
-    detail = fabric.injector.apply(fault)
+    for attempt in range(APPLY_TRIES):
+        fault = fabric.spec(fabric.next_id(), raw)
+        began = time.time()
+        try:
+            detail = fabric.injector.apply(fault)
+            break
+        except ValueError as error:  # FaultRecord.add: the id was taken meanwhile
+            if "already active" not in str(error):
+                raise
+            if attempt == APPLY_TRIES - 1:
+                raise EmulationError(
+                    f"could not record fault {fault.id}: other `astral fault` commands "
+                    "keep taking its id; try again"
+                ) from None
     fabric.log.write(fault, "applied", time.time(), began, detail)
     print(f"fault {fault.id} applied: {fault.describe()} ({detail})", flush=True)
     if fault.kind != "link-flap" and fault.duration is None:
@@ -214,20 +278,30 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_clear(args: argparse.Namespace) -> int:
+    """Undo each named fault once: ids are deduplicated, one already cleared (before, or
+    by another terminal meanwhile) is reported and skipped, an id never applied on this
+    fabric is refused before anything is undone."""
     fabric = held_fabric(args)
     entries = {e.id: e for e in fabric.record.entries()}
     if args.all:
         wanted = sorted(entries, reverse=True)
     elif args.ids:
-        unknown = [i for i in args.ids if i not in entries]
+        wanted = list(dict.fromkeys(args.ids))
+        seen = fabric.logged_ids()
+        unknown = [i for i in wanted if i not in entries and i not in seen]
         if unknown:
             active = ", ".join(map(str, sorted(entries))) or "none"
-            raise EmulationError(f"no active fault {unknown[0]} (active: {active})")
-        wanted = list(args.ids)
+            raise FaultUsageError(
+                SOURCE, "clear", f"the id of a fault on this fabric (active: {active})", unknown[0]
+            )
     else:
         raise EmulationError("name the faults to clear (astral fault list shows them) or --all")
     if not wanted:
         print("no active faults")
     for fault_id in wanted:
-        print(f"fault {fault_id} cleared ({fabric.clear(entries[fault_id])})")
+        entry = next((e for e in fabric.record.entries() if e.id == fault_id), None)
+        if entry is None:
+            print(f"fault {fault_id} is not active (already cleared): nothing to undo")
+            continue
+        print(f"fault {fault_id} cleared ({fabric.clear(entry)})")
     return 0

@@ -90,6 +90,9 @@ class LinkFaults(Protocol):
 
     def set_switch_state(self, switch: str, up: bool) -> None: ...
 
+    def set_port_state(self, ends: Sequence[End], up: bool) -> None:
+        """Some link ends only (a fault's undo leaves those another fault holds down)."""
+
     def set_link_rate(
         self, link: Link, rate_bps: float, ends: Sequence[End] | None = None
     ) -> None: ...
@@ -210,10 +213,15 @@ def blackhole_removal_commands(switch: str, cookie: int) -> list[NodeCommand]:
 
 def link_state_commands(link: Link, up: bool) -> list[NodeCommand]:
     """``ip link set`` on both ends of ``link`` (down: carrier lost on both sides)."""
+    return port_state_commands(link_ends(link), up)
+
+
+def port_state_commands(ends: Sequence[End], up: bool) -> list[NodeCommand]:
+    """``ip link set`` on each of ``ends``, on its own node."""
     state = "up" if up else "down"
     return [
         NodeCommand(node, ("ip", "link", "set", "dev", intf_name(node, port), state))
-        for node, port in link_ends(link)
+        for node, port in ends
     ]
 
 
@@ -275,6 +283,9 @@ class FabricFaults:
 
     def set_switch_state(self, switch: str, up: bool) -> None:
         self._apply(switch_state_commands(self.description.fabric, switch, up))
+
+    def set_port_state(self, ends: Sequence[End], up: bool) -> None:
+        self._apply(port_state_commands(ends, up))
 
     def set_link_rate(self, link: Link, rate_bps: float, ends: Sequence[End] | None = None) -> None:
         self._apply(link_rate_commands(self.description, link, rate_bps, self.recipe, ends))

@@ -10,6 +10,15 @@ Everything a fault adds is written into the run's fault record
 (:class:`~orchestrator.emulation.state.FaultRecord`) *before* it is created, so that
 ``astral clean`` removes it after a kill -9; undoing a fault removes its entry.
 
+Faults on the same component compose: what a link, a port, a GPU or the controller is
+left with is what the faults still *active* in the record imply, whoever applied them (a
+run's schedule or ``astral fault``). A slowed link runs at the most restrictive rate of
+the link-slow faults on it, a port stays down while a link-down or switch-down holds it,
+a GPU is as late as its latest straggler, the controller stays dead while a crash is
+active. So undoing one fault never undoes another (:meth:`FaultInjector.undo` computes
+the state from the remaining faults). A flap does not hold its link down: it toggles it,
+and its ups leave down what another fault holds down.
+
 The schedule a run follows is orchestrator/testbed/faultschedule.py's.
 """
 
@@ -28,6 +37,7 @@ from typing import IO, Any, Protocol
 
 from orchestrator.emulation.controller import ControllerProcess, controller_env
 from orchestrator.emulation.faults import (
+    End,
     FabricFaults,
     LinkFaults,
     fault_cookie,
@@ -250,10 +260,78 @@ class FaultInjector:
         return detail
 
     def flap(self, fault: FaultSpec, up: bool) -> str:
-        """One half of a flap: the link down or up again."""
+        """One half of a flap: the link down or up again (its ends another active fault
+        holds down stay down)."""
+        if not up:
+            for link in fault.target.links:
+                self.links.set_link_state(link, False)
+            return "link down"
+        return self._links_up(fault.target.links, self.active_faults(fault.id))
+
+    def active_faults(self, but: int | None = None) -> list[FaultSpec]:
+        """The faults the record holds as active, but ``but``, as specs: what the state
+        of a component is computed from when one of its faults changes."""
+        read = _Reader("fault record")
+        out = []
+        for entry in self.record.entries():
+            if entry.id == but:
+                continue
+            with contextlib.suppress(AstralError):  # written by us: valid unless stale
+                out.append(spec_of(entry, self.description.fabric, read))
+        return out
+
+    def held_down(self, others: Sequence[FaultSpec]) -> dict[End, int]:
+        """The link ends ``others`` hold down, each with the id of a fault holding it."""
+        held: dict[End, int] = {}
+        fabric = self.description.fabric
+        for other in others:
+            if other.kind == "link-down":
+                for link in other.target.links:
+                    for end in link_ends(link):
+                        held.setdefault(end, other.id)
+            elif other.kind == "switch-down" and other.target.switch is not None:
+                switch = other.target.switch
+                for link in fabric.links_of(switch):
+                    held.setdefault((switch, link.port_of(switch)), other.id)
+        return held
+
+    def _links_up(self, links: Sequence[Link], others: Sequence[FaultSpec]) -> str:
+        held = self.held_down(others)
+        kept: set[int] = set()
+        for link in links:
+            ends = link_ends(link)
+            free = [end for end in ends if end not in held]
+            kept.update(held[end] for end in ends if end in held)
+            if free == ends:
+                self.links.set_link_state(link, True)
+            elif free:
+                self.links.set_port_state(free, True)
+        return "link up" + _still(kept, "down")
+
+    def slowest(self, end: End, faults: Sequence[FaultSpec]) -> float | None:
+        """The most restrictive rate fraction the link-slow ``faults`` put on ``end``
+        (None: none of them slows it)."""
+        fractions = [
+            f.rate
+            for f in faults
+            if f.kind == "link-slow" and f.rate is not None and end in self._ends(f)
+        ]
+        return min(fractions, default=None)
+
+    def _reshape(self, fault: FaultSpec, faults: Sequence[FaultSpec]) -> None:
+        """Each end of ``fault``'s links shaped at the rate ``faults`` imply (the link's
+        own where none slows it)."""
         for link in fault.target.links:
-            self.links.set_link_state(link, up)
-        return "link up" if up else "link down"
+            ends = self._ends_of(fault, link) or link_ends(link)
+            groups: dict[float | None, list[End]] = {}
+            for end in ends:
+                groups.setdefault(self.slowest(end, faults), []).append(end)
+            for fraction, group in groups.items():
+                if fraction is None:
+                    self.links.restore_link_rate(link, group)
+                else:
+                    rate = self.description.emulated_rate(link) * fraction
+                    self.links.set_link_rate(link, rate, group)
 
     def _resource(self, fault: FaultSpec, resource: FaultResource) -> None:
         self.record.add_resource(fault.id, resource)
@@ -280,10 +358,19 @@ class FaultInjector:
             for node, port in self._ends(fault):
                 name = intf_name(node, port)
                 self._resource(fault, FaultResource("shaping", name, self._gpu_or_root(node)))
-            for link in target.links:
-                rate = self.description.emulated_rate(link) * fault.rate
-                self.links.set_link_rate(link, rate, self._ends_of(fault, link))
-            return f"HTB rate x {fault.rate:g} on {len(self._ends(fault))} link end(s)"
+            others = self.active_faults(fault.id)
+            self._reshape(fault, [*others, fault])
+            slower = {
+                o.id
+                for o in others
+                if o.kind == "link-slow"
+                and o.rate is not None
+                and o.rate < fault.rate
+                and set(self._ends(o)) & set(self._ends(fault))
+            }
+            return f"HTB rate x {fault.rate:g} on {len(self._ends(fault))} link end(s)" + _still(
+                slower, "slower"
+            )
         if kind == "link-loss":
             assert fault.probability is not None
             table = loss_table(self.run_id, fault.id)
@@ -307,7 +394,8 @@ class FaultInjector:
                 raise FaultError(
                     "a straggler needs a run's workers: use it in an experiment's faults:"
                 )
-            self.stragglers.set(target.gpu, fault.delay)
+            late = [fault.delay, *self._lateness(target.gpu, self.active_faults(fault.id))]
+            self.stragglers.set(target.gpu, max(late))
             rank = self.stragglers.ranks[target.gpu]
             return f"rank {rank} enters every operation {fault.delay * 1e3:g} ms late"
         if kind == "blackhole":
@@ -320,8 +408,22 @@ class FaultInjector:
         if kind == "controller-crash":
             if self.controller is None:
                 raise FaultError("no controller to crash")
+            crashes = self._crashes(self.active_faults(fault.id))
+            if crashes:
+                return "controller already down" + _still(crashes, "crashed")
             return self.controller.kill()
         raise FaultError(f"unknown fault kind {kind}")
+
+    def _lateness(self, gpu: str, faults: Sequence[FaultSpec]) -> list[float]:
+        return [
+            f.delay
+            for f in faults
+            if f.kind == "straggler" and f.target.gpu == gpu and f.delay is not None
+        ]
+
+    @staticmethod
+    def _crashes(faults: Sequence[FaultSpec]) -> set[int]:
+        return {f.id for f in faults if f.kind == "controller-crash"}
 
     def _ends_of(self, fault: FaultSpec, link: Link) -> list[tuple[str, int]] | None:
         """A one-direction fault's end on ``link`` (None: both ends)."""
@@ -332,13 +434,16 @@ class FaultInjector:
     def _undo(self, fault: FaultSpec) -> str:
         kind, target = fault.kind, fault.target
         if kind in ("link-down", "link-flap"):
-            for link in target.links:
-                self.links.set_link_state(link, True)
-            return "link up"
+            return self._links_up(target.links, self.active_faults(fault.id))
         if kind == "link-slow":
-            for link in target.links:
-                self.links.restore_link_rate(link, self._ends_of(fault, link))
-            return "HTB rate restored"
+            others = self.active_faults(fault.id)
+            self._reshape(fault, others)
+            slow = {
+                o.id
+                for o in others
+                if o.kind == "link-slow" and set(self._ends(o)) & set(self._ends(fault))
+            }
+            return "HTB rate restored" + _still(slow, "slowed")
         if kind == "link-loss":
             table = loss_table(self.run_id, fault.id)
             for link in target.links:
@@ -346,12 +451,25 @@ class FaultInjector:
             return f"nftables table {table} deleted"
         if kind == "switch-down":
             assert target.switch is not None
-            self.links.set_switch_state(target.switch, True)
-            return "every port up"
+            switch = target.switch
+            held = self.held_down(self.active_faults(fault.id))
+            ports = [
+                (switch, link.port_of(switch)) for link in self.description.fabric.links_of(switch)
+            ]
+            free = sorted(end for end in ports if end not in held)
+            kept = {held[end] for end in ports if end in held}
+            if not kept:
+                self.links.set_switch_state(switch, True)
+            elif free:
+                self.links.set_port_state(free, True)
+            return "every port up" if not kept else "ports up" + _still(kept, "down")
         if kind == "straggler":
             assert target.gpu is not None
+            late = self._lateness(target.gpu, self.active_faults(fault.id))
             if self.stragglers is not None:
-                self.stragglers.set(target.gpu, 0.0)
+                self.stragglers.set(target.gpu, max(late, default=0.0))
+            if late:
+                return f"{max(late) * 1e3:g} ms late still (another straggler)"
             return "on time again"
         if kind == "blackhole":
             assert target.switch is not None
@@ -360,6 +478,9 @@ class FaultInjector:
         if kind == "controller-crash":
             if self.controller is None:
                 raise FaultError("no controller to restart")
+            crashes = self._crashes(self.active_faults(fault.id))
+            if crashes:
+                return "controller left down" + _still(crashes, "crashed")
             return self.controller.restart(lambda r: self._resource(fault, r))
         raise FaultError(f"unknown fault kind {kind}")
 
@@ -369,6 +490,14 @@ class FaultInjector:
         plan = self.description.addresses[gpu]
         found = [plan.fabric_ip, *(nic.ip for nic in plan.nics)]
         return list(dict.fromkeys(found))
+
+
+def _still(ids: set[int], how: str) -> str:
+    """`` (still down: fault 102)``: which active faults keep a component as it is."""
+    if not ids:
+        return ""
+    word = "fault" if len(ids) == 1 else "faults"
+    return f" (still {how}: {word} {', '.join(map(str, sorted(ids)))})"
 
 
 def injector_on(testbed: Testbed, gpus: Sequence[str]) -> tuple[FaultInjector, Stragglers]:

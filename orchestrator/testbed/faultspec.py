@@ -25,6 +25,10 @@ relative to the run's origin: apply, undo, and for a flap every down and up.
 
 Errors name the key (``faults[2].target``); a target that is not in the fabric lists the
 nearest names (difflib).
+
+Faults may overlap in time on the same link, switch, GPU or controller: they compose at
+run time (the most restrictive rate, a port down while any fault holds it, the latest
+straggler; orchestrator/testbed/faults.py), so validation does not refuse them.
 """
 
 from __future__ import annotations

@@ -98,3 +98,38 @@ def clean_now(state: RunState, wait: float = 600.0) -> subprocess.CompletedProce
             return None
         assert result.returncode == 5 and time.monotonic() < deadline, result.stdout + result.stderr
         time.sleep(0.5)
+
+
+def test_overlapping_faults_compose_and_ids_are_not_reused() -> None:
+    """Clearing one of two faults on a link or port leaves what the other implies; a
+    cleared fault's id is not given again; a second clear says so."""
+    before = snapshot()
+    process, state = start_up("astral-small", "--policy", "ecmp")
+    nodes = list(FabricDescription.read(state.run_dir / "fabric.json").fabric.nodes())
+
+    def fault(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(astral("fault", "--run", state.run_id, *args),
+                              capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
+
+    def rate(dev: str) -> str:
+        shown = subprocess.run(["tc", "class", "show", "dev", dev], capture_output=True, text=True)
+        return shown.stdout.split(" rate ", 1)[1].split()[0]
+
+    try:
+        assert fault("apply", "link-slow", "p0r0t0-p0r0a0", "--rate", "0.1").returncode == 0
+        slowed = rate("p0r0t0-eth3")
+        milder = fault("apply", "link-slow", "p0r0t0-p0r0a0", "--rate", "0.5", "--duration", "1s")
+        assert milder.returncode == 0 and "fault 102 cleared" in milder.stdout, milder.stdout
+        assert rate("p0r0t0-eth3") == slowed  # 101's rate, not the link's own
+        assert fault("apply", "link-down", "p0s0g0-p0r0t0").returncode == 0  # 103, not 102
+        assert fault("apply", "switch-down", "p0r0t0").returncode == 0  # 104
+        assert fault("clear", "104").returncode == 0
+        link = subprocess.run(["ip", "link", "show", "p0r0t0-eth1"], capture_output=True, text=True)
+        assert ",UP" not in link.stdout  # 103 holds it down
+        again = fault("clear", "104", "104")
+        assert again.returncode == 0 and "already cleared" in again.stdout
+        assert fault("clear", "--all").returncode == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        finish(process)
+    assert leftovers(before, RunState.load(state.run_dir), nodes) == []
