@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator.diagnosis import diagnose_bundle
     from orchestrator.results.store import readable_database
 
+    _not_a_study(args.bundle)
     # a damaged database is exit 6, never a traceback's 1, which means "suspects" here
     with readable_database(args.bundle):
         diagnosis = diagnose_bundle(args.bundle)
@@ -39,3 +40,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"# astral diagnose {args.bundle}")
         print(diagnosis.render())
     return 0 if diagnosis.healthy else 1
+
+
+def _not_a_study(path: Path) -> None:
+    """A study's bundle has no database of its own: each variant's bundle under variants/
+    has one. Say so, naming a variant to diagnose, instead of "expected a results.sqlite"."""
+    from orchestrator.study.bundle import VARIANTS, is_study_bundle
+    from topologies.errors import ResultsError
+
+    if not is_study_bundle(path):
+        return
+    variants = sorted(p for p in (path / VARIANTS).glob("*") if p.is_dir())
+    example = variants[0] if variants else path / VARIANTS / "NN-<label>"
+    where = f"{len(variants)} under {path / VARIANTS}" if variants else f"under {path / VARIANTS}"
+    raise ResultsError(
+        path,
+        "a run's bundle; a study's variants each have their own "
+        f"({where}): diagnose one, e.g. astral diagnose {example}",
+        "a study's bundle (study.json, no results.sqlite)",
+    )

@@ -2,7 +2,8 @@
 
 Reads only the bundle's database and fabric.json, so it works on a crashed run's bundle and
 after the plotting code changed. On a study's bundle it renders every variant's bundle, then
-the study's summary, report (the variants side by side and the verdicts) and plots.
+the study's summary, report (the variants side by side and the verdicts) and plots; a
+variant whose bundle is missing is said so (exit 6 where study.json says it completed).
 Prints the nccl-tests tables (a workload replay's table instead, from its workload.json,
 with its Gantts drawn again), then, when the run injected
 faults, what was injected, when, and what each layer of the monitor saw (docs/monitoring.md),
@@ -12,6 +13,7 @@ then the files it wrote.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +70,8 @@ def _study(args: argparse.Namespace) -> int:
     from orchestrator.study.bundle import StudyBundle
     from orchestrator.study.report import render_study
 
-    for variant in StudyBundle.open(args.bundle).variants:
+    study = StudyBundle.open(args.bundle)
+    for variant in study.variants:
         where = args.bundle / variant.directory
         if (where / "results.sqlite").is_file():
             render_bundle(where, plots=not args.no_plots)
@@ -77,4 +80,20 @@ def _study(args: argparse.Namespace) -> int:
     _, lines = render_study(args.bundle, plots=not args.no_plots)
     if not args.quiet:
         print("\n".join(lines))
-    return 0
+    # a variant that ran but whose bundle is gone: said (stderr, even quiet), and exit 6 as
+    # for any missing bundle where study.json says it completed ("ok" cannot be vouched for)
+    missing = [v for v in study.variants if v.bundle_missing]
+    for variant in missing:
+        where = args.bundle / variant.directory
+        why = (
+            f"its bundle {where} is missing (deleted, or not copied with the study)"
+            if variant.status == "ok"
+            else f"no bundle at {where} (deleted, or the variant failed before writing one)"
+        )
+        print(
+            f"astral: warning: variant {variant.index + 1} ({variant.label}), "
+            f"{variant.status} in study.json: {why}; its figures are left out of the report",
+            file=sys.stderr,
+            flush=True,
+        )
+    return 6 if any(v.status == "ok" for v in missing) else 0

@@ -52,6 +52,15 @@ class VariantRun:
     results: list[ConfigurationResult] = field(default_factory=list)
     scale: float = math.nan
     summary: dict[str, Any] | None = None
+    bundle_missing: bool = False  # it ran (study.json says), but its bundle is not there
+
+    @property
+    def shown(self) -> str:
+        """How the variant ended, as the study's report says it: never a bare "ok" for a
+        variant whose bundle (its figures) is gone, deleted or not copied with the study."""
+        if not self.bundle_missing:
+            return self.status
+        return "bundle missing" if self.status == "ok" else f"{self.status}, no bundle"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +113,8 @@ class StudyBundle:
                     run.results = summarize(bundle)
                     run.scale = bundle.scale
                     run.summary = summary_document(bundle, run.results)
+            else:  # a variant not run has none; one that ran had one (or failed to start)
+                run.bundle_missing = run.status != "not run"
             variants.append(run)
         return cls(path, document, variants)
 
@@ -121,7 +132,7 @@ def study_summary(study: StudyBundle) -> dict[str, Any]:
     averages: list[dict[str, Any]] = []
     variants = []
     for run in study.variants:
-        variants.append(run.to_dict())
+        variants.append(run.to_dict() | ({"bundle_missing": True} if run.bundle_missing else {}))
         if run.summary is None:
             continue
         tag = {"variant": run.label, "variant_index": run.index, "settings": run.settings}
@@ -190,7 +201,7 @@ def study_table(study: StudyBundle) -> list[str]:
                     ratio = value / first if first and not math.isnan(first) else math.nan
                     cell += f" ({_fmt(ratio, '.3f')})"
                 cells.append(f"  {cell:>{column}}")
-            lines.append(f"   {run.label:<{width}}" + "".join(cells) + f"  {run.status}")
+            lines.append(f"   {run.label:<{width}}" + "".join(cells) + f"  {run.shown}")
     return lines
 
 
@@ -230,7 +241,7 @@ def workload_table(study: StudyBundle) -> list[str]:
                 f"[{_fmt(record['real_ms'] / base if base else math.nan, '.3f')}]"
             )
             cells.append(f"  {cell:>28}")
-        lines.append(f"   {run.label:<{width}}" + "".join(cells) + f"  {run.status}")
+        lines.append(f"   {run.label:<{width}}" + "".join(cells) + f"  {run.shown}")
     return lines
 
 
@@ -243,7 +254,7 @@ def report_lines(study: StudyBundle) -> list[str]:
     axes = ", ".join(doc.get("axes", [])) or "nothing"
     lines.append(f"# {len(study.variants)} variants ({doc.get('mode', 'product')} over {axes})")
     for run in study.variants:
-        ended = run.status if not run.error else f"{run.status}: {run.error}"
+        ended = run.shown if not run.error else f"{run.shown}: {run.error}"
         lines.append(f"#   {run.index + 1:>2}. {run.label}  [{ended}]  {run.directory}")
     lines += study_table(study) + workload_table(study)
     if doc.get("expected"):

@@ -76,6 +76,10 @@ class Side:
     variant: int  # the variant's index
     policy: str | None  # None: the variant's only policy
 
+    def read(self, variants: Sequence[Variant]) -> str:
+        """The policy the side reads: its own, else its variant's only one."""
+        return self.policy or variants[self.variant].spec.policies[0]
+
     def describe(self, variants: Sequence[Variant]) -> str:
         label = variants[self.variant].label
         return f"{label} / {self.policy}" if self.policy else label
@@ -224,6 +228,13 @@ def _check(entry: object, key: str, variants: Sequence[Variant], source: str) ->
     if "to" not in entry:
         raise fail("to", "the variant the ratio divides by", None)
     to = _side(entry["to"], policy, f"{key}.to", variants, source)
+    if to.variant == of.variant and to.read(variants) == of.read(variants):
+        # a ratio of a figure to itself is 1 whatever was measured: it could only agree
+        raise fail(
+            "to",
+            "a variant (or policy) other than of's: a ratio of a variant to itself says nothing",
+            f"variant {to.variant + 1} ({variants[to.variant].label}) / {to.read(variants)}",
+        )
     low_high = entry["ratio"]
     if (
         not isinstance(low_high, list)
@@ -232,8 +243,11 @@ def _check(entry: object, key: str, variants: Sequence[Variant], source: str) ->
         or not 0 <= low_high[0] <= low_high[1]
     ):
         raise fail("ratio", "[low, high]: two numbers, 0 <= low <= high", low_high)
-    op, algorithm = _collective(entry.get("collective"), variants[of.variant], fail)
+    sides = [variants[of.variant], variants[to.variant]]
+    op, algorithm = _collective(entry.get("collective"), sides, fail)
     size = _size(entry.get("size"), fail)
+    if isinstance(size, int):
+        _measured_size(size, op, entry.get("size"), sides, variants, fail)
     return Check(title, of, to, op, algorithm, size, (float(low_high[0]), float(low_high[1])))
 
 
@@ -256,12 +270,25 @@ def _side(
     matches = [v for v in variants if all(v.setting(k) == x for k, x in wanted.items())]
     if "variant" in value:  # by its number, where its settings are long (a list of faults)
         number = value["variant"]
-        if not isinstance(number, int) or isinstance(number, bool):
-            raise ExperimentError(source, f"{key}.variant", "a variant's number from 1", number)
+        if (
+            not isinstance(number, int)
+            or isinstance(number, bool)
+            or not 1 <= number <= len(variants)
+        ):
+            expected = f"a variant's number from 1 to {len(variants)} (the study runs that many)"
+            raise ExperimentError(source, f"{key}.variant", expected, number)
         matches = [v for v in matches if v.index + 1 == number]
     if len(matches) != 1:
         found = ", ".join(v.label for v in matches) or "none"
-        raise ExperimentError(source, key, "a selector that names exactly one variant", found)
+        listed = "; ".join(f"{v.index + 1}. {v.label}" for v in variants[:8])
+        more = f"; ... {len(variants)} in all" if len(variants) > 8 else ""
+        raise ExperimentError(
+            source,
+            key,
+            "a selector that names exactly one variant",
+            found,
+            detail=f"the study runs {listed}{more}",
+        )
     variant = matches[0]
     if policy is not None and policy not in variant.spec.policies:
         raise ExperimentError(
@@ -274,23 +301,56 @@ def _side(
     return Side(variant.index, policy)
 
 
-def _collective(value: object, variant: Variant, fail: Any) -> tuple[str, str | None]:
-    ran = variant.spec.collectives
+def _collective(value: object, sides: Sequence[Variant], fail: Any) -> tuple[str, str | None]:
+    """The check's collective: one that both sides' variants run (a study may sweep
+    ``collectives``, and a collective one side never ran could only be "unmeasured")."""
     if value is None:
+        ran = {(c.op, c.algorithm) for variant in sides for c in variant.spec.collectives}
         if len(ran) != 1:
             raise fail("collective", "a collective (the study runs several)", None)
-        return ran[0].op, ran[0].algorithm
+        only = ran.pop()
+        return only[0], only[1]
+    op: object
+    algorithm: object
     if isinstance(value, Mapping):
         op, algorithm = value.get("op"), value.get("algorithm")
     else:
         op, algorithm = value, None
-    if op not in COLLECTIVES or not any(
-        c.op == op and (algorithm is None or c.algorithm == algorithm) for c in ran
-    ):
-        labels = ", ".join(c.label for c in ran)
-        raise fail("collective", f"a collective the study runs ({labels})", value)
+    for variant in sides:
+        ran_by = variant.spec.collectives
+        if op not in COLLECTIVES or not any(
+            c.op == op and (algorithm is None or c.algorithm == algorithm) for c in ran_by
+        ):
+            labels = ", ".join(c.label for c in ran_by)
+            same = all(v.spec.collectives == ran_by for v in sides)
+            runs = "the study runs" if same else f"{_named(variant)} runs"
+            raise fail("collective", f"a collective {runs} ({labels})", value)
     assert isinstance(op, str)
     return op, algorithm if isinstance(algorithm, str) else None
+
+
+def _measured_size(
+    size: int,
+    op: str,
+    value: object,
+    sides: Sequence[Variant],
+    variants: Sequence[Variant],
+    fail: Any,
+) -> None:
+    """A check's size must be one the sides' variants run (as ``op`` rounds it): any other
+    has no figure, and the whole study would run only for its verdict to be "unmeasured"."""
+    for variant in sides:
+        spec = variant.spec
+        if buffer_bytes(op, size, spec.dtype, spec.ranks) in spec.step_sizes(op):
+            continue
+        runs = ", ".join(format_size(s) for s in spec.sizes.values())
+        same = all(v.spec.sizes == spec.sizes for v in variants)
+        who = "the study runs" if same else f"{_named(variant)} runs"
+        raise fail("size", f"max, min or a size {who} ({runs})", value)
+
+
+def _named(variant: Variant) -> str:
+    return f"variant {variant.index + 1} ({variant.label})"
 
 
 def _size(value: object, fail: Any) -> int | str | None:

@@ -101,9 +101,9 @@ def study_plot(study: StudyBundle, runs: list[VariantRun], directory: Path) -> P
             y = [values[run.index].get(group, math.nan) for run in everyone]
             axes.bar(x, y, width=width * 0.95, label=_label(group))
         for i, run in enumerate(everyone):
-            if run.status != "ok":
+            if run.shown != "ok":
                 axes.annotate(
-                    run.status, xy=(i, 0), xytext=(0, 6), textcoords="offset points",
+                    run.shown, xy=(i, 0), xytext=(0, 6), textcoords="offset points",
                     ha="center", fontsize=9, color="C3",
                 )  # fmt: skip
         axes.set_xticks(range(len(everyone)), [run.label for run in everyone], fontsize=8)

@@ -9,7 +9,8 @@ study bundle (orchestrator.study.bundle has its layout).
 
 What :meth:`StudyRunner.run` does, in order:
 
-1. the load guard judges every variant before anything starts (one calibration, the
+1. an ``--out`` that is neither new nor an empty directory refuses the study (exit 2);
+   then the load guard judges every variant before anything starts (one calibration, the
    machine's): a variant above the emulator's safe share refuses the whole study, naming
    it, unless forced; nothing is created;
 2. per fabric (variants grouped by the fabric they emulate, in order of first appearance,
@@ -70,7 +71,7 @@ from orchestrator.study.progress import StudyProgress
 from orchestrator.study.report import render_study
 from orchestrator.study.spec import StudySpec, Variant
 from orchestrator.testbed.testbed import Testbed
-from topologies.errors import AstralError, ExperimentError
+from topologies.errors import AstralError, ConfigError, ExperimentError
 
 
 @dataclass
@@ -96,6 +97,15 @@ class StudyOutcome:
         if "disagrees" in outcomes:
             return "disagrees"
         return "agrees" if outcomes == {"agrees"} else "unmeasured"
+
+
+def variant_text(study: StudySpec, variant: Variant) -> str:
+    """The variant as an experiment file, its bundle's experiment.yaml: re-runnable alone,
+    from wherever the bundle lies (its fabric and workload files are inlined)."""
+    return (
+        f"# variant {variant.index + 1} of study {study.name} ({study.source}): "
+        f"{variant.label}\n" + yaml.safe_dump(dict(variant.document), sort_keys=False)
+    )
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,25 @@ class StudyRunner(Messages):
     def bundle_path(self) -> Path:
         return bundle_directory(self.options, self.study.name)
 
+    def check_bundle_path(self) -> Path:
+        """The study bundle's directory, refused (exit 2) unless it is new or empty: a run
+        accepts an empty ``--out`` and so does a study, but one that holds anything would
+        mix another bundle's files with the study's. Judged before the load guard, so
+        nothing is calibrated, brought up or created for a study that cannot be written."""
+        path = self.bundle_path()
+        if path.exists() and not path.is_dir():
+            found = f"{path}, a file"
+        elif path.is_dir() and any(path.iterdir()):
+            found = f"{path}, a directory that is not empty"
+        else:
+            return path
+        raise ConfigError(
+            "command line" if self.options.out is not None else self.study.source,
+            "--out" if self.options.out is not None else "name",
+            "a new or empty directory for the study bundle",
+            found,
+        )
+
     # -- the study ------------------------------------------------------------------------
 
     def judge_loads(self) -> list[LoadVerdict]:
@@ -167,9 +196,9 @@ class StudyRunner(Messages):
         study = self.study
         outcome = StudyOutcome(study)
         began = time.monotonic()
+        path = self.check_bundle_path()
         verdicts = self.judge_loads()
-        path = self.bundle_path()
-        path.mkdir(parents=True, exist_ok=False)
+        path.mkdir(parents=True, exist_ok=True)
         outcome.bundle = path
         if self.text is not None:
             (path / STUDY_TEXT).write_text(self.text, encoding="utf-8")
@@ -261,11 +290,7 @@ class StudyRunner(Messages):
         options = replace(
             self.options, out=bundle / VARIANTS / variant.slug, calibrate=False, progress=False
         )
-        text = (
-            f"# variant {variant.index + 1} of study {self.study.name} "
-            f"({self.study.source}): {variant.label}\n"
-            + yaml.safe_dump(dict(variant.document), sort_keys=False)
-        )
+        text = variant_text(self.study, variant)
         runner = Runner(
             variant.spec,
             options,

@@ -44,12 +44,15 @@ from orchestrator.run.experiment import (
     STUDY_SECTION_KEYS,
     SWEEP_MODES,
     UNSWEPT,
+    WORKLOAD_KEY,
     ExperimentSpec,
     parse_experiment,
 )
 from orchestrator.run.overrides import changed
 from orchestrator.study.checks import Check, parse_checks
-from topologies.errors import ConfigError, ExperimentError
+from orchestrator.workload.spec import resolve_workload
+from topologies.catalog import is_preset_name, resolve_fabric
+from topologies.errors import ConfigError, ExperimentError, FabricSpecError, WorkloadError
 from topologies.yamlfile import read_yaml
 
 FABRIC_AXIS = "fabric"  # the key a variant's fabric goes by in labels and check selectors
@@ -291,11 +294,28 @@ def _variant(
     try:
         document = changed(document, list(row), source=source, base_dir=base_dir)
         spec = parse_experiment(document, source, base_dir)
+        document = _self_contained(document, base_dir)
     except ConfigError as err:
         detail = "; ".join(filter(None, [f"in variant {index + 1} ({where})", err.detail]))
         raise type(err)(err.file, err.key, err.expected, err.found, detail=detail) from None
     settings += [(key, value) for key, value in row]
     return Variant(index, tuple(settings), spec, document)
+
+
+def _self_contained(document: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """The variant's document with its fabric and workload files inlined (presets stay
+    named): its bundle's experiment.yaml is re-runnable alone, and a path relative to the
+    study file would resolve from the variant's directory instead, or break once the
+    bundle moves. Called once the variant validated, so the files are there and read."""
+    out = dict(document)
+    fabric = out.get("fabric")
+    if isinstance(fabric, str) and not is_preset_name(fabric):
+        out["fabric"] = read_yaml(resolve_fabric(fabric, base_dir), FabricSpecError, "fabric")
+    workload = out.get(WORKLOAD_KEY)
+    if isinstance(workload, str) and not is_preset_name(workload):
+        path = resolve_workload(workload, base_dir)
+        out[WORKLOAD_KEY] = read_yaml(path, WorkloadError, "workload")
+    return out
 
 
 def _fabric_name(fabric: object) -> str:
