@@ -4,8 +4,10 @@ Validates a training workload (workloads/*.yaml) and prints what one iteration i
 the parallel layout, the micro-batches, then per pipeline stage the parameters a GPU holds,
 its FLOPs, its compute seconds (at real speed, and emulated at ``--scale``: compute is
 stretched by 1 / scale as the links are slowed by scale), and the bytes of each
-communication kind it takes part in. ``--gpus`` and ``--gpus-per-server`` check the layout
-against a fabric (and let ``dp: auto`` resolve). No root, no emulation.
+communication kind it takes part in (the data-parallel gradients as their buckets: count,
+bytes each and the last one's when smaller). ``--gpus`` and ``--gpus-per-server`` check the
+layout against a fabric; a workload with ``dp: auto`` (the presets) needs ``--gpus``, the
+GPUs it fills. No root, no emulation.
 
 Exit status: 0; 2 a bad workload file or option.
 """
@@ -24,7 +26,7 @@ from orchestrator.workload.costs import (
     stage_flops,
     stage_parameters,
 )
-from orchestrator.workload.spec import WorkloadSpec, load_workload
+from orchestrator.workload.spec import AUTO, WorkloadSpec, load_workload
 from topologies.errors import WorkloadError
 
 #: The emulated fabric's link scale the brief's presets are sized for (a 200G port at
@@ -46,7 +48,9 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     show.add_argument("workload", help="a workload file (YAML)")
-    show.add_argument("--gpus", type=int, metavar="N", help="the fabric's GPU count")
+    show.add_argument(
+        "--gpus", type=int, metavar="N", help="the fabric's GPU count (dp: auto needs it)"
+    )
     show.add_argument(
         "--gpus-per-server", type=int, metavar="G", help="GPUs per server (tp stays inside)"
     )
@@ -103,7 +107,8 @@ def render(spec: WorkloadSpec, scale: float) -> list[str]:
     rows = [["stage", "kind", "group", "count", "bytes each", "total"]]
     for stage in range(p.pp):
         for c in stage_communication(spec, stage):
-            rows.append([stage, c.kind, c.group, c.count, mib(c.bytes_each), mib(c.total)])
+            each = mib(c.bytes_each) + (f", last {mib(c.last_bytes)}" if c.last_bytes else "")
+            rows.append([stage, c.kind, c.group, c.count, each, mib(c.total)])
     lines += table(rows, "llrrrr")
     return lines
 
@@ -112,6 +117,19 @@ def run_show(args: argparse.Namespace) -> int:
     _option(args.gpus, "--gpus", 0)
     _option(args.gpus_per_server, "--gpus-per-server", 0)
     _option(args.scale, "--scale", 0, 1)
-    spec = load_workload(args.workload, gpus=args.gpus, gpus_per_server=args.gpus_per_server)
+    try:
+        spec = load_workload(args.workload, gpus=args.gpus, gpus_per_server=args.gpus_per_server)
+    except WorkloadError as err:
+        if args.gpus is None and err.key == "parallel.dp" and err.found == AUTO:
+            # the one mistake the command line, not the file, can mend: say how
+            raise WorkloadError(
+                err.file,
+                err.key,
+                err.expected,
+                err.found,
+                detail="give the fabric's GPU count: --gpus N; the presets are sized for "
+                "astral-small, --gpus 8 --gpus-per-server 2",
+            ) from None
+        raise
     sys.stdout.write("\n".join(render(spec, args.scale)) + "\n")
     return 0

@@ -201,7 +201,9 @@ def _by_flow(
 
     fabric = build_fabric(spec)
     gpus = [g.name for g in fabric.gpus_by_rank()]
-    workload = load_workload(path, gpus=len(gpus), gpus_per_server=spec.gpus_per_server)
+    workload = load_workload(
+        path, gpus=len(gpus), gpus_per_server=spec.gpus_per_server, scale=spec.emulation.scale
+    )
     program = iteration_program(workload, spec.emulation.scale)
     description = FabricDescription.of(fabric)
     forecaster = ProgramForecaster(

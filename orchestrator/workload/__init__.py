@@ -7,3 +7,7 @@ quantities from it (FLOPs and compute seconds per GPU, bytes of each communicati
 parameters per pipeline stage), each formula with its source. Pure: no emulation, no files
 but the one read; later layers compile a spec into the workers' programs and a forecast.
 """
+
+# costs registers the limits a parsed workload must meet (spec.LIMITS): importing it here
+# makes them part of every parse, whichever module of the package is imported first.
+from orchestrator.workload import costs as _costs  # noqa: F401

@@ -41,7 +41,8 @@ Bytes (dtype_bytes per element):
   optimisation, Narayanan et al. Sec. 4.1);
 - data parallel: once per iteration, each GPU all-reduces the gradients of the parameters
   it holds: the non-expert ones over the dp ranks of its stage, the expert ones over the
-  dp / ep ranks that hold the same experts (expert data parallelism).
+  dp / ep ranks that hold the same experts (expert data parallelism), each in buckets of
+  ``bucket_bytes`` (PyTorch DDP's ``bucket_cap_mb``), one all-reduce a bucket.
 
 Parameters (weights only: biases, layer norms and position embeddings are under 0.1 % of
 any model here): attention 4h^2, an MLP m x hf, an MoE layer 4h^2 + hE (router) + (shared +
@@ -57,10 +58,35 @@ out of "activated" (the tests hold both figures).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from orchestrator.workload.spec import ModelSpec, WorkloadSpec
+from orchestrator.workload.spec import (
+    DEFAULT_BUCKET,
+    LIMITS,
+    ModelSpec,
+    WorkloadSpec,
+    _WorkloadReader,
+)
+from topologies.errors import WorkloadError
+
+#: At most this many buckets in one stage's gradient exchange. Each bucket is an
+#: all-reduce of its own in the iteration's program (and in the forecast), so the program
+#: grows with their number: ``bucket: 1`` on a few MB of gradients made millions of them,
+#: and validating the experiment ran out of memory. Real jobs use tens to a few hundred
+#: (PyTorch DDP's 25 MiB default: 214 a stage for GPT-3 175B on a pod, tp 8 x pp 8).
+MAX_BUCKETS = 1024
+#: At most this many micro-batch passes through a layer (micro-batches per data-parallel
+#: rank x layers) in one iteration: each is a few slots of the program, whose building,
+#: checking and forecast grow with them (1,024 micro-batches of gpt3-like's 8 layers:
+#: 2.7 s and 230 MB to forecast; GPT-3 175B on a pod, 16 x 96 = 1,536).
+MAX_LAYER_PASSES = 16384
+#: Longest compute step (half a layer's pass on one micro-batch) a replay may sleep, in
+#: emulated seconds. The presets' longest is 1.2 s (deepseek-like at 0.6e-4); a step of
+#: minutes means an iteration of hours (or a FLOP/s figure off by a unit), as a "real-world
+#: latency" above 1 ms does for the links (topologies/spec.py).
+MAX_STEP_SECONDS = 60.0
 
 # --- FLOPs -------------------------------------------------------------------------------
 
@@ -123,6 +149,34 @@ def compute_seconds(spec: WorkloadSpec, flops: float) -> float:
     return flops / (spec.gpu.peak_flops * spec.gpu.efficiency)
 
 
+def longest_step_seconds(spec: WorkloadSpec) -> float:
+    """Real seconds of the iteration's longest compute step: the program splits each
+    layer's pass on one micro-batch in two halves (iteration.py), and the longest is a
+    backward's, the last stage's last layer with the logits' backward if it holds them."""
+    longest = 0.0
+    for stage in range(spec.parallel.pp):
+        for layer in spec.layers_of(stage):
+            flops = backward_flops(spec, layer)
+            if stage == spec.parallel.pp - 1 and layer == spec.model.layers - 1:
+                flops += 2.0 * logits_flops(spec)
+            longest = max(longest, flops / 2)
+    return compute_seconds(spec, longest)
+
+
+def compute_problem(spec: WorkloadSpec, scale: float) -> str:
+    """Why the iteration's compute cannot be replayed at emulation ``scale`` ("" if it
+    can): its longest step lasts more than :data:`MAX_STEP_SECONDS` emulated."""
+    emulated = longest_step_seconds(spec) / scale
+    if emulated <= MAX_STEP_SECONDS:
+        return ""
+    return (
+        f"the longest compute step, half a layer's backward on one micro-batch, would take "
+        f"{emulated:.3g} s emulated at scale {scale:g}, above the {MAX_STEP_SECONDS:g} s a "
+        f"replay allows: gpu.peak_flops ({spec.gpu.peak_flops:.3g} FLOP/s) x gpu.efficiency "
+        f"({spec.gpu.efficiency:g}) is too slow for this model, or the scale too small"
+    )
+
+
 def model_flops_per_iteration(spec: WorkloadSpec) -> float:
     """The model FLOPs of one iteration, over all GPUs, for model FLOPs utilization (MFU):
     forward and backward of every layer and the logits for the global batch, *without*
@@ -160,6 +214,18 @@ def ep_alltoall_bytes(spec: WorkloadSpec) -> int:
 def pp_bytes(spec: WorkloadSpec) -> int:
     """One GPU's send of one micro-batch across one stage boundary, in one direction."""
     return _activation_elements(spec) * spec.dtype_bytes // spec.parallel.tp
+
+
+def bucket_sizes(total: int, bucket: int) -> list[int]:
+    """``total`` bytes of gradients in buckets of at most ``bucket`` (the last one holding
+    the rest), as the iteration all-reduces them."""
+    full, rest = divmod(total, bucket)
+    return [bucket] * full + ([rest] if rest > 0 else [])
+
+
+def bucket_count(total: int, bucket: int) -> int:
+    """How many buckets :func:`bucket_sizes` makes, without making them."""
+    return -(-total // bucket)
 
 
 # --- parameters ---------------------------------------------------------------------------
@@ -245,16 +311,27 @@ def model_parameters(model: ModelSpec) -> ModelParameters:
 @dataclass(frozen=True)
 class Communication:
     """``count`` operations of ``kind`` (``bytes_each``: one GPU's buffer) among ``group``
-    ranks, in one iteration of one GPU of a stage."""
+    ranks, in one iteration of one GPU of a stage; ``last_bytes``, when not 0, the last
+    one's buffer, smaller than the others (the gradient exchange's last bucket)."""
 
     kind: str  # tp-allreduce, ep-alltoall, pp-send-forward, pp-send-backward, dp-..., edp-...
     group: int
     count: int
     bytes_each: int
+    last_bytes: int = 0
 
     @property
     def total(self) -> int:
+        if self.last_bytes:
+            return (self.count - 1) * self.bytes_each + self.last_bytes
         return self.count * self.bytes_each
+
+    @classmethod
+    def buckets(cls, kind: str, group: int, total: int, bucket: int) -> Communication:
+        """A gradient exchange of ``total`` bytes in buckets of ``bucket``."""
+        sizes = bucket_sizes(total, bucket)
+        last = sizes[-1] if len(sizes) > 1 and sizes[-1] != sizes[0] else 0
+        return cls(kind, group, len(sizes), sizes[0], last)
 
 
 def stage_communication(spec: WorkloadSpec, stage: int) -> list[Communication]:
@@ -278,7 +355,75 @@ def stage_communication(spec: WorkloadSpec, stage: int) -> list[Communication]:
         out.append(Communication("pp-send-backward", 2, mbs, pp_bytes(spec)))
     gradients = dp_gradient_bytes(spec, stage)
     if gradients.dense:
-        out.append(Communication("dp-allreduce", p.dp, 1, gradients.dense))
+        out.append(Communication.buckets("dp-allreduce", p.dp, gradients.dense, spec.bucket_bytes))
     if gradients.expert:
-        out.append(Communication("edp-allreduce", p.dp // p.ep, 1, gradients.expert))
+        out.append(
+            Communication.buckets(
+                "edp-allreduce", p.dp // p.ep, gradients.expert, spec.bucket_bytes
+            )
+        )
     return out
+
+
+# --- the limits a workload must meet (registered in spec.LIMITS) ---------------------------
+
+
+def _check_size(
+    read: _WorkloadReader, spec: WorkloadSpec, doc: Mapping[str, Any], scale: float | None
+) -> None:
+    """At most ``MAX_LAYER_PASSES`` micro-batch passes through a layer: the program
+    has a few slots for each, so its cost to build, check and forecast grows with them."""
+    passes = spec.micro_batches * spec.model.layers
+    if passes > MAX_LAYER_PASSES:
+        most = MAX_LAYER_PASSES // spec.model.layers * spec.batch.micro_batch
+        read.fail(
+            "batch.global_batch",
+            f"at most {most * spec.parallel.dp} sequences here",
+            spec.batch.global_batch,
+            detail=f"{spec.micro_batches} micro-batches a data-parallel rank x "
+            f"{spec.model.layers} layers = {passes} layer passes, above the "
+            f"{MAX_LAYER_PASSES} an iteration's program allows",
+        )
+
+
+def _check_buckets(
+    read: _WorkloadReader, spec: WorkloadSpec, doc: Mapping[str, Any], scale: float | None
+) -> None:
+    """At most ``MAX_BUCKETS`` buckets in any stage's gradient exchange: each is an
+    all-reduce of its own in the program, whose size (and the cost of validating,
+    compiling and forecasting it) grows with their number."""
+    raw = doc.get("bucket", DEFAULT_BUCKET)
+    stage = max(range(spec.parallel.pp), key=lambda s: sum(dp_gradient_bytes(spec, s)))
+    worst = sum(dp_gradient_bytes(spec, stage))
+    if bucket_count(worst, spec.bucket_bytes) > MAX_BUCKETS:
+        least = bucket_count(worst, MAX_BUCKETS)
+        read.fail(
+            "bucket",
+            f"a bucket of at least {least} B ({least / 2**10:.1f} KiB)",
+            raw,
+            detail=f"stage {stage}'s {worst} B of gradients in at most {MAX_BUCKETS} "
+            "buckets: each bucket is an all-reduce of its own in the iteration's program",
+        )
+
+
+def check_compute(spec: WorkloadSpec, scale: float, source: str) -> None:
+    """WorkloadError naming ``gpu`` if a compute step of the iteration at emulation
+    ``scale`` is longer than a replay allows (``MAX_STEP_SECONDS``)."""
+    problem = compute_problem(spec, scale)
+    if problem:
+        raise WorkloadError(
+            source,
+            "gpu",
+            f"compute steps of at most {MAX_STEP_SECONDS:g} s emulated",
+            detail=problem,
+        )
+
+
+def _check_compute(
+    read: _WorkloadReader, spec: WorkloadSpec, doc: Mapping[str, Any], scale: float | None
+) -> None:
+    if scale is not None:
+        check_compute(spec, scale, read.source)
+
+
+LIMITS.extend((_check_size, _check_buckets, _check_compute))

@@ -44,6 +44,7 @@ from orchestrator.collectives.program import (
     Op,
     PointToPoint,
     Program,
+    ProgramError,
     Slot,
 )
 from orchestrator.workload import costs
@@ -243,7 +244,7 @@ class _Builder:
         ):
             if nbytes <= 0 or len(groups[0]) < 2:
                 continue
-            for k, size in enumerate(_bucket_sizes(nbytes, self.spec.bucket_bytes)):
+            for k, size in enumerate(costs.bucket_sizes(nbytes, self.spec.bucket_bytes)):
                 count = _elements(size, len(groups[0]))
                 ops += [
                     GroupCollective("all-reduce", "ring", g, count, f"{what} bucket {k}")
@@ -269,12 +270,6 @@ class _Builder:
         return Program(f"{spec.name}-iteration", tuple(self.slots))
 
 
-def _bucket_sizes(total: float, bucket: int) -> list[float]:
-    """``total`` bytes in buckets of at most ``bucket``."""
-    full, rest = divmod(total, bucket)
-    return [float(bucket)] * int(full) + ([rest] if rest > 0 else [])
-
-
 def _spread(ops: list[Op], layers: int) -> Iterator[list[Op]]:
     """The bucket ops over the backward's layers: the k-th group of buckets with the k-th
     layer from the end (gradients are ready in that order), the last layer's share taking
@@ -297,5 +292,21 @@ def _group_by_label(ops: list[Op]) -> list[list[Op]]:
 
 def iteration_program(spec: WorkloadSpec, scale: float) -> Program:
     """The program of one training iteration of ``spec`` (module docstring); compute times
-    are emulated seconds at emulation ``scale`` (real seconds / scale), as the links'."""
+    are emulated seconds at emulation ``scale`` (real seconds / scale), as the links'.
+
+    A ProgramError, before anything is built, for an iteration whose program would be
+    absurd: a compute step longer than ``costs.MAX_STEP_SECONDS`` emulated, or a gradient
+    exchange of more than ``costs.MAX_BUCKETS`` buckets (a spec that did not come through
+    ``parse_workload``, which refuses those, naming the key)."""
+    problem = costs.compute_problem(spec, scale)
+    if problem:
+        raise ProgramError(f"workload {spec.name}: {problem}")
+    for stage in range(spec.parallel.pp):
+        dense, expert = costs.dp_gradient_bytes(spec, stage)
+        count = sum(costs.bucket_count(n, spec.bucket_bytes) for n in (dense, expert))
+        if count > costs.MAX_BUCKETS:
+            raise ProgramError(
+                f"workload {spec.name}: stage {stage}'s gradients make {count} buckets of "
+                f"{spec.bucket_bytes} B, above the {costs.MAX_BUCKETS} an exchange allows"
+            )
     return _Builder(spec, scale).build()

@@ -26,7 +26,7 @@ tensor-parallel all-reduces are too frequent for the inter-server network).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,10 @@ FLOPS = re.compile(
 )
 _FLOPS_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _FLOPS_FORMS = "a FLOP/s figure such as 989T, 1.98P or 9.89e14"
+#: A GPU's dense matrix FLOP/s: 1T is far below any training GPU's (a 2017 V100: 125T),
+#: 100P far above any (an H100/H800: 989T BF16, a B200: 2.25P). Outside it the figure is a
+#: unit mistake (``989`` for 989T), whose compute a replay would sleep for years.
+PEAK_FLOPS_RANGE = (1e12, 1e17)
 
 
 def parse_flops(text: object) -> float:
@@ -214,17 +218,30 @@ class _WorkloadReader(_Reader):
                 self.fail(path, "this key to be present", "it missing")
 
 
+#: What a parsed workload must meet before anything is built from it, checked with the
+#: cost model's knowledge (gradient bytes per stage, compute seconds): orchestrator/workload/
+#: costs.py registers its checks here, since it imports this module and this one cannot
+#: import it; the package's __init__ imports costs, so they are registered whenever this
+#: module is. Each gets the reader (to fail naming a key), the spec, the document and the
+#: emulation scale (None: not known yet).
+Limit = Callable[["_WorkloadReader", "WorkloadSpec", Mapping[str, Any], "float | None"], None]
+LIMITS: list[Limit] = []
+
+
 def parse_workload(
     document: object,
     source: str = "<inline>",
     *,
     gpus: int | None = None,
     gpus_per_server: int | None = None,
+    scale: float | None = None,
 ) -> WorkloadSpec:
     """Validate a parsed YAML document into a WorkloadSpec (see the module docstring).
 
     ``gpus``: the fabric's GPU count, which the layout must fill (and ``dp: auto`` needs);
-    ``gpus_per_server``: the GPUs one NVLink domain holds, which ``tp`` must divide.
+    ``gpus_per_server``: the GPUs one NVLink domain holds, which ``tp`` must divide;
+    ``scale``: the emulation scale its compute is stretched by (1 / scale), whose longest
+    step must stay one a replay can sleep (:func:`orchestrator.workload.costs.check_compute`).
     """
     read = _WorkloadReader(source)
     doc = read.mapping(document, "", TOP_KEYS)
@@ -244,6 +261,13 @@ def parse_workload(
     raw_gpu = read.mapping(doc["gpu"], "gpu", GPU_KEYS)
     read.required(raw_gpu, "gpu", tuple(sorted(GPU_KEYS)))
     peak = read.parsed(raw_gpu["peak_flops"], "gpu.peak_flops", parse_flops)
+    if not PEAK_FLOPS_RANGE[0] <= peak <= PEAK_FLOPS_RANGE[1]:
+        read.fail(
+            "gpu.peak_flops",
+            "one GPU's dense FLOP/s, between 1T and 100P",
+            raw_gpu["peak_flops"],
+            detail="an H100's BF16 is 989T; a figure outside is a unit mistake",
+        )
     efficiency = read.number(raw_gpu["efficiency"], "gpu.efficiency", 0.0, 1.0)
     if efficiency <= 0:
         read.fail("gpu.efficiency", "a number above 0 and at most 1", efficiency)
@@ -252,7 +276,7 @@ def parse_workload(
     )
     bucket = read.parsed(doc.get("bucket", DEFAULT_BUCKET), "bucket", parse_size)
     recompute = read.boolean(doc.get("recompute", False), "recompute")
-    return WorkloadSpec(
+    spec = WorkloadSpec(
         name=name,
         model=model,
         parallel=parallel,
@@ -264,6 +288,9 @@ def parse_workload(
         bucket_bytes=bucket,
         recompute=recompute,
     )
+    for check in LIMITS:
+        check(read, spec, doc, scale)
+    return spec
 
 
 PRESETS_DIR = REPO / "workloads"  # the shipped workloads, named by their file's stem
@@ -291,12 +318,18 @@ def resolve_workload(value: str, base_dir: Path | None = None) -> Path:
 
 
 def load_workload(
-    path: str | Path, *, gpus: int | None = None, gpus_per_server: int | None = None
+    path: str | Path,
+    *,
+    gpus: int | None = None,
+    gpus_per_server: int | None = None,
+    scale: float | None = None,
 ) -> WorkloadSpec:
     """Read and validate a workload file; every problem becomes one WorkloadError."""
     path = Path(path)
     document = read_yaml(path, WorkloadError, "workload")
-    return parse_workload(document, str(path), gpus=gpus, gpus_per_server=gpus_per_server)
+    return parse_workload(
+        document, str(path), gpus=gpus, gpus_per_server=gpus_per_server, scale=scale
+    )
 
 
 def _model(read: _WorkloadReader, value: object) -> ModelSpec:
