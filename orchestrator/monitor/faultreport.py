@@ -18,6 +18,7 @@ A bundle without a ``faults`` table, or with no rows, has no section (an empty l
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from statistics import fmean
 
 from orchestrator.monitor.queries import (
@@ -37,9 +38,20 @@ def fault_section(bundle: ResultsBundle) -> list[str]:
     faults = bundle.faults()
     if not faults:
         return []
-    origin = run_origin(bundle)
     end_of_run = run_end(bundle)
-    lines = [f"# faults: {len(faults)} injected (times from the run's first operation)"]
+    origin: float | None
+    if _operation_spans(bundle):
+        origin, since = run_origin(bundle), "the run's first operation"
+    else:
+        # no operation recorded (the run failed before one): an origin of 0 would print
+        # epoch seconds as if they were offsets; the run's start is the next honest origin
+        origin = _started(bundle)
+        since = (
+            "the run's start: no operation was recorded"
+            if origin is not None
+            else "n/a: no operation and no readable start recorded"
+        )
+    lines = [f"# faults: {len(faults)} injected (times from {since})"]
     for fault in faults:
         lines += describe(bundle, fault, origin, end_of_run)
     return lines
@@ -57,6 +69,14 @@ def _operation_spans(bundle: ResultsBundle) -> list[tuple[float, float]]:
     return spans
 
 
+def _started(bundle: ResultsBundle) -> float | None:
+    """When the run started (epoch s, from its ISO timestamp), None if it cannot be read."""
+    try:
+        return datetime.fromisoformat(bundle.run.started).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 def run_origin(bundle: ResultsBundle) -> float:
     return min((s for s, _ in _operation_spans(bundle)), default=0.0)
 
@@ -65,12 +85,14 @@ def run_end(bundle: ResultsBundle) -> float:
     return max((e for _, e in _operation_spans(bundle)), default=0.0)
 
 
-def _at(t: float | None, origin: float) -> str:
-    return "never" if t is None else f"{t - origin:+.3f} s"
+def _at(t: float | None, origin: float | None) -> str:
+    if t is None:
+        return "never"
+    return "n/a" if origin is None else f"{t - origin:+.3f} s"
 
 
 def describe(
-    bundle: ResultsBundle, fault: InjectedFault, origin: float, end_of_run: float
+    bundle: ResultsBundle, fault: InjectedFault, origin: float | None, end_of_run: float
 ) -> list[str]:
     params = ", ".join(f"{k} {v}" for k, v in sorted(fault.params.items()))
     head = f"#   fault {fault.id}: {fault.kind} on {fault.target or '(no target)'}"

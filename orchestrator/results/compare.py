@@ -195,6 +195,7 @@ def compare_forecasts(bundle: ResultsBundle, *, policy: str | None = None) -> Co
     ]
     matched = 0
     missing = 0
+    unmeasured = 0
     groups: dict[tuple[str, str, str], list[ConfigurationResult]] = {}
     for result in results:
         groups.setdefault(result.configuration.group, []).append(result)
@@ -209,16 +210,21 @@ def compare_forecasts(bundle: ResultsBundle, *, policy: str | None = None) -> Co
                 continue
             matched += 1
             error = forecast.error(result.row.busbw)
-            errors.append(abs(error))
+            if math.isnan(error):
+                # not measured (the workers failed or hung): no error to count in the median
+                unmeasured += 1
+            else:
+                errors.append(abs(error))
             band = "-"
             if forecast.hash_draws > 1 and forecast.busbw_p10 != forecast.busbw_p90:
                 where = "in" if forecast.inside(result.row.busbw) else "OUT"
+                where = where if result.row.busbw > 0 else "unmeasured"
                 band = f"{forecast.busbw_p10 / scale:.2f}-{forecast.busbw_p90 / scale:.2f} {where}"
             lines.append(
                 f"{result.configuration.size:>12}  {_fmt(result.row.time_us, '11.1f'):>11}"
                 f"  {_fmt(forecast.time_us, '11.1f'):>11}  {_fmt(result.busbw_real, '7.2f'):>7}"
                 f"  {_fmt(forecast.busbw / scale, '8.2f'):>8}  {_fmt(error, '+7.1%'):>7}"
-                f"  {band:>15}"
+                f"  {band:>15}" + ("  not measured" if math.isnan(error) else "")
             )
     if errors:
         ordered = sorted(errors)
@@ -227,7 +233,16 @@ def compare_forecasts(bundle: ResultsBundle, *, policy: str | None = None) -> Co
             if len(ordered) % 2
             else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
         )
-        lines += ["#", f"# {matched} cells: median |error| {median:.1%}, max {ordered[-1]:.1%}"]
+        lines += [
+            "#",
+            f"# {len(errors)} cells: median |error| {median:.1%}, max {ordered[-1]:.1%}",
+        ]
+    if unmeasured:
+        lines += [] if errors else ["#"]
+        lines.append(
+            f"# {unmeasured} of {matched} cells with a forecast not measured (no timed "
+            "iteration recorded): left out of the errors"
+        )
     if missing:
         lines.append(f"# {missing} configuration(s) without a forecast (a bundle from before)")
     text = "\n".join(line.rstrip() for line in lines) + "\n"

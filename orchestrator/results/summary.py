@@ -54,6 +54,10 @@ from topologies.latency import latency_title
 
 Group = tuple[str, str, str]  # (policy, collective, algorithm)
 
+#: The mark of a row without a time, and why it has none (summary.json's ``not_measured``).
+NOT_MEASURED = "NOT MEASURED"
+NOT_MEASURED_REASON = "no timed iteration was recorded (the workers failed or hung before one)"
+
 
 @dataclass(frozen=True)
 class ConfigurationResult:
@@ -73,12 +77,22 @@ class ConfigurationResult:
         return self.row.time_us * self.configuration.iterations / 1e6
 
     @property
+    def measured(self) -> bool:
+        """Whether the configuration has a time: one whose workers failed or hung before a
+        timed iteration finished has none, and must read as not measured everywhere (not as
+        a row of nan with ``0 OK``)."""
+        return not math.isnan(self.row.time_us)
+
+    @property
     def ceiling_share(self) -> float:
         """busbw / the configuration's own ceiling (nan without one)."""
         return self.ceiling.share(self.row.busbw) if self.ceiling else math.nan
 
     def marks(self) -> list[str]:
-        """What the table says beside this row (see :meth:`Ceiling.marks`)."""
+        """What the table says beside this row (see :meth:`Ceiling.marks`); a configuration
+        without a time is marked ``NOT MEASURED`` instead."""
+        if not self.measured:
+            return [NOT_MEASURED]
         if self.ceiling is None or math.isnan(self.row.busbw):
             return []
         return self.ceiling.marks(self.row.busbw, self.batch_seconds)
@@ -128,6 +142,12 @@ def result_of(
     ceiling: Ceiling | None = None,
 ) -> ConfigurationResult:
     c = configuration
+    timed = sum(1 for record in records if not record.warmup)
+    wrong = wrong_elements(records)
+    if timed == 0 and not wrong:
+        # nothing timed: the data of the operations asked for was never checked either (a
+        # warm-up's corruption, where found, is still reported)
+        wrong = None
     row = NcclRow.of(
         c.collective,
         size=c.size,
@@ -135,7 +155,7 @@ def result_of(
         dtype=c.dtype,
         ranks=c.ranks,
         time_us=operation_time_us(records),
-        wrong=wrong_elements(records),
+        wrong=wrong,
     )
     spread = [
         NcclRow.of(
@@ -154,7 +174,7 @@ def result_of(
         row=row,
         busbw_min=min(spread, default=math.nan),
         busbw_max=max(spread, default=math.nan),
-        timed=sum(1 for record in records if not record.warmup),
+        timed=timed,
         scale=scale,
         ceiling=ceiling,
     )
@@ -282,11 +302,15 @@ def forecast_note(forecast: ForecastRecord | None, busbw: float, scale: float) -
     model, links at full rate and no per-step costs, is not what the row is to be judged by."""
     if forecast is None:
         return ""
-    text = f"forecast busbw {forecast.busbw / scale:.2f} real ({forecast.error(busbw):+.1%})"
+    text = f"forecast busbw {forecast.busbw / scale:.2f} real"
+    error = forecast.error(busbw)
+    # no measurement, no error: "(+nan%)" would read as a comparison that was made
+    text += f" ({error:+.1%})" if not math.isnan(error) else " (no measurement to compare)"
     if not forecast.calibrated:
         text += " uncalibrated"
     if forecast.hash_draws > 1 and forecast.busbw_p10 != forecast.busbw_p90:
         where = "inside" if forecast.inside(busbw) else "OUTSIDE"
+        where = where if busbw > 0 else "unmeasured"
         text += (
             f", p10-p90 {forecast.busbw_p10 / scale:.2f}-{forecast.busbw_p90 / scale:.2f} {where}"
         )
@@ -313,11 +337,13 @@ def ceiling_lines(results: Sequence[ConfigurationResult], scale: float) -> list[
     if ceiling is None:
         return ["busbw ceiling: not recorded (a bundle from before ceilings were stored)"]
     lines = [ceiling.describe(scale)]
-    if any(r.marks() for r in results):
+    if any(mark != NOT_MEASURED for r in results for mark in r.marks()):
         lines.append(
-            "marks: ABOVE CEILING = busbw over the ceiling (an emulation or timing fault); "
+            "marks: ABOVE CEILING = busbw over the ceiling by more than the shapers' buckets "
+            "could add (an emulation or timing fault); "
             f"bucket <= p = the shapers' {ceiling.burst_s * 1e3:g} ms buckets could have "
-            "added up to p to this short batch"
+            "added up to p to this batch (a figure over the ceiling by no more than p is "
+            "theirs)"
         )
     return lines
 
@@ -393,7 +419,11 @@ def summary_document(
     for result in results:
         c = result.configuration
         forecast = forecasts.get(c.id)
-        configurations.append(configuration_record(result, loads.get(c.id), forecast))
+        record = configuration_record(result, loads.get(c.id), forecast)
+        # why a configuration has no figures (null: it was measured); summary.json only,
+        # ``astral forecast --json`` shares the record but has nothing to measure
+        record["not_measured"] = None if result.measured else NOT_MEASURED_REASON
+        configurations.append(record)
     averages = []
     for group, members in grouped(results).items():
         average = average_busbw([m.row for m in members])
