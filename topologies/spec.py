@@ -47,7 +47,7 @@ from topologies.fabricspec import (
     SwitchSpec,
 )
 from topologies.generators import GeneratorRegistry, default_registry
-from topologies.units import NUMBER_TEXT, parse_duration, parse_rate
+from topologies.units import NUMBER_TEXT, format_rate, parse_duration, parse_rate
 from topologies.yamlfile import read_yaml
 
 # What the reader checks, named so that the JSON Schema (topologies/schema.py) is generated
@@ -85,6 +85,14 @@ MINIMUM = {
 NIC_PORTS = (1, 2)  # single-ToR, dual-ToR
 OVERSUBSCRIPTION_RANGE = (1.0, 1000.0)
 SCALE_RANGE = (1e-9, 1.0)  # emulated = real x scale
+#: the slowest emulated link rate (bit/s) a fabric may ask for: a floor against unit
+#: mistakes (1 bit/s stalls every run), not a measured limit. At this rate a 1500-byte frame
+#: takes 12 ms on the wire and the shaper's smallest queue, 16 frames
+#: (orchestrator/emulation/shaping.py), 0.19 s to drain: slower, a single queued frame
+#: outlasts the workers' retransmission timeout and the diagnosis' stall lines (2 s) come
+#: within a few full queues. hpn-like's oversubscribed agg->core, the slowest preset
+#: link, runs at 1.33 Mbit/s.
+MIN_EMULATED_BPS = 1e6
 LATENCY_OFF, LATENCY_ON = "off", "on"  # or false, true
 
 # Above this a "real-world latency" is a unit mistake (they are micro-, not milliseconds).
@@ -313,6 +321,27 @@ def parse_fabric_spec(
     )
     if emulation.scale <= 0:
         read.fail("emulation.scale", "a number above 0", emulation.scale)
+    for key, value in raw_speeds.items():  # the rates as given, once the scale is known
+        emulated = getattr(speeds, key) * emulation.scale
+        if emulated < MIN_EMULATED_BPS:
+            read.fail(
+                f"speeds.{key}",
+                f"a rate of at least {format_rate(MIN_EMULATED_BPS / emulation.scale)} real "
+                f"({MIN_EMULATED_BPS / 1e6:g} Mbit/s emulated at emulation.scale "
+                f"{emulation.scale:g}, or a larger scale)",
+                value,
+                detail=f"{emulated:.3g} bit/s emulated: a shaped link's smallest queue "
+                "(16 frames) would take over 0.19 s to drain; far below, a run stalls",
+            )
+    slowest = min(vars(speeds).values()) * emulation.scale  # defaults too: the scale's fault
+    if slowest < MIN_EMULATED_BPS:
+        read.fail(
+            "emulation.scale",
+            f"a scale at which every link runs at {MIN_EMULATED_BPS / 1e6:g} Mbit/s emulated "
+            f"or more (at least {MIN_EMULATED_BPS / min(vars(speeds).values()):g} here)",
+            emulation.scale,
+            detail=f"the slowest link would run at {slowest:.3g} bit/s emulated",
+        )
 
     latency = read.latency(doc.get("latency", True), "latency", LatencySpec())
 

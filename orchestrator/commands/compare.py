@@ -9,9 +9,10 @@ On studies (docs/studies.md): ``astral compare STUDY`` sets every variant beside
 a variant's own bundle (STUDY/variants/NN-...) compares as any run's.
 On bundles that replayed a workload (docs/workloads.md): their iterations per policy, B/A
 at real speed, with the exposed communication per kind; ``--forecast`` sets a replay
-beside its forecast. Exits 1 when nothing matches; a policy chosen that its side did not
-run is a mistake (exit 2) that names the policies it did run, since an empty comparison
-would leave the user to guess which of the two sides lacked it.
+beside its forecast. Bundles of different kinds (collectives, a replay, a study) are a
+mistake (exit 2) in either order. Exits 1 when nothing matches; a policy chosen that its
+side did not run is a mistake (exit 2) that names the policies it did run, since an empty
+comparison would leave the user to guess which of the two sides lacked it.
 """
 
 from __future__ import annotations
@@ -75,19 +76,42 @@ def _compare(args: argparse.Namespace) -> int:
         return 0
     if args.b is None:
         raise ConfigError("command line", "B", "a second bundle (or --forecast)", None)
+    # the same refusal whichever side the other kind is on (a replay as A says it too)
+    if read_workload(args.b) is not None:
+        raise ConfigError(
+            "command line", "B", "a bundle of collectives, as A is (B replayed a workload)",
+            str(args.b),
+        )  # fmt: skip
+    if is_study_bundle(args.b):
+        raise ConfigError("command line", "B", "a run bundle, as A is (B is a study)", str(args.b))
 
     with ResultsBundle.open(args.a) as a, ResultsBundle.open(args.b) as b:
-        check_policies(args, _ran(a), _ran(b))
+        ran_a, ran_b = _ran(a), _ran(b)
+        check_policies(args, ran_a, ran_b)
         comparison = compare_bundles(a, b, a_policy=args.a_policy, b_policy=args.b_policy)
     print(comparison.text, end="")
     if comparison.matched == 0:
         print(
-            "astral compare: no configuration in common between A and B "
-            "(--a-policy/--b-policy compare different policies)",
+            "astral compare: no configuration in common between A and B"
+            + policy_hint(args, ran_a, ran_b),
             file=sys.stderr,
         )
         return 1
     return 0
+
+
+def policy_hint(args: argparse.Namespace, ran_a: Collection[str], ran_b: Collection[str]) -> str:
+    """The hint on ``--a-policy``/``--b-policy`` where it would help: neither was given and
+    the two sides ran no policy in common (an empty string otherwise: a hint about options
+    that were given, or would not change the outcome, misleads)."""
+    if args.a_policy is not None or args.b_policy is not None:
+        return ""
+    if set(ran_a) & set(ran_b) or not ran_a or not ran_b:
+        return ""
+    return (
+        f" (A ran {', '.join(sorted(ran_a))}, B {', '.join(sorted(ran_b))}: "
+        "--a-policy/--b-policy compare different policies)"
+    )
 
 
 def _workloads(args: argparse.Namespace, a: dict[str, Any]) -> int:
@@ -119,8 +143,8 @@ def _workloads(args: argparse.Namespace, a: dict[str, Any]) -> int:
     print(text, end="")
     if matched == 0:
         print(
-            "astral compare: no policy in common between A and B "
-            "(--a-policy/--b-policy compare different policies)",
+            "astral compare: no policy in common between A and B"
+            + policy_hint(args, a["policies"], b["policies"]),
             file=sys.stderr,
         )
         return 1

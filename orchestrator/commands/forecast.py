@@ -40,8 +40,14 @@ that names it, and nothing is forecast. A key the model does not use (``faults``
 ``monitor``, ``load_limit``, ``cluster``) is such an error too, and a fabric key the
 experiment's own would replace (``emulation.scale`` under its ``scale``) takes effect.
 
-Exit status: 0; 2 a bad experiment, ``--set``, ``--fail`` or ``--paths`` (a bundle of
-another fabric or placement); 3 ``--calibrate`` without root; 6 a ``--paths`` bundle that
+``--salts`` takes 1 to 1024 draws; ``--pods`` and ``--size`` need ``--full-size``;
+``--calibration FILE`` must exist unless ``--calibrate`` or ``--calibrate-from`` writes it
+(``--calibration none``: the bare model, whatever this machine's file); a ``--set`` key may
+be given once.
+
+Exit status: 0; 2 a bad experiment, option, ``--set``, ``--fail`` or ``--paths`` (a bundle of
+another fabric or placement) or a ``--calibrate-from`` bundle with too few usable
+configurations; 3 ``--calibrate`` without root; 6 a ``--paths`` bundle that
 cannot be read.
 """
 
@@ -112,7 +118,7 @@ def register(subparsers: Any) -> None:
         help="--full-size: Astral pods (default 8: 524,288 GPUs; a workload's 1: 65,536)",
     )
     parser.add_argument(
-        "--size", default="1G", help="--full-size: message size (default 1G = 2**30 bytes)"
+        "--size", default=None, help="--full-size: message size (default 1G = 2**30 bytes)"
     )
     parser.add_argument(
         "--fabric",
@@ -128,9 +134,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from orchestrator.commands import workload_forecast
     from orchestrator.commands.whatif import routed_around, with_settings
-    from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.run.experiment import WORKLOAD_KEY
 
+    check_options(args)
     if workload_forecast.is_workload_file(args.experiment):
         return workload_forecast.run(args)
 
@@ -147,12 +153,10 @@ def run(args: argparse.Namespace) -> int:
         return full_size(args)
     if args.calibrate_from is not None:
         return store(_stamp(fit_bundle(args.calibrate_from, args.salts), None), args)
-    if args.salts is not None and args.salts < 1:
-        raise ConfigError("command line", "--salts", "a number of hash draws >= 1", args.salts)
     base = experiment_document(args.experiment)
     if WORKLOAD_KEY in base.document:  # an experiment that replays a training workload
         return workload_forecast.run_experiment(base, args)
-    calibration = load_forecast_calibration(args.calibration)
+    calibration = forecast_calibration(args)
     variant = None
     if args.set or args.fail:  # first: a what-if that is a mistake is said at once
         changed = with_settings(base.document, args.set, base.base_dir)
@@ -188,6 +192,70 @@ def run(args: argparse.Namespace) -> int:
         for line in comparison_lines(baseline, variant):
             print(line)
     return 0
+
+
+#: the most hash draws --salts takes: each draw routes and plays out every configuration
+#: again, and the p10-p90 band settles long before (docs/forecast.md; default 16)
+MAX_SALTS = 1024
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse an option that would be ignored or could not be what the user meant, before
+    anything is read or forecast: a silently dropped option is a wrong answer."""
+    if args.salts is not None and not 1 <= args.salts <= MAX_SALTS:
+        raise ConfigError(
+            "command line", "--salts", f"a number of hash draws from 1 to {MAX_SALTS}", args.salts
+        )
+    if not args.full_size:
+        for flag, value in (("--pods", args.pods), ("--size", args.size)):
+            if value is not None:
+                raise ConfigError(
+                    "command line", flag, "--full-size with it (it sizes the full-size forecast)",
+                    value,
+                )  # fmt: skip
+    # --calibrate and --calibrate-from write the file; every other use reads it
+    writes = args.calibrate or args.calibrate_from is not None
+    if writes and _bare(args):
+        raise ConfigError(
+            "command line", "--calibration", "a file to store the calibration in", "none"
+        )
+    named = args.calibration is not None and not writes and not _bare(args)
+    if named and not args.calibration.is_file():
+        raise ConfigError(
+            str(args.calibration),
+            "--calibration",
+            "an existing forecast calibration file (written by `astral forecast "
+            "--calibrate` or `--calibrate-from`), or `none` for the bare model",
+            "a directory" if args.calibration.is_dir() else "no such file",
+        )
+    seen: dict[str, str] = {}
+    for setting in args.set:
+        key = setting.partition("=")[0].strip()
+        if key in seen:
+            raise ConfigError(
+                "--set",
+                key,
+                "each key set once (a second --set of it would silently replace the first)",
+                f"{seen[key]} and {setting}",
+            )
+        seen[key] = setting
+
+
+def _bare(args: argparse.Namespace) -> bool:
+    """``--calibration none``: the bare model, whatever calibration this machine has."""
+    return args.calibration is not None and str(args.calibration) == BARE
+
+
+#: the --calibration that asks for the bare model (no overheads: docs/forecast.md)
+BARE = "none"
+
+
+def forecast_calibration(args: argparse.Namespace) -> Any:
+    """The calibration the forecast uses: ``--calibration FILE`` (checked to exist by
+    :func:`check_options`), the machine's default file, or none for ``--calibration none``."""
+    from orchestrator.forecast.calibration import load_forecast_calibration
+
+    return None if _bare(args) else load_forecast_calibration(args.calibration)
 
 
 # --- the experiment, with what-if settings ----------------------------------------------------
@@ -321,7 +389,6 @@ def forecast_document(
     experiment: Experiment, args: argparse.Namespace, failures: Sequence[str] = ()
 ) -> ForecastRun:
     from orchestrator.commands.whatif import parse_failures
-    from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.configurations import Forecaster
     from orchestrator.forecast.model import DEFAULT_SALTS
     from orchestrator.run.experiment import parse_experiment
@@ -336,7 +403,7 @@ def forecast_document(
         description,
         spec.gpus,
         host_ports=spec.host_ports,
-        calibration=load_forecast_calibration(args.calibration),
+        calibration=forecast_calibration(args),
         failed=failed,
         salts=args.salts or DEFAULT_SALTS,
         iterations=spec.iterations,
@@ -385,7 +452,7 @@ def full_size(args: argparse.Namespace) -> int:
     from topologies.planner import Unreachable, common_reach, plan_for_gpus, plan_spec
 
     try:
-        size = parse_size(args.size)
+        size = parse_size(args.size or "1G")
     except ValueError as err:
         raise ConfigError("command line", "--size", str(err), args.size) from err
     pods = 8 if args.pods is None else args.pods
@@ -464,6 +531,10 @@ def store(calibration: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+#: the fewest measured cells a fit takes (four figures and two overheads on a grid)
+MIN_FIT_CELLS = 3
+
+
 def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
     """The calibration fitted on a bundle's deterministic-path configurations: the
     play-out's figures, and the step model's overlap with them."""
@@ -486,6 +557,7 @@ def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
     workers = workers_from_description(description, hosts)
     cells = []
     models: dict[str, ConfigurationModel] = {}
+    hashed = unmeasured = 0
     for r in results:
         c = r.configuration
         model = models.setdefault(
@@ -493,8 +565,12 @@ def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
             ConfigurationModel(description, workers, host_ports=c.host_ports, salts=salts or 1),
         )
         router = model.router(c.policy)
-        if router.hashed or c.host_ports == "hash" or math.isnan(r.row.time_us):
+        if router.hashed or c.host_ports == "hash":
+            hashed += 1
             continue  # a hash decided its paths: no single model time to fit against
+        if not (math.isfinite(r.row.time_us) and r.row.time_us > 0):
+            unmeasured += 1
+            continue  # never measured (an interrupted run, a failed configuration)
         parts = {
             incast: model.parts(c.policy, c.collective, c.algorithm, c.size, 0, incast)
             for incast in INCASTS
@@ -505,6 +581,17 @@ def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
             model.play, c.policy, c.collective, c.algorithm, c.size, 0, iterations=c.iterations
         )
         cells.append(Cell(r.row.time_us / 1e6, parts, play, steps))
+    if len(cells) < MIN_FIT_CELLS:  # the fit's own check would be a bare ValueError
+        raise ConfigError(
+            str(bundle),
+            "--calibrate-from",
+            f"a bundle with at least {MIN_FIT_CELLS} collective configurations measured on "
+            "paths no hash decides (a completed `astral run` of collectives under "
+            "path-pinned or another deterministic policy, host_ports not 'hash'; "
+            "the calibration experiment: `astral forecast --calibrate`)",
+            f"{len(cells)} usable of {len(results)} configurations ({hashed} on hashed "
+            f"paths, {unmeasured} not measured)",
+        )
     calibration = fit_played(cells)
     return replace(calibration, source=str(bundle), fabric=description.fabric.name)
 

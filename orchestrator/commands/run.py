@@ -29,9 +29,10 @@ runs every variant, each fabric brought up once, into one study bundle with the 
 run bundles under variants/, a report of the variants side by side and the study's
 verdicts (orchestrator/study/runner.py).
 
-Exit status: 0; 2 a bad experiment file or a load the emulator cannot carry (nothing is
-created); 3 environment; 4 the emulation or a worker failed (the failing rank and host are
-named, the bundle is kept and marked failed); 5 another run holds the lock; 7 the run
+Exit status: 0; 2 a bad experiment file, an ``--out`` that is a file or a directory that is
+not empty, or a load the emulator cannot carry (nothing is created); 3 environment; 4 the
+emulation or a worker failed (the failing rank and host are named, the bundle is kept and
+marked failed); 5 another run holds the lock; 7 the run
 completed but data failed verification, #wrong > 0 (each such configuration is named, the
 bundle is kept and marked failed); 130/143 interrupted (the bundle is marked interrupted).
 """
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if _is_study_file(path):
         return _run_study(args, path)
     spec = load_experiment(path)  # ConfigError (exit 2) before anything is created
+    check_out(args.out)
     text = Path(path).read_text(encoding="utf-8")
     quiet = args.quiet
 
@@ -142,6 +144,26 @@ def run(args: argparse.Namespace) -> int:
     if outcome.status != "ok" and outcome.error:
         print(f"astral: run {outcome.status}: {outcome.error}", file=sys.stderr, flush=True)
     return outcome.exit_status
+
+
+def check_out(out: Path | None) -> None:
+    """Refuse an ``--out`` the bundle cannot be written to before the lock is taken and the
+    fabric brought up: found only when the bundle is opened, it cost a bring-up and
+    surfaced as a results error (exit 6)."""
+    from topologies.errors import ConfigError
+
+    if out is None or not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError("command line", "--out", "a new or empty directory for the bundle",
+                          f"{out} (a file)")  # fmt: skip
+    if any(out.iterdir()):
+        raise ConfigError(
+            "command line",
+            "--out",
+            "a new or empty directory for the bundle (a bundle is never written over)",
+            f"{out} (not empty)",
+        )
 
 
 def run_options(args: argparse.Namespace) -> Any:

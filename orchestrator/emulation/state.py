@@ -128,6 +128,54 @@ class CleanReport:
         return out or ["nothing to remove"]
 
 
+#: a record's keys and the JSON types :func:`clean` relies on (to_dict writes them so)
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,),
+    "owner_pid": (int,),
+    "command": (list,),
+    "created": (int, float),
+    "status": (str,),
+    "bridges": (list,),
+    "interfaces": (list,),
+    "qdiscs": (list,),
+    "hosts": (dict,),
+    "processes": (list,),
+    "extra": (dict,),
+}
+_REQUIRED = ("run_id", "owner_pid")
+
+
+def record_problem(data: object) -> str | None:
+    """What keeps ``data`` from being a run record :func:`clean` can act on, None when
+    nothing does: a record of the wrong shape would have it remove the wrong names, or
+    stop half-way."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object, found {type(data).__name__}"
+    if data.get("version") != VERSION:
+        return f"key 'version': expected {VERSION}, found {data.get('version')!r}"
+    for key in _REQUIRED:
+        if key not in data:
+            return f"key '{key}': missing"
+    for key, types in _RECORD_TYPES.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, types) or isinstance(value, bool)):
+            names = "/".join("array" if t is list else "object" if t is dict else t.__name__
+                             for t in types)  # fmt: skip
+            return f"key '{key}': expected {names}, found {value!r}"
+    for key in ("interfaces", "qdiscs", "command"):
+        if not all(isinstance(v, str) for v in data.get(key, [])):
+            return f"key '{key}': expected an array of names, found {data[key]!r}"
+    for b in data.get("bridges", []):
+        if not (isinstance(b, dict) and isinstance(b.get("name"), str)):
+            return f"key 'bridges': expected objects with a 'name', found {b!r}"
+    for key in ("hosts", "processes"):
+        members = data.get(key, {})
+        for member in members.values() if isinstance(members, dict) else members:
+            if not isinstance(member, dict):
+                return f"key '{key}': expected objects, found {member!r}"
+    return None
+
+
 @dataclass
 class RunState:
     """The record of one run, saved atomically to ``<run dir>/state.json`` on every change."""
@@ -201,9 +249,12 @@ class RunState:
 
     @classmethod
     def load(cls, run_dir: Path) -> RunState:
+        """The record in ``run_dir``; ValueError (naming the file and key) when it is not
+        one this version writes, OSError when it cannot be read."""
         data = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
-        if data.get("version") != VERSION:
-            raise ValueError(f"{run_dir / STATE_FILE}: unknown version {data.get('version')!r}")
+        problem = record_problem(data)
+        if problem is not None:
+            raise ValueError(f"{run_dir / STATE_FILE}: {problem}")
         return cls(
             run_dir=run_dir,
             run_id=data["run_id"],
@@ -792,6 +843,38 @@ def unclean_runs(base: Path | None = None) -> list[RunState]:
         if state.status != "clean":
             found.append(state)
     return found
+
+
+def unreadable_runs(base: Path | None = None) -> list[tuple[Path, str]]:
+    """Records that exist but cannot be read or are not a record (each file and what is
+    wrong), oldest first: what :func:`unclean_runs` leaves out, and what their runs left
+    behind is unknown, so ``astral clean`` reports them instead of saying all is clean."""
+    found = []
+    directory = runs_dir(base)
+    if not directory.is_dir():
+        return []
+    for run_dir in sorted(directory.iterdir()):
+        path = run_dir / STATE_FILE
+        if not path.is_file():
+            continue
+        try:
+            RunState.load(run_dir)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            text = str(err) if isinstance(err, ValueError) and str(path) in str(err) else None
+            found.append((path, _after(text, f"{path}: ") if text else _describe(err)))
+    return found
+
+
+def _after(text: str, prefix: str) -> str:
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _describe(err: Exception) -> str:
+    if isinstance(err, json.JSONDecodeError):
+        return f"not JSON ({err.msg}, line {err.lineno})"
+    if isinstance(err, OSError):
+        return f"cannot be read ({err.strerror or err})"
+    return f"not a run record ({type(err).__name__}: {err})"
 
 
 def live_runs(base: Path | None = None) -> list[RunState]:

@@ -104,6 +104,7 @@ class LiveState:
     faults: list[FaultNow] = field(default_factory=list)
     alerts: list[str] = field(default_factory=list)
     polled_at: float | None = None  # the last counter poll's time
+    problem: str | None = None  # what is wrong with a live.json that is not the launcher's
 
     @property
     def stale(self) -> bool:
@@ -207,19 +208,67 @@ def _records(lines: list[str]) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def _progress(run_dir: Path) -> dict[str, Any] | None:
+def _progress(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """live.json and, when it is not what the launcher writes, what is wrong with it (the
+    view then draws no progress and says so). A file that is missing or half-written (the
+    launcher replaces it while it is read) is no progress yet, not a problem."""
+    path = run_dir / LIVE_NAME
     try:
-        document = json.loads((run_dir / LIVE_NAME).read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
+        return None, None
+    problem = progress_problem(document)
+    if problem is not None:
+        return None, f"{path}: {problem}"
+    return document, None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def progress_problem(document: object) -> str | None:
+    """What keeps ``document`` from being a live.json the view can draw (the launcher's
+    shape: orchestrator/testbed/testbed.py), None when nothing does; checks what the view reads."""
+
+    def wrong(key: str, expected: str, found: object) -> str:
+        return f"key '{key}': expected {expected}, found {found!r}"
+
+    if not isinstance(document, dict):
+        return f"expected a JSON object, found {type(document).__name__}"
+    if "t" in document and not _is_number(document["t"]):
+        return wrong("t", "a time (seconds)", document["t"])
+    operation = document.get("operation")
+    if operation is not None:
+        if not isinstance(operation, dict):
+            return wrong("operation", "an object", operation)
+        for key in ("size", "count", "first"):
+            value = operation.get(key)
+            if value is not None and not _is_number(value):
+                return wrong(f"operation.{key}", "a number", value)
+    ranks = document.get("ranks", {})
+    if not isinstance(ranks, dict):
+        return wrong("ranks", "an object of ranks", ranks)
+    for rank, state in ranks.items():
+        if not rank.isdigit():
+            return wrong("ranks", "rank numbers as keys", rank)
+        if not isinstance(state, dict):
+            return wrong(f"ranks.{rank}", "an object", state)
+        for key in ("done", "elapsed"):
+            if key in state and not _is_number(state[key]):
+                return wrong(f"ranks.{rank}.{key}", "a number", state[key])
+        if "step" in state and state["step"] is not None and not _is_number(state["step"]):
+            return wrong(f"ranks.{rank}.step", "a step number or null", state["step"])
+        if not isinstance(state.get("waiting_on", []), list):
+            return wrong(f"ranks.{rank}.waiting_on", "a list of ranks", state["waiting_on"])
+    return None
 
 
 def snapshot(source: LiveSource, now: float | None = None) -> LiveState:
     """Read what is new and put the state together, alerts included."""
     now = time.time() if now is None else now
     source.read()
-    progress = _progress(source.run_dir)
+    progress, problem = _progress(source.run_dir)
     links = source.links()
     polled = source.rounds[-1].t if source.rounds else None
     for link in links:
@@ -256,6 +305,7 @@ def snapshot(source: LiveSource, now: float | None = None) -> LiveState:
         faults=sorted(source.active.values(), key=lambda f: f.id),
         alerts=[text for _, text in source.alerts],
         polled_at=polled,
+        problem=problem,
     )
 
 
@@ -277,7 +327,9 @@ def render(state: LiveState) -> Any:
     title.append(time.strftime("%H:%M:%S", time.localtime(state.now)))
     parts.append(title)
     progress = state.progress
-    if progress is None:
+    if state.problem is not None:
+        parts.append(Text(f"{state.problem} (not drawn; waiting for a valid one)", style="red"))
+    elif progress is None:
         parts.append(Text("no launch yet (waiting for live.json)", style="dim"))
     else:
         op = progress.get("operation") or {}

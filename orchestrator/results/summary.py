@@ -420,9 +420,10 @@ def summary_document(
         c = result.configuration
         forecast = forecasts.get(c.id)
         record = configuration_record(result, loads.get(c.id), forecast)
-        # why a configuration has no figures (null: it was measured); summary.json only,
-        # ``astral forecast --json`` shares the record but has nothing to measure
-        record["not_measured"] = None if result.measured else NOT_MEASURED_REASON
+        # why a configuration has no figures, only where it has none: a measured record
+        # keeps the keys ``astral forecast --json`` shares with it
+        if not result.measured:
+            record["not_measured"] = NOT_MEASURED_REASON
         configurations.append(record)
     averages = []
     for group, members in grouped(results).items():

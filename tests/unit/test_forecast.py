@@ -307,7 +307,7 @@ def test_a_calibration_file_round_trips_and_a_damaged_one_is_named(tmp_path: Pat
 def test_forecast_json_has_summary_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
     from tests.unit.test_results import write_synthetic_bundle  # a bundle's summary.json keys
 
-    assert cli.main(["forecast", "--json", "--calibration", "/nonexistent"]) == 0
+    assert cli.main(["forecast", "--json", "--calibration", "none"]) == 0
     records = json.loads(capsys.readouterr().out)["configurations"]
     assert records
     import tempfile
@@ -326,7 +326,7 @@ def test_forecast_prints_the_run_tables_and_what_if_ratios(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     faster = ["speeds.nic=400G", "speeds.tor_agg=400G", "speeds.agg_core=400G"]
-    args = ["forecast", "--calibration", "/nonexistent", *(f"--set={s}" for s in faster)]
+    args = ["forecast", "--calibration", "none", *(f"--set={s}" for s in faster)]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "# FORECAST all-reduce (ring), policy path-pinned" in out
@@ -495,7 +495,7 @@ def test_a_short_operation_is_forecast_over_the_batch_the_run_times(
         "collectives: [{op: all-to-all, algorithm: direct}, {op: all-reduce, algorithm: ring}]\n"
         "sizes: {min: 64K, max: 256K}\niterations: 1\nwarmup: 1\nlatency: 'off'\n"
     )
-    args = ["forecast", str(experiment), "--json", "--calibration", "/nonexistent"]
+    args = ["forecast", str(experiment), "--json", "--calibration", "none"]
     assert cli.main(args) == 0
     records = json.loads(capsys.readouterr().out)["configurations"]
     floor = min_batch_seconds(DEFAULT_RECIPE.burst_s)

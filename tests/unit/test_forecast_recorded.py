@@ -192,7 +192,7 @@ def test_a_bundle_of_another_fabric_is_a_config_error_naming_it(
     assert str(bundle) in str(raised.value)
     assert "rail-optimized-small" in str(raised.value)
     # on the command line: a sentence and exit status 2, no traceback
-    assert cli.main(["forecast", "--paths", str(bundle), "--calibration", "/nonexistent"]) == 2
+    assert cli.main(["forecast", "--paths", str(bundle), "--calibration", "none"]) == 2
     err = capsys.readouterr().err
     assert str(bundle) in err and "Traceback" not in err
 
@@ -255,7 +255,7 @@ def test_forecast_with_paths_says_so_in_each_table(
             }
         )
     )
-    args = ["forecast", str(experiment), "--paths", str(bundle), "--calibration", "/nonexistent"]
+    args = ["forecast", str(experiment), "--paths", str(bundle), "--calibration", "none"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert (
