@@ -95,6 +95,7 @@ from topologies.generators import build_fabric
 from topologies.latency import applied_latency
 from topologies.model import Fabric, Gpu
 from topologies.spec import (
+    MIN_EMULATED_BPS,
     NAME_PATTERN,
     NAME_TEXT,
     SCALE_RANGE,
@@ -483,6 +484,16 @@ def parse_experiment(
         # the same fabric, its links emulated at another rate (the load guard and the
         # nccl-tests tables' real-speed columns follow the spec's scale)
         scale = read.number(doc["scale"], "scale", *SCALE_RANGE)
+        slowest = min(vars(fabric_spec.speeds).values())
+        if slowest * scale < MIN_EMULATED_BPS:  # the fabric file's own check, at this scale
+            read.fail(
+                "scale",
+                f"a scale at which every link of the fabric runs at "
+                f"{MIN_EMULATED_BPS / 1e6:g} Mbit/s emulated or more (at least "
+                f"{MIN_EMULATED_BPS / slowest:g} here)",
+                scale,
+                detail=f"its slowest link would run at {slowest * scale:.3g} bit/s emulated",
+            )
         fabric_spec = replace(fabric_spec, emulation=EmulationSpec(scale=scale))
     if "latency" in doc:
         # the same fabric with other real-world latencies, or none (`latency: off`)

@@ -330,3 +330,23 @@ def test_a_scale_too_small_for_the_default_speeds_is_refused_naming_the_scale() 
     with pytest.raises(FabricSpecError) as caught:
         parse_fabric_spec(document, "fabric.yaml")
     assert caught.value.key == "emulation.scale" and "at least 5e-06 here" in str(caught.value)
+
+
+def test_an_experiments_scale_is_held_to_the_link_floor_too(tmp_path: Path) -> None:
+    """The experiment's ``scale:`` replaces the fabric's: the fabric file's floor on the
+    emulated rate applies at the scale the run will use."""
+    from orchestrator.run.experiment import parse_experiment
+    from topologies.errors import ExperimentError
+
+    doc = {
+        "name": "slow",
+        "fabric": "astral-small",
+        "policy": "path-pinned",
+        "collectives": ["all-reduce"],
+        "sizes": {"min": "64K", "max": "64K"},
+        "scale": 1e-6,  # 200G -> 0.2 Mbit/s
+        "latency": "off",  # (the latencies' own check would refuse this scale first)
+    }
+    with pytest.raises(ExperimentError, match="key 'scale': expected a scale at which every"):
+        parse_experiment(doc, "slow.yaml", tmp_path)
+    parse_experiment({**doc, "scale": 1e-5}, "ok.yaml", tmp_path)  # 2 Mbit/s: fine
