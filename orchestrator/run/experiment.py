@@ -484,16 +484,6 @@ def parse_experiment(
         # the same fabric, its links emulated at another rate (the load guard and the
         # nccl-tests tables' real-speed columns follow the spec's scale)
         scale = read.number(doc["scale"], "scale", *SCALE_RANGE)
-        slowest = min(vars(fabric_spec.speeds).values())
-        if slowest * scale < MIN_EMULATED_BPS:  # the fabric file's own check, at this scale
-            read.fail(
-                "scale",
-                f"a scale at which every link of the fabric runs at "
-                f"{MIN_EMULATED_BPS / 1e6:g} Mbit/s emulated or more (at least "
-                f"{MIN_EMULATED_BPS / slowest:g} here)",
-                scale,
-                detail=f"its slowest link would run at {slowest * scale:.3g} bit/s emulated",
-            )
         fabric_spec = replace(fabric_spec, emulation=EmulationSpec(scale=scale))
     if "latency" in doc:
         # the same fabric with other real-world latencies, or none (`latency: off`)
@@ -520,6 +510,8 @@ def parse_experiment(
 
     gpus = placement.select(fabric, seed)
     _check_latency(read, fabric, gpus, "scale" if "scale" in doc else "latency")
+    if "scale" in doc:
+        _check_rate_floor(read, fabric.spec)
     faults = parse_faults(read, doc.get("faults"), fabric)
     for fault in faults:
         if fault.target.gpu is not None and fault.target.gpu not in gpus:
@@ -678,6 +670,24 @@ def _cluster(read: _ExperimentReader, value: object) -> tuple[str, ...]:
             read.fail(f"cluster[{i}]", "each machine once", entry)
         names.append(entry)
     return tuple(names)
+
+
+def _check_rate_floor(read: _ExperimentReader, spec: FabricSpec) -> None:
+    """The fabric file's floor on emulated link rates (topologies/spec.py), at the scale the
+    experiment gives it instead of the file's own. After the latencies' check, whose
+    message says more where both fail (a scale small enough to stall a run on its links
+    also makes its latencies outlast the step deadline, unless they are off)."""
+    scale = spec.emulation.scale
+    slowest = min(vars(spec.speeds).values())
+    if slowest * scale < MIN_EMULATED_BPS:
+        read.fail(
+            "scale",
+            f"a scale at which every link of the fabric runs at "
+            f"{MIN_EMULATED_BPS / 1e6:g} Mbit/s emulated or more (at least "
+            f"{MIN_EMULATED_BPS / slowest:g} here)",
+            scale,
+            detail=f"its slowest link would run at {slowest * scale:.3g} bit/s emulated",
+        )
 
 
 def _check_latency(read: _ExperimentReader, fabric: Fabric, gpus: Sequence[str], key: str) -> None:

@@ -333,4 +333,8 @@ def test_a_scale_whose_latency_outlasts_the_step_deadline_is_refused(tmp_path: P
     assert info.value.key == "scale"
     assert "step deadline" in str(info.value) and "latency: off" in str(info.value)
     path.write_text(EXPERIMENT.replace("scale: 1.0e-4", "scale: 1.0e-7\nlatency: off"))
-    assert load_experiment(path).fabric.emulation.scale == 1e-7  # without latency it may
+    with pytest.raises(ExperimentError) as info:  # without latency: the links' rate floor
+        load_experiment(path)
+    assert info.value.key == "scale" and "Mbit/s emulated" in str(info.value)
+    path.write_text(EXPERIMENT.replace("scale: 1.0e-4", "scale: 1.0e-5\nlatency: off"))
+    assert load_experiment(path).fabric.emulation.scale == 1e-5
