@@ -86,13 +86,18 @@ def read_nvlink(
         views[c.id] = NvlinkView(c.id, c.config_id, src, dst, port[src][0], rate)
     if not views:
         return []
-    for cid, t, nbytes in bundle.sql("SELECT connection_id, t, bytes FROM connection_samples"):
-        if cid in views:
-            views[cid].samples.append((t, nbytes))
+    # only these connections' rows (the tables are indexed by connection): the fabric
+    # connections' samples, most of the rows, are read by evidence.py already
+    ids = ", ".join(str(int(cid)) for cid in views)
+    for cid, t, nbytes in bundle.sql(
+        f"SELECT connection_id, t, bytes FROM connection_samples WHERE connection_id IN ({ids})"
+    ):
+        views[cid].samples.append((t, nbytes))
     if bundle.has_table("tcp_info"):
-        for cid, t, unacked in bundle.sql("SELECT connection_id, t, unacked FROM tcp_info"):
-            if cid in views:
-                views[cid].unacked.append((t, unacked))
+        for cid, t, unacked in bundle.sql(
+            f"SELECT connection_id, t, unacked FROM tcp_info WHERE connection_id IN ({ids})"
+        ):
+            views[cid].unacked.append((t, unacked))
     for view in views.values():
         view.samples.sort()
         view.unacked.sort()
