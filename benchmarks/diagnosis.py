@@ -238,9 +238,11 @@ def ring_usage(fabric: Fabric, gpus: Sequence[str]) -> Usage:
     switches: dict[Tier, set[str]] = {tier: set() for tier in SWITCH_TIERS}
     destinations: dict[str, set[str]] = {}
     for src, dst in usage.pairs:
-        for u, v in shortest_path_links(fabric, src, dst):
+        # a rail-only fabric's cross-rail pair leaves by the server-mate on dst's rail
+        wire = fabric.wire_source(src, dst)
+        for u, v in shortest_path_links(fabric, wire, dst):
             kind = _link_kind(fabric, u, v)
-            if kind is LinkKind.NIC and u != src:
+            if kind is LinkKind.NIC and u != wire:
                 continue  # the receiving end's port is the switches' choice
             links[kind].add((u, v))
             for node in (u, v):
@@ -248,7 +250,7 @@ def ring_usage(fabric: Fabric, gpus: Sequence[str]) -> Usage:
                 if switch is None:
                     continue
                 destinations.setdefault(node, set()).add(dst)
-                if switch.tier is Tier.AGG or (switch.tier is Tier.TOR and u == src):
+                if switch.tier is Tier.AGG or (switch.tier is Tier.TOR and u == wire):
                     switches[switch.tier].add(node)
     usage.links = {kind: sorted(found) for kind, found in links.items() if found}
     usage.switches = {tier: sorted(found) for tier, found in switches.items() if found}

@@ -12,9 +12,10 @@ import pytest
 
 from orchestrator.run.experiment import parse_experiment
 from tests.helpers import REPO, load_benchmark
+from topologies.catalog import preset_path
 from topologies.generators import build_fabric
 from topologies.model import Fabric, LinkKind, Tier
-from topologies.spec import FabricSpec, parse_fabric_spec
+from topologies.spec import FabricSpec, load_fabric_spec, parse_fabric_spec
 
 POLICIES = ["ecmp", "path-pinned"]
 
@@ -174,6 +175,17 @@ def test_the_ring_usage_follows_the_fabric_model(
     fat = models["fat-tree-2pod"]
     assert fat.name == "fat-tree-2pod" and fat.spec.nic_ports == 1
     assert set(bench.ring_usage(fat, bench.ring_gpus(fat)).links) == set(bench.LINK_TIERS)
+
+
+def test_a_rail_only_ring_leaves_by_the_mate_on_the_receivers_rail(bench: ModuleType) -> None:
+    """A rail-only fabric's cross-rail hop crosses NVLink to the sender's server-mate on the
+    receiver's rail and leaves by that mate's NIC: the suite puts link faults there."""
+    fabric = build_fabric(load_fabric_spec(preset_path("rail-only-small")))
+    usage = bench.ring_usage(fabric, bench.ring_gpus(fabric))
+    assert usage.pairs and set(usage.links) >= {LinkKind.NIC, LinkKind.TOR_AGG}
+    wires = {fabric.wire_source(src, dst) for src, dst in usage.pairs}
+    assert {u for u, _ in usage.links[LinkKind.NIC]} == wires
+    assert any(fabric.gpus[src].rail != fabric.gpus[dst].rail for src, dst in usage.pairs)
 
 
 def test_shortest_path_links_are_exactly_the_equal_cost_paths(
