@@ -42,6 +42,11 @@ deterministic policies' targets (median <= 3 %, max <= 8 %) on a summary line of
 ``ecmp with --paths``; each such cell says how many of its connections took a recorded
 path (the rest are routed by the policy).
 
+A cell the run did not measure (its workers failed or hung before a timed iteration: no
+busbw) has no error: it is printed as ``unmeasured``, left out of every median, max and band
+share, and counted on a line of its own per summary, so that a failed configuration neither
+passes for a forecast error nor disappears from the count.
+
 The machine's load changes the emulator's figures (docs/calibration.md): the conditions
 (load average before and after each fabric) are printed with them.
 """
@@ -139,8 +144,6 @@ def reforecast(bundle: Path, paths: bool = False) -> list[dict[str, Any]]:
         )
         for result in results:
             c = result.configuration
-            if math.isnan(result.row.busbw):
-                continue
             step = ConfigurationStep(
                 c.id - 1, c.policy, Collective(c.collective, c.algorithm), c.size, c.count,
                 c.dtype, c.ranks,
@@ -154,7 +157,8 @@ def reforecast(bundle: Path, paths: bool = False) -> list[dict[str, Any]]:
                 cell(bundle.name, result, record, opened.scale, saturated)
                 | {"inside_draws": draws.inside(result.row.busbw)}
             )
-            if recorded is None or c.policy in DETERMINISTIC:
+            # an unmeasured cell has no recorded paths to forecast with, nor an error
+            if recorded is None or c.policy in DETERMINISTIC or not result.measured:
                 continue
             recorded.iterations = c.iterations
             predicted = recorded.forecast(step).prediction
@@ -185,7 +189,20 @@ def cell(name: str, result: Any, forecast: Any, scale: float, saturated: bool) -
         "calibrated": forecast.calibrated,
         "saturated": saturated,
         "paths": None,  # with --paths: recorded/all fabric connections of the cell
+        "unmeasured": not result.row.busbw > 0,  # no busbw: no error (unmeasured())
     }
+
+
+def unmeasured(c: dict[str, Any]) -> bool:
+    """Whether cell ``c`` has no measurement (the run failed or hung before a timed
+    iteration: its busbw is nan), so no error: its ``error`` is nan, which in a median or
+    max would make the figure nan or, sorted among numbers, silently wrong."""
+    return bool(c.get("unmeasured")) or not c.get("measured", 1.0) > 0
+
+
+def measured_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells the error statistics are computed on: the measured ones."""
+    return [c for c in cells if not unmeasured(c)]
 
 
 def experiment_name(fabric: str) -> str:
@@ -235,7 +252,7 @@ def run_fabric(given: str, args: argparse.Namespace, out: Path) -> list[dict[str
         for result in summarize(opened):
             c = result.configuration
             forecast = forecasts.get(c.id)
-            if forecast is None or math.isnan(result.row.busbw):
+            if forecast is None:  # no forecast to judge (an unmeasured cell is kept)
                 continue
             saturated = c.id in loads and loads[c.id].saturated
             cells.append(cell(name, result, forecast, scale, saturated))
@@ -262,7 +279,7 @@ def with_hash_draws(
             out.append(c)
             continue
         out.append(other)
-        if c["draws"] < other["draws"]:
+        if c["draws"] < other["draws"] and not unmeasured(c):  # listed once, as `other`
             out.append(c | {"planned": True})
     return out
 
@@ -275,7 +292,7 @@ def by_collective(cells: list[dict[str, Any]], label: str) -> list[str]:
     collectives' from the model's figures; one median and max over all of them mixes the
     two causes and hides which collective meets the targets."""
     groups: dict[str, list[float]] = {}
-    for c in cells:
+    for c in measured_cells(cells):
         if c["policy"] in DETERMINISTIC and c["paths"] is None:
             groups.setdefault(c["collective"], []).append(abs(c["error"]))
     return [
@@ -287,6 +304,10 @@ def by_collective(cells: list[dict[str, Any]], label: str) -> list[str]:
 
 
 def report(cells: list[dict[str, Any]], label: str) -> list[str]:
+    """The summary lines of ``cells``: the error statistics over the measured cells, then
+    how many were not measured (unmeasured_line)."""
+    missing = [c for c in cells if unmeasured(c)]
+    cells = measured_cells(cells)
     fixed = [abs(c["error"]) for c in cells if c["policy"] in DETERMINISTIC]
     hashed = [
         c
@@ -333,7 +354,24 @@ def report(cells: list[dict[str, Any]], label: str) -> list[str]:
             f"connections on recorded paths): median |error| {statistics.median(errors):.1%}, "
             f"max {max(errors):.1%} (targets 3 %, 8 %)"
         )
-    return lines
+    return lines + unmeasured_line(missing, label)
+
+
+def unmeasured_line(missing: list[dict[str, Any]], label: str) -> list[str]:
+    """``# label: 2 cells unmeasured (...): fabric policy collective size, ...``: the
+    cells left out of the statistics, by name, so that a failed configuration is seen."""
+    if not missing:
+        return []
+    names = ", ".join(
+        f"{c['fabric']} {c['policy']} {c['collective']} {c['size']}"
+        if "fabric" in c
+        else f"{c['policy']} {c['collective']}"
+        for c in missing
+    )
+    return [
+        f"# {label}: {len(missing)} cells unmeasured (no busbw: left out of the figures "
+        f"above): {names}"
+    ]
 
 
 def repeatability(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[str]:
@@ -346,11 +384,15 @@ def repeatability(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> 
     def key(c: dict[str, Any]) -> tuple[str, str, str, int]:
         return (c["fabric"], c["policy"], c["collective"], c["size"])
 
-    before = {key(c): c for c in first if c["policy"] in DETERMINISTIC and c["paths"] is None}
+    before = {
+        key(c): c
+        for c in measured_cells(first)
+        if c["policy"] in DETERMINISTIC and c["paths"] is None
+    }
     pairs = [
         (before[key(c)], c)
-        for c in second
-        if key(c) in before and c["paths"] is None and c["measured"] > 0
+        for c in measured_cells(second)
+        if key(c) in before and c["paths"] is None
     ]
     if not pairs:
         return ["# repeat: no deterministic cell measured in both runs"]
@@ -377,6 +419,32 @@ def repeatability(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> 
             f"(runs differ {spread:.1%}: {cause})"
         )
     return lines
+
+
+def cell_line(c: dict[str, Any]) -> str:
+    """One cell's line of the table; an unmeasured one says so with ``-`` for its
+    measurement and error (never ``nan``, nor ``OUT`` of a band it was never held to)."""
+    band = f"{c['p10']:.2f}-{c['p90']:.2f}" if c["draws"] > 1 else "-"
+    mark = "" if c["policy"] in DETERMINISTIC else (" in" if c["inside"] else " OUT")
+    if c["paths"] is not None:
+        mark = f" paths recorded {c['paths']}"
+    if c.get("planned"):
+        mark = " the run's own forecast, with its planned ports"
+    measured, error = f"{c['measured']:>9.2f}", f"{c['error']:>+7.1%}"
+    if unmeasured(c):
+        measured, error, mark = f"{'-':>9}", f"{'-':>7}", " UNMEASURED"
+    flag = " SATURATED" if c["saturated"] else ""
+    policy = c["policy"] if c["paths"] is None else f"{c['policy']}+paths"
+    policy = f"{policy}+plan" if c.get("planned") else policy
+    return (
+        f" {c['fabric']:>22} {policy:>12} {c['collective']:>26} {c['size']:>8}"
+        f" {measured} {c['forecast']:>9.2f} {error}  {band}{mark}{flag}"
+    )
+
+
+def json_cell(c: dict[str, Any]) -> dict[str, Any]:
+    """``c`` for cells.json: an unmeasured cell's nan figures as null (JSON has no nan)."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in c.items()}
 
 
 def main() -> int:
@@ -440,20 +508,7 @@ def main() -> int:
             f" {'forecast':>9} {'error':>7}  p10-p90"
         )
         for c in found:
-            band = f"{c['p10']:.2f}-{c['p90']:.2f}" if c["draws"] > 1 else "-"
-            mark = "" if c["policy"] in DETERMINISTIC else (" in" if c["inside"] else " OUT")
-            if c["paths"] is not None:
-                mark = f" paths recorded {c['paths']}"
-            if c.get("planned"):
-                mark = " the run's own forecast, with its planned ports"
-            flag = " SATURATED" if c["saturated"] else ""
-            policy = c["policy"] if c["paths"] is None else f"{c['policy']}+paths"
-            policy = f"{policy}+plan" if c.get("planned") else policy
-            print(
-                f" {c['fabric']:>22} {policy:>12} {c['collective']:>26} {c['size']:>8}"
-                f" {c['measured']:>9.2f} {c['forecast']:>9.2f} {c['error']:>+7.1%}  {band}"
-                f"{mark}{flag}"
-            )
+            print(cell_line(c))
         for line in report(found, name):
             print(line)
         cells += found
@@ -471,7 +526,7 @@ def main() -> int:
     calibrated = {c["calibrated"] for c in cells}
     print(f"# forecasts calibrated: {sorted(calibrated)}; bundles in {out}")
     if args.source is None:
-        (out / "cells.json").write_text(json.dumps(cells, indent=1))
+        (out / "cells.json").write_text(json.dumps([json_cell(c) for c in cells], indent=1))
     return 0
 
 

@@ -33,6 +33,11 @@ A size whose data was not checked (verification off) has no #wrong (``NcclRow.wr
 None): its column says ``N/A``, as nccl-tests prints it with ``-c 0``, and the line below
 the table says ``not verified`` instead of ``0 OK``, which would claim a check that never
 ran.
+
+A size that was not measured (no timed iteration: its time is nan, and the results summary
+marks it ``NOT MEASURED``) prints ``-`` in its time and bandwidth columns, right-aligned like
+the figures: ``nan`` there reads as a measurement that came out as not-a-number, and ``-`` is
+what the run's summary prints for a figure it does not have.
 """
 
 from __future__ import annotations
@@ -182,15 +187,26 @@ def out_of_bounds(rows: Sequence[NcclRow]) -> str:
     return verdict + (f" ({unchecked} of {len(rows)} sizes not verified)" if unchecked else "")
 
 
+#: What the time and bandwidth columns of a size that was not measured say.
+NOT_MEASURED_CELL = "-"
+
+
 def format_row(row: NcclRow, scale: float | None = None) -> str:
+    """One line of the table; a row without a time (not measured) says ``-`` where its
+    figures would be, so that nothing in it reads as a measurement."""
+    measured = not math.isnan(row.time_us)
+
+    def cell(value: float, spec: str) -> str:
+        return _number(value, spec) if measured else NOT_MEASURED_CELL
+
     line = (
         f"{row.size:>12}  {row.count:>12}  {row.dtype:>8}  {row.redop:>6}  {row.root:>6}"
-        f"  {_number(row.time_us, '10.1f'):>10}  {_number(row.algbw, '10.6f'):>10}"
-        f"  {_number(row.busbw, '10.6f'):>10}  {format_wrong(row.wrong):>6}"
+        f"  {cell(row.time_us, '10.1f'):>10}  {cell(row.algbw, '10.6f'):>10}"
+        f"  {cell(row.busbw, '10.6f'):>10}  {format_wrong(row.wrong):>6}"
     )
     if scale is not None:
         algbw, busbw = row.real(scale)
-        line += f"  {_number(algbw, '8.2f'):>8}  {_number(busbw, '8.2f'):>8}"
+        line += f"  {cell(algbw, '8.2f'):>8}  {cell(busbw, '8.2f'):>8}"
     return line
 
 

@@ -82,6 +82,7 @@ from orchestrator import REPO
 from orchestrator.calibration.capacity import Calibration
 from orchestrator.calibration.saturation import DEFAULT_THRESHOLDS, judge_test
 from orchestrator.cluster.emulation import ClusterEmulation, cluster_of
+from orchestrator.collectives.ceilings import Ceiling
 from orchestrator.collectives.nccl import TIME_DEFINITION, average_busbw, bus_factor
 from orchestrator.collectives.plans import Layout
 from orchestrator.collectives.program import PROGRAM, Program
@@ -757,7 +758,8 @@ class Runner(Messages):
                     continue
                 for collective in spec.collectives:
                     group = [s for s in policy_steps if s.collective == collective]
-                    results = []
+                    results: list[ConfigurationResult] = []  # the run's figures
+                    rows: list[LiveRow] = []  # the live table: every size that ran
                     ceiling = testbed.ceiling(spec.gpus, collective.op, collective.algorithm)
                     with self._launcher(
                         testbed, replace(launch, channels=channels[collective]), collective
@@ -781,23 +783,39 @@ class Runner(Messages):
                                 test,
                                 unpinned,
                             )
-                            for done, config_id, configuration, records in recorded:
+                            for _, config_id, configuration, _ in recorded:
                                 writer.add_ceiling(configuration.id, ceiling)
                                 if predicted is not None:
                                     writer.add_forecast(config_id, predicted)
                                     forecasts[config_id] = predicted
-                                if done.timed() and result.failure is None:
-                                    results.append(
-                                        result_of(configuration, records, testbed.scale, ceiling)
-                                    )
+                            shown = step_rows(
+                                recorded,
+                                result.failure,
+                                testbed.scale,
+                                ceiling,
+                                asked_configuration(step, spec),
+                            )
+                            rows += shown
+                            results += [row.result for row in shown if row.counted]
                             step_times.append(step_timing(step, began))
                             if result.failure is not None:
+                                # the group's table so far, the failed size's row included
+                                self.emit(
+                                    self._table(
+                                        testbed,
+                                        policy,
+                                        collective.label,
+                                        rows,
+                                        outcome.emulator,
+                                        forecasts,
+                                    )
+                                )
                                 raise _WorkersFailed(result.failure)
                             self.progress.done(step)
                     outcome.results += results
                     self.emit(
                         self._table(
-                            testbed, policy, collective.label, results, outcome.emulator, forecasts
+                            testbed, policy, collective.label, rows, outcome.emulator, forecasts
                         )
                     )
             quiet_from = time.time()  # the last operation is over (_settle)
@@ -1346,24 +1364,15 @@ class Runner(Messages):
         testbed: Testbed,
         policy: str,
         label: str,
-        results: list[ConfigurationResult],
-        loads: dict[int, EmulatorLoad],
+        rows: Sequence[LiveRow],
+        loads: Mapping[int, EmulatorLoad],
         forecasts: Mapping[int, ForecastRecord] | None = None,
     ) -> str:
-        spec = self.spec
-        head = [
-            f"{label}, policy {policy}, host ports {spec.host_ports}, {spec.ranks} ranks, "
-            f"{iterations_text(results, spec.iterations, spec.min_batch)} "
-            f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
-            TIME_DEFINITION,
-        ]
-        sizes_and_loads = [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
+        """One collective's table under one policy, as its sizes have run (live_table)."""
         latency = latency_title(latency_record(testbed.description.fabric))
-        notes = [
-            forecast_note((forecasts or {}).get(r.configuration.id), r.row.busbw, testbed.scale)
-            for r in results
-        ]
-        return configuration_table(results, head, testbed.scale, sizes_and_loads, latency, notes)
+        return live_table(
+            self.spec, (policy, label), rows, testbed.scale, loads, latency, forecasts
+        )
 
     def _forecaster(self, testbed: Testbed) -> Forecaster | None:
         """The model for this run's placement (orchestrator/forecast), or None, said, when
@@ -1621,6 +1630,103 @@ def fault_line(outcome: FaultOutcome) -> str:
     lasted = f", undone after {outcome.undone - outcome.applied:.2f} s" if outcome.undone else ""
     error = f"; {outcome.error}" if outcome.error else ""
     return f"{head}: applied {late:.0f} ms after its time{lasted}{error}"
+
+
+#: What a launch records of one test: (result, configuration id, configuration, records).
+Recorded = tuple[CollectiveResult, int, Configuration, list[IterationRecord]]
+
+#: The most characters of a failure the live table prints beside the failed row (the
+#: whole failure is the summary's ``# FAILED:`` line and run.json's ``failure``).
+FAILURE_NOTE_CHARS = 100
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """A configuration's row in the table ``astral run`` prints as a collective's sizes
+    finish. Every size that ran gets one, so the user sees each configuration: one whose
+    workers failed too, its row saying so (``failed``), rather than a table that ends
+    before it or is never printed."""
+
+    result: ConfigurationResult
+    failed: str = ""  # why it failed, short; empty: it did not
+    # whether it joins the run's figures (averages, the #wrong check): it finished, timed
+    counted: bool = False
+
+
+def failure_note(failure: Failure, most: int = FAILURE_NOTE_CHARS) -> str:
+    """``FAILED: rank 3 (lo3) hung ...``: the ranks blamed first, cut to ``most``
+    characters; a failure that blames no rank names the stage it happened in."""
+    blamed = "; ".join(map(str, failure.culprits)) or f"workers failed during {failure.stage}"
+    text = f"FAILED: {blamed}"
+    return text if len(text) <= most else text[: most - 3].rstrip() + "..."
+
+
+def asked_configuration(step: ConfigurationStep, spec: ExperimentSpec) -> Configuration:
+    """``step`` as the experiment asked for it, for a row where the launch recorded no
+    configuration (its workers failed while connecting): id 0, in no bundle."""
+    return Configuration(
+        0, step.policy, step.collective.op, step.collective.algorithm, step.size, step.count,
+        step.dtype, step.ranks, spec.iterations, spec.warmup, spec.host_ports,
+    )  # fmt: skip
+
+
+def step_rows(
+    recorded: Sequence[Recorded],
+    failure: Failure | None,
+    scale: float,
+    ceiling: Ceiling | None,
+    asked: Configuration,
+) -> list[LiveRow]:
+    """The live table's rows of one step: each configuration it recorded, computed as the
+    bundle computes it (result_of). After a failure the last one recorded is the one the
+    workers failed in (``asked`` if they failed before one was) and says why; none of
+    them joins the run's figures, as before the failure was known."""
+    rows = [
+        LiveRow(
+            result_of(configuration, records, scale, ceiling),
+            counted=bool(done.timed()) and failure is None,
+        )
+        for done, _, configuration, records in recorded
+    ]
+    if failure is None:
+        return rows
+    last = rows.pop().result if rows else result_of(asked, [], scale, ceiling)
+    return [*rows, LiveRow(last, failed=failure_note(failure))]
+
+
+def live_table(
+    spec: ExperimentSpec,
+    group: tuple[str, str],
+    rows: Sequence[LiveRow],
+    scale: float,
+    loads: Mapping[int, EmulatorLoad],
+    latency: str | None,
+    forecasts: Mapping[int, ForecastRecord] | None = None,
+) -> str:
+    """The nccl-tests table of one (policy, collective label) ``group`` as its sizes have
+    run: the same table as the bundle's (configuration_table), each row's failure, if it
+    failed, beside it ahead of its forecast."""
+    policy, label = group
+    results = [row.result for row in rows]
+    head = [
+        f"{label}, policy {policy}, host ports {spec.host_ports}, {spec.ranks} ranks, "
+        f"{iterations_text(results, spec.iterations, spec.min_batch)} "
+        f"(+{spec.warmup} warm-up), fabric {spec.fabric.name}",
+        TIME_DEFINITION,
+    ]
+    sizes_and_loads = [(r.configuration.size, loads.get(r.configuration.id)) for r in results]
+    notes = [
+        row_note(row, (forecasts or {}).get(row.result.configuration.id), scale) for row in rows
+    ]
+    return configuration_table(results, head, scale, sizes_and_loads, latency, notes)
+
+
+def row_note(row: LiveRow, forecast: ForecastRecord | None, scale: float) -> str:
+    """What the live table says beside ``row`` after its marks: why it failed, first, then
+    its forecast (forecast_note)."""
+    return "; ".join(
+        filter(None, [row.failed, forecast_note(forecast, row.result.row.busbw, scale)])
+    )
 
 
 def step_timing(step: ConfigurationStep, began: float) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tests.helpers import load_benchmark
@@ -67,3 +68,44 @@ def test_a_long_fabric_file_name_still_makes_a_valid_experiment_name() -> None:
         name = bench.experiment_name(fabric)
         assert NAME_PATTERN.match(name), name
     assert bench.experiment_name("astral-small") == "fc-astral-small"
+
+
+def test_unmeasured_cells_are_left_out_of_the_statistics_and_counted_apart() -> None:
+    """A cell whose run failed or hung before a timed iteration has no busbw (nan), so no
+    error (nan) and no place in a band: it must not enter a median, a max or the band's
+    share (a nan there makes the figure nan, or silently wrong once sorted), and it must
+    not vanish either: the summary counts and names it."""
+    bench = load_benchmark("forecast")
+    nan = float("nan")
+
+    def full(policy: str, size: int, error: float, inside: bool = True) -> dict[str, Any]:
+        measured = nan if math.isnan(error) else 40.0
+        return cell(policy, "all-reduce (ring)", error) | {
+            "fabric": "f", "size": size, "measured": measured, "forecast": 41.0,
+            "p10": 39.0, "p90": 43.0, "draws": 8 if policy == "ecmp" else 1,
+            "inside": inside, "saturated": False, "unmeasured": math.isnan(measured),
+        }  # fmt: skip
+
+    cells = [
+        full("path-pinned", 1, 0.01),
+        full("shortest", 1, -0.03),
+        full("path-pinned", 4, nan, inside=False),  # its workers hung: not measured
+        full("ecmp", 1, 0.02),
+        full("ecmp", 4, nan, inside=False),
+    ]
+    lines = bench.report(cells, "f")
+    assert lines[0] == (
+        "# f: deterministic paths, 2 cells: median |error| 2.0%, max 3.0% (targets 3 %, 8 %)"
+    )
+    assert lines[1].startswith("# f: all-reduce (ring), 2 deterministic cells: median |error| 2.0%")
+    assert lines[2].startswith("# f: ecmp, 1 cells: measured inside p10-p90 in 1 (100%;")
+    assert lines[-1] == (
+        "# f: 2 cells unmeasured (no busbw: left out of the figures above): "
+        "f path-pinned all-reduce (ring) 4, f ecmp all-reduce (ring) 4"
+    )
+    assert not any("nan" in line for line in lines)
+    # nothing measured at all: no statistics, no crash, every cell counted unmeasured
+    assert bench.report([cells[2], cells[4]], "f") == [lines[-1]]
+    # the per-cell line says so instead of printing nan and OUT
+    line = bench.cell_line(cells[4])
+    assert "nan" not in line and "OUT" not in line and line.endswith("UNMEASURED")

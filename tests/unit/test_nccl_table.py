@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrator.collectives.nccl import (
@@ -105,3 +107,31 @@ def test_a_table_with_some_sizes_unverified_says_how_many() -> None:
     assert "# Out of bounds values : 2 FAILED (1 of 2 sizes not verified)" in lines
     assert "# Out of bounds values : 0 OK" in format_table(_rows(0, 0)).splitlines()
     assert "# Out of bounds values : 0 OK" in format_table([]).splitlines()
+
+
+def test_a_size_that_was_not_measured_prints_a_dash_for_its_figures_not_nan() -> None:
+    """A configuration without a timed iteration (summary.json's ``not_measured``, the
+    table's ``NOT MEASURED``) has nan for its time and bandwidths; its columns say ``-``,
+    aligned like the figures, and a measured row beside it keeps its exact text."""
+    measured = _rows(0)[0]
+    unmeasured = NcclRow.of(
+        "all-reduce", size=8192, count=2048, dtype="uint32", ranks=4, time_us=float("nan"),
+        wrong=None,
+    )  # fmt: skip
+    for scale in (None, 1e-4):
+        alone = format_table([measured], scale=scale).splitlines()
+        text = format_table([measured, unmeasured], scale=scale, notes=["", "NOT MEASURED"])
+        first, row = [line for line in text.splitlines() if not line.startswith("#")]
+        assert first in alone  # the measured row, byte for byte
+        assert "nan" not in row and row.endswith("  NOT MEASURED")
+        columns = [5, 6, 7] + ([9, 10] if scale else [])
+        assert [row.split()[i] for i in columns] == ["-"] * len(columns)
+        assert row.split()[8] == "N/A"
+        for end in _token_ends(first, columns):  # right-aligned like the figures above
+            assert row[end - 2 : end] == " -"
+
+
+def _token_ends(line: str, which: list[int]) -> list[int]:
+    """Where the ``which``-th whitespace-separated fields of ``line`` end."""
+    ends = [match.end() for match in re.finditer(r"\S+", line)]
+    return [ends[i] for i in which]

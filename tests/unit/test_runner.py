@@ -360,6 +360,10 @@ def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
     assert outcome.status == "failed" and outcome.exit_status == 4
     assert outcome.failure is not None and outcome.failure.ranks == [3]
     assert "# FAILED: workers failed during" in printed and "rank 3 (lo3)" in printed
+    # the live table has the failed configuration's row, saying why (it used to be dropped)
+    rows = [line for line in printed.splitlines() if line[:1] == " "]
+    failed = [line for line in rows if "FAILED: rank 3 (lo3) " in line]
+    assert len(failed) == 1 and "nan" not in failed[0], printed
     run_file = json.loads((tmp_path / "bundle" / "run.json").read_text())
     culprit = run_file["failure"]["culprits"][0]
     assert (culprit["rank"], culprit["host"], culprit["kind"]) == (3, "lo3", "hung")
