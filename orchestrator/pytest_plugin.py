@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -402,3 +403,21 @@ def astral_fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricFa
         yield factory
     finally:
         factory.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A Ctrl-C or SIGTERM that a run took for itself stops the session after this test.
+
+    A run in this process takes SIGINT, SIGTERM and SIGHUP to wind down and report itself
+    interrupted, and pytest never sees the signal: a session given Ctrl-C, or ``.ci/run``'s
+    timeout, went on to its next test (orchestrator.emulation.signals). Asked after the
+    test, its fixtures and their fabrics are torn down as pytest does on a stop."""
+    from orchestrator.emulation import signals
+
+    mark = signals.mark()
+    yield
+    taken = signals.since(mark)
+    if taken:
+        name = signal.Signals(taken[0]).name
+        item.session.shouldstop = f"{name} arrived during {item.nodeid}: its run took it"

@@ -61,7 +61,7 @@ from typing import Any
 
 from mininet.net import Mininet
 
-from orchestrator.emulation import batch
+from orchestrator.emulation import batch, signals
 from orchestrator.emulation.controller import ControllerProcess, free_port
 from orchestrator.emulation.datapath import PROBE_BRIDGE, Datapath, detect_datapath
 from orchestrator.emulation.executor import Completed, run_local
@@ -766,6 +766,7 @@ class Emulation:
             return
 
         def terminate(signum: int, frame: FrameType | None) -> None:
+            signals.note(signum)
             raise Terminated(signum)
 
         for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -785,6 +786,7 @@ class Emulation:
             return
 
         def note(signum: int, frame: FrameType | None) -> None:
+            signals.note(signum)
             self.log(f"{signal.Signals(signum).name} ignored: tearing down, please wait")
 
         saved = {}

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from orchestrator.emulation import signals
+
 
 @contextmanager
 def noted_interrupts() -> Iterator[Callable[[], bool]]:
@@ -35,6 +37,7 @@ def noted_interrupts() -> Iterator[Callable[[], bool]]:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         noted.set()
+        signals.note(signum)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, handler)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +37,7 @@ from orchestrator.collectives.ceilings import (
 )
 from orchestrator.collectives.nccl import TIME_DEFINITION
 from orchestrator.diagnosis.detectors import QUIET_AFTER_S
+from orchestrator.emulation import signals
 from orchestrator.emulation.executor import run_local
 from orchestrator.emulation.pathtrace import DROPPED, TRACED, Hop, TracedPath
 from orchestrator.monitor import record
@@ -620,8 +621,17 @@ def test_a_referenced_fabric_file_yaml_cannot_hold_safely_exits_2_naming_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "fab.yaml"]
 
 
+@pytest.fixture
+def own_ctrl_c() -> Iterator[None]:
+    """These tests press Ctrl-C on themselves: their runs take it, and the session must
+    not stop for it (orchestrator.emulation.signals)."""
+    mark = signals.mark()
+    yield
+    signals.forget(mark)
+
+
 def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
-    tmp_path: Path, description: FabricDescription
+    tmp_path: Path, description: FabricDescription, own_ctrl_c: None
 ) -> None:
     spec = experiment(policies=["ecmp"], collectives=["all-reduce"], iterations=10**6)
     timer = threading.Timer(3.0, _thread.interrupt_main)
@@ -640,7 +650,7 @@ def test_ctrl_c_marks_the_bundle_interrupted_and_stops_the_workers(
 
 
 def test_a_ctrl_c_whose_keyboardinterrupt_got_lost_still_stops_the_run(
-    tmp_path: Path, description: FabricDescription
+    tmp_path: Path, description: FabricDescription, own_ctrl_c: None
 ) -> None:
     """A KeyboardInterrupt raised inside a finalizer is "ignored" by Python: here the
     run's SIGINT handler runs in another thread (its exception stays there), so only its
@@ -665,7 +675,7 @@ def test_a_ctrl_c_whose_keyboardinterrupt_got_lost_still_stops_the_run(
 
 
 def test_ctrl_c_while_the_workers_start_stops_them_too(
-    tmp_path: Path, description: FabricDescription
+    tmp_path: Path, description: FabricDescription, own_ctrl_c: None
 ) -> None:
     bed = LoopbackTestbed(description, tmp_path / "run", spawn_delay=0.2, interrupt_at_spawn=3)
     spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
