@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from topologies.errors import ConfigError
 
 if TYPE_CHECKING:
+    from orchestrator.forecast.calibration import ForecastCalibration
     from orchestrator.forecast.program import ProgramForecast
     from orchestrator.run.experiment import ExperimentSpec
     from orchestrator.workload.spec import WorkloadSpec
@@ -111,11 +112,16 @@ def forecast_iteration(
     *,
     full_size: bool = False,
     pods: int | None = None,
+    calibration: ForecastCalibration | None = None,
 ) -> IterationForecast:
     """The forecast of one iteration of the workload at ``path`` on fabric ``fabric_ref``
     (default astral-small), flow by flow; by link class at real speed on a fabric above
     :data:`MAX_GPUS`, with ``full_size`` (on ``fabric_ref``, or else the planned Astral of
-    ``pods`` pods, default 1: 65,536 GPUs)."""
+    ``pods`` pods, default 1: 65,536 GPUs).
+
+    ``calibration`` is the one flow by flow uses, as the command chose it (``--calibration``:
+    :func:`orchestrator.commands.forecast.forecast_calibration`); None is the bare model. The
+    link-class model takes none (its table says so)."""
     from orchestrator.run.overrides import is_fabric_key
     from topologies.planner import plan
 
@@ -152,7 +158,7 @@ def forecast_iteration(
         from topologies.fabricspec import EmulationSpec
 
         spec = replace(spec, emulation=EmulationSpec(scale=float(document["scale"])))
-    return _by_flow(path, spec, policy, failures)
+    return _by_flow(path, spec, policy, failures, calibration)
 
 
 def _fabric_spec(
@@ -188,11 +194,14 @@ def _fabric_spec(
 
 
 def _by_flow(
-    path: Path, spec: FabricSpec, policy: str, failures: Sequence[str]
+    path: Path,
+    spec: FabricSpec,
+    policy: str,
+    failures: Sequence[str],
+    calibration: ForecastCalibration | None,
 ) -> IterationForecast:
     """Every rank of the program, each group's op forecast flow by flow (emulated)."""
     from orchestrator.commands.whatif import parse_failures, routed_around
-    from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.program import ProgramForecaster
     from orchestrator.workload.iteration import iteration_program
     from orchestrator.workload.spec import load_workload
@@ -210,7 +219,7 @@ def _by_flow(
         description,
         gpus,
         policy=policy,
-        calibration=load_forecast_calibration(),
+        calibration=calibration,
         failed=parse_failures(fabric, failures),
     )
     with routed_around(failures):
@@ -277,18 +286,21 @@ def _iteration(
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """The command (called by ``astral forecast`` for a workload file)."""
-    if args.paths is not None or args.calibrate:
+def run(args: argparse.Namespace, calibration: Any) -> int:
+    """The command (called by ``astral forecast`` for a workload file), with the
+    ``calibration`` its ``--calibration`` names, as for an experiment (``forecast``'s own
+    helper, ``forecast_calibration``, passed in: this module is below that one); the
+    options that measure or fit one are refused, since a workload file is neither."""
+    if args.paths is not None or args.calibrate or args.calibrate_from is not None:
         raise ConfigError(
             "command line",
-            "--paths/--calibrate",
-            "neither with a workload (--fabric, --full-size, --pods, --policy, --set, --fail, "
-            "--json)",
+            "--paths/--calibrate/--calibrate-from",
+            "none of them with a workload (--fabric, --full-size, --pods, --policy, --set, "
+            "--fail, --calibration, --json)",
             str(args.experiment),
         )
     policy = args.policy or "path-pinned"
-    where = {"full_size": args.full_size, "pods": args.pods}
+    where = {"full_size": args.full_size, "pods": args.pods, "calibration": calibration}
     baseline = forecast_iteration(args.experiment, args.fabric, policy, **where)
     variant = None
     if args.set or args.fail:
@@ -304,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [("baseline", baseline)]
     if variant is not None:
         rows.append((", ".join([*args.set, *(f"fail {f}" for f in args.fail)]), variant))
-    lines = _by_class_table(rows) if baseline.by_class else _by_flow_table(rows)
+    lines = _by_class_table(rows) if baseline.by_class else _by_flow_table(rows, calibration)
     for line in lines:
         print(line)
     if variant is not None:
@@ -312,10 +324,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_experiment(experiment: Any, args: argparse.Namespace) -> int:
+def run_experiment(experiment: Any, args: argparse.Namespace, calibration: Any) -> int:
     """``astral forecast EXPERIMENT.yaml`` for an experiment that replays a workload: its
     iteration forecast on the experiment's fabric, placement and scale, one row per policy
-    (what ``astral run`` prints beside each replay), with ``--set``/``--fail`` what-ifs."""
+    (what ``astral run`` prints beside each replay), with ``--set``/``--fail`` what-ifs,
+    with ``calibration`` (as :func:`run` takes it)."""
     from orchestrator.commands.whatif import with_settings
     from orchestrator.run.experiment import parse_experiment
 
@@ -328,29 +341,34 @@ def run_experiment(experiment: Any, args: argparse.Namespace) -> int:
             str(args.experiment),
         )
     spec = parse_experiment(experiment.document, experiment.source, experiment.base_dir)
-    rows = [(policy, _experiment_iteration(spec, policy, ())) for policy in spec.policies]
+    rows = [
+        (policy, _experiment_iteration(spec, policy, (), calibration)) for policy in spec.policies
+    ]
     if args.set or args.fail:
         changed = with_settings(experiment.document, args.set, experiment.base_dir)
         variant = parse_experiment(changed, experiment.source, experiment.base_dir)
         what = ", ".join([*args.set, *(f"fail {f}" for f in args.fail)])
         rows += [
-            (f"{policy}: {what}", _experiment_iteration(variant, policy, args.fail))
+            (f"{policy}: {what}", _experiment_iteration(variant, policy, args.fail, calibration))
             for policy in variant.policies
         ]
     if args.json:
         print(json.dumps({"iterations": [{"label": k, **f.to_dict()} for k, f in rows]}, indent=1))
         return 0
-    for line in _by_flow_table(rows):
+    for line in _by_flow_table(rows, calibration):
         print(line)
     return 0
 
 
 def _experiment_iteration(
-    spec: ExperimentSpec, policy: str, failures: Sequence[str]
+    spec: ExperimentSpec,
+    policy: str,
+    failures: Sequence[str],
+    calibration: ForecastCalibration | None,
 ) -> IterationForecast:
-    """The experiment's workload iteration under ``policy``, flow by flow on its placement."""
+    """The experiment's workload iteration under ``policy``, flow by flow on its placement,
+    with the ``calibration`` the command chose (None: the bare model)."""
     from orchestrator.commands.whatif import parse_failures, routed_around
-    from orchestrator.forecast.calibration import load_forecast_calibration
     from orchestrator.forecast.program import ProgramForecaster
     from topologies.description import FabricDescription
 
@@ -360,7 +378,7 @@ def _experiment_iteration(
         FabricDescription.of(fabric),
         spec.gpus,
         policy=policy,
-        calibration=load_forecast_calibration(),
+        calibration=calibration,
         host_ports=spec.host_ports,
         failed=parse_failures(fabric, failures),
     )
@@ -369,7 +387,11 @@ def _experiment_iteration(
     return _iteration(spec.workload, spec.fabric, policy, predicted, spec.fabric.emulation.scale)
 
 
-def _by_flow_table(rows: list[tuple[str, IterationForecast]]) -> list[str]:
+def _by_flow_table(
+    rows: list[tuple[str, IterationForecast]], calibration: ForecastCalibration | None
+) -> list[str]:
+    """The flow-by-flow table, headed by the calibration it used (as the experiment forecast
+    is): a forecast's figures mean little without knowing which overheads went in."""
     b = rows[0][1]
     policies = ", ".join(dict.fromkeys(f.policy for _, f in rows))
     width = max([28, *(len(label) for label, _ in rows)])
@@ -377,6 +399,7 @@ def _by_flow_table(rows: list[tuple[str, IterationForecast]]) -> list[str]:
         f"# FORECAST one iteration of {b.workload} on {b.fabric}, policy {policies} (no "
         "emulation: the program the workers would replay, each operation's time from the "
         "collectives forecast; docs/workloads.md)",
+        f"# {calibration.describe() if calibration else 'forecast calibration: none'}",
         f"# {'':<{width}} {'iteration s':>11} {'real ms':>9} {'floor s':>8} {'tokens/s':>10} "
         f"{'MFU':>6}  exposed on the last rank (s): tp ep pp dp",
     ]
