@@ -12,7 +12,8 @@ MIN_SIZE = 1  # byte
 #: byte. The forecast plays bytes out and the results divide them in doubles; far beyond
 #: (10^309 bytes) a size is not a double at all, and the forecast would fail on it.
 MAX_SIZE = 1 << 53
-_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+#: A size's binary prefixes (K = 1024 bytes, as nccl-tests reads them) and their units.
+BINARY_PREFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_size(text: object) -> int:
@@ -25,7 +26,7 @@ def parse_size(text: object) -> int:
     if isinstance(text, int):
         value = text
     elif isinstance(text, str) and (match := SIZE.match(text)):
-        value = int(match.group(1)) * _BINARY[match.group(2).upper()]
+        value = int(match.group(1)) * BINARY_PREFIXES[match.group(2).upper()]
     else:
         raise ValueError("a size in bytes such as 512, 64K or 1M")
     if value < MIN_SIZE:
@@ -41,7 +42,7 @@ def parse_size(text: object) -> int:
 def format_size(size: int) -> str:
     """``1048576`` -> ``'1M'``, ``65536`` -> ``'64K'``, ``1000`` -> ``'1000'`` (exact only)."""
     for prefix in ("T", "G", "M", "K"):
-        unit = _BINARY[prefix]
+        unit = BINARY_PREFIXES[prefix]
         if size >= unit and size % unit == 0:
             return f"{size // unit}{prefix}"
     return str(size)

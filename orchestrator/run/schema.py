@@ -16,7 +16,7 @@ from collections.abc import Collection
 
 from controllers.policies import default_registry as policy_registry
 from orchestrator.collectives.plans import COLLECTIVES
-from orchestrator.collectives.sizes import MIN_SIZE, SIZE
+from orchestrator.collectives.sizes import BINARY_PREFIXES, MAX_SIZE, MIN_SIZE, SIZE
 from orchestrator.run.experiment import (
     _TOP_KEYS,
     ALL_GPUS,
@@ -200,7 +200,10 @@ def check() -> Schema:
         },
         ("name", "of"),
     )
-    entry["oneOf"] = [{"required": ["ratio", "to"]}, {"required": ["completes"]}]
+    # a completes check asks about one variant: a ``to`` would be read by nothing
+    ratio = {"required": ["ratio", "to"], "not": {"required": ["completes"]}}
+    completes = {"required": ["completes"], "not": {"required": ["to"]}}
+    entry["oneOf"] = [ratio, completes]
     return entry
 
 
@@ -243,8 +246,40 @@ def fabric_reference() -> Schema:
 
 
 def size() -> Schema:
-    """What :func:`orchestrator.collectives.sizes.parse_size` takes."""
-    return {"anyOf": [integer(MIN_SIZE), text(SIZE, ABOVE_ZERO)]}
+    """What :func:`orchestrator.collectives.sizes.parse_size` takes: from ``MIN_SIZE`` to
+    ``MAX_SIZE`` bytes, as a number or as text (whose bound is a pattern per prefix)."""
+    bare = {**integer(MIN_SIZE), "maximum": MAX_SIZE}
+    return {"anyOf": [bare, text(SIZE, ABOVE_ZERO, size_at_most(MAX_SIZE))]}
+
+
+def size_at_most(limit: int) -> re.Pattern[str]:
+    """A size written as text (:data:`~orchestrator.collectives.sizes.SIZE`'s forms) of at
+    most ``limit`` bytes: per binary prefix, the counts up to ``limit`` over its unit (8192
+    with ``T`` for ``MAX_SIZE``). A pattern cannot multiply, but it can bound a count's
+    digits, and the reader's limit then holds in an editor too."""
+    forms = [
+        rf"{_count_at_most(limit // unit)}\s*{prefix}(?:i?B)?"
+        for prefix, unit in BINARY_PREFIXES.items()
+        if limit >= unit
+    ]
+    return re.compile(rf"^\s*0*(?:{'|'.join(forms)})\s*$", re.IGNORECASE)
+
+
+def _count_at_most(limit: int) -> str:
+    """A regex of the decimal counts from 0 to ``limit`` (no leading zeros: the caller's
+    ``0*`` takes them): fewer digits, or a prefix of ``limit`` then a smaller digit, then
+    any digits, or ``limit`` itself."""
+    digits = str(limit)
+    options = [rf"\d{{1,{len(digits) - 1}}}"] if len(digits) > 1 else []
+    for i, digit in enumerate(digits):
+        low, high = (1 if i == 0 else 0), int(digit) - 1
+        if high >= low:
+            rest = len(digits) - i - 1
+            tail = "" if not rest else r"\d" if rest == 1 else rf"\d{{{rest}}}"
+            smaller = str(low) if high == low else f"[{low}-{high}]"
+            options.append(f"{digits[:i]}{smaller}{tail}")
+    options.append(digits)
+    return f"(?:{'|'.join(options)})"
 
 
 def collective() -> Schema:

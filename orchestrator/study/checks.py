@@ -16,6 +16,15 @@ Two kinds, written under ``study.checks``::
     - name: single-ToR GPUs are cut off when their ToR fails
       of: {nic_ports: 1}
       completes: false                    # the variant's run ended ok (true) or failed
+      collective: all-reduce              # optional: only these configurations, each
+      size: max                           # measured (true) or not all (false); policy
+                                          # too (default: the whole run, all policies)
+
+A completes check asks about one variant, so ``to`` (the ratio's divisor) is refused on it;
+with ``collective``, ``size`` or ``policy`` it asks whether the configurations they select
+were measured (a fault that stops the run partway leaves those after it without figures),
+``size`` taking the check's collective as a ratio check does (the only one the variant
+runs, or the one named). Without them it reads how the run ended.
 
 The ratio is taken at real link speed (each variant's busbw over its own emulation scale,
 as ``astral compare`` does), so variants emulated at different scales compare. A check
@@ -117,16 +126,7 @@ class Check:
     def judge(self, variants: Sequence[Variant], figures: Sequence[VariantFigures]) -> Verdict:
         """The verdict on the study's measured figures (indexed like ``variants``)."""
         if self.completes is not None:
-            ended = figures[self.of.variant].status
-            done = ended == "ok"
-            what = "completed" if done else f"ended {ended}"
-            outcome = "agrees" if done == self.completes else "disagrees"
-            expected = "to complete" if self.completes else "not to complete"
-            return Verdict(
-                self.name,
-                outcome,
-                f"{variants[self.of.variant].label} {what} (expected {expected})",
-            )
+            return self._judge_completes(variants[self.of.variant], figures[self.of.variant])
         assert self.to is not None and self.ratio is not None
         a = self._busbw(self.of, variants, figures)
         b = self._busbw(self.to, variants, figures)
@@ -148,6 +148,65 @@ class Check:
             f"{where}: {a:.2f} / {b:.2f} GB/s = {ratio:.3f} (expected {low:g}-{high:g})",
             ratio,
         )
+
+    @property
+    def restricted(self) -> bool:
+        """Whether a completes check asks about some configurations, not the whole run."""
+        return bool(self.op) or self.size is not None or self.of.policy is not None
+
+    def wanted(self, spec: ExperimentSpec) -> list[tuple[str, str, str, int]]:
+        """The (policy, op, algorithm, size) a restricted completes check asks about: those
+        of the variant's run that its policy, collective and size select."""
+        policies = [self.of.policy] if self.of.policy else list(spec.policies)
+        found = []
+        for c in spec.collectives:
+            if self.op and (c.op != self.op or self.algorithm not in (None, c.algorithm)):
+                continue
+            sizes = spec.step_sizes(c.op)
+            if self.size == "max" or self.size == "min":
+                sizes = [max(sizes) if self.size == "max" else min(sizes)] if sizes else []
+            elif isinstance(self.size, int):
+                sizes = [buffer_bytes(c.op, self.size, spec.dtype, spec.ranks)]
+            found += [(p, c.op, c.algorithm, size) for p in policies for size in sizes]
+        return found
+
+    def _judge_completes(self, variant: Variant, run: VariantFigures) -> Verdict:
+        """Whether the run ended ok, or (restricted) its selected configurations were
+        all measured: a configuration with no time did not complete."""
+        expected = "to complete" if self.completes else "not to complete"
+        if not self.restricted:
+            done = run.status == "ok"
+            what = "completed" if done else f"ended {run.status}"
+        else:
+            measured = {
+                (c.policy, c.collective, c.algorithm, c.size)
+                for r in run.results
+                if r.measured
+                for c in (r.configuration,)
+            }
+            wanted = self.wanted(variant.spec)
+            missing = [w for w in wanted if w not in measured]
+            done = not missing
+            scope = self._scope()
+            what = (
+                f"{scope}: all {len(wanted)} configurations measured"
+                if done
+                else f"{scope}: {len(missing)} of {len(wanted)} configurations not measured "
+                f"(the run ended {run.status})"
+            )
+        outcome = "agrees" if done == self.completes else "disagrees"
+        return Verdict(self.name, outcome, f"{variant.label} {what} (expected {expected})")
+
+    def _scope(self) -> str:
+        """What a restricted completes check selects, for its verdict's text."""
+        parts = [self.op + (f" ({self.algorithm})" if self.algorithm else "")] if self.op else []
+        if isinstance(self.size, str):
+            parts.append(f"the {self.size} size")
+        elif self.size is not None:
+            parts.append(f"at {format_size(self.size)}")
+        if self.of.policy:
+            parts.append(f"under {self.of.policy}")
+        return " ".join(parts)
 
     def _metric(self) -> str:
         collective = self.op + (f" ({self.algorithm})" if self.algorithm else "")
@@ -220,11 +279,9 @@ def _check(entry: object, key: str, variants: Sequence[Variant], source: str) ->
         found = "both" if "ratio" in entry else "neither"
         raise fail("", "either ratio (with to) or completes", found)
     policy = entry.get("policy")
-    of = _side(entry.get("of"), policy, f"{key}.of", variants, source)
     if "completes" in entry:
-        if not isinstance(entry["completes"], bool):
-            raise fail("completes", "true or false", entry["completes"])
-        return Check(title, of, completes=entry["completes"])
+        return _completes(entry, title, key, variants, source, fail)
+    of = _side(entry.get("of"), policy, f"{key}.of", variants, source)
     if "to" not in entry:
         raise fail("to", "the variant the ratio divides by", None)
     to = _side(entry["to"], policy, f"{key}.to", variants, source)
@@ -251,10 +308,56 @@ def _check(entry: object, key: str, variants: Sequence[Variant], source: str) ->
     return Check(title, of, to, op, algorithm, size, (float(low_high[0]), float(low_high[1])))
 
 
+def _completes(
+    entry: Mapping[str, Any],
+    title: str,
+    key: str,
+    variants: Sequence[Variant],
+    source: str,
+    fail: Any,
+) -> Check:
+    """A completes check (the module docstring): ``to`` is refused, as a ratio's divisor
+    that nothing would read; ``collective``, ``size`` and ``policy`` select what it asks
+    about, each checked as a ratio check's, and must select some configurations."""
+    if not isinstance(entry["completes"], bool):
+        raise fail("completes", "true or false", entry["completes"])
+    if "to" in entry:
+        raise fail(
+            "to",
+            "no to on a completes check (it asks whether one variant's run completed; to is "
+            "a ratio's divisor)",
+            entry["to"],
+        )
+    of = _side(entry.get("of"), entry.get("policy"), f"{key}.of", variants, source, False)
+    check = Check(title, of, completes=entry["completes"])
+    if "collective" in entry or "size" in entry:
+        sides = [variants[of.variant]]
+        op, algorithm = _collective(entry.get("collective"), sides, fail)
+        size = _size(entry.get("size"), fail)
+        if isinstance(size, int):
+            _measured_size(size, op, entry.get("size"), sides, variants, fail)
+        check = Check(title, of, op=op, algorithm=algorithm, size=size, completes=check.completes)
+    if check.restricted and not check.wanted(variants[of.variant].spec):
+        raise fail(
+            "policy",
+            "no policy on a completes check of a variant with no collectives (a workload "
+            "replay): only whether its run ended ok can be asked",
+            of.policy,
+        )
+    return check
+
+
 def _side(
-    value: object, policy: object, key: str, variants: Sequence[Variant], source: str
+    value: object,
+    policy: object,
+    key: str,
+    variants: Sequence[Variant],
+    source: str,
+    one_policy: bool = True,
 ) -> Side:
-    """A selector: the one variant whose settings hold every key given (and its policy)."""
+    """A selector: the one variant whose settings hold every key given (and its policy).
+    ``one_policy``: a variant of several policies needs one named (a ratio reads one; a
+    completes check without a policy asks about all of them)."""
     if not isinstance(value, Mapping) or not value:
         raise ExperimentError(
             source, key, "a mapping of swept keys (or fabric) to values, optionally policy", value
@@ -295,7 +398,7 @@ def _side(
             source, f"{key}.policy", "a policy of the variant: " + ", ".join(variant.spec.policies),
             policy,
         )  # fmt: skip
-    if policy is None and len(variant.spec.policies) > 1:
+    if one_policy and policy is None and len(variant.spec.policies) > 1:
         raise ExperimentError(source, f"{key}.policy", "a policy (the variant runs several)", None)
     assert policy is None or isinstance(policy, str)
     return Side(variant.index, policy)

@@ -49,7 +49,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from orchestrator.cli import main
-from orchestrator.collectives.sizes import SIZE
+from orchestrator.collectives.sizes import MAX_SIZE, SIZE, format_size, parse_size
 from orchestrator.commands.schema import SCHEMAS, render
 from orchestrator.remote import inventory
 from orchestrator.remote.inventory import parse_inventory
@@ -318,6 +318,12 @@ EXTRA: list[tuple[str, str, object]] = [
     ("experiment", "experiment: size zero", _experiment("sizes.min", 0)),
     ("experiment", "experiment: size as text, zero", _experiment("sizes.min", "0K")),
     ("experiment", "experiment: size a fraction", _experiment("sizes.min", "1.5M")),
+    # above MAX_SIZE (8192T), as a number and in every written form
+    ("experiment", "experiment: size above the most", _experiment("sizes.max", MAX_SIZE + 1)),
+    ("experiment", "experiment: size above 8192T", _experiment("sizes.max", "8193T")),
+    ("experiment", "experiment: size above 8192T in G", _experiment("sizes.max", "8388609 GiB")),
+    ("experiment", "experiment: size above 8192T in K", _experiment("sizes.max", "8796093022209k")),
+    ("experiment", "experiment: size above 8192T in bytes", _experiment("sizes.max", "9" * 16)),
     ("experiment", "experiment: sizes unknown key", _experiment("sizes.step", 2)),
     ("experiment", "experiment: iterations a fraction", _experiment("iterations", 1.5)),
     ("experiment", "experiment: warmup text", _experiment("warmup", "1")),
@@ -522,6 +528,23 @@ def test_a_pattern_reads_the_same_in_the_schema(regex: re.Pattern[str], samples:
     assert translated.flags & re.IGNORECASE == 0
     for sample in samples:
         assert bool(regex.match(sample)) == bool(translated.search(sample)), sample
+
+
+def test_the_schema_bounds_a_size_where_the_reader_does() -> None:
+    """The schema's size is the reader's, up to its MAX_SIZE (8192T) in every form: the
+    bound comes from the constant, so the two cannot drift apart."""
+    checker = Draft202012Validator(schema("experiment")["properties"]["sizes"]["properties"]["max"])
+    limit = format_size(MAX_SIZE)
+    assert limit == "8192T"
+    for unit, per in (("", 1), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40)):
+        for count in (1, MAX_SIZE // per - 1, MAX_SIZE // per, MAX_SIZE // per + 1, 10**17):
+            for written in (f"{count}{unit}", f" 00{count} {unit.lower()}iB"):
+                try:
+                    read = parse_size(written) > 0
+                except ValueError:
+                    read = False
+                assert checker.is_valid(written) == read, written
+    assert checker.is_valid(MAX_SIZE) and not checker.is_valid(MAX_SIZE + 1)
 
 
 def test_a_pattern_that_cannot_be_translated_is_refused() -> None:

@@ -186,6 +186,7 @@ BAD_CHECKS: list[tuple[dict[str, Any], str, str]] = [
     ({"to": {}}, "study.checks[0].to", "a mapping"),
     ({"size": "huge"}, "study.checks[0].size", "max, min or a size"),
     ({"completes": True}, "study.checks[0]", "either ratio"),
+    ({"completes": True, "ratio": None}, "study.checks[0].to", "no to on a completes check"),
     ({"policy": "ecmp"}, "study.checks[0].of.policy", "a policy of the variant"),
     ({"colour": "red"}, "study.checks[0].colour", "known keys"),
 ]
@@ -262,6 +263,85 @@ def test_a_completes_check_reads_how_the_variant_ended() -> None:
     assert verdict.outcome == "agrees"
     ended[1] = Figures("ok", [], 1.0)
     assert study.checks[0].judge(study.variants, ended).outcome == "disagrees"
+
+
+def measured(*configurations: tuple[str, str, str, int]) -> list[Any]:
+    """A run's results, one measured configuration per (policy, op, algorithm, size)."""
+    from types import SimpleNamespace
+
+    return [
+        SimpleNamespace(
+            configuration=SimpleNamespace(policy=p, collective=op, algorithm=a, size=size),
+            measured=True,
+        )
+        for p, op, a, size in configurations
+    ]
+
+
+def test_a_completes_check_restricted_to_a_collective_and_size_reads_those_only() -> None:
+    """The all-to-all at the max size was cut off, the all-reduce measured: a check on the
+    all-to-all's max says it did not complete, one on the all-reduce that it did."""
+    study = checked(
+        {"name": "a2a cut", "of": {"variant": 2}, "completes": False, "collective": "all-to-all",
+         "size": "max"},
+        {"name": "ar ran", "of": {"variant": 2}, "completes": True, "collective": "all-reduce"},
+        {"name": "a2a small ran", "of": {"variant": 2}, "completes": True,
+         "collective": "all-to-all", "size": "256K"},
+    )  # fmt: skip
+    cut, ran, small = study.checks
+    spec = study.variants[1].spec
+    ring, direct = (c.algorithm for c in spec.collectives)
+    sizes = spec.step_sizes("all-reduce")
+    results = measured(
+        *(("path-pinned", "all-reduce", ring, size) for size in sizes),
+        ("path-pinned", "all-to-all", direct, spec.step_sizes("all-to-all")[0]),
+    )
+    figures = [Figures("ok", [], 1.0), Figures("failed", results, 1.0)]
+    verdicts = [check.judge(study.variants, figures) for check in study.checks]
+    assert [v.outcome for v in verdicts] == ["agrees", "agrees", "agrees"], verdicts
+    assert "all-to-all the max size: 1 of 1 configurations not measured" in verdicts[0].text
+    # the whole run measured: the cut-off check disagrees
+    everything = results + measured(("path-pinned", "all-to-all", direct, max(sizes)))
+    figures[1] = Figures("failed", everything, 1.0)
+    assert cut.judge(study.variants, figures).outcome == "disagrees"
+    # nothing measured: the two that expect completion disagree
+    figures[1] = Figures("failed", [], 1.0)
+    assert ran.judge(study.variants, figures).outcome == "disagrees"
+    assert small.judge(study.variants, figures).outcome == "disagrees"
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "text"),
+    [
+        ({"collective": "all-gather"}, "study.checks[0].collective", "the study runs"),
+        ({"size": "128K", "collective": "all-reduce"}, "study.checks[0].size", "the study runs"),
+        ({"size": "max"}, "study.checks[0].collective", "the study runs several"),
+        ({"to": {"variant": 1}}, "study.checks[0].to", "no to on a completes check"),
+    ],
+)
+def test_a_completes_check_field_it_cannot_evaluate_is_refused(
+    change: dict[str, Any], key: str, text: str
+) -> None:
+    with pytest.raises(ExperimentError) as caught:
+        checked({"name": "cut", "of": {"variant": 2}, "completes": False, **change})
+    assert caught.value.key == key, str(caught.value)
+    assert text in str(caught.value)
+
+
+def test_a_completes_check_needs_no_policy_and_then_reads_the_whole_run() -> None:
+    study = checked(
+        {"name": "cut", "of": {"variant": 2}, "completes": False},
+        {"name": "ecmp cut", "of": {"variant": 2}, "completes": False, "policy": "ecmp"},
+        policies=["ecmp", "path-pinned"],
+    )
+    whole, ecmp = study.checks
+    spec = study.variants[1].spec
+    results = measured(
+        *(("ecmp", c.op, c.algorithm, s) for c in spec.collectives for s in spec.step_sizes(c.op))
+    )
+    figures = [Figures("ok", [], 1.0), Figures("failed", results, 1.0)]
+    assert whole.judge(study.variants, figures).outcome == "agrees"  # the run failed
+    assert ecmp.judge(study.variants, figures).outcome == "disagrees"  # ecmp's all measured
 
 
 # --- the shipped studies --------------------------------------------------------------------
