@@ -10,6 +10,16 @@ from pathlib import Path
 
 from tests.helpers import REPO
 
+PYTEST = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-p",
+    "orchestrator.pytest_plugin",
+    "-p",
+    "no:cacheprovider",
+]
+
 SESSION = """\
 import signal
 
@@ -32,11 +42,13 @@ def test_the_next_test():
 def test_a_ctrl_c_taken_by_a_run_stops_the_session_after_its_test(tmp_path: Path) -> None:
     (tmp_path / "test_session.py").write_text(SESSION)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "orchestrator.pytest_plugin",
-         "-p", "no:cacheprovider", "-q", "-rA", str(tmp_path)],  # fmt: skip
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [*PYTEST, "-q", "-rA", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    )
     out = result.stdout
     assert "PASSED test_session.py::test_a_run_takes_a_ctrl_c" in out, out
     assert "test_the_next_test" not in out, out
