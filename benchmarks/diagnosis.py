@@ -151,6 +151,18 @@ PARAMS: dict[str, dict[str, Any]] = {
     "link-loss": {"probability": 0.03},
     "straggler": {"delay": "200ms"},
 }
+#: With ``--vary``: each fault run's magnitude drawn from these instead of :data:`PARAMS`
+#: (a draw of its own, so that the suite's targets, onsets and shapes stay those of the
+#: same seed without it). Acceptance injects faults of other strengths than the suite's,
+#: and rules tuned on one strength must be measured on others; a magnitude whose fault
+#: leaves the job untouched (a link slowed to half that no connection needed whole) is a
+#: miss all the same.
+VARIED: dict[str, dict[str, tuple[Any, ...]]] = {
+    "link-slow": {"rate": (0.1, 0.25, 0.5)},
+    "link-flap": {"period": ("1s", "2s", "4s")},
+    "link-loss": {"probability": (0.01, 0.03, 0.1)},
+    "straggler": {"delay": ("100ms", "200ms", "500ms")},
+}
 
 
 # --- the fabric model: what a ring crosses -----------------------------------------------
@@ -359,21 +371,28 @@ def _link_target(rng: random.Random, kind: str, link: tuple[str, str]) -> str:
 
 
 def fault_scenarios(
-    kind: str, runs: int, fabrics: Mapping[str, Fabric], policies: Sequence[str], seed: int
+    kind: str,
+    runs: int,
+    fabrics: Mapping[str, Fabric],
+    policies: Sequence[str],
+    seed: int,
+    vary: bool = False,
 ) -> list[Scenario]:
     """``runs`` scenarios of ``kind`` (index 0: renumbered by :func:`suite`), over the
     fabrics x policies in turn, onsets balanced over both, locations rotating over the
-    tiers each fabric's ring crosses."""
+    tiers each fabric's ring crosses; magnitudes :data:`PARAMS`, or drawn from
+    :data:`VARIED` with ``vary``."""
     rng = random.Random(f"{seed}:{kind}")
+    magnitudes = random.Random(f"{seed}:{kind}:magnitude")
     combos = [(f, p) for f in fabrics for p in policies]
     start = rng.randrange(len(combos))
     usages = {name: ring_usage(fabric, ring_gpus(fabric)) for name, fabric in fabrics.items()}
     for name, usage in usages.items():
         if kind.startswith("link-") and not usage.links:
             raise ValueError(
-                f"fabric {name}: its ring crosses no network link on a shortest path (a "
-                "rail-only fabric's cross-rail pairs ride NVLink), so there is nowhere to "
-                f"put a {kind}; pick another fabric, or --kinds without link faults"
+                f"fabric {name}: its ring crosses no network link (its ranks share one "
+                f"server), so there is nowhere to put a {kind}; pick another fabric, or "
+                "--kinds without link faults"
             )
     link_turns = {n: _rotation(rng, list(u.links)) for n, u in usages.items()}
     switch_turns = {n: _rotation(rng, list(u.switches)) for n, u in usages.items()}
@@ -388,6 +407,8 @@ def fault_scenarios(
         at = MID_RUN if (j + j // len(policies) + KINDS.index(kind)) % 2 else 0.0
         collective = COLLECTIVES[(j + KINDS.index(kind)) % 2]
         params = dict(PARAMS.get(kind, {}))
+        if vary:
+            params |= {k: magnitudes.choice(v) for k, v in VARIED.get(kind, {}).items()}
         target: str | None
         if kind.startswith("link-"):
             tiers = link_turns[fabric]
@@ -429,10 +450,11 @@ def suite(
     per_kind: int,
     healthy: int,
     seed: int,
+    vary: bool = False,
 ) -> list[Scenario]:
     """The whole suite in running order: round j holds the j-th run of every kind, healthy
     runs spread evenly in between, so that a suite cut short still covers every kind."""
-    by_kind = {k: fault_scenarios(k, per_kind, fabrics, policies, seed) for k in kinds}
+    by_kind = {k: fault_scenarios(k, per_kind, fabrics, policies, seed, vary) for k in kinds}
     faulty = [by_kind[k][j] for j in range(per_kind) for k in kinds]
     calm = healthy_scenarios(healthy, list(fabrics), policies)
     ordered: list[Scenario] = []
@@ -765,6 +787,12 @@ def timing_lines(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
+def magnitude(s: Scenario) -> str:
+    """The fault's strength in a run line (the rate, loss, period or delay; a blackhole's
+    destination is in its target already)."""
+    return " ".join(str(v) for k, v in s.params.items() if k != "destination")
+
+
 def run_line(o: Outcome) -> str:
     s = o.scenario
     if o.diagnosis is None:
@@ -784,9 +812,9 @@ def run_line(o: Outcome) -> str:
     if s.tier in ("gpu", "controller", "-"):
         path = "-"
     flag = " SATURATED" if o.saturated else ""
-    what = f"{s.kind or HEALTHY} {s.target or ''}".strip()
+    what = f"{s.kind or HEALTHY} {s.target or ''} {magnitude(s)}".strip()
     return (
-        f"  {s.index:>3} {what:<34} {s.tier:>10} {s.fabric:>13} {s.policy:>11} {s.collective:>6}"
+        f"  {s.index:>3} {what:<40} {s.tier:>10} {s.fabric:>13} {s.policy:>11} {s.collective:>6}"
         f" {s.onset:>7} {o.status:>8} {path:>4} {hit:>5} {delay:>7}  {verdict}{flag}"
     )
 
@@ -794,7 +822,7 @@ def run_line(o: Outcome) -> str:
 def report(outcomes: Sequence[Outcome]) -> list[str]:
     """Everything printed at the end (conditions apart)."""
     head = (
-        f"  {'#':>3} {'injected':<34} {'tier':>10} {'fabric':>13} {'policy':>11} {'coll':>6}"
+        f"  {'#':>3} {'injected':<40} {'tier':>10} {'fabric':>13} {'policy':>11} {'coll':>6}"
         f" {'onset':>7} {'run':>8} {'path':>4} {'hit':>5} {'delay':>7}  top-1 suspect"
     )
     lines = ["# runs", head, *[run_line(o) for o in outcomes], ""]
@@ -1037,6 +1065,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--resume", action="store_true",
         help="with --out: keep the runs of DIR that finished (outcome.json), run the rest",
     )  # fmt: skip
+    parser.add_argument(
+        "--vary", action="store_true",
+        help="draw each fault's magnitude (slow rate, loss, flap period, straggler delay) "
+        "from a range instead of the fixed ones",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="write every outcome here")
     args = parser.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
@@ -1092,7 +1125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     fabrics = resolve_fabrics(args.fabrics, out / "fabrics")
     models = {name: build_fabric(spec) for name, (_, spec) in fabrics.items()}
     try:
-        scenarios = suite(models, args.policies, args.kinds, args.per_kind, args.healthy, args.seed)
+        scenarios = suite(
+            models, args.policies, args.kinds, args.per_kind, args.healthy, args.seed, args.vary
+        )
     except ValueError as error:
         print(f"diagnosis benchmark: {error}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -153,6 +154,25 @@ def test_another_seed_draws_another_suite(bench: ModuleType, models: dict[str, F
     assert one == bench.suite(models, POLICIES, bench.KINDS, 4, 10, seed=1)
     two = bench.suite(models, POLICIES, bench.KINDS, 4, 10, seed=2)
     assert [s.target for s in one] != [s.target for s in two]
+
+
+def test_vary_draws_each_faults_magnitude_and_keeps_the_rest_of_the_suite(
+    bench: ModuleType, models: dict[str, Fabric]
+) -> None:
+    fixed = bench.suite(models, POLICIES, bench.KINDS, 4, 10, seed=3)
+    varied = bench.suite(models, POLICIES, bench.KINDS, 4, 10, seed=3, vary=True)
+    assert [(s.kind, s.target, s.at, s.policy) for s in fixed] == [
+        (s.kind, s.target, s.at, s.policy) for s in varied
+    ]
+    drawn: dict[str, set[Any]] = {}
+    for s in varied:
+        for key, options in bench.VARIED.get(s.kind, {}).items():
+            assert s.params[key] in options
+            drawn.setdefault(f"{s.kind}.{key}", set()).add(s.params[key])
+    assert set(drawn) == {f"{k}.{p}" for k, v in bench.VARIED.items() for p in v}
+    assert any(len(values) > 1 for values in drawn.values())  # not one magnitude each
+    assert all(s.params == bench.PARAMS.get(s.kind, s.params) or s.kind == "blackhole"
+               for s in fixed if s.kind)  # fmt: skip
 
 
 def test_the_ring_usage_follows_the_fabric_model(
