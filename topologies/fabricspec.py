@@ -11,6 +11,16 @@ from typing import Any
 from topologies.errors import FabricSpecError
 from topologies.units import format_duration, format_rate
 
+#: the slowest emulated link rate (bit/s) a fabric may ask for: a floor against unit
+#: mistakes (1 bit/s stalls every run), not a measured limit. At this rate a 1500-byte frame
+#: takes 12 ms on the wire and the shaper's smallest queue, 16 frames
+#: (orchestrator/emulation/shaping.py), 0.19 s to drain: slower, a single queued frame
+#: outlasts the workers' retransmission timeout and the diagnosis' stall lines (2 s) come
+#: within a few full queues. hpn-like's oversubscribed agg->core, the slowest preset
+#: link, runs at 1.33 Mbit/s. Checked on the rates as given (topologies/spec.py) and on
+#: every link as built, oversubscribed ones included (topologies/generators).
+MIN_EMULATED_BPS = 1e6
+
 # Real speeds of the paper's fabric: 200G ports everywhere, NVLink 4.0 at 900 GB/s
 # bidirectional = 3.6 Tbit/s one way.
 DEFAULT_SPEEDS = {"nic": 200e9, "tor_agg": 200e9, "agg_core": 200e9, "nvlink": 3.6e12}

@@ -39,6 +39,7 @@ from topologies.fabricspec import (
     DEFAULT_LATENCY,
     DEFAULT_SCALE,
     DEFAULT_SPEEDS,
+    MIN_EMULATED_BPS,
     EmulationSpec,
     FabricSpec,
     LatencySpec,
@@ -85,14 +86,6 @@ MINIMUM = {
 NIC_PORTS = (1, 2)  # single-ToR, dual-ToR
 OVERSUBSCRIPTION_RANGE = (1.0, 1000.0)
 SCALE_RANGE = (1e-9, 1.0)  # emulated = real x scale
-#: the slowest emulated link rate (bit/s) a fabric may ask for: a floor against unit
-#: mistakes (1 bit/s stalls every run), not a measured limit. At this rate a 1500-byte frame
-#: takes 12 ms on the wire and the shaper's smallest queue, 16 frames
-#: (orchestrator/emulation/shaping.py), 0.19 s to drain: slower, a single queued frame
-#: outlasts the workers' retransmission timeout and the diagnosis' stall lines (2 s) come
-#: within a few full queues. hpn-like's oversubscribed agg->core, the slowest preset
-#: link, runs at 1.33 Mbit/s.
-MIN_EMULATED_BPS = 1e6
 LATENCY_OFF, LATENCY_ON = "off", "on"  # or false, true
 
 # Above this a "real-world latency" is a unit mistake (they are micro-, not milliseconds).

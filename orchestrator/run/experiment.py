@@ -91,7 +91,7 @@ from orchestrator.workload.spec import (
 from topologies.catalog import preset_path, resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError, WorkloadError
 from topologies.fabricspec import EmulationSpec, FabricSpec
-from topologies.generators import build_fabric
+from topologies.generators import build_fabric, slowest_link
 from topologies.latency import applied_latency
 from topologies.model import Fabric, Gpu
 from topologies.spec import (
@@ -489,7 +489,8 @@ def parse_experiment(
         # the same fabric with other real-world latencies, or none (`latency: off`)
         latency = read.latency(doc["latency"], "latency", fabric_spec.latency)
         fabric_spec = replace(fabric_spec, latency=latency)
-    fabric = _build(read, fabric_spec, fabric_source)
+    # an experiment's own scale is checked against the floor below, blaming its scale
+    fabric = _build(read, fabric_spec, fabric_source, floor="scale" not in doc)
 
     chosen_policies = _policies(read, doc, policies)
     host_ports = _host_ports(read, doc.get("host_ports", DEFAULT_HOST_PORTS))
@@ -511,7 +512,7 @@ def parse_experiment(
     gpus = placement.select(fabric, seed)
     _check_latency(read, fabric, gpus, "scale" if "scale" in doc else "latency")
     if "scale" in doc:
-        _check_rate_floor(read, fabric.spec)
+        _check_rate_floor(read, fabric)
     faults = parse_faults(read, doc.get("faults"), fabric)
     for fault in faults:
         if fault.target.gpu is not None and fault.target.gpu not in gpus:
@@ -672,13 +673,14 @@ def _cluster(read: _ExperimentReader, value: object) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _check_rate_floor(read: _ExperimentReader, spec: FabricSpec) -> None:
-    """The fabric file's floor on emulated link rates (topologies/spec.py), at the scale the
-    experiment gives it instead of the file's own. After the latencies' check, whose
-    message says more where both fail (a scale small enough to stall a run on its links
-    also makes its latencies outlast the step deadline, unless they are off)."""
-    scale = spec.emulation.scale
-    slowest = min(vars(spec.speeds).values())
+def _check_rate_floor(read: _ExperimentReader, fabric: Fabric) -> None:
+    """The fabric's floor on emulated link rates (topologies/spec.py), on its links as
+    built (oversubscribed ones included), at the scale the experiment gives it instead of
+    the file's own. After the latencies' check, whose message says more where both fail
+    (a scale small enough to stall a run on its links also makes its latencies outlast
+    the step deadline, unless they are off)."""
+    scale = fabric.spec.emulation.scale
+    slowest = slowest_link(fabric).capacity
     if slowest * scale < MIN_EMULATED_BPS:
         read.fail(
             "scale",
@@ -810,10 +812,13 @@ def program_floor(program: Program, ranks: int) -> float:
     return max((program.compute_of(rank) for rank in range(ranks)), default=0.0)
 
 
-def _build(read: _ExperimentReader, spec: FabricSpec, fabric_source: str) -> Fabric:
-    """Generate the fabric model (pure, no root) so its wiring and GPUs are checked now."""
+def _build(
+    read: _ExperimentReader, spec: FabricSpec, fabric_source: str, floor: bool = True
+) -> Fabric:
+    """Generate the fabric model (pure, no root) so its wiring and GPUs are checked now
+    (``floor``: build_fabric's)."""
     try:
-        return build_fabric(spec)
+        return build_fabric(spec, floor)
     except FabricSpecError as err:
         if fabric_source == "inline":
             raise _inline_error(err) from None

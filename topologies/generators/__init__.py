@@ -16,9 +16,10 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from topologies.errors import FabricSpecError
-from topologies.fabricspec import FabricSpec
-from topologies.model import Fabric, LinkKind, Tier
+from topologies.fabricspec import MIN_EMULATED_BPS, FabricSpec
+from topologies.model import Fabric, Link, LinkKind, Tier
 from topologies.plan import Plan, PlanInput
+from topologies.units import format_rate
 
 #: The most links :meth:`GeneratorRegistry.build` builds. The model holds every link as an
 #: object: the paper's full-size fabric (524,288 GPUs, 3,670,016 links, NVLink included) takes
@@ -102,11 +103,16 @@ class GeneratorRegistry:
             raise FabricSpecError(source, "kind", f"one of {known}", kind)
         return generator
 
-    def build(self, spec: FabricSpec) -> Fabric:
+    def build(self, spec: FabricSpec, floor: bool = True) -> Fabric:
+        """Check and generate ``spec``; with ``floor``, its links as built held to the
+        floor on emulated rates at its own scale (:func:`check_rate_floor`)."""
         generator = self.get(spec.kind, spec.source)
         generator.check(spec)
         check_buildable(generator, spec)
-        return generator.generate(spec)
+        fabric = generator.generate(spec)
+        if floor:
+            check_rate_floor(spec, fabric)
+        return fabric
 
 
 def default_registry() -> GeneratorRegistry:
@@ -156,6 +162,52 @@ def check_buildable(generator: Generator, spec: FabricSpec) -> None:
     )
 
 
-def build_fabric(spec: FabricSpec) -> Fabric:
-    """Check and generate ``spec`` with the built-in generators."""
-    return default_registry().build(spec)
+def build_fabric(spec: FabricSpec, floor: bool = True) -> Fabric:
+    """Check and generate ``spec`` with the built-in generators (``floor``: as
+    :meth:`GeneratorRegistry.build`; an experiment that sets its own scale checks it
+    itself, blaming its scale)."""
+    return default_registry().build(spec, floor)
+
+
+#: The oversubscription that divides each tier's links (the fabric file's key).
+OVERSUBSCRIBED_BY = {LinkKind.TOR_AGG: "tor", LinkKind.AGG_CORE: "agg"}
+
+
+def slowest_link(fabric: Fabric) -> Link:
+    """The fabric's slowest link as built: a tier's speed divided by its oversubscription
+    (and, in some kinds, shared among parallel links), which the speeds alone do not say."""
+    return min(fabric.links, key=lambda link: link.capacity)
+
+
+def check_rate_floor(spec: FabricSpec, fabric: Fabric) -> None:
+    """FabricSpecError if a link as built runs below :data:`MIN_EMULATED_BPS` emulated:
+    the speeds are checked as read (topologies/spec.py), but an oversubscription of 1000
+    divides a tier's links by it (0.02 Mbit/s at the default scale), which stalls a run
+    as a mistyped speed does. The key named is the oversubscription that slowed it, or
+    the scale."""
+    link = slowest_link(fabric)
+    emulated = link.capacity * spec.emulation.scale
+    if emulated >= MIN_EMULATED_BPS:
+        return
+    tier = OVERSUBSCRIBED_BY.get(link.kind)
+    over = getattr(spec.oversubscription, tier) if tier else 1.0
+    detail = (
+        f"its {link.kind.value} links ({link.a}-{link.b}, {format_rate(link.capacity)} real) "
+        f"would run at {emulated:.3g} bit/s emulated at scale {spec.emulation.scale:g}"
+    )
+    if over > 1:
+        most = over * emulated / MIN_EMULATED_BPS
+        raise spec.error(
+            f"oversubscription.{tier}",
+            f"an oversubscription that leaves its links {MIN_EMULATED_BPS / 1e6:g} Mbit/s "
+            f"emulated or more (at most {most:.4g} here, or a larger emulation.scale)",
+            over,
+            detail=detail,
+        )
+    raise spec.error(
+        "emulation.scale",
+        f"a scale at which every link as built runs at {MIN_EMULATED_BPS / 1e6:g} Mbit/s "
+        "emulated or more",
+        spec.emulation.scale,
+        detail=detail,
+    )
