@@ -688,6 +688,13 @@ def test_one_connection_stalled_once_is_not_a_blackhole_unless_a_switch_dropped_
         assert {(s.component, s.fault) for s in found} == (
             {("switch", "blackhole")} if holed else set()
         ), found
+    # ... unless it lost as much all along: a congested connection's timeouts back off to a
+    # long stall (seed 61 run 21, healthy: 4.9 s after 99 retransmissions elsewhere)
+    congested = connection(1, 1, 6, alone, stall=(2.0, 7.2), retrans=6)
+    congested.retrans = [(t, r + (60 if t >= T0 + 1.0 else 0)) for t, r in congested.retrans]
+    assert diagnose(
+        observations(astral, connections=[congested, *conns[1:]], counters=counters({}, switches))
+    ).healthy
     # ... and only if its kernel was looked at all through it: views 5 s apart are the
     # workers' sampler pausing (seed 55 run 33, healthy), not a hole
     paused = connection(1, 1, 6, alone, stall=(2.0, 7.2), retrans=6)
