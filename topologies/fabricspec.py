@@ -17,9 +17,15 @@ from topologies.units import format_duration, format_rate
 #: (orchestrator/emulation/shaping.py), 0.19 s to drain: slower, a single queued frame
 #: outlasts the workers' retransmission timeout and the diagnosis' stall lines (2 s) come
 #: within a few full queues. hpn-like's oversubscribed agg->core, the slowest preset
-#: link, runs at 1.33 Mbit/s. Checked on the rates as given (topologies/spec.py) and on
-#: every link as built, oversubscribed ones included (topologies/generators).
+#: link, runs at 1.33 Mbit/s. Checked on the rates as given (topologies/spec.py).
 MIN_EMULATED_BPS = 1e6
+#: ... and on every link as built, a tier's speed divided by its oversubscription
+#: (topologies/generators): lower, since a measured study runs there. The shipped
+#: core-oversubscription study runs astral-small's 15:1 core at 0.8 Mbit/s and measures
+#: both collectives at the forecast's cut (docs/studies.md). What it guards against is an
+#: oversubscription of hundreds (1000:1 gives 0.02 Mbit/s at the default scale), where a
+#: 16-frame queue takes seconds to drain and a run stalls.
+MIN_BUILT_BPS = 0.5e6
 
 # Real speeds of the paper's fabric: 200G ports everywhere, NVLink 4.0 at 900 GB/s
 # bidirectional = 3.6 Tbit/s one way.

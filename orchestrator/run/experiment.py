@@ -90,7 +90,7 @@ from orchestrator.workload.spec import (
 )
 from topologies.catalog import preset_path, resolve_fabric
 from topologies.errors import ExperimentError, FabricSpecError, WorkloadError
-from topologies.fabricspec import EmulationSpec, FabricSpec
+from topologies.fabricspec import MIN_BUILT_BPS, EmulationSpec, FabricSpec
 from topologies.generators import build_fabric, slowest_link
 from topologies.latency import applied_latency
 from topologies.model import Fabric, Gpu
@@ -674,22 +674,25 @@ def _cluster(read: _ExperimentReader, value: object) -> tuple[str, ...]:
 
 
 def _check_rate_floor(read: _ExperimentReader, fabric: Fabric) -> None:
-    """The fabric's floor on emulated link rates (topologies/spec.py), on its links as
-    built (oversubscribed ones included), at the scale the experiment gives it instead of
-    the file's own. After the latencies' check, whose message says more where both fail
-    (a scale small enough to stall a run on its links also makes its latencies outlast
-    the step deadline, unless they are off)."""
+    """The fabric's floors on emulated link rates at the scale the experiment gives it
+    instead of the file's own: its speeds as written (:data:`MIN_EMULATED_BPS`) and its
+    links as built, oversubscribed ones included (:data:`MIN_BUILT_BPS`). After the
+    latencies' check, whose message says more where both fail (a scale small enough to
+    stall a run on its links also makes its latencies outlast the step deadline, unless
+    they are off)."""
     scale = fabric.spec.emulation.scale
-    slowest = slowest_link(fabric).capacity
-    if slowest * scale < MIN_EMULATED_BPS:
-        read.fail(
-            "scale",
-            f"a scale at which every link of the fabric runs at "
-            f"{MIN_EMULATED_BPS / 1e6:g} Mbit/s emulated or more (at least "
-            f"{MIN_EMULATED_BPS / slowest:g} here)",
-            scale,
-            detail=f"its slowest link would run at {slowest * scale:.3g} bit/s emulated",
-        )
+    for slowest, floor, what in (
+        (min(vars(fabric.spec.speeds).values()), MIN_EMULATED_BPS, "speed"),
+        (slowest_link(fabric).capacity, MIN_BUILT_BPS, "link as built"),
+    ):
+        if slowest * scale < floor:
+            read.fail(
+                "scale",
+                f"a scale at which every {what} of the fabric runs at {floor / 1e6:g} "
+                f"Mbit/s emulated or more (at least {floor / slowest:g} here)",
+                scale,
+                detail=f"its slowest would run at {slowest * scale:.3g} bit/s emulated",
+            )
 
 
 def _check_latency(read: _ExperimentReader, fabric: Fabric, gpus: Sequence[str], key: str) -> None:
@@ -818,7 +821,7 @@ def _build(
     """Generate the fabric model (pure, no root) so its wiring and GPUs are checked now
     (``floor``: build_fabric's)."""
     try:
-        return build_fabric(spec, floor)
+        return build_fabric(spec, floor=floor)
     except FabricSpecError as err:
         if fabric_source == "inline":
             raise _inline_error(err) from None

@@ -332,12 +332,13 @@ def test_a_scale_too_small_for_the_default_speeds_is_refused_naming_the_scale() 
     assert caught.value.key == "emulation.scale" and "at least 5e-06 here" in str(caught.value)
 
 
-@pytest.mark.parametrize(("tier", "over", "most"), [("agg", 100, "20"), ("tor", 50, "20")])
+@pytest.mark.parametrize(("tier", "over", "most"), [("agg", 100, "40"), ("tor", 50, "40")])
 def test_an_oversubscription_that_slows_links_below_the_floor_is_refused_naming_it(
     tier: str, over: float, most: str
 ) -> None:
     """Speeds pass as read, but an oversubscription divides its tier's links: 200G / 100 at
-    scale 1e-4 is 0.2 Mbit/s, as stalling as a mistyped speed."""
+    scale 1e-4 is 0.2 Mbit/s, as stalling as a mistyped speed (the floor as built is
+    0.5 Mbit/s: 40:1 at most here)."""
     from topologies.errors import FabricSpecError
     from topologies.generators import build_fabric
     from topologies.spec import parse_fabric_spec
@@ -354,7 +355,7 @@ def test_an_oversubscription_that_slows_links_below_the_floor_is_refused_naming_
 
 
 def test_an_experiments_scale_is_held_to_the_oversubscribed_links_too(tmp_path: Path) -> None:
-    """hpn-like's 15:1 core links run at 1.33 Mbit/s at its scale: at a tenth of it the
+    """hpn-like's 15:1 core links run at 1.33 Mbit/s at its scale: at a third of it the
     experiment's scale is refused, naming the scale, though every speed would pass."""
     from orchestrator.run.experiment import parse_experiment
     from topologies.errors import ExperimentError
@@ -365,12 +366,12 @@ def test_an_experiments_scale_is_held_to_the_oversubscribed_links_too(tmp_path: 
         "policy": "path-pinned",
         "collectives": ["all-reduce"],
         "sizes": {"min": "64K", "max": "64K"},
-        "scale": 0.5e-4,  # speeds 10 Mbit/s, its core links 0.67 Mbit/s
+        "scale": 0.3e-4,  # speeds 6 Mbit/s, its core links 0.4 Mbit/s
         "latency": "off",
     }
-    with pytest.raises(ExperimentError, match="key 'scale': expected a scale at which every"):
+    with pytest.raises(ExperimentError, match=r"every link as built of the fabric runs at 0\.5"):
         parse_experiment(doc, "slow.yaml", tmp_path)
-    parse_experiment({**doc, "scale": 1e-4}, "ok.yaml", tmp_path)
+    parse_experiment({**doc, "scale": 0.6e-4}, "ok.yaml", tmp_path)  # 0.8 Mbit/s: a study's
 
 
 def test_an_experiments_scale_is_held_to_the_link_floor_too(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from topologies.errors import FabricSpecError
-from topologies.fabricspec import MIN_EMULATED_BPS, FabricSpec
+from topologies.fabricspec import MIN_BUILT_BPS, FabricSpec
 from topologies.model import Fabric, Link, LinkKind, Tier
 from topologies.plan import Plan, PlanInput
 from topologies.units import format_rate
@@ -103,7 +103,7 @@ class GeneratorRegistry:
             raise FabricSpecError(source, "kind", f"one of {known}", kind)
         return generator
 
-    def build(self, spec: FabricSpec, floor: bool = True) -> Fabric:
+    def build(self, spec: FabricSpec, *, floor: bool = True) -> Fabric:
         """Check and generate ``spec``; with ``floor``, its links as built held to the
         floor on emulated rates at its own scale (:func:`check_rate_floor`)."""
         generator = self.get(spec.kind, spec.source)
@@ -162,11 +162,11 @@ def check_buildable(generator: Generator, spec: FabricSpec) -> None:
     )
 
 
-def build_fabric(spec: FabricSpec, floor: bool = True) -> Fabric:
+def build_fabric(spec: FabricSpec, *, floor: bool = True) -> Fabric:
     """Check and generate ``spec`` with the built-in generators (``floor``: as
     :meth:`GeneratorRegistry.build`; an experiment that sets its own scale checks it
     itself, blaming its scale)."""
-    return default_registry().build(spec, floor)
+    return default_registry().build(spec, floor=floor)
 
 
 #: The oversubscription that divides each tier's links (the fabric file's key).
@@ -180,14 +180,14 @@ def slowest_link(fabric: Fabric) -> Link:
 
 
 def check_rate_floor(spec: FabricSpec, fabric: Fabric) -> None:
-    """FabricSpecError if a link as built runs below :data:`MIN_EMULATED_BPS` emulated:
-    the speeds are checked as read (topologies/spec.py), but an oversubscription of 1000
+    """FabricSpecError if a link as built runs below :data:`MIN_BUILT_BPS` emulated: the
+    speeds are checked as read (topologies/spec.py), but an oversubscription of 1000
     divides a tier's links by it (0.02 Mbit/s at the default scale), which stalls a run
     as a mistyped speed does. The key named is the oversubscription that slowed it, or
     the scale."""
     link = slowest_link(fabric)
     emulated = link.capacity * spec.emulation.scale
-    if emulated >= MIN_EMULATED_BPS:
+    if emulated >= MIN_BUILT_BPS:
         return
     tier = OVERSUBSCRIBED_BY.get(link.kind)
     over = getattr(spec.oversubscription, tier) if tier else 1.0
@@ -196,17 +196,17 @@ def check_rate_floor(spec: FabricSpec, fabric: Fabric) -> None:
         f"would run at {emulated:.3g} bit/s emulated at scale {spec.emulation.scale:g}"
     )
     if over > 1:
-        most = over * emulated / MIN_EMULATED_BPS
+        most = over * emulated / MIN_BUILT_BPS
         raise spec.error(
             f"oversubscription.{tier}",
-            f"an oversubscription that leaves its links {MIN_EMULATED_BPS / 1e6:g} Mbit/s "
+            f"an oversubscription that leaves its links {MIN_BUILT_BPS / 1e6:g} Mbit/s "
             f"emulated or more (at most {most:.4g} here, or a larger emulation.scale)",
             over,
             detail=detail,
         )
     raise spec.error(
         "emulation.scale",
-        f"a scale at which every link as built runs at {MIN_EMULATED_BPS / 1e6:g} Mbit/s "
+        f"a scale at which every link as built runs at {MIN_BUILT_BPS / 1e6:g} Mbit/s "
         "emulated or more",
         spec.emulation.scale,
         detail=detail,
