@@ -799,6 +799,9 @@ class Runner(Messages):
                             results += [row.result for row in shown if row.counted]
                             step_times.append(step_timing(step, began))
                             if result.failure is not None:
+                                # the sizes measured before the failure are the run's
+                                # figures too (a study's completes check reads them)
+                                outcome.results += results
                                 # the group's table so far, the failed size's row included
                                 self.emit(
                                     self._table(

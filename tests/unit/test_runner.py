@@ -372,6 +372,21 @@ def test_a_hung_worker_ends_the_run_with_its_rank_and_a_failed_bundle(
     assert summary["run"]["status"] == "failed"
 
 
+def test_the_sizes_measured_before_a_failure_stay_the_runs_figures(
+    tmp_path: Path, description: FabricDescription
+) -> None:
+    """Rank 3 hangs in global iteration 4, in the collective's second size (16K): its first
+    (4K) was measured, and is among the run's results as in its bundle, where a study's
+    completes check reads it (it was dropped with the rest of the collective's group)."""
+    spec = experiment(policies=["ecmp"], collectives=["all-reduce"])
+    outcome, _, _ = run(
+        spec, tmp_path, description,
+        worker_args=("--hang-rank", "3", "--hang-at-iteration", "4"), step_deadline=1.5,
+    )  # fmt: skip
+    assert outcome.status == "failed"
+    assert [(r.configuration.size, r.measured) for r in outcome.results] == [(4096, True)]
+
+
 def test_a_corrupted_chunk_fails_the_run_with_exit_7_naming_the_configuration(
     tmp_path: Path, description: FabricDescription
 ) -> None:
