@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_options(args)
     if workload_forecast.is_workload_file(args.experiment):
-        return workload_forecast.run(args, forecast_calibration(args))
+        return workload_forecast.run(args, lambda: forecast_calibration(args))
 
     if args.paths is not None and (args.calibrate or args.full_size or args.calibrate_from):
         raise ConfigError(
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         return store(_stamp(fit_bundle(args.calibrate_from, args.salts), None), args)
     base = experiment_document(args.experiment)
     if WORKLOAD_KEY in base.document:  # an experiment that replays a training workload
-        return workload_forecast.run_experiment(base, args, forecast_calibration(args))
+        return workload_forecast.run_experiment(base, args, lambda: forecast_calibration(args))
     calibration = forecast_calibration(args)
     variant = None
     if args.set or args.fail:  # first: a what-if that is a mistake is said at once

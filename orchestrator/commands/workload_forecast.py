@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -286,11 +286,13 @@ def _iteration(
     )
 
 
-def run(args: argparse.Namespace, calibration: Any) -> int:
-    """The command (called by ``astral forecast`` for a workload file), with the
-    ``calibration`` its ``--calibration`` names, as for an experiment (``forecast``'s own
-    helper, ``forecast_calibration``, passed in: this module is below that one); the
-    options that measure or fit one are refused, since a workload file is neither."""
+def run(args: argparse.Namespace, calibration_of: Callable[[], Any]) -> int:
+    """The command (called by ``astral forecast`` for a workload file); its
+    ``--calibration`` is read as for an experiment, by ``calibration_of`` (``forecast``'s
+    own helper, passed in: this module is below that one), once the options are checked
+    and only where flow by flow uses it (the link-class model of ``--full-size`` takes
+    none). The options that measure or fit one are refused, since a workload file is
+    neither."""
     if args.paths is not None or args.calibrate or args.calibrate_from is not None:
         raise ConfigError(
             "command line",
@@ -300,6 +302,7 @@ def run(args: argparse.Namespace, calibration: Any) -> int:
             str(args.experiment),
         )
     policy = args.policy or "path-pinned"
+    calibration = None if args.full_size else calibration_of()
     where = {"full_size": args.full_size, "pods": args.pods, "calibration": calibration}
     baseline = forecast_iteration(args.experiment, args.fabric, policy, **where)
     variant = None
@@ -324,11 +327,13 @@ def run(args: argparse.Namespace, calibration: Any) -> int:
     return 0
 
 
-def run_experiment(experiment: Any, args: argparse.Namespace, calibration: Any) -> int:
+def run_experiment(
+    experiment: Any, args: argparse.Namespace, calibration_of: Callable[[], Any]
+) -> int:
     """``astral forecast EXPERIMENT.yaml`` for an experiment that replays a workload: its
     iteration forecast on the experiment's fabric, placement and scale, one row per policy
     (what ``astral run`` prints beside each replay), with ``--set``/``--fail`` what-ifs,
-    with ``calibration`` (as :func:`run` takes it)."""
+    with the calibration ``calibration_of`` reads (as :func:`run` takes it)."""
     from orchestrator.commands.whatif import with_settings
     from orchestrator.run.experiment import parse_experiment
 
@@ -340,6 +345,7 @@ def run_experiment(experiment: Any, args: argparse.Namespace, calibration: Any) 
             "and --fail change them)",
             str(args.experiment),
         )
+    calibration = calibration_of()
     spec = parse_experiment(experiment.document, experiment.source, experiment.base_dir)
     rows = [
         (policy, _experiment_iteration(spec, policy, (), calibration)) for policy in spec.policies

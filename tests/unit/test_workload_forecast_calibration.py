@@ -97,3 +97,21 @@ def test_a_calibration_option_that_cannot_apply_is_refused(
     captured = capsys.readouterr()
     assert text in captured.err and "Traceback" not in captured.err
     assert captured.out == ""
+
+
+def test_a_damaged_calibration_file_is_read_only_where_it_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The options are checked before the file is read, and the link-class model of
+    ``--full-size``, which takes no calibration, does not read it: a damaged file of this
+    machine's neither hides the refusal of an option nor stops a full-size forecast."""
+    damaged = tmp_path / "machine.json"
+    damaged.write_text("{not json")
+    monkeypatch.setenv(ENV_VAR, str(damaged))
+    full_size = REPO / "workloads" / "full-size" / "gpt3-175b.yaml"
+    assert main(["forecast", str(full_size), "--full-size", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["forecast", str(WORKLOAD), "--calibrate-from", str(tmp_path)]) == 2
+    assert "--calibrate-from" in capsys.readouterr().err
+    assert main(["forecast", str(WORKLOAD)]) == 2  # flow by flow reads it: said
+    assert str(damaged) in capsys.readouterr().err
