@@ -201,7 +201,7 @@ class Check:
         """What a restricted completes check selects, for its verdict's text."""
         parts = [self.op + (f" ({self.algorithm})" if self.algorithm else "")] if self.op else []
         if isinstance(self.size, str):
-            parts.append(f"the {self.size} size")
+            parts.append(f"at the {self.size} size")
         elif self.size is not None:
             parts.append(f"at {format_size(self.size)}")
         if self.of.policy:
@@ -330,6 +330,16 @@ def _completes(
         )
     of = _side(entry.get("of"), entry.get("policy"), f"{key}.of", variants, source, False)
     check = Check(title, of, completes=entry["completes"])
+    given = [k for k in ("collective", "size", "policy") if k in entry]
+    if of.policy is not None and "policy" not in entry:
+        given.append("of.policy")
+    if given and not variants[of.variant].spec.collectives:
+        raise fail(
+            given[0],
+            "no collective, size or policy on a completes check of a variant with no "
+            "collectives (a workload replay): only whether its run ended ok can be asked",
+            entry.get(given[0]) if given[0] in entry else of.policy,
+        )
     if "collective" in entry or "size" in entry:
         sides = [variants[of.variant]]
         op, algorithm = _collective(entry.get("collective"), sides, fail)
@@ -337,13 +347,6 @@ def _completes(
         if isinstance(size, int):
             _measured_size(size, op, entry.get("size"), sides, variants, fail)
         check = Check(title, of, op=op, algorithm=algorithm, size=size, completes=check.completes)
-    if check.restricted and not check.wanted(variants[of.variant].spec):
-        raise fail(
-            "policy",
-            "no policy on a completes check of a variant with no collectives (a workload "
-            "replay): only whether its run ended ok can be asked",
-            of.policy,
-        )
     return check
 
 

@@ -299,7 +299,7 @@ def test_a_completes_check_restricted_to_a_collective_and_size_reads_those_only(
     figures = [Figures("ok", [], 1.0), Figures("failed", results, 1.0)]
     verdicts = [check.judge(study.variants, figures) for check in study.checks]
     assert [v.outcome for v in verdicts] == ["agrees", "agrees", "agrees"], verdicts
-    assert "all-to-all the max size: 1 of 1 configurations not measured" in verdicts[0].text
+    assert "all-to-all at the max size: 1 of 1 configurations not measured" in verdicts[0].text
     # the whole run measured: the cut-off check disagrees
     everything = results + measured(("path-pinned", "all-to-all", direct, max(sizes)))
     figures[1] = Figures("failed", everything, 1.0)
