@@ -1083,6 +1083,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def resumed_mismatch(saved: Path, document: Mapping[str, Any]) -> str | None:
+    """Why a suite resumed from ``saved`` is not the one asked for (another seed,
+    ``--vary`` or not, other runs), or None: its finished runs would be counted beside
+    runs drawn otherwise."""
+    if not saved.exists():
+        return None
+    old = json.loads(saved.read_text())
+    drawn = {"seed": old.get("seed"), "vary": old.get("vary", False)}  # before --vary: not
+    for key, value in drawn.items():
+        if value != document[key]:
+            return f"it was drawn with {key} {value}, not {document[key]}"
+    if old.get("scenarios") != document["scenarios"]:
+        return "its runs differ from those these options draw (kinds, fabrics, policies)"
+    return None
+
+
 def selected(scenario: Scenario, args: argparse.Namespace) -> bool:
     """Whether ``--kinds``, ``--fabrics`` and ``--policies`` keep a saved run (healthy runs
     stay with any kinds): --diagnose-only on a part of a suite."""
@@ -1131,8 +1147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"diagnosis benchmark: {error}", file=sys.stderr)
         return 2
-    document = {"seed": args.seed, "fabrics": {n: r for n, (r, _) in fabrics.items()},
+    document = {"seed": args.seed, "vary": args.vary,
+                "fabrics": {n: r for n, (r, _) in fabrics.items()},
                 "scenarios": [s.to_dict() for s in scenarios]}  # fmt: skip
+    mismatch = resumed_mismatch(out / "suite.json", document) if args.resume else None
+    if mismatch:
+        print(f"diagnosis benchmark: --resume of {out}: {mismatch}", file=sys.stderr)
+        return 2
     (out / "suite.json").write_text(json.dumps(document, indent=1) + "\n")
     print(f"# diagnosis suite: {len(scenarios)} runs (seed {args.seed}) in {out}")
     for line in suite_counts(scenarios):

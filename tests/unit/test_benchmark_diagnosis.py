@@ -429,3 +429,17 @@ def test_a_run_takes_whole_servers_so_that_every_shape_runs(
     path.write_text(json.dumps(document))  # JSON is YAML
     parsed = parse_experiment(bench.experiment_document(scenario, str(path), spec), "test", REPO)
     assert len(parsed.gpus) == 6
+
+
+def test_a_resume_refuses_a_suite_drawn_otherwise(bench: ModuleType, tmp_path: Path) -> None:
+    """--resume counts a suite's finished runs: with another seed, --vary or other runs
+    drawn, they would sit beside runs of another suite."""
+    saved = tmp_path / "suite.json"
+    document = {"seed": 3, "vary": False, "fabrics": {}, "scenarios": [{"index": 1}]}
+    assert bench.resumed_mismatch(saved, document) is None  # nothing saved yet
+    saved.write_text(json.dumps({k: v for k, v in document.items() if k != "vary"}))
+    assert bench.resumed_mismatch(saved, document) is None  # saved before --vary: not varied
+    assert "vary False, not True" in bench.resumed_mismatch(saved, {**document, "vary": True})
+    assert "seed 3, not 4" in bench.resumed_mismatch(saved, {**document, "seed": 4})
+    other = {**document, "scenarios": [{"index": 2}]}
+    assert "its runs differ" in bench.resumed_mismatch(saved, other)
