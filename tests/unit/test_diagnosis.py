@@ -228,6 +228,30 @@ def retransmitting() -> tuple[list[ConnectionView], list[str]]:
     return conns, ["p0r1t1", "p0r1a0", "p0r1a1", "p0r1t0"]
 
 
+def test_a_forwarded_connections_retransmissions_name_no_link(
+    astral: FabricDescription,
+) -> None:
+    """On a rail-only fabric a cross-rail connection crosses NVLink and its server-mate's
+    kernel before its first switch, which lose packets no counter sees (seed 62 run 27, a
+    healthy ring: one forwarded connection retransmitted 46, the median 0, called the
+    mate's NIC link lossy at 0.98). The same retransmissions on a connection its own GPU
+    sends (astral-small) still name its first hop."""
+    rail_only = preset_description("rail-only-small")
+    assert rail_only.fabric.wire_source("p0s0g1", "p0s1g0") == "p0s0g0"
+    forwarded = [
+        connection(1, 1, 2, path("p0s0g0", "p0r0t0", "p0s1g0"), retrans=46),
+        connection(2, 0, 2, path("p0s0g0", "p0r0t1", "p0s1g0")),
+        connection(3, 4, 6, path("p1s0g0", "p1r0t0", "p1s1g0")),
+    ]
+    switches = ["p0r0t0", "p0r0t1", "p1r0t0"]
+    layers = {"counters": counters({}, switches), "queues": queues({}, switches)}
+    assert diagnose(observations(rail_only, connections=forwarded, **layers)).healthy
+    conns, switches = retransmitting()
+    conns[0].retrans = [(t, 46 if r else 0) for t, r in conns[0].retrans]
+    own = {"counters": counters({}, switches), "queues": queues({}, switches)}
+    assert not diagnose(observations(astral, connections=conns, **own)).healthy
+
+
 def test_retransmissions_through_a_switch_that_dropped_packets_blame_its_egress(
     astral: FabricDescription,
 ) -> None:
