@@ -746,7 +746,6 @@ def retransmitted_in_longest(c: ConnectionView, spans: Sequence[tuple[float, flo
 
 
 def _lossy_outside(
-    obs: Observations,
     c: ConnectionView,
     spans: Sequence[tuple[float, float]],
     everyone: Sequence[ConnectionView],
@@ -2478,6 +2477,17 @@ def _explain_stalls(
         if switch.tier is not Tier.NVLINK
     )
     onsets: dict[str, float | None] = {}  # switch -> when its unexplained drops began
+    # one stalled connection, whatever switch is weighed (below): what it lost into its
+    # longest stall, and whether that stall alone is a hole's (LONE_HOLE_S)
+    first_stalls = stalled.get(bad[0].id, [])
+    lost_into = retransmitted_in_longest(bad[0], first_stalls)
+    lone_hole = (
+        len(bad) == 1
+        and longest >= LONE_HOLE_S
+        and lost_into >= HOLE_RETRANS_MIN
+        and _viewed_throughout(bad[0], first_stalls)
+        and not _lossy_outside(bad[0], first_stalls, everyone)
+    )
     for name, recall, precision, through in _ranked_components(bad, everyone, pairs, hit):
         switch, destination = name.split("|")
         others = sum(1 for c in everyone if switch in c.switches() and c.dst_gpu != destination)
@@ -2533,20 +2543,7 @@ def _explain_stalls(
         # in its stall: a connection whose segments a hole drops retransmits them when its
         # timeout fires, well within a second (a healthy run's lone 1.1 s stall, over the
         # warm-up's end, retransmitted nothing, beside 5 drops of its switch: seed 21)
-        first_stalls = stalled.get(bad[0].id, [])
-        lost_into = retransmitted_in_longest(bad[0], first_stalls)
-        score *= (
-            1.0
-            if len(bad) > 1
-            or (leak and lost_into > 0)
-            or (
-                longest >= LONE_HOLE_S
-                and lost_into >= HOLE_RETRANS_MIN
-                and _viewed_throughout(bad[0], first_stalls)
-                and not _lossy_outside(obs, bad[0], first_stalls, everyone)
-            )
-            else LONE_STALL
-        )
+        score *= 1.0 if len(bad) > 1 or (leak and lost_into > 0) or lone_hole else LONE_STALL
         acks = sum(1 for c in through if c.dst_gpu != destination)
         evidence = [
             lead,

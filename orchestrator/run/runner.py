@@ -901,7 +901,7 @@ class Runner(Messages):
 
     def _measure(
         self, on: Measurement, step: ConfigurationStep, test: CollectiveTest, unpinned: int | None
-    ) -> tuple[RunResult, list[tuple[CollectiveResult, int, Configuration, list[IterationRecord]]]]:
+    ) -> tuple[RunResult, list[Recorded]]:
         """One batch of ``test`` on the launcher, and what every launch records of it: the
         connections' minimum RTO, the CPU (a sample right after: every window is spanned),
         the traced paths, the configuration with its iterations and the monitor's layers,

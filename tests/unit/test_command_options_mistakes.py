@@ -354,21 +354,27 @@ def test_an_oversubscription_that_slows_links_below_the_floor_is_refused_naming_
     build_fabric(parse_fabric_spec(document, "fabric.yaml"))
 
 
+def scaled_experiment(fabric: str, scale: float) -> dict[str, Any]:
+    """A one-size all-reduce on preset ``fabric`` at the experiment's own ``scale``, latencies
+    off (their check would refuse a small scale first)."""
+    return {
+        "name": "slow",
+        "fabric": fabric,
+        "policy": "path-pinned",
+        "collectives": ["all-reduce"],
+        "sizes": {"min": "64K", "max": "64K"},
+        "scale": scale,
+        "latency": "off",
+    }
+
+
 def test_an_experiments_scale_is_held_to_the_oversubscribed_links_too(tmp_path: Path) -> None:
     """hpn-like's 15:1 core links run at 1.33 Mbit/s at its scale: at a third of it the
     experiment's scale is refused, naming the scale, though every speed would pass."""
     from orchestrator.run.experiment import parse_experiment
     from topologies.errors import ExperimentError
 
-    doc = {
-        "name": "slow",
-        "fabric": "hpn-like",
-        "policy": "path-pinned",
-        "collectives": ["all-reduce"],
-        "sizes": {"min": "64K", "max": "64K"},
-        "scale": 0.3e-4,  # speeds 6 Mbit/s, its core links 0.4 Mbit/s
-        "latency": "off",
-    }
+    doc = scaled_experiment("hpn-like", 0.3e-4)  # speeds 6 Mbit/s, its core links 0.4 Mbit/s
     with pytest.raises(ExperimentError, match=r"every link as built of the fabric runs at 0\.5"):
         parse_experiment(doc, "slow.yaml", tmp_path)
     parse_experiment({**doc, "scale": 0.6e-4}, "ok.yaml", tmp_path)  # 0.8 Mbit/s: a study's
@@ -380,15 +386,8 @@ def test_an_experiments_scale_is_held_to_the_link_floor_too(tmp_path: Path) -> N
     from orchestrator.run.experiment import parse_experiment
     from topologies.errors import ExperimentError
 
-    doc = {
-        "name": "slow",
-        "fabric": "astral-small",
-        "policy": "path-pinned",
-        "collectives": ["all-reduce"],
-        "sizes": {"min": "64K", "max": "64K"},
-        "scale": 1e-6,  # 200G -> 0.2 Mbit/s
-        "latency": "off",  # (the latencies' own check would refuse this scale first)
-    }
+    # latency off: the latencies' own check would refuse this scale first
+    doc = scaled_experiment("astral-small", 1e-6)  # 200G -> 0.2 Mbit/s
     with pytest.raises(ExperimentError, match="key 'scale': expected a scale at which every"):
         parse_experiment(doc, "slow.yaml", tmp_path)
     parse_experiment({**doc, "scale": 1e-5}, "ok.yaml", tmp_path)  # 2 Mbit/s: fine
