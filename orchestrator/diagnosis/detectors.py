@@ -185,6 +185,9 @@ DROPPING_SHARE = 0.03
 UNCOUNTED_MIN = 20  # segments retransmitted that no counter explains, on one GPU's link out
 UNCOUNTED_SURE = 40  # ... this many: surely a loss (healthy: at most 6 on one link, 29 in all)
 UNCOUNTED_PAD_S = 1.0  # a queue's discard is retransmitted within this (RTTs, timeouts)
+#: live, retransmissions this recent are not read out of a GPU yet: a discard that caused
+#: them may fall after the queues' last sample (every 0.5 s, read as they come)
+UNCOUNTED_LIVE_LAG_S = 1.0
 # bytes per dropped packet below which the drops were acknowledgements (54 bytes each):
 # a healthy ECMP all-to-all on a fat-tree lost 10-21 of them at three switches, with
 # nothing retransmitted for it; a loss on a data path averages 1.5-5 KB
@@ -1501,9 +1504,15 @@ def uncounted_losses(obs: Observations) -> list[Suspect]:
     loses packets no counter reports; its port events name it, and the reconciliation
     ranks what followed it below it (diagnose.reconcile)."""
     span = obs.span
-    if span is None or not obs.queues:
+    live = reads_live(obs)
+    if span is None or not (obs.queues or live):
         return []  # without the queues' discards, congestion's losses are not told apart
-    leaking = set(switch_leaks(obs))
+    leaking = set(switch_leaks(obs))  # before the live queues stand in: it reads the cut
+    # live, a discard after the queues' last sample is not known yet, and its
+    # retransmissions would read as lost out of the GPU: those waiting on it are left
+    # to a later look (a look every second; the queues are sampled every 0.5 s)
+    horizon = (obs.now or span[1]) - UNCOUNTED_LIVE_LAG_S if live else math.inf
+    obs = _with_live_queues(obs)
     discards = discarding(obs)
     unexplained: dict[str, int] = defaultdict(int)
     onset: dict[str, float] = {}
@@ -1514,9 +1523,11 @@ def uncounted_losses(obs: Observations) -> list[Suspect]:
         if _forwarded(obs, c):
             continue
         ports = [(h.node, h.out_port) for h in c.path[1:] if h.out_port is not None]
-        quiet = [iv for port in ports for iv in discards.get(port, [])] + stalls(c)
+        quiet = [iv for port in ports for iv in discards.get(port, [])] + stalls(c, obs.now)
         count, first = 0, None
         for (t0, r0), (t1, r1) in itertools.pairwise(c.retrans):
+            if t1 > horizon:
+                break
             if r1 > r0 and not any(a <= t1 and t0 <= b for a, b in quiet):
                 count += r1 - r0
                 first = t1 if first is None else first
