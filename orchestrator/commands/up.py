@@ -128,8 +128,6 @@ def run(args: argparse.Namespace) -> int:
         emulation = ClusterEmulation(path, machines=machines, **settings)
     else:
         emulation = Emulation(path, **settings)
-    for line in unreadable_record_lines():
-        say(line)
     try:
         with emulation:
             for line in summary(emulation):
@@ -159,23 +157,6 @@ def run(args: argparse.Namespace) -> int:
         return signal.exit_status
     say(teardown_line(emulation))
     return 0
-
-
-def unreadable_record_lines(base: Path | None = None) -> list[str]:
-    """A warning per run record under ``base`` (default the state dir) that cannot be read:
-    bring-up cleans up after the readable ones only, so what an unreadable one's run left
-    (bridges, links, processes) stays, and the user must hear which file and why."""
-    from orchestrator.emulation.state import runs_dir, unreadable_runs
-
-    try:
-        found = unreadable_runs(base)
-    except OSError as err:  # the records' directory itself
-        return [f"WARNING: cannot read the run records in {runs_dir(base)}: {err.strerror}"]
-    return [
-        f"WARNING: unreadable run record {path}: {problem} (skipped: what its run left is "
-        "unknown; `astral clean` reports it, remove what it names by hand)"
-        for path, problem in found
-    ]
 
 
 def run_there(args: argparse.Namespace) -> int:

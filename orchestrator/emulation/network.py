@@ -81,6 +81,7 @@ from orchestrator.emulation.state import (
     clean,
     prune_runs,
     unclean_runs,
+    unreadable_record_warnings,
 )
 from orchestrator.emulation.wiring import Wiring, check_name, plan_wiring
 from topologies.catalog import DEFAULT_FABRIC, resolve_fabric
@@ -753,6 +754,8 @@ class Emulation:
         return list(self.net.hosts) + list(self.net.switches)
 
     def _clean_leftovers(self) -> None:
+        for line in unreadable_record_warnings(self.state_base):
+            self.log(line)
         for leftover in unclean_runs(self.state_base):
             report = clean(leftover)
             self.leftovers.append(report)

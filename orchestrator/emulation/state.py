@@ -865,6 +865,21 @@ def unreadable_runs(base: Path | None = None) -> list[tuple[Path, str]]:
     return found
 
 
+def unreadable_record_warnings(base: Path | None = None) -> list[str]:
+    """A warning per run record under ``base`` (default the state dir) that cannot be read:
+    a bring-up cleans up after the readable ones only, so what an unreadable one's run left
+    (bridges, links, processes) stays, and the user must hear which file and why."""
+    try:
+        found = unreadable_runs(base)
+    except OSError as err:  # the records' directory itself
+        return [f"WARNING: cannot read the run records in {runs_dir(base)}: {err.strerror}"]
+    return [
+        f"WARNING: unreadable run record {path}: {problem} (skipped: what its run left is "
+        "unknown; `astral clean` reports it, remove what it names by hand)"
+        for path, problem in found
+    ]
+
+
 def _after(text: str, prefix: str) -> str:
     return text[len(prefix) :] if text.startswith(prefix) else text
 
