@@ -1502,7 +1502,9 @@ def uncounted_losses(obs: Observations) -> list[Suspect]:
     up to 29 in all, at most 6 on one link, over 50 runs of the diagnosis suite) and
     by their number against :data:`UNCOUNTED_SURE`. A link or switch that went down also
     loses packets no counter reports; its port events name it, and the reconciliation
-    ranks what followed it below it (diagnose.reconcile)."""
+    ranks what followed it below it (diagnose.reconcile). Live, the queues' samples so
+    far stand in, and the last :data:`UNCOUNTED_LIVE_LAG_S` of retransmissions wait for
+    the samples that may explain them."""
     span = obs.span
     live = reads_live(obs)
     if span is None or not (obs.queues or live):
