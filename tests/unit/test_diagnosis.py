@@ -132,9 +132,11 @@ def connection(
     *,
     stall: tuple[float, float] | None = None,
     retrans: int = 0,
+    spread: float = 0.0,
 ) -> ConnectionView:
     """A sender that moves bytes every 10 ms for 20 s (none during ``stall``, with data
-    outstanding then), retransmitting ``retrans`` segments in all from t = 5 s."""
+    outstanding then), retransmitting ``retrans`` segments in all from t = 5 s (at once,
+    or evenly over ``spread`` seconds)."""
     c = ConnectionView(cid, 1, src, dst, GPUS[src], GPUS[dst], hops)
     for k in range(2000):
         t = k * 0.01
@@ -143,7 +145,8 @@ def connection(
         if k % 6 == 0:
             c.unacked.append((T0 + t, 30 if stalled else 0))
             c.rtt.append((T0 + t, 9_000))
-            c.retrans.append((T0 + t, retrans if t >= 5 else 0))
+            done = 1.0 if not spread else min(1.0, max(0.0, (t - 5) / spread))
+            c.retrans.append((T0 + t, round(retrans * done) if t >= 5 else 0))
     return c
 
 
@@ -860,24 +863,30 @@ def test_live_retransmissions_no_counter_explains_are_read_once_the_queues_caugh
     switches = sorted(astral.fabric.switches)
     out = routed(astral, "p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
     local = routed(astral, "p0s1g0", "p0r0t0", "p0s0g0")
-    conns = [connection(1, 1, 4, out, retrans=60), connection(3, 2, 0, local, retrans=3)]
+    # 15 segments a second from 5 s to 9 s
+    conns = [
+        connection(1, 1, 4, out, retrans=60, spread=4.0),
+        connection(3, 2, 0, local, retrans=3),
+    ]
     quiet = queues({}, switches)
 
     def look(
         now: float, live_queues: dict[Port, list[tuple[float, int, int, int]]]
     ) -> Observations:
         cut = {p: [r for r in rows if r[0] <= T0 + now] for p, rows in live_queues.items()}
-        return observations(astral, connections=conns, live_queues=cut, now=T0 + now)
+        seen = [replace(c, retrans=[r for r in c.retrans if r[0] <= T0 + now]) for c in conns]
+        return observations(astral, connections=seen, live_queues=cut, now=T0 + now)
 
-    (suspect,) = uncounted_losses(look(7.0, quiet))
+    (suspect,) = uncounted_losses(look(11.0, quiet))
     assert suspect.key() == ("link", "p0s0g1>p0r1t1", "lossy")
     assert suspect.score >= THRESHOLD
-    # a second after they were retransmitted, the queues' samples may not hold the
-    # discard yet: not read
-    assert not uncounted_losses(look(5.5, quiet))
+    # at 6.6 s, 24 had been retransmitted, 15 of them in the last second, for which the
+    # queues' samples may not hold the discard yet: those wait, and 9 are not a loss
+    assert not uncounted_losses(look(6.6, quiet))
+    assert uncounted_losses(replace(look(6.6, quiet), queues=quiet)), "after the run: 24"
     # a queue on the path discarding then (its samples so far say so): congestion's
     full = {**quiet, egress(out[2]): discarding(400)}
-    assert not uncounted_losses(look(7.0, full))
+    assert not uncounted_losses(look(11.0, full))
 
 
 def test_live_the_queues_so_far_tell_congestions_drops_from_a_loss(
@@ -1475,13 +1484,17 @@ def test_retransmissions_no_counter_explains_are_a_loss_on_the_link_out_of_their
     local = routed(astral, "p0s1g0", "p0r0t0", "p0s0g0")
     quiet = queues({}, switches)
     conns = [
-        connection(1, 1, 4, out, retrans=60),
+        connection(1, 1, 4, out, retrans=60, spread=5.0),
         connection(2, 0, 4, across, retrans=4),
         connection(3, 2, 0, local, retrans=3),
     ]
     suspect = diagnose(observations(astral, connections=conns, queues=quiet)).ranked[0]
     assert suspect.key() == ("link", "p0s0g1>p0r1t1", "lossy")
     assert suspect.onset == pytest.approx(T0 + 5.0, abs=0.1)
+    # the same 60 in one burst are a timeout that resent its window: its data or its
+    # acknowledgements lost anywhere, not the GPU's link
+    burst = [connection(1, 1, 4, out, retrans=60), *conns[1:]]
+    assert not uncounted_losses(observations(astral, connections=burst, queues=quiet))
     assert any("no egress queue on their paths discarded" in e for e in suspect.evidence)
     # a queue on its path discarding all along: congestion's drops explain them
     full = {**quiet, egress(out[2]): discarding(400)}
@@ -1491,15 +1504,15 @@ def test_retransmissions_no_counter_explains_are_a_loss_on_the_link_out_of_their
     congested = diagnose(observations(astral, connections=conns, queues=full))
     assert congested.healthy, congested.render()
     # a healthy run's few unexplained retransmissions are nothing
-    conns[0] = connection(1, 1, 4, out, retrans=6)
+    conns[0] = connection(1, 1, 4, out, retrans=6, spread=5.0)
     assert not uncounted_losses(observations(astral, connections=conns, queues=quiet))
     # without the queues' counters congestion cannot be told apart: no verdict
-    conns[0] = connection(1, 1, 4, out, retrans=60)
+    conns[0] = connection(1, 1, 4, out, retrans=60, spread=5.0)
     assert not uncounted_losses(observations(astral, connections=conns))
     # the losses pace the connection too: its slowness is the loss's, not a slow link
     rate = 0.95 * observations(astral).directions["p0s0g1>p0r1t1"].capacity_bps / 8
     crawling = paced(1, 1, 4, out, rate, 0.25)
-    crawling.retrans = [(T0 + t, 60 if t >= 5 else 0) for t in range(20)]
+    crawling.retrans = [(T0 + t, min(60, max(0, 12 * (t - 4)))) for t in range(20)]
     others = [
         paced(k, src, dst, routed(astral, GPUS[src], tor, GPUS[dst]), rate)
         for k, src, dst, tor in ((2, 0, 2, "p0r0t0"), (3, 4, 6, "p1r0t1"), (4, 7, 5, "p1r1t1"))
