@@ -1522,7 +1522,7 @@ def uncounted_losses(obs: Observations) -> list[Suspect]:
     # live, a discard after the queues' last sample is not known yet, and its
     # retransmissions would read as lost out of the GPU: those waiting on it are left
     # to a later look (a look every second; the queues are sampled every 0.5 s)
-    horizon = (obs.now or span[1]) - UNCOUNTED_LIVE_LAG_S if live else math.inf
+    horizon = obs.now - UNCOUNTED_LIVE_LAG_S if live and obs.now is not None else math.inf
     obs = _with_live_queues(obs)
     discards = discarding(obs)
     unexplained: dict[str, int] = defaultdict(int)

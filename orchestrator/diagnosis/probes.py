@@ -86,6 +86,7 @@ USUAL_WINDOWS = 4  # windows of the run apart from a stall that say what a switc
 # ... and a hole's drops are more than this many times that (a window of 2 s or more holds
 # one 0.5 s sample more or less than another: up to a quarter of its count)
 USUAL_OVER = 1.5
+USUAL_MOST = 24  # ... windows read at most (a live look reads every such stall each second)
 SHARE_MIN = 0.5  # of the probes stalled alongside a hole's, those through it, at least
 UNREAD_S = 1.0  # no port counter read this long: the fabric's switches paused
 EXPECTED_MIN = 5.0  # losses a lossy direction would have dealt its clean probes (P(0) < 1 %)
@@ -612,8 +613,9 @@ def _placed_by_counters(
     """A stall the queues' discards excuse that the counters place at a hole anyway: a
     switch the stalled probe's packets or acknowledgements crossed, that no probe which
     went on meanwhile passed towards the same GPU, dropped :data:`SILENT_MIN` packets or
-    more that no full queue of its explains while it stalled ((switch, drops), the most
-    such; None when none did).
+    more that no full queue of its explains while it stalled, and more than
+    :data:`USUAL_OVER` times what it drops so at other times of the run
+    (:func:`_usual_silent`) ((switch, drops), the most such; None when none did).
 
     Why: a blackhole for one GPU that only one probe crosses, on a path a collective keeps
     busy (an all-to-all, a ring's busy links), stalls that probe while its ways' queues
@@ -628,37 +630,54 @@ def _placed_by_counters(
             cleared |= _ways(rec, other, start)
     left = {switch for switch, _ in _ways(rec, probe, start) - cleared}
     silent = {switch: _silent(obs, switch, start, end) for switch in sorted(left)}
-    best = max(silent, key=lambda switch: silent[switch], default=None)
-    if best is None or silent[best] < SILENT_MIN:
-        return None
-    if silent[best] <= USUAL_OVER * _usual_silent(obs, best, start, end):
-        return None  # it drops so at other times too: a leak of its own, not a hole
-    return best, silent[best]
+    # the most first; one that drops so at other times too leaks of its own, and the
+    # next may still be the hole
+    for switch in sorted(silent, key=lambda x: (-silent[x], x)):
+        if silent[switch] < SILENT_MIN:
+            return None
+        usual = _usual_silent(obs, switch, start, end, stalls(probe))
+        if silent[switch] > USUAL_OVER * usual:
+            return switch, silent[switch]
+    return None
 
 
-def _usual_silent(obs: Observations, switch: str, start: float, end: float) -> int:
+def _usual_silent(
+    obs: Observations,
+    switch: str,
+    start: float,
+    end: float,
+    stalled: Sequence[tuple[float, float]] = (),
+) -> int:
     """What ``switch`` drops silently over as long as ``start``-``end`` at other times of
-    the run: the second most of the windows of that length that tile the run's span
-    apart from it (one burst elsewhere is not its habit); 0 with fewer than
-    :data:`USUAL_WINDOWS` such windows.
+    the run: the second most of the windows of that length that tile the run's span,
+    each a window's length or more away from the stall and clear of ``stalled`` (the
+    probe's other stalls: a hole that stalls it again drops again), :data:`USUAL_MOST` of
+    them at most, spread over the run (one burst elsewhere is not its habit); 0 with
+    fewer than :data:`USUAL_WINDOWS` such windows.
 
     Why: a hole's drops begin with its stall, where a switch that leaks of itself (the
     busy aggregation switches of a congested sweep: seed 63 run 9, a healthy pinned sweep
     whose ``p1a0`` was 26 packets short while one probe stalled beside a discarding
-    queue, and 12 to 58 short in 7 other windows of 2.4 s) drops as much without one."""
+    queue, and 12 to 58 short in 7 other windows of 2.4 s) drops as much without one. At
+    most so many windows: a live look reads every such stall every second."""
     span = obs.span
     length = end - start
     if span is None or length <= 0:
         return 0
-    counts = []
+    windows = []
     t = span[0]
     while t + length <= span[1]:
-        if t + length <= start - length or t >= end + length:
-            counts.append(_silent(obs, switch, t, t + length))
+        apart = t + length <= start - length or t >= end + length
+        if apart and not any(a < t + length and t < b for a, b in stalled):
+            windows.append(t)
         t += length
-    if len(counts) < USUAL_WINDOWS:
+    if len(windows) < USUAL_WINDOWS:
         return 0
-    return sorted(counts)[-2]
+    if len(windows) > USUAL_MOST:  # spread over the whole run: a habit comes and goes
+        windows = [
+            windows[round(i * (len(windows) - 1) / (USUAL_MOST - 1))] for i in range(USUAL_MOST)
+        ]
+    return sorted(_silent(obs, switch, w, w + length) for w in windows)[-2]
 
 
 def _fabric_wide(

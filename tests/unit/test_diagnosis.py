@@ -1485,16 +1485,18 @@ def test_retransmissions_no_counter_explains_are_a_loss_on_the_link_out_of_their
     quiet = queues({}, switches)
     conns = [
         connection(1, 1, 4, out, retrans=60, spread=5.0),
-        connection(2, 0, 4, across, retrans=4),
-        connection(3, 2, 0, local, retrans=3),
+        connection(2, 0, 4, across, retrans=4, spread=5.0),
+        connection(3, 2, 0, local, retrans=3, spread=5.0),
     ]
     suspect = diagnose(observations(astral, connections=conns, queues=quiet)).ranked[0]
     assert suspect.key() == ("link", "p0s0g1>p0r1t1", "lossy")
     assert suspect.onset == pytest.approx(T0 + 5.0, abs=0.1)
     # the same 60 in one burst are a timeout that resent its window: its data or its
-    # acknowledgements lost anywhere, not the GPU's link
-    burst = [connection(1, 1, 4, out, retrans=60), *conns[1:]]
-    assert not uncounted_losses(observations(astral, connections=burst, queues=quiet))
+    # acknowledgements lost anywhere, not the GPU's link; over 0.6 s they are a loss
+    for spread, lossy in ((0.0, False), (0.4, False), (0.6, True)):
+        burst = [connection(1, 1, 4, out, retrans=60, spread=spread), *conns[1:]]
+        found = uncounted_losses(observations(astral, connections=burst, queues=quiet))
+        assert bool(found) is lossy, spread
     assert any("no egress queue on their paths discarded" in e for e in suspect.evidence)
     # a queue on its path discarding all along: congestion's drops explain them
     full = {**quiet, egress(out[2]): discarding(400)}

@@ -378,6 +378,42 @@ def test_a_switch_that_leaks_as_much_all_along_does_not_place_a_lone_stall(
     assert [s.key() for s in hole][:1] == [("switch", "p1r0a1", "blackhole")]
     habit = diagnose(leaking(lambda t: True))
     assert not any(s.fault == "blackhole" for s in habit.ranked), habit.render()
+    # a switch before it on the way that leaks more, all along, is no hole, and p1r0a1,
+    # short only through the stall, still is
+    both = leaking(lambda t: 14.0 <= t < 16.5)
+    short = [3 * k for k in range(45)]
+    both.counters[("p0r0a1", 1)] = [
+        (t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)
+    ]
+    both.queues[("p0r0a1", 1)] = [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]
+    assert probes._silent(both, "p0r0a1", T0 + 14.0, T0 + 16.5) > 10  # the most, by habit
+    assert both.probes is not None
+    (stall,) = stalls(both.probes.probes[0])
+    placed = probes._placed_by_counters(both, both.probes, both.probes.probes[0], *stall)
+    assert placed == ("p1r0a1", 10)
+
+
+def test_a_hole_that_stalls_a_probe_again_is_no_habit_of_its_switch(
+    astral: FabricDescription,
+) -> None:
+    # the lone stall amid congestion above, three times (a hole that comes and goes), its
+    # switch short of 2 packets a sample through each: the drops of its other stalls are
+    # the same hole's, not what p1r0a1 drops by itself
+    cases = DOWN_A1 + DOWN_A0
+    busy = {port: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(SAMPLED)]
+            for port in egress(hops(*cases[0][2]))[:1]}  # fmt: skip
+    queues = {**busy, ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
+    spans = [(2.0, 4.5), (8.0, 10.5), (14.0, 16.5)]
+    short = [
+        2 * sum(1 for x in SAMPLED[:k] if any(a <= x - T0 < b for a, b in spans)) for k in range(45)
+    ]
+    counters = {
+        ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)]
+    }
+    held = record(cases, {0: {"stalls": spans}})
+    obs = observations(astral, probes=held, counters=counters, queues=queues)
+    (last,) = [s for s in stalls(held.probes[0]) if s[0] > T0 + 13.0]
+    assert probes._placed_by_counters(obs, held, held.probes[0], *last) == ("p1r0a1", 10)
 
 
 SAMPLED = [T0 - 2.0 + 0.5 * k for k in range(45)]  # every 0.5 s
