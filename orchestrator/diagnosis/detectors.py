@@ -119,6 +119,12 @@ BUSY_SHARE = 0.5
 BUSY_BELOW_RATE = 0.35
 BUSY_RATIO = 0.45
 BUSY_SCORE = 0.8
+# ... and a switch port's queue discarded this many packets over the window: the slowed
+# switch ports this reading found in the saved suites (seeds 56-63) discarded 19-76; two
+# healthy ones it read slow, none (seed 63 run 12, a pinned mix's ToR uplink, and seed 64
+# run 36, an ECMP mix's 2:1 core uplink: found waiting at 4 of 8 samples while sending
+# 0.16-0.22 of their rate, the emulator not draining them at their rate)
+BUSY_DROPS_MIN = 5
 OFTEN_ELSEWHERE_FACTOR = 0.5  # ... another link's port read so at the same time
 # Either reading (by the share of samples found waiting, or by discards) is worth this
 # much when the operations meanwhile ran within AS_FORECAST of the calibrated forecast
@@ -1800,11 +1806,14 @@ def _often_backlogged(
     what it sent meanwhile (:data:`BUSY_WINDOW`): the window that reads slowest, if any
     reads slow, with the window's end. A quarter-rate port under TCP fills, discards and
     drains in turn, so its queue is seldom held from one sample to the next, but often
-    found waiting."""
+    found waiting. A switch port's queue must also have discarded :data:`BUSY_DROPS_MIN`
+    packets over the window: its senders, held under their pace, overflow its few
+    frames (a GPU's NIC queue is deep and discards nothing)."""
     transmitted = _transmitted(obs, port)
     if transmitted is None:
         return None
     at, (first, last) = transmitted
+    switch_port = d.src in obs.fabric.switches
     best: tuple[float, float, float, float, float] | None = None
     for i in range(len(rows) - BUSY_WINDOW):
         # each sample stands for the interval after it: BUSY_WINDOW samples, as many
@@ -1815,6 +1824,8 @@ def _often_backlogged(
             continue
         if a < first or b > last:
             continue  # outside the polled span
+        if switch_port and rows[i + BUSY_WINDOW][2] - rows[i][2] < BUSY_DROPS_MIN:
+            continue  # TCP held under its pace overflows a slowed switch port's queue
         pace = max(0.0, at(b) - at(a)) * 8 / (b - a) / d.capacity_bps
         if pace > BUSY_BELOW_RATE or pace > BUSY_RATIO * share:
             continue
