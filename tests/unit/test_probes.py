@@ -9,6 +9,7 @@ import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from orchestrator.diagnosis import detectors, diagnose, probes
 from orchestrator.diagnosis.evidence import Observations
 from orchestrator.diagnosis.model import Suspect
 from orchestrator.diagnosis.proberecord import (
+    Port,
     Probe,
     ProbeFollower,
     ProbeRecord,
@@ -325,13 +327,8 @@ def test_a_lone_stall_amid_congestion_is_a_hole_where_the_counters_place_its_ret
     # retries look like congestion's, unless a switch it alone passed towards p1s0g0 is
     # short of them: p1r0a1, 2 packets a sample through the stall
     cases = DOWN_A1 + DOWN_A0
-    busy = {port: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(SAMPLED)]
-            for port in egress(hops(*cases[0][2]))[:1]}  # fmt: skip
-    short = [2 * sum(1 for x in SAMPLED[:k] if 5.0 <= x - T0 < 12.0) for k in range(45)]
-    counters = {
-        ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)]
-    }
-    queues = {**busy, ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
+    counters = {("p1r0a1", 1): short_of("p1r0a1", 2, lambda t: 5.0 <= t < 12.0)}
+    queues = congested_uplink(cases)
     held = record(cases, {0: {"stall": (5.0, 12.0)}})
     obs = observations(astral, probes=held, counters=counters, queues=queues)
     top = diagnose(obs).ranked[0]
@@ -353,6 +350,27 @@ def test_a_lone_stall_amid_congestion_is_a_hole_where_the_counters_place_its_ret
 UP_C3 = [("p1s0g0", "p0s0g0", ("p1s0g0", "p1r0t0", "p1r0a1", "c3", "p0r0a1", "p0r0t0", "p0s0g0"))]
 
 
+SAMPLED = [T0 - 2.0 + 0.5 * k for k in range(45)]  # every 0.5 s
+SILENT = [min(40, max(0, round((x - T0 - 2.0) / 6.0 * 40))) for x in SAMPLED]
+
+
+def congested_uplink(cases: Sequence[tuple[str, str, Sequence[str]]]) -> dict[Port, list[Any]]:
+    """The queues of the lone-stall cases: the first probe's first uplink discarding all
+    along (a busy all-to-all), p1r0a1's port 1 sampled and discarding nothing."""
+    busy = {port: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(SAMPLED)]
+            for port in egress(hops(*cases[0][2]))[:1]}  # fmt: skip
+    return {**busy, ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
+
+
+def short_of(
+    switch: str, per_sample: int, during: Callable[[float], bool]
+) -> list[tuple[float, int, int, int, int]]:
+    """``switch``'s port 1 counters, ``per_sample`` packets short at each sample ``during``
+    says (s from T0) counts."""
+    short = [per_sample * sum(1 for x in SAMPLED[:k] if during(x - T0)) for k in range(45)]
+    return [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)]
+
+
 def test_a_switch_that_leaks_as_much_all_along_does_not_place_a_lone_stall(
     astral: FabricDescription,
 ) -> None:
@@ -362,16 +380,11 @@ def test_a_switch_that_leaks_as_much_all_along_does_not_place_a_lone_stall(
     # sweep: an aggregation switch 12-58 packets short in 2.4 s windows now and then, 26
     # while one probe stalled beside a discarding queue, was called a blackhole at 0.75)
     cases = DOWN_A1 + DOWN_A0
-    busy = {port: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(SAMPLED)]
-            for port in egress(hops(*cases[0][2]))[:1]}  # fmt: skip
-    queues = {**busy, ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
+    queues = congested_uplink(cases)
     held = record(cases, {0: {"stall": (14.0, 16.5)}})
 
     def leaking(during: Callable[[float], bool]) -> Observations:
-        short = [2 * sum(1 for x in SAMPLED[:k] if during(x - T0)) for k in range(45)]
-        counters = {
-            ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)]
-        }
+        counters = {("p1r0a1", 1): short_of("p1r0a1", 2, during)}
         return observations(astral, probes=held, counters=counters, queues=queues)
 
     hole = diagnose(leaking(lambda t: 14.0 <= t < 16.5)).ranked
@@ -381,10 +394,7 @@ def test_a_switch_that_leaks_as_much_all_along_does_not_place_a_lone_stall(
     # a switch before it on the way that leaks more, all along, is no hole, and p1r0a1,
     # short only through the stall, still is
     both = leaking(lambda t: 14.0 <= t < 16.5)
-    short = [3 * k for k in range(45)]
-    both.counters[("p0r0a1", 1)] = [
-        (t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)
-    ]
+    both.counters[("p0r0a1", 1)] = short_of("p0r0a1", 3, lambda t: True)
     both.queues[("p0r0a1", 1)] = [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]
     assert probes._silent(both, "p0r0a1", T0 + 14.0, T0 + 16.5) > 10  # the most, by habit
     assert both.probes is not None
@@ -400,24 +410,14 @@ def test_a_hole_that_stalls_a_probe_again_is_no_habit_of_its_switch(
     # switch short of 2 packets a sample through each: the drops of its other stalls are
     # the same hole's, not what p1r0a1 drops by itself
     cases = DOWN_A1 + DOWN_A0
-    busy = {port: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(SAMPLED)]
-            for port in egress(hops(*cases[0][2]))[:1]}  # fmt: skip
-    queues = {**busy, ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
     spans = [(2.0, 4.5), (8.0, 10.5), (14.0, 16.5)]
-    short = [
-        2 * sum(1 for x in SAMPLED[:k] if any(a <= x - T0 < b for a, b in spans)) for k in range(45)
-    ]
-    counters = {
-        ("p1r0a1", 1): [(t, 0, 0, 100 * k, 100 * k - short[k]) for k, t in enumerate(SAMPLED)]
-    }
+    stalled = short_of("p1r0a1", 2, lambda t: any(a <= t < b for a, b in spans))
     held = record(cases, {0: {"stalls": spans}})
-    obs = observations(astral, probes=held, counters=counters, queues=queues)
+    obs = observations(
+        astral, probes=held, counters={("p1r0a1", 1): stalled}, queues=congested_uplink(cases)
+    )
     (last,) = [s for s in stalls(held.probes[0]) if s[0] > T0 + 13.0]
     assert probes._placed_by_counters(obs, held, held.probes[0], *last) == ("p1r0a1", 10)
-
-
-SAMPLED = [T0 - 2.0 + 0.5 * k for k in range(45)]  # every 0.5 s
-SILENT = [min(40, max(0, round((x - T0 - 2.0) / 6.0 * 40))) for x in SAMPLED]
 
 
 def down_losses() -> dict[int, dict[str, object]]:
