@@ -163,6 +163,16 @@ NIC_BUSY_SHARE = 0.875
 NIC_IDLE_SHARE = 0.25
 NIC_IDLE_MIN = 4
 NIC_IDLE_FACTOR = 0.5
+# A switch's port, the same: slower than its senders, it keeps their bytes waiting while
+# they are held (ports slowed to a quarter or a half that discarded packets, in the saved
+# suites' fault windows: 3,000 bytes or more waiting at 4-14 of 12-14 samples, all but one
+# at 6 or more; the one, 1 of 13, a run the diagnosis missed). A port that TCP's bursts
+# overflow discards with its queue empty between them: astral-small's calibration run
+# under `shortest`, three ring connections converging on p0r1a1>c3 from two ToRs, held at
+# 0.25-0.38 of their share for 4 s while the port sent 0.35-0.42 of its rate and
+# discarded 112 packets, found waiting at 1 of 15 samples, alerted live at 0.64 (and an
+# all-to-all's GPU downlink so at 0.85): read alike, a port idle at its samples did not
+# hold them
 # A slow suspect that one connection's pace alone speaks for (no queue or counter of its
 # own, the switch's queue sampled and not full): each direction of that path is as likely
 # (seed 33: three healthy all-to-alls alerted live at 0.55 on every direction of a lone
@@ -2091,6 +2101,7 @@ def _explain(
         ]
         factor = 1.0
         sources = [d.src for d in ends]
+        idle = _idle_ports(queued, ends, window) if fault == "slow" else {}
         if queues is not None and queued.queues:  # a slow direction: is its own queue full?
             said = {
                 d.name: [full[port] for port in egress_ports(obs, d) if port in full] for d in ends
@@ -2103,7 +2114,8 @@ def _explain(
                 and (pace := _fastest_pace(queued, egress_ports(obs, d), d, window))
                 and pace > FULL_PACE_MAX
             }
-            holding = [d for d in ends if said[d.name] and d.name not in bursts]
+            # a port found empty while they were held discarded bursts, not a backlog
+            holding = [d for d in ends if said[d.name] and d.name not in bursts | idle.keys()]
             evidence += [
                 f"but {name_}'s port, its queue full, sent at {pace:.2f} of its rate at times "
                 "meanwhile: bursts overflowed it, a slower port could not have sent so"
@@ -2142,10 +2154,13 @@ def _explain(
                     "counters: no switch on these paths held a queue: the bytes waited at "
                     f"{' and '.join(sources)}'s own egress"
                 )
-        idle = _idle_nic_ports(obs, ends, window) if fault == "slow" else None
-        if idle:
+        if idle and len(idle) == len(ends):
             factor *= NIC_IDLE_FACTOR
-            evidence.append(idle)
+            evidence.append(
+                f"but its queue found {NIC_BUSY_BYTES:,} bytes or more waiting "
+                f"({', '.join(idle.values())}) while they were held: its port sent what it "
+                "was given, something further on held them"
+            )
         switch_ends = [src for src in sources if src in obs.fabric.switches]
         if counted and switch_ends:
             # drops of acknowledgements only lost no data of these connections there
@@ -2275,33 +2290,34 @@ def _with_live_queues(obs: Observations) -> Observations:
     return replace(obs, queues=obs.live_queues)
 
 
-def _idle_nic_ports(
+def _idle_ports(
     obs: Observations, ends: Sequence[Direction], window: tuple[float, float] | None
-) -> str | None:
-    """What says a slow suspect's GPU ports did not hold its connections: every end of
-    it leaves a GPU, and each such port's NIC queue (:attr:`Observations.nic_queues`)
-    was found waiting (:data:`NIC_BUSY_BYTES`) at under :data:`NIC_IDLE_SHARE` of its
-    samples in ``window``, the span the connections were held (:data:`NIC_IDLE_MIN`
-    samples at least). None when any end is a switch's, or a queue was not sampled then:
-    a port slower than what its GPU sends keeps the bytes waiting in its own queue."""
-    if window is None or not ends or any(d.src in obs.fabric.switches for d in ends):
-        return None
+) -> dict[str, str]:
+    """The ends of a slow suspect whose port did not hold its connections, each with what
+    says so: its egress queue (a GPU's NIC queue, :attr:`Observations.nic_queues`, or a
+    switch's, live those so far) found waiting (:data:`NIC_BUSY_BYTES`) at under
+    :data:`NIC_IDLE_SHARE` of its samples in ``window``, the span the connections were
+    held (:data:`NIC_IDLE_MIN` samples at least): a port slower than what its senders
+    send keeps their bytes waiting in its queue. Empty when the window is not known; an
+    end whose queue was not sampled then is left out."""
+    if window is None:
+        return {}
     start, end = window[0] - 0.5, window[1] + 0.5
-    found = []
+    found = {}
     for d in ends:
+        counts = []
         for port in egress_ports(obs, d):
             rows = [r for r in egress_queue(obs, port) if start <= r[0] <= end]
             if len(rows) < NIC_IDLE_MIN:
-                return None
+                break
             waiting = sum(1 for r in rows if r[3] >= NIC_BUSY_BYTES)
             if waiting >= NIC_IDLE_SHARE * len(rows):
-                return None
-            found.append(f"{d.name}'s at {waiting} of {len(rows)} samples")
-    return (
-        f"but the GPU's own queue found {NIC_BUSY_BYTES:,} bytes or more waiting "
-        f"({', '.join(found)}) while they were held: its port sent what it was given, "
-        "something further on held them"
-    )
+                break
+            counts.append(f"{waiting} of {len(rows)}")
+        else:
+            if counts:
+                found[d.name] = f"{d.name}'s at {' and '.join(counts)} samples"
+    return found
 
 
 def _congestion_discards(obs: Observations, conns: Sequence[ConnectionView]) -> int:
