@@ -8,7 +8,9 @@ instants the way the live builder (orchestrator/run/alerts.py) sees them, diagno
 cut exactly as the live diagnosis does, and raises an alert the first time a suspect
 scores above the threshold, stamped with the instant of the cut.
 
-What a cut holds, as live: the operations every rank had finished, the counters and the
+What a cut holds, as live: the running batch's alone (:func:`running_configuration`: live,
+the launcher's view holds the batch under way and nothing of those before it), its
+operations every rank had finished, the counters and the
 controller's events up to the instant, each connection's samples and kernel views up to
 :data:`SHIP_LAG_S` before it (the workers ship them every 0.2 s), the entry lateness of
 finished operations and of those still running whose entry a sample had told by then
@@ -19,9 +21,12 @@ ports'; the probe mesh's too), ``now`` (a stall or a pause of the polling not ov
 counts up to it), and of the controller's events those
 after its first start (the live diagnosis starts after the bring-up). What differs from a
 real run, so that a replayed delay approximates a live one rather than measures it: the
-paths are the bundle's (traced after each batch; live, as first traced), every
-configuration's connections are in every cut (live, the running launch's only), and the
-machine is not busy diagnosing while the fabric runs.
+paths are the bundle's (traced after each batch; live, as first traced), a batch begins
+at its first sample (live, when its workers start), and the machine is not busy
+diagnosing while the fabric runs. Before 2026-12-07 every configuration's connections and
+operations were in every cut: a size sweep's other batches, idle then, diluted the shares
+of connections held low, and a live alert of astral-small's calibration run (a core
+uplink slow at 0.64) replayed at 0.33.
 """
 
 from __future__ import annotations
@@ -44,19 +49,24 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
     # the fabric came up: its controller's first start (the bundle's first events, about
     # a second before the first bytes) is not among them
     since = obs.events[0].t + BRING_UP_S if obs.events else float("-inf")
-    operations = [o for o in obs.operations if o.end <= now]
+    running = running_configuration(obs, seen)
+
+    def mine(config_id: int) -> bool:
+        return running is None or config_id == running
+
+    operations = [o for o in obs.operations if o.end <= now and mine(o.config_id)]
     done = {(o.config_id, o.iteration) for o in operations}
     return dataclasses.replace(
         obs,
         status="running",
         operations=operations,
         counters={p: [r for r in rows if r[0] <= now] for p, rows in obs.counters.items()},
-        connections=[_cut(c, seen) for c in obs.connections],
+        connections=[_cut(c, seen) for c in obs.connections if mine(c.config_id)],
         events=[e for e in obs.events if since <= e.t <= now],
         lateness={
             k: v
             for k, v in obs.lateness.items()
-            if (k[0], k[1]) in done or obs.entry_seen.get(k, math.inf) <= seen
+            if (k[0], k[1]) in done or (mine(k[0]) and obs.entry_seen.get(k, math.inf) <= seen)
         },
         queues={},
         live_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.queues.items()},
@@ -68,6 +78,17 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         probes=_cut_probes(obs, now, seen),
         nvlink=[],  # the live look does not read the NVLink connections (nvlink.py)
     )
+
+
+def running_configuration(obs: Observations, seen: float) -> int | None:
+    """The configuration whose batch a live look at ``seen`` watched: of those whose
+    connections had moved bytes by then, the one that began last. None before any had
+    (the cut then keeps everything: nothing has moved)."""
+    began: dict[int, float] = {}
+    for c in obs.connections:
+        if c.samples and c.samples[0][0] <= seen:
+            began[c.config_id] = min(began.get(c.config_id, math.inf), c.samples[0][0])
+    return max(began, key=lambda cid: began[cid]) if began else None
 
 
 def _cut_probes(obs: Observations, now: float, seen: float) -> ProbeRecord | None:

@@ -52,6 +52,8 @@ from orchestrator.diagnosis.evidence import (
     loss_retransmissions,
 )
 from orchestrator.diagnosis.model import THRESHOLD, Suspect
+from orchestrator.diagnosis.replay import SHIP_LAG_S, running_configuration
+from orchestrator.diagnosis.replay import at as replay_at
 from orchestrator.results import IterationRecord, PortCounter, ResultsWriter, Versions
 from orchestrator.results.store import (
     DATABASE,
@@ -1434,6 +1436,33 @@ def test_a_port_that_discards_with_its_queue_empty_did_not_hold_its_connections(
     named = diagnose(held).ranked[0]
     assert named.key() == ("link", "p0r1a0>c0", "slow") and named.score >= 0.5
     assert diagnose(bursts).healthy, diagnose(bursts).render()
+
+
+def test_a_replayed_look_sees_the_running_batch_alone(astral: FabricDescription) -> None:
+    """Live, the launcher's view holds the batch under way and nothing of those before
+    it; a replay's cut (orchestrator.diagnosis.replay) must too. Cut with every batch's
+    connections, a size sweep's idle ones diluted the shares of those held low: a live
+    alert of astral-small's calibration run (a core uplink slow at 0.64) replayed at
+    0.33."""
+    rate = 0.95 * observations(astral).directions["p0r1a0>c0"].capacity_bps / 8
+
+    def later(c: ConnectionView) -> ConnectionView:
+        return replace(c, config_id=2, samples=[(t + 30.0, n) for t, n in c.samples])
+
+    first = [paced(1, 3, 7, ACROSS_C0, rate), paced(2, 6, 2, ELSEWHERE, rate)]
+    second = [later(paced(3, 3, 7, ACROSS_C0, rate)), later(paced(4, 2, 0, LOCAL, rate))]
+    operations = [
+        Operation(cid, f"batch {cid}", i, T0 + at + i, T0 + at + i + 1.0, {})
+        for cid, at in ((1, 0.0), (2, 30.0))
+        for i in range(20)
+    ]
+    obs = observations(astral, connections=first + second, operations=operations)
+    assert running_configuration(obs, T0 - 1.0) is None
+    for now, running in ((T0 + 10.0, 1), (T0 + 25.0, 1), (T0 + 40.0, 2)):
+        cut = replay_at(obs, now)
+        assert running_configuration(obs, now - SHIP_LAG_S) == running
+        assert {c.config_id for c in cut.connections} == {running}
+        assert {o.config_id for o in cut.operations} == {running}
 
 
 def test_a_capped_connection_is_held_from_its_first_low_second_to_its_last(
