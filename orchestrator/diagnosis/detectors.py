@@ -163,16 +163,17 @@ NIC_BUSY_SHARE = 0.875
 NIC_IDLE_SHARE = 0.25
 NIC_IDLE_MIN = 4
 NIC_IDLE_FACTOR = 0.5
-# A switch's port, the same: slower than its senders, it keeps their bytes waiting while
-# they are held (ports slowed to a quarter or a half that discarded packets, in the saved
-# suites' fault windows: 3,000 bytes or more waiting at 4-14 of 12-14 samples, all but one
-# at 6 or more; the one, 1 of 13, a run the diagnosis missed). A port that TCP's bursts
-# overflow discards with its queue empty between them: astral-small's calibration run
-# under `shortest`, three ring connections converging on p0r1a1>c3 from two ToRs, held at
-# 0.25-0.38 of their share for 4 s while the port sent 0.35-0.42 of its rate and
-# discarded 112 packets, found waiting at 1 of 15 samples, alerted live at 0.64 (and an
-# all-to-all's GPU downlink so at 0.85): read alike, a port idle at its samples did not
-# hold them
+# A switch's port, the same (these four figures serve both): slower than its senders, it
+# keeps their bytes waiting while they are held, whether or not it discards. The saved
+# suites' slowed switch links (seeds 56-64), the direction that discarded most: 3,000 bytes
+# or more waiting at 4-14 of 12-14 samples in the fault's window, but one at 1 of 13 (a run
+# the diagnosis missed anyway); a link slowed both ways, its direction that carried
+# little: 0 and 3 of 13. A port that TCP's bursts overflow discards with its queue empty
+# between them: astral-small's calibration run under `shortest`, three ring connections
+# converging on p0r1a1>c3 from two ToRs, held at 0.25-0.38 of their share for 4 s while
+# the port sent 0.35-0.42 of its rate and discarded 112 packets, found waiting at 1 of 15
+# samples, alerted live at 0.64 (and an all-to-all's GPU downlink so at 0.85): read alike,
+# a port idle at its samples did not hold them
 # A slow suspect that one connection's pace alone speaks for (no queue or counter of its
 # own, the switch's queue sampled and not full): each direction of that path is as likely
 # (seed 33: three healthy all-to-alls alerted live at 0.55 on every direction of a lone
@@ -2115,7 +2116,9 @@ def _explain(
                 and pace > FULL_PACE_MAX
             }
             # a port found empty while they were held discarded bursts, not a backlog
-            holding = [d for d in ends if said[d.name] and d.name not in bursts | idle.keys()]
+            holding = [
+                d for d in ends if said[d.name] and d.name not in bursts.keys() | idle.keys()
+            ]
             evidence += [
                 f"but {name_}'s port, its queue full, sent at {pace:.2f} of its rate at times "
                 "meanwhile: bursts overflowed it, a slower port could not have sent so"
@@ -2157,7 +2160,8 @@ def _explain(
         if idle and len(idle) == len(ends):
             factor *= NIC_IDLE_FACTOR
             evidence.append(
-                f"but its queue found {NIC_BUSY_BYTES:,} bytes or more waiting "
+                f"but its {'queue' if len(idle) == 1 else 'queues'} found "
+                f"{NIC_BUSY_BYTES:,} bytes or more waiting "
                 f"({', '.join(idle.values())}) while they were held: its port sent what it "
                 "was given, something further on held them"
             )

@@ -157,6 +157,9 @@ class Observations:
     # when every rank of the first configuration had finished its warm-up (epoch s; None:
     # not yet, or not known)
     warmed: float | None = None
+    # each configuration's warm-up end, the same way (a replayed look at a later batch
+    # reads its own: orchestrator/diagnosis/replay.py); empty live
+    warmed_by_config: dict[int, float] = field(default_factory=dict)
     # each switch port's egress queue: (t, packets sent, packets dropped, bytes held),
     # cumulative, oldest first (orchestrator/testbed/queues.py); empty in older bundles
     queues: dict[Port, list[tuple[float, int, int, int]]] = field(default_factory=dict)
@@ -280,14 +283,18 @@ def observe(path: Path) -> Observations:
         labels, gpus_by_rank = {}, {}
         operations: list[Operation] = []
         warmed = None
+        warmed_by_config: dict[int, float] = {}
         windows: list[tuple[float, float, str]] = []
         for c in configs:
             labels[c.id] = f"{c.collective} ({c.algorithm}) {_size(c.size)}, {c.policy}"
             gpus_by_rank[c.id] = dict(enumerate(gpus[: c.ranks]))
             records = bundle.iterations(c.id)
             operations += _operations(records, c.id, labels[c.id])
+            ended = _warmed([r for r in records if r.warmup])
+            if ended is not None:
+                warmed_by_config[c.id] = ended
             if c is configs[0]:
-                warmed = _warmed([r for r in records if r.warmup])
+                warmed = ended
             window = _window(records)
             if window is not None:
                 windows.append((*window, c.policy))
@@ -327,6 +334,7 @@ def observe(path: Path) -> Observations:
         return Observations(
             forecast_seconds=forecasts,
             warmed=warmed,
+            warmed_by_config=warmed_by_config,
             config_policies={c.id: c.policy for c in configs},
             workload=read_workload(path),
             lateness=lateness,

@@ -8,9 +8,10 @@ instants the way the live builder (orchestrator/run/alerts.py) sees them, diagno
 cut exactly as the live diagnosis does, and raises an alert the first time a suspect
 scores above the threshold, stamped with the instant of the cut.
 
-What a cut holds, as live: the running batch's alone (:func:`running_configuration`: live,
-the launcher's view holds the batch under way and nothing of those before it), its
-operations every rank had finished, the counters and the
+What a cut holds, as live: of the batches, only the running one's connections, operations
+and warm-up (:func:`running_configuration`: live, the launcher's view holds the batch
+under way and nothing of those before it), of its operations those every rank had
+finished, the counters and the
 controller's events up to the instant, each connection's samples and kernel views up to
 :data:`SHIP_LAG_S` before it (the workers ship them every 0.2 s), the entry lateness of
 finished operations and of those still running whose entry a sample had told by then
@@ -55,6 +56,12 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         return running is None or config_id == running
 
     operations = [o for o in obs.operations if o.end <= now and mine(o.config_id)]
+    # live, the warm-up end is the running batch's (a later batch's is not the first's)
+    warmed = (
+        obs.warmed_by_config.get(running)
+        if running is not None and obs.warmed_by_config
+        else obs.warmed
+    )
     done = {(o.config_id, o.iteration) for o in operations}
     return dataclasses.replace(
         obs,
@@ -72,7 +79,7 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
         live_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.queues.items()},
         nic_queues={p: [r for r in rows if r[0] <= now] for p, rows in obs.nic_queues.items()},
         ingress={p: [r for r in rows if r[0] <= now] for p, rows in obs.ingress.items()},
-        warmed=obs.warmed if obs.warmed is not None and obs.warmed <= now else None,
+        warmed=warmed if warmed is not None and warmed <= now else None,
         workload=None,
         now=now,
         probes=_cut_probes(obs, now, seen),
@@ -81,9 +88,9 @@ def at(obs: Observations, now: float, lag: float = SHIP_LAG_S) -> Observations:
 
 
 def running_configuration(obs: Observations, seen: float) -> int | None:
-    """The configuration whose batch a live look at ``seen`` watched: of those whose
-    connections had moved bytes by then, the one that began last. None before any had
-    (the cut then keeps everything: nothing has moved)."""
+    """The configuration whose batch a live look at ``seen`` watched: of those with a
+    connection sampled by then, the one whose first sample came last. None before any
+    was (the cut then keeps everything: nothing has moved)."""
     began: dict[int, float] = {}
     for c in obs.connections:
         if c.samples and c.samples[0][0] <= seen:

@@ -634,7 +634,9 @@ def test_a_full_queue_whose_port_sent_faster_than_a_slow_link_could_is_bursts(
     assert scores["p0r1t1>p0r1a0"] < 0.8, diagnose(ob).render()
     # ... and the next one up, whose queue was empty while they were held (full the rest of
     # the time), did not hold them either: it ranks below (_idle_ports)
-    assert scores.get("p0r1a0>c0", 0.0) < scores["p0r1t1>p0r1a0"]
+    after = next(s for s in diagnose(ob).suspects if s.target == "p0r1a0>c0")
+    assert after.score < scores["p0r1t1>p0r1a0"]
+    assert any("but its queue found 3,000 bytes or more waiting" in e for e in after.evidence)
     mine = next(s for s in diagnose(ob).suspects if s.target == "p0r1t1>p0r1a0")
     assert any("sent at 0.55 of its rate at times" in e for e in mine.evidence)
     assert not any("90th percentile then" in e for e in mine.evidence)
@@ -1370,11 +1372,14 @@ def test_drops_no_queue_explains_begin_when_they_stay_counted(
 
 
 def crawling_through_a_discarding_port(
-    astral: FabricDescription, slow: str, waiting: int = 40_000
+    astral: FabricDescription,
+    slow: str,
+    waiting: int = 40_000,
+    sampled: tuple[str, ...] = ("p0r1a0", "c0"),
 ) -> tuple[Observations, Port]:
     """Two connections paced at a quarter through p0r1a0>c0 and c0>p1r0a0 (three others
-    healthy elsewhere), every switch's queues sampled, and ``slow``'s egress queue
-    discarding 3 packets a sample while they crawl, ``waiting`` bytes held at those
+    healthy elsewhere), the ``sampled`` switches' queues sampled, and ``slow``'s egress
+    queue discarding 3 packets a sample while they crawl, ``waiting`` bytes held at those
     samples: (observations, that port)."""
     obs = observations(astral)
     rate = 0.95 * obs.directions["p0r1a0>c0"].capacity_bps / 8
@@ -1391,7 +1396,7 @@ def crawling_through_a_discarding_port(
     ]
     quiet = {
         (switch, link.port_of(switch)): [(T0 - 1 + k * 0.5, 100 * k, 0, 0) for k in range(45)]
-        for switch in astral.fabric.switches
+        for switch in sampled
         for link in astral.fabric.links_of(switch)
     }
     src, dst = slow.split(">")
@@ -1431,8 +1436,9 @@ def test_a_port_that_discards_with_its_queue_empty_did_not_hold_its_connections(
     sending 0.35-0.42 of its rate, discarding 112 packets and found waiting at 1 of 15
     samples, alerted live as a slow link at 0.64. Its discards do not speak for it, and
     its empty queue speaks against it."""
-    held, _ = crawling_through_a_discarding_port(astral, "p0r1a0>c0")
-    bursts, _ = crawling_through_a_discarding_port(astral, "p0r1a0>c0", waiting=0)
+    every = tuple(astral.fabric.switches)  # so that no other direction goes unread
+    held, _ = crawling_through_a_discarding_port(astral, "p0r1a0>c0", sampled=every)
+    bursts, _ = crawling_through_a_discarding_port(astral, "p0r1a0>c0", 0, every)
     named = diagnose(held).ranked[0]
     assert named.key() == ("link", "p0r1a0>c0", "slow") and named.score >= 0.5
     assert diagnose(bursts).healthy, diagnose(bursts).render()
@@ -1456,13 +1462,24 @@ def test_a_replayed_look_sees_the_running_batch_alone(astral: FabricDescription)
         for cid, at in ((1, 0.0), (2, 30.0))
         for i in range(20)
     ]
-    obs = observations(astral, connections=first + second, operations=operations)
+    obs = observations(
+        astral,
+        connections=first + second,
+        operations=operations,
+        lateness={(1, 0, 3): 0.1, (2, 0, 3): 0.1},
+        warmed=T0 - 0.5,
+        warmed_by_config={1: T0 - 0.5, 2: T0 + 29.5},
+    )
     assert running_configuration(obs, T0 - 1.0) is None
     for now, running in ((T0 + 10.0, 1), (T0 + 25.0, 1), (T0 + 40.0, 2)):
         cut = replay_at(obs, now)
         assert running_configuration(obs, now - SHIP_LAG_S) == running
         assert {c.config_id for c in cut.connections} == {running}
         assert {o.config_id for o in cut.operations} == {running}
+        assert {k[0] for k in cut.lateness} == {running}
+        # the span of a look before the batch's first operation ends starts at its own
+        # warm-up's end, not at the first batch's
+        assert cut.warmed == obs.warmed_by_config[running]
 
 
 def test_a_capped_connection_is_held_from_its_first_low_second_to_its_last(
