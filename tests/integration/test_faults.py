@@ -37,6 +37,7 @@ from orchestrator.testbed.tracing import flow_requests
 from orchestrator.testbed.traffic import BASE_PORT, Flow, TrafficResult, run_flows
 from tests.integration.assertions import connection_devices
 from topologies.description import FabricDescription
+from topologies.errors import EmulationError
 from topologies.fivetuple import FiveTuple
 
 pytestmark = pytest.mark.integration
@@ -224,9 +225,23 @@ def test_a_downed_nic_port_halves_the_gpus_bandwidth_through_the_other_tor(
     assert "state DOWN" in state or "NO-CARRIER" in state
     assert 0.35 < ratio < 0.65
     assert min(goodputs(one)) > 0.2 * max(goodputs(one))  # both still deliver: failover
-    time.sleep(1.0)
-    again = run_flows(emulation(fabric), flows, duration=2.0, omit=1.0)
+    again = _once_back(fabric, flows)
     assert again.aggregate_bps > 0.8 * both.aggregate_bps  # both ports back
+
+
+def _once_back(fabric: Any, flows: list[Any], within: float = 15.0) -> Any:
+    """The flows measured again once the undone port carries them: the controller replans
+    when the port comes back, in about a second here, but a full CI run once had a flow
+    through it that did not connect 1 s after the undo (3 runs of the test alone all
+    did). A flow that never connects within ``within`` s fails the test as before."""
+    deadline = time.monotonic() + within
+    while True:
+        time.sleep(1.0)
+        try:
+            return run_flows(emulation(fabric), flows, duration=2.0, omit=1.0)
+        except EmulationError:
+            if time.monotonic() > deadline:
+                raise
 
 
 # --- link-flap ---------------------------------------------------------------------------------
