@@ -172,7 +172,7 @@ NIC_IDLE_FACTOR = 0.5
 # between them: astral-small's calibration run under `shortest`, three ring connections
 # converging on p0r1a1>c3 from two ToRs, held at 0.25-0.38 of their share for 4 s while
 # the port sent 0.35-0.42 of its rate and discarded 112 packets, found waiting at 1 of 15
-# samples, alerted live at 0.64 (and an all-to-all's GPU downlink so at 0.85): read alike,
+# samples, alerted live at 0.57 (and an all-to-all's GPU downlink so at 0.85): read alike,
 # a port idle at its samples did not hold them
 # A slow suspect that one connection's pace alone speaks for (no queue or counter of its
 # own, the switch's queue sampled and not full): each direction of that path is as likely

@@ -27,7 +27,7 @@ at its first sample (live, when its workers start), and the machine is not busy
 diagnosing while the fabric runs. Before 2026-12-07 every configuration's connections and
 operations were in every cut: a size sweep's other batches, idle then, diluted the shares
 of connections held low, and a live alert of astral-small's calibration run (a core
-uplink slow at 0.64) replayed at 0.33.
+uplink slow at 0.57) replayed at 0.33, where the running batch alone replays it at 0.64.
 """
 
 from __future__ import annotations

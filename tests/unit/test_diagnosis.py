@@ -1434,7 +1434,7 @@ def test_a_port_that_discards_with_its_queue_empty_did_not_hold_its_connections(
     samples: astral-small's calibration run under `shortest`, three ring connections
     converging on a core uplink from two ToRs held at 0.25-0.38 of their share, the port
     sending 0.35-0.42 of its rate, discarding 112 packets and found waiting at 1 of 15
-    samples, alerted live as a slow link at 0.64. Its discards do not speak for it, and
+    samples, alerted live as a slow link at 0.57. Its discards do not speak for it, and
     its empty queue speaks against it."""
     every = tuple(astral.fabric.switches)  # so that no other direction goes unread
     held, _ = crawling_through_a_discarding_port(astral, "p0r1a0>c0", sampled=every)
@@ -1448,7 +1448,7 @@ def test_a_replayed_look_sees_the_running_batch_alone(astral: FabricDescription)
     """Live, the launcher's view holds the batch under way and nothing of those before
     it; a replay's cut (orchestrator.diagnosis.replay) must too. Cut with every batch's
     connections, a size sweep's idle ones diluted the shares of those held low: a live
-    alert of astral-small's calibration run (a core uplink slow at 0.64) replayed at
+    alert of astral-small's calibration run (a core uplink slow at 0.57) replayed at
     0.33."""
     rate = 0.95 * observations(astral).directions["p0r1a0>c0"].capacity_bps / 8
 
