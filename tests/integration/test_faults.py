@@ -229,7 +229,7 @@ def test_a_downed_nic_port_halves_the_gpus_bandwidth_through_the_other_tor(
     assert again.aggregate_bps > 0.8 * both.aggregate_bps  # both ports back
 
 
-def _once_back(fabric: Any, flows: list[Any], within: float = 15.0) -> Any:
+def _once_back(fabric: Any, flows: list[Flow], within: float = 15.0) -> TrafficResult:
     """The flows measured again once the undone port carries them: the controller replans
     when the port comes back, in about a second here, but a full CI run once had a flow
     through it that did not connect 1 s after the undo (3 runs of the test alone all
