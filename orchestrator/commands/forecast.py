@@ -580,7 +580,8 @@ def fit_bundle(bundle: Path, salts: int | None = None) -> Any:
         play = partial(
             model.play, c.policy, c.collective, c.algorithm, c.size, 0, iterations=c.iterations
         )
-        cells.append(Cell(r.row.time_us / 1e6, parts, play, steps))
+        incast = model.converging(c.policy, c.collective, c.algorithm)
+        cells.append(Cell(r.row.time_us / 1e6, parts, play, steps, incast))
     if len(cells) < MIN_FIT_CELLS:  # the fit's own check would be a bare ValueError
         raise ConfigError(
             str(bundle),

@@ -4,7 +4,9 @@ The fabric gives the rates and latencies; what the emulator adds on top is the m
 how long a worker takes per step beyond its bytes (the step's bookkeeping, its messages'
 first round trips, waking up threads), per operation, and the share of the fluid max-min
 rate TCP actually reaches on the emulated links (slow start after a step's idle gap, the
-shapers' queues). The model takes them as three numbers::
+shapers' queues: in the play-out, the share of its narrowest link's rate a connection
+reaches, since connections that share a link fill it; orchestrator/forecast/playout.py).
+The step model takes them as three numbers::
 
     time = operation latency + operation overhead
            + sum over steps of (wait + transfer / efficiency + step overhead)
@@ -36,6 +38,7 @@ File (JSON, version 1; default ``/var/lib/astral/forecast.json``, ``$ASTRAL_FORE
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -257,6 +260,10 @@ class Cell:
     parts: Mapping[float, Parts]
     play: Callable[[Figures], float] | None = None
     steps: int = 0
+    #: whether the incast share can change its play-out (False: no NIC downlink that its
+    #: connections reach over several upstream links); such a cell is played once for
+    #: every incast share
+    incast: bool = True
 
     def at(self, incast: float) -> Parts:
         return self.parts[incast] if incast in self.parts else self.parts[1.0]
@@ -305,7 +312,9 @@ def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
     model's overlap with them (it forecasts what is too large to play out).
 
     Efficiency, incast share and send buffer on a grid (:data:`PLAYED_EFFICIENCIES`,
-    :data:`PLAYED_INCASTS`, :data:`SEND_BUFFERS`), each cell played out without overheads;
+    :data:`PLAYED_INCASTS`, :data:`SEND_BUFFERS`), each cell played out without overheads
+    (a cell the incast share cannot change, ``Cell.incast``, once for every share: a
+    calibration's 24 cells take 0.7 s a grid point, its path-pinned all-reduces a third);
     the two overheads then by least squares as in :func:`fit`, taking a step's overhead
     as adding to every step of the operation (a ring paced by its slowest sender adds it
     to every step) and the operation's once. The rms reported is the play-outs' with the
@@ -317,22 +326,25 @@ def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
         raise ValueError(f"a fit needs at least 3 measured cells, got {len(usable)}")
     best: tuple[float, Figures] | None = None
     grid: list[list[float]] = []  # per grid point, each cell's bare play-out
-    for efficiency in PLAYED_EFFICIENCIES:
-        for incast in PLAYED_INCASTS:
-            for buffer in SEND_BUFFERS:
-                bare = Figures(efficiency=efficiency, incast=incast, send_buffer=buffer)
-                base = [c.play(bare) for c in usable]  # type: ignore[misc]
-                grid.append(base)
-                step, operation = _overheads(usable, base, [c.steps for c in usable])
-                rms = _rms_of(
-                    [b + step * c.steps + operation for b, c in zip(base, usable, strict=True)],
-                    usable,
-                )
-                if best is None or rms < best[0] - 1e-12:
-                    best = (
-                        rms,
-                        replace(bare, step_overhead_s=step, operation_overhead_s=operation),
-                    )
+    played: list[dict[Figures, float]] = [{} for _ in usable]  # per cell, by figures
+    for efficiency, incast, buffer in itertools.product(
+        PLAYED_EFFICIENCIES, PLAYED_INCASTS, SEND_BUFFERS
+    ):
+        bare = Figures(efficiency=efficiency, incast=incast, send_buffer=buffer)
+        base = []
+        for cell, memo in zip(usable, played, strict=True):
+            key = bare if cell.incast else replace(bare, incast=1.0)
+            if key not in memo:
+                memo[key] = cell.play(key)  # type: ignore[misc]
+            base.append(memo[key])
+        grid.append(base)
+        step, operation = _overheads(usable, base, [c.steps for c in usable])
+        rms = _rms_of(
+            [b + step * c.steps + operation for b, c in zip(base, usable, strict=True)],
+            usable,
+        )
+        if best is None or rms < best[0] - 1e-12:
+            best = (rms, replace(bare, step_overhead_s=step, operation_overhead_s=operation))
     assert best is not None
     figures = best[1]
     rms = _rms_of([c.play(figures) for c in usable], usable)  # type: ignore[misc]

@@ -321,6 +321,19 @@ class ConfigurationModel:
         link (:func:`orchestrator.forecast.playout.converging_links`)."""
         return converging_links([f.per_link for f in flows if f.count > 0], self.fabric.into_gpu)
 
+    def converging(self, policy: str, collective: str, algorithm: str, salt: int = 0) -> bool:
+        """Whether the incast share can change a play-out of this configuration: whether
+        its connections, all together, reach a GPU's NIC downlink over more than one
+        upstream link (the connections holding bytes at any moment are a subset of
+        them). The calibration's fit plays a configuration that cannot once for every
+        incast share."""
+        count = element_count(collective, 1 << 20, self.layout.size)
+        steps = schedule(self.layout, collective, algorithm, count)
+        routed = self.routed(policy, collective, algorithm, salt)
+        channels = self.channels_for(collective, algorithm)
+        flows = [f for step in steps for f in self.step_flows(step, routed, channels)]
+        return bool(self._incast_links(flows))
+
     def wait(self, step: Step) -> float:
         return max((self.one_way[s][d] for s, d, _ in step.transfers), default=0.0)
 

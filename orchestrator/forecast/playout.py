@@ -18,10 +18,12 @@ The play-out is a fluid discrete-event simulation:
 - a **connection** per (sender, receiver, channel), as the workers open them, on the path
   the policy gives it; it holds the bytes its sender has posted and not yet delivered;
 - the connections that hold bytes share the links max-min fairly
-  (orchestrator/forecast/sharing.py), each link at its capacity x TCP's efficiency on
-  the emulated links, a NIC downlink that connections reach over several upstream links
-  at the incast share (:func:`converging_links`); rates change only when a connection
-  starts or stops holding bytes;
+  (orchestrator/forecast/sharing.py), each link at its capacity, a NIC downlink that
+  connections reach over several upstream links at the incast share
+  (:func:`converging_links`), and each connection at most at TCP's efficiency x the
+  rate of the narrowest link on its path (:func:`_share` says why the efficiency is a
+  connection's and not a link's); rates change only when a connection starts or stops
+  holding bytes;
 - each **rank** is a generator that yields what it waits for: a sleep (the step's
   latency and overhead, as the worker's ``StepLatency`` computes it), or thresholds on
   its connections' delivered bytes: a receive needs the step's bytes delivered, a send is
@@ -147,6 +149,8 @@ class _Connections:
         self.index: dict[Connection, int] = {}
         self.connections: list[Connection] = []  # by index
         self.links: list[dict[DirectedLink, float]] = []
+        #: the rate of the narrowest link on each connection's path (bytes/s)
+        self.narrowest: list[float] = []
         self.posted: list[float] = []
         self.expected: list[float] = []
         self.delivered: list[float] = []
@@ -169,6 +173,7 @@ class _Connections:
         self.index[connection] = len(self.links)
         self.connections.append(connection)
         self.links.append(links)
+        self.narrowest.append(min(self.fabric.capacity[link] for link in links))
         self.posted.append(0.0)
         self.expected.append(0.0)
         self.delivered.append(0.0)
@@ -259,8 +264,12 @@ def play_out(
     wake = [0.0] * n  # a sleeping rank's wake-up time
     needs: list[list[tuple[int, float]] | None] = [None] * n
     done = [math.nan] * n
-    capacity = {link: rate * figures.efficiency for link, rate in fabric.capacity.items()}
-    buckets = _Buckets(fabric.capacity, capacity, fabric.bucket_s)
+    capacity = fabric.capacity
+    # the buckets refill with what a link's connections leave of its rate x efficiency
+    # (a lone connection's gaps are TCP's, not savings), as before the efficiency
+    # became a connection's
+    derated = {link: rate * figures.efficiency for link, rate in capacity.items()}
+    buckets = _Buckets(capacity, derated, fabric.bucket_s)
     busy: set[int] = set()  # the connections that held bytes over the last interval
     now = 0.0
     events = 0
@@ -312,7 +321,7 @@ def play_out(
             ]
             continue
         if active != active_before:
-            rates = _share(active, conns, capacity, fabric.into_gpu, figures.incast)
+            rates = _share(active, conns, capacity, fabric.into_gpu, figures)
             active_before = active
         upcoming = math.inf
         soonest = math.inf  # the same as a time from now, which the clock cannot round away
@@ -476,19 +485,33 @@ def _share(
     conns: _Connections,
     capacity: Mapping[DirectedLink, float],
     into_gpu: frozenset[DirectedLink],
-    incast: float,
+    figures: Figures,
 ) -> dict[int, float]:
-    """Max-min fair rates (bytes/s) of the connections that hold bytes."""
+    """Max-min fair rates (bytes/s) of the connections that hold bytes: the links at
+    their rates (a NIC downlink that connections converge on at the incast share), each
+    connection at most at the efficiency x its narrowest link's rate.
+
+    Why the efficiency caps a connection and not a link: what TCP leaves unused is a lone
+    connection's (its window recovering from a loss at the shaper's shallow queue while
+    the link idles); connections that share a link fill each other's gaps. Taken as a
+    link's, it charged every shared link too: on the forecast benchmark's 72 cells of
+    2026-12-07 (four fabrics, the same calibration file), the ring under ``shortest``,
+    whose connections share links, was forecast 8-12 % too slow on rail-optimized-small
+    (docs/forecast.md)."""
     if not active:
         return {}
-    links = capacity
-    if incast < 1.0:
-        crowded = converging_links([conns.links[c] for c in active], into_gpu)
-        if crowded:
-            links = dict(capacity)
-            for link in crowded:
-                links[link] = capacity[link] * incast
-    flows = [FlowClass(1, 1.0, conns.links[c]) for c in active]
+    links = {link: capacity[link] for c in active for link in conns.links[c]}
+    if figures.incast < 1.0:
+        for link in converging_links([conns.links[c] for c in active], into_gpu):
+            links[link] = capacity[link] * figures.incast
+    flows = []
+    for c in active:
+        path = conns.links[c]
+        if figures.efficiency < 1.0:
+            own = ("connection", c)  # a link of its own: the connection's cap
+            links[own] = conns.narrowest[c] * figures.efficiency
+            path = {**path, own: 1.0}
+        flows.append(FlowClass(1, 1.0, path))
     return dict(zip(active, max_min_rates(flows, links), strict=True))
 
 

@@ -140,6 +140,31 @@ def test_connections_from_one_upstream_link_are_no_incast() -> None:
     assert ways == [("s", "g3")]
 
 
+def test_the_efficiency_holds_back_a_lone_connection_not_a_shared_link() -> None:
+    """At efficiency 0.5 a lone connection moves at half its link's rate (p2p, 1 MB over
+    1 MB/s: 2 s), but two connections that share a link fill it: two channels from one
+    sender into one receiver share both its links and move 2 MB in 2 s, as at efficiency
+    1, not in 4 s (the efficiency taken as the link's, before 2026-12-07)."""
+    half = Figures(send_buffer=1e9, efficiency=0.5)
+    alone = play_out(star(2), "p2p", "direct", 1_000_000, 1, half)
+    assert alone.time_s == pytest.approx(2.0, rel=1e-6)
+    shared = play_out(star(2), "p2p", "direct", 2_000_000, 2, half)
+    assert shared.time_s == pytest.approx(2.0, rel=1e-6)
+    three = play_out(star(2), "p2p", "direct", 3_000_000, 3, Figures(send_buffer=1e9))
+    assert three.time_s == pytest.approx(3.0, rel=1e-6)
+
+
+def test_the_incast_share_applies_where_connections_converge_on_a_gpu() -> None:
+    """On astral-small, path-pinned gives every ring connection a NIC downlink of its
+    own, so the incast share cannot change the ring (the fit plays it once for every
+    share); a direct all-to-all's connections converge on every GPU."""
+    spec = load_fabric_spec(resolve_fabric("astral-small"))
+    description = FabricDescription.of(build_fabric(spec))
+    model = ConfigurationModel(description, workers_from_description(description))
+    assert not model.converging("path-pinned", "all-reduce", "ring")
+    assert model.converging("path-pinned", "all-to-all", "direct")
+
+
 def test_operations_back_to_back_pipeline_into_each_other() -> None:
     """Per operation, a batch of several is never slower than one alone (a rank starts
     the next once its own bytes have arrived, while other ranks' are still moving)."""
@@ -211,7 +236,7 @@ def test_the_fit_recovers_the_figures_that_played_the_cells() -> None:
     for collective, algorithm, steps in (("all-reduce", "ring", 6), ("all-to-all", "direct", 1)):
         for size in (256_000, 1_000_000, 4_000_000):
             play = partial(_played, fabric, collective, algorithm, size)
-            cells.append(Cell(play(truth), {}, play, steps))
+            cells.append(Cell(play(truth), {}, play, steps, incast=algorithm == "direct"))
     found = fit_played(cells)
     assert (found.efficiency, found.incast, found.send_buffer_bytes) == (0.94, 0.8, 64 * 1024)
     assert found.step_overhead_s == pytest.approx(0.004, rel=0.05)
