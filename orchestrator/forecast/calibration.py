@@ -5,8 +5,9 @@ how long a worker takes per step beyond its bytes (the step's bookkeeping, its m
 first round trips, waking up threads), per operation, and the share of the fluid max-min
 rate TCP actually reaches on the emulated links (slow start after a step's idle gap, the
 shapers' queues: in the play-out, the share of its narrowest link's rate a connection
-reaches, since connections that share a link fill it; orchestrator/forecast/playout.py).
-The step model takes them as three numbers::
+reaches, since connections that share a link fill it; orchestrator/forecast/playout.py;
+the step model below still divides every transfer by it, shared links too). The step
+model takes them as three numbers::
 
     time = operation latency + operation overhead
            + sum over steps of (wait + transfer / efficiency + step overhead)

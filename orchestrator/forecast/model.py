@@ -326,7 +326,9 @@ class ConfigurationModel:
         its connections, all together, reach a GPU's NIC downlink over more than one
         upstream link (the connections holding bytes at any moment are a subset of
         them). The calibration's fit plays a configuration that cannot once for every
-        incast share."""
+        incast share. Why one size and salt 0 are enough: the plans cut a step's bytes
+        into the same peers and channels at every size (a part of zero bytes is still a
+        flow here), and the fit plays only configurations no hash decides, with salt 0."""
         count = element_count(collective, 1 << 20, self.layout.size)
         steps = schedule(self.layout, collective, algorithm, count)
         routed = self.routed(policy, collective, algorithm, salt)

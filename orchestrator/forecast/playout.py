@@ -173,7 +173,7 @@ class _Connections:
         self.index[connection] = len(self.links)
         self.connections.append(connection)
         self.links.append(links)
-        self.narrowest.append(min(self.fabric.capacity[link] for link in links))
+        self.narrowest.append(min((self.fabric.capacity[link] for link in links), default=math.inf))
         self.posted.append(0.0)
         self.expected.append(0.0)
         self.delivered.append(0.0)
@@ -266,8 +266,8 @@ def play_out(
     done = [math.nan] * n
     capacity = fabric.capacity
     # the buckets refill with what a link's connections leave of its rate x efficiency
-    # (a lone connection's gaps are TCP's, not savings), as before the efficiency
-    # became a connection's
+    # (a lone connection's gaps are TCP's, not savings: as when the efficiency derated
+    # every link); a batch's floor (least_batch) is at the links' full rate
     derated = {link: rate * figures.efficiency for link, rate in capacity.items()}
     buckets = _Buckets(capacity, derated, fabric.bucket_s)
     busy: set[int] = set()  # the connections that held bytes over the last interval
@@ -395,6 +395,7 @@ class _Buckets:
         capacity: Mapping[DirectedLink, float],
         bucket_s: float,
     ) -> None:
+        self.rates = rates
         self.capacity = capacity
         self.depth = {link: rate * bucket_s for link, rate in rates.items()} if bucket_s else {}
         self.tokens = dict(self.depth)
@@ -450,9 +451,9 @@ class _Buckets:
                 carried[link] = carried.get(link, 0.0) + conns.posted[c] * scale
         return max(
             (
-                (nbytes - self.depth[link]) / self.capacity[link]
+                (nbytes - self.depth[link]) / self.rates[link]
                 for link, nbytes in carried.items()
-                if self.capacity.get(link, 0.0) > 0
+                if self.rates.get(link, 0.0) > 0
             ),
             default=0.0,
         )

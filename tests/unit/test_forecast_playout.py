@@ -143,8 +143,9 @@ def test_connections_from_one_upstream_link_are_no_incast() -> None:
 def test_the_efficiency_holds_back_a_lone_connection_not_a_shared_link() -> None:
     """At efficiency 0.5 a lone connection moves at half its link's rate (p2p, 1 MB over
     1 MB/s: 2 s), but two connections that share a link fill it: two channels from one
-    sender into one receiver share both its links and move 2 MB in 2 s, as at efficiency
-    1, not in 4 s (the efficiency taken as the link's, before 2026-12-07)."""
+    sender into one receiver share both its links and move 2 MB in 2 s, as three do 3 MB
+    at efficiency 1, not in 4 s (the efficiency taken as the link's, before
+    2026-12-07)."""
     half = Figures(send_buffer=1e9, efficiency=0.5)
     alone = play_out(star(2), "p2p", "direct", 1_000_000, 1, half)
     assert alone.time_s == pytest.approx(2.0, rel=1e-6)
@@ -154,15 +155,22 @@ def test_the_efficiency_holds_back_a_lone_connection_not_a_shared_link() -> None
     assert three.time_s == pytest.approx(3.0, rel=1e-6)
 
 
-def test_the_incast_share_applies_where_connections_converge_on_a_gpu() -> None:
+def test_a_configuration_that_converges_on_no_gpu_plays_alike_at_every_incast_share() -> None:
     """On astral-small, path-pinned gives every ring connection a NIC downlink of its
-    own, so the incast share cannot change the ring (the fit plays it once for every
-    share); a direct all-to-all's connections converge on every GPU."""
+    own: ``converging`` says the incast share cannot change the ring, and its play-outs
+    at shares 0.5 and 1 are equal (what lets the fit play it once for every share); a
+    direct all-to-all's connections converge on every GPU, and the share slows it."""
     spec = load_fabric_spec(resolve_fabric("astral-small"))
     description = FabricDescription.of(build_fabric(spec))
     model = ConfigurationModel(description, workers_from_description(description))
+    low, full = Figures(incast=0.5, send_buffer=1e6), Figures(send_buffer=1e6)
     assert not model.converging("path-pinned", "all-reduce", "ring")
+    for size in (1 << 16, 1 << 22):
+        ring = ("path-pinned", "all-reduce", "ring", size, 0)
+        assert model.play(*ring, low) == model.play(*ring, full)
     assert model.converging("path-pinned", "all-to-all", "direct")
+    a2a = ("path-pinned", "all-to-all", "direct", 1 << 20, 0)
+    assert model.play(*a2a, low) > model.play(*a2a, full)
 
 
 def test_operations_back_to_back_pipeline_into_each_other() -> None:
@@ -293,6 +301,19 @@ def test_a_batch_longer_than_the_play_out_spreads_the_buckets_over_all_of_it() -
     ring = ("all-reduce", "ring", 4_000_000, 1, Figures(send_buffer=1e9))
     played = play_out(fabric, *ring, iterations=1000)
     assert played.time_s == pytest.approx(6.0 - 0.1 / 1000, rel=1e-9)
+
+
+def test_a_long_batch_on_a_shared_link_is_floored_at_the_links_full_rate() -> None:
+    """Two channels sharing a link at efficiency 0.5 fill it (2 s an operation, above);
+    a batch longer than the operations played is floored by what the links carry at
+    their full rate, not at rate x efficiency, which would double it to 4 s an
+    operation from the ninth on."""
+    fabric = with_buckets(star(2), 0.1)
+    half = Figures(send_buffer=1e9, efficiency=0.5)
+    eight = play_out(fabric, "p2p", "direct", 2_000_000, 2, half, iterations=8)
+    nine = play_out(fabric, "p2p", "direct", 2_000_000, 2, half, iterations=9)
+    assert eight.time_s == pytest.approx(2.0, rel=0.01)
+    assert nine.time_s == pytest.approx(2.0, rel=0.01)
 
 
 def test_the_prediction_band_widens_the_draws_by_the_models_error() -> None:
