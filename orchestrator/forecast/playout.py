@@ -387,16 +387,18 @@ class _Buckets:
     measured on rail-optimized-small (hierarchical all-reduce, 1 MiB, path-pinned), each
     128 KiB step over two 12 Mbit/s ports took 34-36 ms after its latency, where the rate
     alone gives 46 ms. A connection that starts to hold bytes takes, at once, what every
-    link of its path has saved (the least of them), and spends it on all of them."""
+    link of its path has saved (the least of them), and spends it on all of them. A link
+    saves what its connections leave of its rate x the efficiency (``refilling``): the
+    gaps a lone connection leaves are TCP's, not idle time."""
 
     def __init__(
         self,
         rates: Mapping[DirectedLink, float],
-        capacity: Mapping[DirectedLink, float],
+        refilling: Mapping[DirectedLink, float],
         bucket_s: float,
     ) -> None:
         self.rates = rates
-        self.capacity = capacity
+        self.refilling = refilling
         self.depth = {link: rate * bucket_s for link, rate in rates.items()} if bucket_s else {}
         self.tokens = dict(self.depth)
         self.filling: set[DirectedLink] = set()  # links whose bucket is not full
@@ -475,7 +477,7 @@ class _Buckets:
                 if link in self.filling:
                     used[link] = used.get(link, 0.0) + rate
         for link in list(self.filling):
-            spare = max(0.0, self.capacity[link] - used.get(link, 0.0))
+            spare = max(0.0, self.refilling[link] - used.get(link, 0.0))
             self.tokens[link] = min(self.depth[link], self.tokens[link] + spare * seconds)
             if self.tokens[link] >= self.depth[link]:
                 self.filling.discard(link)
@@ -497,18 +499,18 @@ def _share(
     the link idles); connections that share a link fill each other's gaps. Taken as a
     link's, it charged every shared link too: on the forecast benchmark's 72 cells of
     2026-12-07 (four fabrics, the same calibration file), the ring under ``shortest``,
-    whose connections share links, was forecast 8-12 % too slow on rail-optimized-small
-    (docs/forecast.md)."""
+    whose connections share links, was forecast 5-12 % too slow at 1 and 4 MiB on
+    three of them (docs/forecast.md)."""
     if not active:
         return {}
     links = {link: capacity[link] for c in active for link in conns.links[c]}
     if figures.incast < 1.0:
         for link in converging_links([conns.links[c] for c in active], into_gpu):
             links[link] = capacity[link] * figures.incast
-    flows = []
+    flows: list[FlowClass] = []
     for c in active:
         path = conns.links[c]
-        if figures.efficiency < 1.0:
+        if figures.efficiency < 1.0 and math.isfinite(conns.narrowest[c]):
             own = ("connection", c)  # a link of its own: the connection's cap
             links[own] = conns.narrowest[c] * figures.efficiency
             path = {**path, own: 1.0}

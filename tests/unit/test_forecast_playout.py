@@ -306,8 +306,8 @@ def test_a_batch_longer_than_the_play_out_spreads_the_buckets_over_all_of_it() -
 def test_a_long_batch_on_a_shared_link_is_floored_at_the_links_full_rate() -> None:
     """Two channels sharing a link at efficiency 0.5 fill it (2 s an operation, above);
     a batch longer than the operations played is floored by what the links carry at
-    their full rate, not at rate x efficiency, which would double it to 4 s an
-    operation from the ninth on."""
+    their full rate, not at rate x efficiency, which took a batch of nine to 3.98 s an
+    operation."""
     fabric = with_buckets(star(2), 0.1)
     half = Figures(send_buffer=1e9, efficiency=0.5)
     eight = play_out(fabric, "p2p", "direct", 2_000_000, 2, half, iterations=8)
