@@ -21,11 +21,12 @@ several senders converge on it in one step (direct all-to-all's incast into the 
 shallow port queue: the model lowers that link's capacity by it). A calibration measures
 them: a short real run on this machine (``astral forecast
 --calibrate``: the calibration experiment below, on astral-small, under path-pinned and
-shortest, whose paths are deterministic), then a least-squares fit of the measured time
-per operation against the model's latency, steps and transfer time per configuration,
-weighted so that every cell's relative error counts alike (:func:`fit`: the overlap and the
-efficiency on a grid, the overheads by least squares). Only fabric rates
-and measured figures enter: nothing depends on how the emulator shapes its links.
+shortest, whose paths are deterministic), then a fit of the measured time per operation:
+the play-out's figures on a grid by the cells' mean absolute relative error
+(:func:`fit_played`), the step model's by least squares weighted so that every cell's
+relative error counts alike (:func:`fit`: the overlap and the efficiency on a grid, the
+overheads by least squares). Only fabric rates and measured figures enter: nothing
+depends on how the emulator shapes its links.
 
 File (JSON, version 1; default ``/var/lib/astral/forecast.json``, ``$ASTRAL_FORECAST`` or
 ``--calibration`` override), beside the emulator's capacity file and in its style::
@@ -317,10 +318,20 @@ def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
     (a cell the incast share cannot change, ``Cell.incast``, once for every share: a
     calibration's 24 cells take 0.7 s a grid point played whole, its path-pinned
     all-reduces a third of it; the fit took 3 min 50 s with this, 4 min 37 s without);
-    the two overheads then by least squares as in :func:`fit`, taking a step's overhead
-    as adding to every step of the operation (a ring paced by its slowest sender adds it
-    to every step) and the operation's once. The rms reported is the play-outs' with the
-    overheads in, not the linear estimate's."""
+    the two overheads then as in :func:`fit`, taking a step's overhead as adding to every
+    step of the operation (a ring paced by its slowest sender adds it to every step) and
+    the operation's once. The grid point is the one whose cells' **mean absolute**
+    relative error is least, the overheads too (:func:`_robust_overheads`); the rms
+    reported is the play-outs' with the overheads in, not the linear estimate's.
+
+    Why not the least squares the step model's fit uses: the play-out leaves the direct
+    all-to-all's losses out (docs/forecast.md), and on astral-small its ``path-pinned``
+    cells run 20-40 % slower than any grid point plays them. A squared error lets those
+    few cells pull every figure towards them: on the calibration run of 2026-12-07 it
+    chose efficiency 0.90 and incast 0.80, which forecast rail-optimized-small's
+    ``shortest`` ring 11-14 % too slow and left a 34 ms overhead on every operation. The
+    absolute error weighs a cell the model cannot reach as one cell among 24, not by the
+    square of its miss."""
     usable = [
         c for c in cells if c.play is not None and c.measured_s > 0 and math.isfinite(c.measured_s)
     ]
@@ -340,13 +351,13 @@ def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
                 memo[key] = cell.play(key)  # type: ignore[misc]
             base.append(memo[key])
         grid.append(base)
-        step, operation = _overheads(usable, base, [c.steps for c in usable])
-        rms = _rms_of(
+        step, operation = _robust_overheads(usable, base, [c.steps for c in usable])
+        mae = _mae_of(
             [b + step * c.steps + operation for b, c in zip(base, usable, strict=True)],
             usable,
         )
-        if best is None or rms < best[0] - 1e-12:
-            best = (rms, replace(bare, step_overhead_s=step, operation_overhead_s=operation))
+        if best is None or mae < best[0] - 1e-12:
+            best = (mae, replace(bare, step_overhead_s=step, operation_overhead_s=operation))
     assert best is not None
     figures = best[1]
     rms = _rms_of([c.play(figures) for c in usable], usable)  # type: ignore[misc]
@@ -372,8 +383,9 @@ def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
 
 def _held_out_error(cells: Sequence[Cell], grid: Sequence[Sequence[float]]) -> float:
     """The rms relative error of each cell forecast by a fit on the other cells
-    (leave-one-out: the grid point and overheads chosen without it; the overheads added
-    linearly, as the grid search does).
+    (leave-one-out: the grid point and overheads chosen without it, as :func:`fit_played`
+    chooses them; the overheads added linearly, as the grid search does). An rms, not a
+    mean absolute error: it widens the prediction band, a spread.
 
     Why: the fit's own rms is in-sample, measured on the cells it chose its figures for,
     and on a noisy machine it understates the error a forecast makes on a configuration
@@ -390,13 +402,13 @@ def _held_out_error(cells: Sequence[Cell], grid: Sequence[Sequence[float]]) -> f
         best: tuple[float, float] | None = None
         for base in grid:
             rest_base = [b for i, b in enumerate(base) if i != out]
-            step, operation = _overheads(rest, rest_base, rest_steps)
-            rms = _rms_of(
+            step, operation = _robust_overheads(rest, rest_base, rest_steps)
+            mae = _mae_of(
                 [b + step * n + operation for b, n in zip(rest_base, rest_steps, strict=True)],
                 rest,
             )
-            if best is None or rms < best[0] - 1e-12:
-                best = (rms, base[out] + step * steps[out] + operation)
+            if best is None or mae < best[0] - 1e-12:
+                best = (mae, base[out] + step * steps[out] + operation)
         assert best is not None
         errors.append((best[1] - cells[out].measured_s) / cells[out].measured_s)
     return math.sqrt(sum(e * e for e in errors) / len(errors))
@@ -407,15 +419,52 @@ def _rms_of(times: Sequence[float], cells: Sequence[Cell]) -> float:
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
+def _mae_of(times: Sequence[float], cells: Sequence[Cell]) -> float:
+    """The cells' mean absolute relative error."""
+    errors = [abs(t - c.measured_s) / c.measured_s for t, c in zip(times, cells, strict=True)]
+    return sum(errors) / len(errors)
+
+
 def _rms(calibration: ForecastCalibration, cells: Sequence[Cell]) -> float:
     return _rms_of([calibration.time(c.at(calibration.incast)) for c in cells], cells)
 
 
-def _overheads(
+#: rounds of reweighting that take the overheads from least squares to least absolute
+#: error (:func:`_robust_overheads`; on the calibration runs they settle within 5)
+REWEIGHTING_ROUNDS = 10
+#: the least relative error a cell's weight is computed at in those rounds: a cell met
+#: exactly would otherwise take every weight
+ERROR_FLOOR = 0.005
+
+
+def _robust_overheads(
     cells: Sequence[Cell], base: Sequence[float], steps: Sequence[float]
 ) -> tuple[float, float]:
+    """(step, operation) overheads that minimise the cells' mean absolute relative error
+    on what ``base`` leaves, by iteratively reweighted least squares (each round weighs a
+    cell by 1 / its error in the round before, floored at :data:`ERROR_FLOOR`)."""
+    step, operation = _overheads(cells, base, steps)
+    for _ in range(REWEIGHTING_ROUNDS):
+        errors = [
+            abs(b + step * n + operation - c.measured_s) / c.measured_s
+            for b, n, c in zip(base, steps, cells, strict=True)
+        ]
+        step, operation = _overheads(
+            cells, base, steps, [1.0 / max(e, ERROR_FLOOR) for e in errors]
+        )
+    return step, operation
+
+
+def _overheads(
+    cells: Sequence[Cell],
+    base: Sequence[float],
+    steps: Sequence[float],
+    weights: Sequence[float] | None = None,
+) -> tuple[float, float]:
     """(step, operation) overheads by weighted least squares on what ``base`` leaves, a
-    cell's step overhead counted ``steps`` times."""
+    cell's step overhead counted ``steps`` times; every cell's relative error weighs
+    alike, times its ``weights`` where given."""
+    w = [1.0] * len(cells) if weights is None else list(weights)
     terms = ["step", "operation"]
     while terms:
         rows = [
@@ -424,8 +473,11 @@ def _overheads(
         ]
         rhs = [(c.measured_s - b) / c.measured_s for c, b in zip(cells, base, strict=True)]
         k = len(terms)
-        ata = [[sum(r[i] * r[j] for r in rows) for j in range(k)] for i in range(k)]
-        atb = [sum(r[i] * y for r, y in zip(rows, rhs, strict=True)) for i in range(k)]
+        ata = [
+            [sum(x * r[i] * r[j] for x, r in zip(w, rows, strict=True)) for j in range(k)]
+            for i in range(k)
+        ]
+        atb = [sum(x * r[i] * y for x, r, y in zip(w, rows, rhs, strict=True)) for i in range(k)]
         try:
             solution = dict(zip(terms, _solve(ata, atb), strict=True))
         except ValueError:
