@@ -83,6 +83,19 @@ def test_overheads_add_per_step_and_per_operation() -> None:
     assert both.time_s - bare.time_s == pytest.approx(6 * 0.01 + 0.2, rel=1e-3)
 
 
+@pytest.mark.parametrize("robust", [False, True], ids=["least-squares", "absolute"])
+def test_cells_of_one_step_count_put_their_overhead_on_the_operation(robust: bool) -> None:
+    """Cells that all have 4 steps cannot tell a step's cost from an operation's; what
+    they leave (0.1 s each) is then the operation's, not dropped as an unsolvable fit."""
+    from orchestrator.forecast.calibration import _overheads, _robust_overheads
+
+    base = [0.5, 1.0, 2.0, 4.0]
+    cells = [Cell(b + 0.1, {}, None, 4) for b in base]
+    fit = _robust_overheads if robust else _overheads
+    step, operation = fit(cells, base, [4, 4, 4, 4])
+    assert 4 * step + operation == pytest.approx(0.1, rel=1e-6)
+
+
 def with_buckets(fabric: Fabric, seconds: float) -> Fabric:
     return Fabric(
         fabric.layout,
@@ -261,6 +274,7 @@ def test_a_cell_the_model_cannot_reach_does_not_pull_the_others_figures(outlier:
     cells[outlier] = replace(slow, measured_s=slow.measured_s * 1.4)
     found = fit_played(cells)
     assert (found.efficiency, found.incast) == (0.94, 0.8)
+    assert found.operation_overhead_s == pytest.approx(0.03, rel=0.05)
     for i, cell in enumerate(cells):
         if i != outlier:
             assert cell.play is not None
