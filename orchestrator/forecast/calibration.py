@@ -351,11 +351,7 @@ def fit_played(cells: Sequence[Cell]) -> ForecastCalibration:
                 memo[key] = cell.play(key)  # type: ignore[misc]
             base.append(memo[key])
         grid.append(base)
-        step, operation = _robust_overheads(usable, base, [c.steps for c in usable])
-        mae = _mae_of(
-            [b + step * c.steps + operation for b, c in zip(base, usable, strict=True)],
-            usable,
-        )
+        step, operation, mae = _robust_overheads(usable, base, [c.steps for c in usable])
         if best is None or mae < best[0] - 1e-12:
             best = (mae, replace(bare, step_overhead_s=step, operation_overhead_s=operation))
     assert best is not None
@@ -402,11 +398,7 @@ def _held_out_error(cells: Sequence[Cell], grid: Sequence[Sequence[float]]) -> f
         best: tuple[float, float] | None = None
         for base in grid:
             rest_base = [b for i, b in enumerate(base) if i != out]
-            step, operation = _robust_overheads(rest, rest_base, rest_steps)
-            mae = _mae_of(
-                [b + step * n + operation for b, n in zip(rest_base, rest_steps, strict=True)],
-                rest,
-            )
+            step, operation, mae = _robust_overheads(rest, rest_base, rest_steps)
             if best is None or mae < best[0] - 1e-12:
                 best = (mae, base[out] + step * steps[out] + operation)
         assert best is not None
@@ -417,12 +409,6 @@ def _held_out_error(cells: Sequence[Cell], grid: Sequence[Sequence[float]]) -> f
 def _rms_of(times: Sequence[float], cells: Sequence[Cell]) -> float:
     errors = [(t - c.measured_s) / c.measured_s for t, c in zip(times, cells, strict=True)]
     return math.sqrt(sum(e * e for e in errors) / len(errors))
-
-
-def _mae_of(times: Sequence[float], cells: Sequence[Cell]) -> float:
-    """The cells' mean absolute relative error."""
-    errors = [abs(t - c.measured_s) / c.measured_s for t, c in zip(times, cells, strict=True)]
-    return sum(errors) / len(errors)
 
 
 def _rms(calibration: ForecastCalibration, cells: Sequence[Cell]) -> float:
@@ -439,12 +425,12 @@ ERROR_FLOOR = 0.005
 
 def _robust_overheads(
     cells: Sequence[Cell], base: Sequence[float], steps: Sequence[float]
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """(step, operation) overheads that minimise the cells' mean absolute relative error
     on what ``base`` leaves, by iteratively reweighted least squares (each round weighs a
-    cell by 1 / its error in the round before, floored at :data:`ERROR_FLOOR`). The
-    round of least mean absolute error is kept, plain least squares among them: a round
-    can overshoot by a little."""
+    cell by 1 / its error in the round before, floored at :data:`ERROR_FLOOR`), and that
+    error. The round of least mean absolute error is kept, plain least squares among
+    them: a round can overshoot by a little."""
 
     def errors(step: float, operation: float) -> list[float]:
         return [
@@ -463,7 +449,7 @@ def _robust_overheads(
         step, operation = again
         missed = errors(step, operation)
         best = min(best, (sum(missed), step, operation))
-    return best[1], best[2]
+    return best[1], best[2], best[0] / len(cells)
 
 
 def _overheads(

@@ -329,12 +329,21 @@ class ConfigurationModel:
         incast share. Why one size and salt 0 are enough: the plans cut a step's bytes
         into the same peers and channels at every size (a part of zero bytes is still a
         flow here), and the fit plays only configurations no hash decides, with salt 0."""
-        count = element_count(collective, 1 << 20, self.layout.size)
-        steps = schedule(self.layout, collective, algorithm, count)
+        steps = self._steps_with_flows(policy, collective, algorithm, 1 << 20, salt)
+        return bool(self._incast_links([f for _, flows in steps for f in flows]))
+
+    def _steps_with_flows(
+        self, policy: str, collective: str, algorithm: str, size: int, salt: int
+    ) -> list[tuple[Step, list[FlowClass]]]:
+        """The schedule's steps at ``size`` bytes, each with its connections as flow
+        classes on the policy's paths under ``salt``."""
+        count = element_count(collective, size, self.layout.size)
         routed = self.routed(policy, collective, algorithm, salt)
         channels = self.channels_for(collective, algorithm)
-        flows = [f for step in steps for f in self.step_flows(step, routed, channels)]
-        return bool(self._incast_links(flows))
+        return [
+            (step, self.step_flows(step, routed, channels))
+            for step in schedule(self.layout, collective, algorithm, count)
+        ]
 
     def wait(self, step: Step) -> float:
         return max((self.one_way[s][d] for s, d, _ in step.transfers), default=0.0)
@@ -352,14 +361,8 @@ class ConfigurationModel:
         NIC downlinks that several senders converge on kept to ``incast`` of their rate
         (default: the calibration's)."""
         incast = self.calibration.incast if incast is None else incast
-        n = self.layout.size
-        count = element_count(collective, size, n)
-        steps = schedule(self.layout, collective, algorithm, count)
-        routed = self.routed(policy, collective, algorithm, salt)
-        channels = self.channels_for(collective, algorithm)
         out = []
-        for step in steps:
-            flows = self.step_flows(step, routed, channels)
+        for step, flows in self._steps_with_flows(policy, collective, algorithm, size, salt):
             capacity = _capacity(self.fabric.capacity, flows)
             if incast < 1.0:
                 for link in self._incast_links(flows):

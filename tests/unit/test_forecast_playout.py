@@ -91,8 +91,10 @@ def test_cells_of_one_step_count_put_their_overhead_on_the_operation(robust: boo
 
     base = [0.5, 1.0, 2.0, 4.0]
     cells = [Cell(b + 0.1, {}, None, 4) for b in base]
-    fit = _robust_overheads if robust else _overheads
-    step, operation = fit(cells, base, [4, 4, 4, 4])
+    steps = [4, 4, 4, 4]
+    step, operation = (
+        _robust_overheads(cells, base, steps)[:2] if robust else _overheads(cells, base, steps)
+    )
     assert 4 * step + operation == pytest.approx(0.1, rel=1e-6)
 
 
