@@ -73,7 +73,7 @@ def diagnose(obs: Observations) -> Diagnosis:
     suspects = merge([s for detector in DETECTORS for s in detector(obs)])
     suspects = reconcile(obs, suspects)
     probes.cleared_by_probes(obs, suspects)
-    notes = damage_notes(obs)
+    notes = damage_notes(obs) + probes.pause_notes(obs)
     without_port_events(obs, suspects)
     if not obs.operations:
         notes.append("no timed operation in this bundle: nothing to compare against")

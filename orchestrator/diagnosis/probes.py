@@ -10,9 +10,10 @@ place a fault the collectives' connections may never cross:
   and acknowledgements too, and the probe's timer retries a segment it dropped after
   0.2 s, 0.4 s, 0.8 s: :func:`~orchestrator.diagnosis.detectors.discards_of`), when the
   probe was not stalled (a stall's retransmissions are the timer's retries, read as a
-  hole below) and when no port of the fabric was down (the controller's events say that
-  fault). Of the directions the lossy probes crossed, the one crossed by the most of
-  them is taken (then the next, for what it leaves unexplained) when at least
+  hole below), when no port of the fabric was down (the controller's events say that
+  fault) and not at a pause of the machine (:func:`machine_pauses`). Of the directions
+  the lossy probes crossed, the one crossed by the most of them is taken (then the next,
+  for what it leaves unexplained) when at least
   :data:`SUPPORT_MIN` probes lost :data:`LOSS_MIN` segments across it, the probes that
   crossed it without losing, while it lost, are fewer than half of those that did (a 3 %
   loss drops one of a probe's 20 messages a second every 1.7 s, so a probe crossing it
@@ -91,6 +92,13 @@ SHARE_MIN = 0.5  # of the probes stalled alongside a hole's, those through it, a
 UNREAD_S = 1.0  # no port counter read this long: the fabric's switches paused
 EXPECTED_MIN = 5.0  # losses a lossy direction would have dealt its clean probes (P(0) < 1 %)
 CLEARED = 0.5  # x the score of a lossy suspect its clean probes speak against
+# Losses of many probes at one instant over paths no one direction joins are the machine's:
+# its CPU held the switches' process past every probe's retransmission timer (the CI run of
+# 2026-12-07: vswitchd waited for a core 0.48-0.82 of 0.2 s, and 62 of 65 probes
+# retransmitted once within 0.07 s of each other while one link lost 15 %)
+PAUSE_S = 0.2  # losses this close to the first of them are one instant (probers sample apart)
+PAUSE_PROBES = 6  # probes that lost then, at least
+PAUSE_SHARE = 0.5  # ... of which no direction was crossed by more than this share
 
 
 def down_windows(obs: Observations) -> list[tuple[float, float]]:
@@ -183,6 +191,7 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     # next queue sample of that uplink showed its discards)
     judged = _queues_read_until(obs, rec) if excuse_discards and reads_live(obs) else {}
     downs = down_windows(obs)
+    pauses = machine_pauses(rec)
     span = obs.span
     units = []
     end = max((s[-1][0] for s in _all_samples(obs)), default=0.0)
@@ -196,11 +205,13 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
             ports = egress(path) + egress(rec.back_at(pid, start))
             if pid not in stalled:
                 stalled[pid] = stalls(probe)
-            # its stalls, the downs and (excuse_discards) its ways' discards
+            # its stalls, the downs, the machine's pauses and (excuse_discards) its
+            # ways' discards
             excused = _Spans(
                 itertools.chain(
                     stalled[pid],
                     downs,
+                    pauses,
                     *(quiet.get(p, ()) for p in ports),
                 )
             )
@@ -222,6 +233,50 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
                     unit.losses.append((t1, lost[t1]))
             units.append(unit)
     return units
+
+
+def machine_pauses(rec: ProbeRecord) -> list[tuple[float, float]]:
+    """Instants at which :data:`PAUSE_PROBES` probes or more lost a segment together (within
+    :data:`PAUSE_S` of the first) and no direction was crossed by more than
+    :data:`PAUSE_SHARE` of them: (first loss, last loss). A lossy link drops only what
+    crosses it, so the probes that lose together at its hand share it; probes all over the
+    fabric losing at once are their timers firing while the emulator's process waited for
+    the CPU, no link's loss (a spurious retransmission, which the receiver may not report
+    as a duplicate when the original was still queued in the switch process)."""
+    losses = sorted((t1, pid) for pid, p in rec.probes.items() for _, t1, _ in p.losses())
+    out: list[tuple[float, float]] = []
+    i = 0
+    while i < len(losses):
+        j = i
+        while j < len(losses) and losses[j][0] - losses[i][0] <= PAUSE_S:
+            j += 1
+        together = losses[i:j]
+        pids = {pid for _, pid in together}
+        at = together[0][0]
+        if len(pids) >= PAUSE_PROBES:
+            crossed = Counter(d for pid in pids for d in set(directions(rec.path_at(pid, at))))
+            if max(crossed.values(), default=0) <= PAUSE_SHARE * len(pids):
+                out.append((at, together[-1][0]))
+                i = j
+                continue
+        i += 1  # the next loss may begin the instant (a stray one came just before it)
+    return out
+
+
+def pause_notes(obs: Observations) -> list[str]:
+    """What :func:`machine_pauses` set aside, for the diagnosis's notes."""
+    rec = obs.probes
+    if rec is None:
+        return []
+    notes = []
+    for a, b in machine_pauses(rec):
+        lost = {pid for pid, p in rec.probes.items() for _, t, _ in p.losses() if a <= t <= b}
+        notes.append(
+            f"probes: {len(lost)} probes lost a segment together at {_rel(obs, a)} on paths "
+            "no one link joins: the emulator's process paused (its CPU), not a link; those "
+            "losses are not counted"
+        )
+    return notes
 
 
 def _tally(lossy: Sequence[_Unit], start: str = "") -> tuple[dict[str, set[int]], Counter[str]]:

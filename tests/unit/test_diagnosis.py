@@ -2647,6 +2647,34 @@ def test_a_lossy_connection_beside_a_switch_that_dropped_acknowledgements_only_i
     assert [s[:2] for s in named(20 * 1_500)][:1] == [("p0r1t1>p0r1a0", "lossy")]
 
 
+def test_a_gpus_lossy_link_stands_beside_switches_that_dropped_acknowledgements_only(
+    astral: FabricDescription,
+) -> None:
+    """The CI run of 2026-12-07: a 15 % loss on the link out of a GPU, while a pause of the
+    machine left every switch a dozen small packets short. The connection that left by
+    that link retransmitted 206 segments; its path's switches, whose drops were
+    acknowledgements only, lost none of its data, and its GPU's link is the loss, as
+    where no switch dropped anything (it was called healthy). Had every switch dropped
+    a dozen whole segments, the loss could be any of theirs: no link is named."""
+    switches = sorted(astral.fabric.switches)
+    out = routed(astral, "p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    conns = [
+        connection(1, 1, 4, out, retrans=200, spread=5.0),
+        connection(2, 0, 2, ELSEWHERE),
+        connection(3, 2, 0, LOCAL),
+    ]
+
+    def named(size: int) -> list[tuple[str, str, str]]:
+        drops = counters(dict.fromkeys(switches, 12), switches)
+        for port, rows in drops.items():  # each packet dropped ``size`` bytes
+            drops[port] = [(t, rxb, rxb - size * (rx - tx), rx, tx) for t, rxb, _, rx, tx in rows]
+        obs = observations(astral, connections=conns, counters=drops, queues=queues({}, switches))
+        return [s.key() for s in diagnose(obs).ranked if s.score >= THRESHOLD]
+
+    assert named(66)[:1] == [("link", "p0s0g1>p0r1t1", "lossy")]
+    assert not [k for k in named(1_500) if k[1] == "p0s0g1>p0r1t1"]
+
+
 def test_a_lone_short_stall_beside_a_congested_switchs_few_drops_is_no_hole(
     astral: FabricDescription,
 ) -> None:
