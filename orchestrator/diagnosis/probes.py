@@ -191,7 +191,7 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     # next queue sample of that uplink showed its discards)
     judged = _queues_read_until(obs, rec) if excuse_discards and reads_live(obs) else {}
     downs = down_windows(obs)
-    pauses = machine_pauses(rec)
+    pauses = machine_pauses(rec, downs)
     span = obs.span
     units = []
     end = max((s[-1][0] for s in _all_samples(obs)), default=0.0)
@@ -235,15 +235,27 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     return units
 
 
-def machine_pauses(rec: ProbeRecord) -> list[tuple[float, float]]:
+def machine_pauses(
+    rec: ProbeRecord, downs: Sequence[tuple[float, float]] = ()
+) -> list[tuple[float, float]]:
     """Instants at which :data:`PAUSE_PROBES` probes or more lost a segment together (within
-    :data:`PAUSE_S` of the first) and no direction was crossed by more than
+    :data:`PAUSE_S` of the first) and no link was on the ways, there or back, of more than
     :data:`PAUSE_SHARE` of them: (first loss, last loss). A lossy link drops only what
-    crosses it, so the probes that lose together at its hand share it; probes all over the
-    fabric losing at once are their timers firing while the emulator's process waited for
-    the CPU, no link's loss (a spurious retransmission, which the receiver may not report
-    as a duplicate when the original was still queued in the switch process)."""
-    losses = sorted((t1, pid) for pid, p in rec.probes.items() for _, t1, _ in p.losses())
+    crosses it, data or acknowledgements, so the probes that lose together at its hand
+    share it (a probe's acknowledgements lost make it retry too, and a link's two
+    directions are one fault: seed 65 run 4's flapping core link, probes across it both
+    ways, was first read as a pause); probes all over the fabric losing at once are their
+    timers firing while the emulator's process waited for the CPU, no link's loss (a
+    spurious retransmission, which the receiver may not report as a duplicate when the
+    original was still queued in the switch process). Losses while a port was down
+    (``downs``: :func:`down_windows`) are that fault's, set aside already."""
+    held = _Spans(downs)
+    losses = sorted(
+        (t1, pid)
+        for pid, p in rec.probes.items()
+        for t0, t1, _ in p.losses()
+        if not held.touch(t0, t1)
+    )
     out: list[tuple[float, float]] = []
     i = 0
     while i < len(losses):
@@ -254,7 +266,7 @@ def machine_pauses(rec: ProbeRecord) -> list[tuple[float, float]]:
         pids = {pid for _, pid in together}
         at = together[0][0]
         if len(pids) >= PAUSE_PROBES:
-            crossed = Counter(d for pid in pids for d in set(directions(rec.path_at(pid, at))))
+            crossed = Counter(link for pid in pids for link in _links_at(rec, pid, at))
             if max(crossed.values(), default=0) <= PAUSE_SHARE * len(pids):
                 out.append((at, together[-1][0]))
                 i = j
@@ -263,13 +275,20 @@ def machine_pauses(rec: ProbeRecord) -> list[tuple[float, float]]:
     return out
 
 
+def _links_at(rec: ProbeRecord, pid: int, t: float) -> set[str]:
+    """The links (``A-B``, whichever way) a probe's packets or its acknowledgements crossed
+    at ``t``."""
+    ways = directions(rec.path_at(pid, t)) + directions(rec.back_at(pid, t))
+    return {"-".join(sorted(d.split(">", 1))) for d in ways}
+
+
 def pause_notes(obs: Observations) -> list[str]:
     """What :func:`machine_pauses` set aside, for the diagnosis's notes."""
     rec = obs.probes
     if rec is None:
         return []
     notes = []
-    for a, b in machine_pauses(rec):
+    for a, b in machine_pauses(rec, down_windows(obs)):
         lost = {pid for pid, p in rec.probes.items() for _, t, _ in p.losses() if a <= t <= b}
         notes.append(
             f"probes: {len(lost)} probes lost a segment together at {_rel(obs, a)} on paths "

@@ -75,6 +75,7 @@ from topologies.description import FabricDescription
 from topologies.fivetuple import FiveTuple
 from topologies.generators import build_fabric
 from topologies.latency import AppliedLatency, applied_latency
+from topologies.model import Link, LinkKind
 from topologies.spec import parse_fabric_spec
 
 T0 = 1_000_000.0  # the first timed operation's start
@@ -219,6 +220,36 @@ def test_every_link_of_a_switch_down_together_is_the_switch_not_its_links(
             events.append(event(3.0 + 0.01 * n, "port-down", other, link.port_of(other)))
     diagnosis = diagnose(observations(astral, events=events))
     assert [s.key() for s in diagnosis.ranked] == [("switch", "p1r1t0", "down")]
+
+
+def test_parallel_links_to_one_neighbour_down_together_are_one_link_not_the_switch() -> None:
+    """Seed 65 run 4: on a one-pod astral fabric each aggregation switch has one ToR link
+    and four parallel links to one core. A flap of that core link took its four ports
+    down together, 4 of the switch's 5 ports, and the switch was called down; by name it
+    is one of its two links, flapping. Both links down is the switch."""
+    spec = {
+        "name": "astral-1pod-4x2", "kind": "astral", "pods": 1, "servers_per_pod": 4,
+        "gpus_per_server": 2, "nic_ports": 1, "switch": {"radix": 8, "down_ports": 4},
+        "oversubscription": {"tor": 2, "agg": 1}, "emulation": {"scale": 1.0e-4},
+    }  # fmt: skip
+    description = FabricDescription.of(build_fabric(parse_fabric_spec(spec, "test")))
+    fabric = description.fabric
+    core = [x for x in fabric.links_of("p0r0a2") if x.kind is LinkKind.AGG_CORE]
+    assert len(core) == 4 and len({x.other("p0r0a2") for x in core}) == 1
+
+    def down(links: list[Link], at: float) -> list[ControllerEvent]:
+        return [
+            event(at + dt, kind, end, x.port_of(end))
+            for x in links
+            for dt, kind in ((0.0, "port-down"), (1.0, "port-up"))
+            for end in (x.a, x.b)
+        ]
+
+    flaps = [e for k in range(3) for e in down(core, 3.0 + 2 * k)]
+    diagnosis = diagnose(observations(description, events=flaps))
+    assert diagnosis.ranked[0].key() == ("link", f"p0r0a2-{core[0].other('p0r0a2')}", "flapping")
+    everything = down(list(fabric.links_of("p0r0a2")), 3.0)
+    assert top(observations(description, events=everything)) == ("switch", "p0r0a2", "down")
 
 
 def retransmitting() -> tuple[list[ConnectionView], list[str]]:

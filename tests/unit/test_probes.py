@@ -190,10 +190,9 @@ def test_probes_that_lost_across_one_direction_and_only_they_place_the_loss(
     assert "3 probes across p1r0a1>p1r0t0 lost 9 segments" in top.evidence[0]
 
 
-# astral-small paths (the CI run of 2026-12-07's probes 24, 128, 96, 168, 72): five
-# sources' probes down c0>p0r0a0>p0r0t0, away from pod 1's rail 0
+# astral-small paths (the CI run of 2026-12-07's probes 128, 96, 168, 72): four sources'
+# probes down c0>p0r0a0>p0r0t0, away from pod 1's rail 0
 AROUND: list[tuple[str, str, tuple[str, ...]]] = [
-    ("p0s0g1", "p0s1g0", ("p0s0g1", "p0r1t0", "p0r1a0", "c0", "p0r0a0", "p0r0t0", "p0s1g0")),
     ("p1s0g1", "p0s1g0", ("p1s0g1", "p1r1t0", "p1r1a0", "c0", "p0r0a0", "p0r0t0", "p0s1g0")),
     ("p1s0g0", "p0s0g0", ("p1s0g0", "p1r0t0", "p1r0a0", "c0", "p0r0a0", "p0r0t0", "p0s0g0")),
     ("p1s1g1", "p0s0g0", ("p1s1g1", "p1r1t1", "p1r1a0", "c0", "p0r0a0", "p0r0t0", "p0s0g0")),
@@ -218,12 +217,16 @@ def test_probes_losing_all_over_the_fabric_at_once_are_the_machines_pause_not_a_
     diagnosis = diagnose(obs)
     top = [s.key() for s in diagnosis.ranked[:1]]
     assert top == [("link", "p1r0a1>p1r0t0", "lossy")], diagnosis.render()
-    assert any("11 probes lost a segment together at +17.00 s" in n for n in diagnosis.notes)
+    assert any("10 probes lost a segment together at +17.00 s" in n for n in diagnosis.notes)
     # probes that lose together across one link are no pause, however many
     twice = DOWN_A1 + DOWN_A1 + ELSEWHERE + AROUND
     together = {i: {"lost": [2.0, 3.0, 4.0, 5.0, 6.0]} for i in range(6)}
     assert probes.machine_pauses(record(twice, together)) == []
-    ((first, _),) = probes.machine_pauses(record(twice, kinds))
+    # ... nor across one link both ways (seed 65 run 4: a flapping core link)
+    both_ways = DOWN_A1 + [(dst, src, tuple(reversed(nodes))) for src, dst, nodes in DOWN_A1]
+    together = {i: {"lost": [2.0, 3.0, 4.0]} for i in range(6)}
+    assert probes.machine_pauses(record(both_ways + AROUND, together)) == []
+    ((first, _),) = probes.machine_pauses(record(cases, kinds))
     assert first == pytest.approx(T0 + pause)
 
 
