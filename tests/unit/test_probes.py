@@ -228,6 +228,10 @@ def test_probes_losing_all_over_the_fabric_at_once_are_the_machines_pause_not_a_
     assert probes.machine_pauses(record(both_ways + AROUND, together)) == []
     ((first, _),) = probes.machine_pauses(record(cases, kinds))
     assert first == pytest.approx(T0 + pause)
+    # ... nor at once where queues on their ways discarded then (an all-to-all's bursts)
+    busy = {(node, 1) for _, _, nodes in cases for node in nodes[1:-1]}  # hops(): port 1
+    full = {port: [(T0 + pause - 1, T0 + pause + 1)] for port in busy}
+    assert probes.machine_pauses(record(cases, kinds), discards=full) == []
 
 
 def test_losses_while_a_queue_on_the_way_discarded_are_congestion(
