@@ -685,6 +685,20 @@ def test_directions_the_same_lossy_probes_and_only_they_crossed_are_named_alike(
     named = {s.target: s.score for s in probes.probe_losses(obs)}
     assert {"p0s0g1>p0r1t0", "p0r1t0>p0r1a1", "p0r1a1>c2"} <= set(named), named
     assert len(set(named.values())) == 1
+    # the counters place drops no full queue explains at p0r1a1 (and at c2, the link's other
+    # end): the direction that leaves p0r1a1 comes first (seed 65 run 41)
+    for leaking in (["p0r1a1"], ["p0r1a1", "c2"]):
+        counters = {
+            (sw, 1): [(t, 0, 0, 100 * k, 100 * k - SILENT[k]) for k, t in enumerate(SAMPLED)]
+            for sw in leaking
+        }
+        clean = {(sw, 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)] for sw in leaking}
+        obs = observations(
+            astral, probes=record(one_gpu + ELSEWHERE, lossy), counters=counters, queues=clean
+        )
+        ranked = sorted(probes.probe_losses(obs), key=lambda s: -s.score)
+        assert ranked[0].target == "p0r1a1>c2" and ranked[1].score < ranked[0].score, ranked
+        assert "p0r1a1, which p0r1a1>c2 leaves, dropped 40 packets" in ranked[0].evidence[-1]
 
 
 def test_a_lossy_link_its_clean_probes_speak_against_is_cleared(
