@@ -94,13 +94,13 @@ UNREAD_S = 1.0  # no port counter read this long: the fabric's switches paused
 EXPECTED_MIN = 5.0  # losses a lossy direction would have dealt its clean probes (P(0) < 1 %)
 CLEARED = 0.5  # x the score of a lossy suspect its clean probes speak against
 PLACED_STEP = 0.05  # below a twin direction the counters place the drops at better
-# Losses of many probes at one instant over paths no one direction joins are the machine's:
+# Losses of many probes at one instant over paths no one link joins are the machine's:
 # its CPU held the switches' process past every probe's retransmission timer (the CI run of
 # 2026-12-07: vswitchd waited for a core 0.48-0.82 of 0.2 s, and 62 of 65 probes
 # retransmitted once within 0.07 s of each other while one link lost 15 %)
 PAUSE_S = 0.2  # losses this close to the first of them are one instant (probers sample apart)
 PAUSE_PROBES = 6  # probes that lost then, at least
-PAUSE_SHARE = 0.5  # ... of which no direction was crossed by more than this share
+PAUSE_SHARE = 0.5  # ... no link on the ways there or back of more than this share of them
 
 
 def down_windows(obs: Observations) -> list[tuple[float, float]]:
@@ -428,7 +428,10 @@ def _placed_by_leaks(
                 + (f", and {b} at the link's other end {leaks[b].silent:,}" if b in leaks else "")
             )
         elif best:
-            said.append(f"but {a}, which {d} leaves, dropped nothing no full queue explains")
+            said.append(
+                f"but {a}, which {d} leaves, was no more packets short than its full "
+                "queues' discards and the counters' noise explain"
+            )
         out[d] = (best - placed(d), said)
     return out
 
