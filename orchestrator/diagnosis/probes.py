@@ -185,7 +185,8 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     rec = obs.probes
     if rec is None:
         return []
-    quiet = _discards(obs, rec, PAD_S) if excuse_discards else {}
+    discards = _discards(obs, rec, PAD_S)
+    quiet = discards if excuse_discards else {}
     # live, a loss after a port's last queue sample so far is not judged yet: the queue
     # samples come every 0.5 s, the probes' every 0.1 s, and a discard shows only at the
     # sample after it (seed 56 runs 21 and 45, healthy sweeps: probes that lost at a new
@@ -193,7 +194,7 @@ def _units(obs: Observations, excuse_discards: bool = True) -> list[_Unit]:
     # next queue sample of that uplink showed its discards)
     judged = _queues_read_until(obs, rec) if excuse_discards and reads_live(obs) else {}
     downs = down_windows(obs)
-    pauses = machine_pauses(rec, downs, _discards(obs, rec, PAD_S))
+    pauses = machine_pauses(rec, downs, discards)
     span = obs.span
     units = []
     end = max((s[-1][0] for s in _all_samples(obs)), default=0.0)
@@ -331,7 +332,7 @@ def probe_losses(obs: Observations) -> list[Suspect]:
     units = _units(obs)
     lossy = [u for u in units if u.lost]
     found: dict[str, tuple[float, list[str], float]] = {}
-    leaks = switch_leaks(obs) if lossy and obs.queues else {}
+    leaks: Mapping[str, Leak] | None = None  # read once a direction is found
     for _ in range(ROUNDS):
         if not lossy:
             break
@@ -393,6 +394,8 @@ def probe_losses(obs: Observations) -> list[Suspect]:
                 f"the probes cannot tell {best} from {', '.join(sorted(twins))}: the same "
                 "probes crossed them, and no other"
             )
+        if leaks is None:
+            leaks = switch_leaks(obs) if obs.queues else {}
         for d, (placed, said) in _placed_by_leaks([best, *twins], leaks).items():
             found[d] = (score - PLACED_STEP * placed, evidence + said, first)
         lossy = [u for u in lossy if best not in u.dirs]
