@@ -19,7 +19,7 @@ flow or group was created) and therefore the best divisor for a rate.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,14 @@ PORT_COLUMNS = (
     "tx_errors",
     "duration",
 )
-GROUP_COLUMNS = ("group", "packets", "bytes", "duration", "buckets")
-FLOW_COLUMNS = ("table", "priority", "match", "packets", "bytes", "duration")
+GROUP_COLUMNS = ("group", "packets", "bytes", "duration", "buckets", "bucket_ports")
+FLOW_COLUMNS = ("table", "priority", "match", "packets", "bytes", "duration", "out")
+#: the columns of files written before 2026-12-07, without where entries and buckets send
+#: their packets (read as sending nowhere known)
+OLD_COLUMNS = {
+    "group": ("group", "packets", "bytes", "duration", "buckets"),
+    "flow": ("table", "priority", "match", "packets", "bytes", "duration"),
+}
 
 # A match as data: sorted (OXM field, value) pairs; a masked value is "value/mask".
 Match = tuple[tuple[str, Any], ...]
@@ -69,18 +75,23 @@ class PortSample:
 
 @dataclass(frozen=True)
 class GroupSample:
-    """One group's counters (OFPGroupStats), with (packets, bytes) per bucket in order."""
+    """One group's counters (OFPGroupStats), with (packets, bytes) per bucket in order, and
+    the model ports each bucket outputs to (OFPGroupDescStats; empty when not known)."""
 
     group: int
     packets: int
     bytes: int
     duration: float
     buckets: tuple[tuple[int, int], ...] = ()
+    bucket_ports: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
 class FlowSample:
-    """One flow entry's counters (OFPFlowStats); the table-miss entry is never sampled."""
+    """One flow entry's counters (OFPFlowStats); the table-miss entry is never sampled.
+    ``ports`` and ``groups``: the model ports and the groups its actions output to (what
+    it forwarded where: a switch's forwarded packets per egress, against what the egress
+    sent, say which egress lost packets; empty for a drop entry, and in older files)."""
 
     table: int
     priority: int
@@ -88,6 +99,8 @@ class FlowSample:
     packets: int
     bytes: int
     duration: float
+    ports: tuple[int, ...] = ()
+    groups: tuple[int, ...] = ()
 
     @property
     def key(self) -> tuple[int, int, Match]:
@@ -379,11 +392,26 @@ def encode_round(stats: StatsRound) -> dict[str, Any]:
                 for p in s.ports
             ],
             "groups": [
-                [g.group, g.packets, g.bytes, round(g.duration, 9), [list(b) for b in g.buckets]]
+                [
+                    g.group,
+                    g.packets,
+                    g.bytes,
+                    round(g.duration, 9),
+                    [list(b) for b in g.buckets],
+                    [list(b) for b in g.bucket_ports],
+                ]
                 for g in s.groups
             ],
             "flows": [
-                [f.table, f.priority, dict(f.match), f.packets, f.bytes, round(f.duration, 9)]
+                [
+                    f.table,
+                    f.priority,
+                    dict(f.match),
+                    f.packets,
+                    f.bytes,
+                    round(f.duration, 9),
+                    [*f.ports, *(f"g{g}" for g in f.groups)],
+                ]
                 for f in s.flows
             ],
         }
@@ -425,14 +453,8 @@ def decode_round(record: Mapping[str, Any]) -> StatsRound:
             dpid=int(s["dpid"]),
             t=float(s["t"]),
             ports=tuple(PortSample(*row) for row in s.get("ports", [])),
-            groups=tuple(
-                GroupSample(int(g), int(p), int(b), float(d), tuple((x, y) for x, y in bk))
-                for g, p, b, d, bk in s.get("groups", [])
-            ),
-            flows=tuple(
-                FlowSample(int(tb), int(pr), match_of(m.items()), int(p), int(b), float(d))
-                for tb, pr, m, p, b, d in s.get("flows", [])
-            ),
+            groups=tuple(_group(row) for row in s.get("groups", [])),
+            flows=tuple(_flow(row) for row in s.get("flows", [])),
         )
     took = record.get("took")
     return StatsRound(
@@ -441,6 +463,22 @@ def decode_round(record: Mapping[str, Any]) -> StatsRound:
         switches,
         tuple(record.get("missing", [])),
         None if took is None else float(took),
+    )
+
+
+def _group(row: Sequence[Any]) -> GroupSample:
+    g, p, b, d, buckets = row[:5]
+    ports = tuple(tuple(int(x) for x in bucket) for bucket in row[5]) if len(row) > 5 else ()
+    return GroupSample(int(g), int(p), int(b), float(d), tuple((x, y) for x, y in buckets), ports)
+
+
+def _flow(row: Sequence[Any]) -> FlowSample:
+    tb, pr, m, p, b, d = row[:6]
+    out = row[6] if len(row) > 6 else []
+    ports = tuple(int(x) for x in out if not isinstance(x, str))
+    groups = tuple(int(x[1:]) for x in out if isinstance(x, str) and x.startswith("g"))
+    return FlowSample(
+        int(tb), int(pr), match_of(m.items()), int(p), int(b), float(d), ports, groups
     )
 
 
@@ -468,5 +506,6 @@ def check_columns(header: Mapping[str, Any]) -> None:
     columns = header.get("columns", {})
     expected = {"port": PORT_COLUMNS, "group": GROUP_COLUMNS, "flow": FLOW_COLUMNS}
     for kind, names in expected.items():
-        if tuple(columns.get(kind, ())) != names:
+        found = tuple(columns.get(kind, ()))
+        if found != names and found != OLD_COLUMNS.get(kind):
             raise ValueError(f"telemetry {kind} columns {columns.get(kind)!r} != {list(names)}")

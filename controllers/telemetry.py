@@ -7,7 +7,8 @@ Runs next to :class:`controllers.app.FabricController` in the controller process
         |
         v  (the app's event thread: all state below lives here, no lock)
     finish the previous round if some switch has not answered (it is "missing"), then send
-    OFPPortStatsRequest + OFPGroupStatsRequest + OFPFlowStatsRequest to every switch
+    OFPPortStatsRequest + OFPGroupStatsRequest + OFPGroupDescStatsRequest
+    + OFPFlowStatsRequest to every switch
         |
     replies (matched by xid, multipart parts joined) --> SwitchSample per switch
         |  all switches answered (or the next tick came)
@@ -74,7 +75,7 @@ DEFAULT_INTERVAL = 0.5
 MIN_INTERVAL = 0.05
 DEFAULT_MAX_BYTES = 64 * 2**20
 DEFAULT_KEEP = 3
-KINDS = ("ports", "groups", "flows")
+KINDS = ("ports", "groups", "group_desc", "flows")
 
 
 @dataclass(frozen=True)
@@ -314,6 +315,7 @@ class TelemetryMonitor(app_manager.OSKenApp):
             requests = {
                 "ports": parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY),
                 "groups": parser.OFPGroupStatsRequest(dp, 0, ofp.OFPG_ALL),
+                "group_desc": group_desc_request(dp),
                 "flows": flow_stats_request(dp),
             }
             current.waiting[dpid] = set(KINDS)
@@ -349,6 +351,10 @@ class TelemetryMonitor(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPGroupStatsReply, MAIN_DISPATCHER)
     def group_stats_reply(self, ev: Any) -> None:
         self._reply(ev.msg, "groups")
+
+    @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
+    def group_desc_reply(self, ev: Any) -> None:
+        self._reply(ev.msg, "group_desc")
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def flow_stats_reply(self, ev: Any) -> None:
@@ -395,10 +401,20 @@ class TelemetryMonitor(app_manager.OSKenApp):
             for p in sorted(parts["ports"], key=lambda p: p.port_no)
             if p.port_no <= ofp_max
         )
-        groups = tuple(group_sample(g) for g in sorted(parts["groups"], key=lambda g: g.group_id))
+
+        def model(ofport: int) -> int | None:
+            if ofport > ofp_max:
+                return None  # the controller, a flood: no egress of the fabric
+            return self.ports.model_port(name, ofport)
+
+        described = {d.group_id: bucket_ports(d, model) for d in parts["group_desc"]}
+        groups = tuple(
+            group_sample(g, described.get(g.group_id, ()))
+            for g in sorted(parts["groups"], key=lambda g: g.group_id)
+        )
         flows = tuple(
             sorted(
-                (flow_sample(f) for f in parts["flows"] if f.priority > 0),  # not table-miss
+                (flow_sample(f, model) for f in parts["flows"] if f.priority > 0),  # not miss
                 key=lambda f: (f.table, -f.priority, repr(f.match)),
             )
         )
@@ -452,19 +468,53 @@ def port_sample(stat: Any, model_port: int) -> PortSample:
     )
 
 
-def group_sample(stat: Any) -> GroupSample:
-    """An OFPGroupStats (same in 1.3 and 1.5) as a sample."""
+def group_desc_request(dp: Any) -> Any:
+    """Every group's buckets (1.5 names the group asked for: all of them)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if ofp.OFP_VERSION >= ofproto_v1_5.OFP_VERSION:
+        return parser.OFPGroupDescStatsRequest(dp, 0, ofp.OFPG_ALL)
+    return parser.OFPGroupDescStatsRequest(dp, 0)
+
+
+def group_sample(stat: Any, ports: tuple[tuple[int, ...], ...] = ()) -> GroupSample:
+    """An OFPGroupStats (same in 1.3 and 1.5) as a sample, with the model ports of its
+    buckets (``ports``, from its description)."""
     return GroupSample(
         stat.group_id,
         stat.packet_count,
         stat.byte_count,
         stat.duration_sec + stat.duration_nsec / 1e9,
         tuple((b.packet_count, b.byte_count) for b in stat.bucket_stats),
+        ports,
     )
 
 
-def flow_sample(stat: Any) -> FlowSample:
-    """An OFPFlowStats (1.3: fields) or OFPFlowDesc (1.5: OXS ``stats``) as a sample."""
+def bucket_ports(desc: Any, model: Callable[[int], int | None]) -> tuple[tuple[int, ...], ...]:
+    """The model ports each bucket of an OFPGroupDescStats outputs to, in bucket order."""
+    return tuple(
+        tuple(p for p in (_outputs(bucket.actions, model)[0]) if p is not None)
+        for bucket in desc.buckets
+    )
+
+
+def _outputs(
+    actions: Sequence[Any], model: Callable[[int], int | None]
+) -> tuple[list[int | None], list[int]]:
+    """(model ports, groups) that OpenFlow ``actions`` output to."""
+    ports: list[int | None] = []
+    groups: list[int] = []
+    for action in actions:
+        if hasattr(action, "group_id"):
+            groups.append(action.group_id)
+        elif hasattr(action, "port") and hasattr(action, "max_len"):  # OFPActionOutput
+            ports.append(model(action.port))
+    return ports, groups
+
+
+def flow_sample(stat: Any, model: Callable[[int], int | None] | None = None) -> FlowSample:
+    """An OFPFlowStats (1.3: fields) or OFPFlowDesc (1.5: OXS ``stats``) as a sample, with
+    the model ports and groups its apply-actions instructions output to (``model`` maps an
+    OpenFlow port number to the model's, None for one outside the fabric)."""
     if hasattr(stat, "packet_count"):
         packets, nbytes = stat.packet_count, stat.byte_count
         duration = stat.duration_sec + stat.duration_nsec / 1e9
@@ -473,6 +523,20 @@ def flow_sample(stat: Any) -> FlowSample:
         packets, nbytes = fields.get("packet_count", 0), fields.get("byte_count", 0)
         seconds, nanoseconds = fields.get("duration", (0, 0))
         duration = seconds + nanoseconds / 1e9
+    ports: list[int] = []
+    groups: list[int] = []
+    if model is not None:
+        for instruction in getattr(stat, "instructions", None) or []:
+            found, via = _outputs(getattr(instruction, "actions", None) or [], model)
+            ports += [p for p in found if p is not None]
+            groups += via
     return FlowSample(
-        stat.table_id, stat.priority, match_of(stat.match.items()), packets, nbytes, duration
+        stat.table_id,
+        stat.priority,
+        match_of(stat.match.items()),
+        packets,
+        nbytes,
+        duration,
+        tuple(ports),
+        tuple(groups),
     )

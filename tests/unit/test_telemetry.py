@@ -276,3 +276,89 @@ def test_stats_bodies_of_both_openflow_versions_become_the_same_samples() -> Non
         None, 17, 1, 9, 900, 1, 0, [p13.OFPBucketCounter(4, 400), p13.OFPBucketCounter(5, 500)]
     )
     assert group_sample(group) == GroupSample(17, 9, 900, 1.0, ((4, 400), (5, 500)))
+
+
+def test_entries_and_buckets_say_which_model_ports_they_output_to() -> None:
+    from os_ken.ofproto import ofproto_v1_3 as o13
+    from os_ken.ofproto import ofproto_v1_3_parser as p13
+    from os_ken.ofproto import ofproto_v1_5_parser as p15
+
+    from controllers.telemetry import bucket_ports, flow_sample
+
+    def model(ofport: int) -> int | None:  # OpenFlow 13 is model port 3; the controller none
+        return None if ofport > o13.OFPP_MAX else {13: 3}.get(ofport, ofport)
+
+    match13 = p13.OFPMatch(eth_type=2048, ipv4_dst="10.1.0.1")
+    apply = p13.OFPInstructionActions(
+        o13.OFPIT_APPLY_ACTIONS,
+        [p13.OFPActionOutput(13, 0), p13.OFPActionOutput(o13.OFPP_CONTROLLER, 0)],
+    )
+    flow13 = p13.OFPFlowStats(0, 2, 250_000_000, 100, 0, 0, 0, 0, 7, 700, match13, [apply])
+    assert flow_sample(flow13, model).ports == (3,)
+    to_group = p13.OFPInstructionActions(o13.OFPIT_APPLY_ACTIONS, [p13.OFPActionGroup(9)])
+    grouped = p13.OFPFlowStats(0, 2, 0, 100, 0, 0, 0, 0, 7, 700, match13, [to_group])
+    assert (flow_sample(grouped, model).ports, flow_sample(grouped, model).groups) == ((), (9,))
+    dropped = p13.OFPFlowStats(0, 2, 0, 900, 0, 0, 0, 0, 7, 700, match13, [])
+    assert flow_sample(dropped, model).ports == () and flow_sample(dropped, model).groups == ()
+
+    buckets13 = [
+        p13.OFPBucket(1, o13.OFPP_ANY, o13.OFPG_ANY, [p13.OFPActionOutput(13, 0)]),
+        p13.OFPBucket(1, o13.OFPP_ANY, o13.OFPG_ANY, [p13.OFPActionOutput(4, 0)]),
+    ]
+    desc13 = p13.OFPGroupDescStats(o13.OFPGT_SELECT, 9, buckets13)
+    assert bucket_ports(desc13, model) == ((3,), (4,))
+    buckets15 = [
+        p15.OFPBucket(bucket_id=0, actions=[p15.OFPActionOutput(13, 0)], properties=[]),
+        p15.OFPBucket(bucket_id=1, actions=[p15.OFPActionOutput(4, 0)], properties=[]),
+    ]
+    desc15 = p15.OFPGroupDescStats(type_=1, group_id=9, buckets=buckets15)
+    assert bucket_ports(desc15, model) == ((3,), (4,))
+
+
+def test_files_written_before_the_outputs_were_recorded_still_read() -> None:
+    from controllers.counters import OLD_COLUMNS, check_columns, decode_round
+
+    header = header_record(0.0, "f", "ecmp", 0.5, {"s": 1}, 1)
+    check_columns(header)
+    header["columns"].update({k: list(v) for k, v in OLD_COLUMNS.items()})
+    check_columns(header)
+    header["columns"]["flow"] = ["table"]
+    with pytest.raises(ValueError, match="flow columns"):
+        check_columns(header)
+    old = {
+        "round": 0,
+        "t": 1.0,
+        "switches": {
+            "s": {
+                "dpid": 1,
+                "t": 1.0,
+                "groups": [[3, 9, 900, 1.5, [[4, 400], [5, 500]]]],
+                "flows": [[0, 100, {"ipv4_dst": "10.1.0.1"}, 9, 900, 2.25]],
+            }
+        },
+    }
+    s = decode_round(old).switches["s"]
+    assert s.flows[0].ports == () and s.groups[0].bucket_ports == ()
+    new = encode_round(
+        StatsRound(
+            0,
+            1.0,
+            {
+                "s": SwitchSample(
+                    "s",
+                    1,
+                    1.0,
+                    (),
+                    (GroupSample(3, 9, 900, 1.5, ((4, 400), (5, 500)), ((3,), (4,))),),
+                    (
+                        FlowSample(
+                            0, 100, match_of([("ipv4_dst", "10.1.0.1")]), 9, 900, 2.25, (2,), (3,)
+                        ),
+                    ),
+                )
+            },
+        )
+    )
+    again = decode_round(json.loads(json.dumps(new))).switches["s"]
+    assert again.flows[0].ports == (2,) and again.flows[0].groups == (3,)
+    assert again.groups[0].bucket_ports == ((3,), (4,))
