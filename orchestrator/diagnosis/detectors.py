@@ -467,11 +467,10 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
     (:attr:`Observations.live_queues`): the fabric is not quiet then, so what the
     queues held at the cut is not counted as dropped, and :data:`LIVE_LEAK_MARGIN` more
     packets are allowed for the counters and the queues being sampled apart."""
-    span = obs.span
-    if span is None:
+    window = leak_window(obs)
+    if window is None:
         return {}
-    first = min((c.samples[0][0] for c in obs.connections if c.samples), default=span[0])
-    start, end = min(span[0], first) - 0.5, span[1] + QUIET_AFTER_S
+    start, end = window
     live = reads_live(obs)
     if live:
         # live, the fabric is not quiet at the cut: what its queues hold then was
@@ -492,6 +491,17 @@ def switch_leaks(obs: Observations) -> dict[str, Leak]:
         elif leak.silent >= LEAK_MIN_PACKETS and leak.nbytes >= LEAK_MIN_BYTES:
             out[switch] = leak
     return out
+
+
+def leak_window(obs: Observations) -> tuple[float, float] | None:
+    """Where :func:`switch_leaks` reads a switch: from the last sample before the run's
+    first bytes to a second after its last operation (quiet at both ends); None before the
+    run's span is known."""
+    span = obs.span
+    if span is None:
+        return None
+    first = min((c.samples[0][0] for c in obs.connections if c.samples), default=span[0])
+    return min(span[0], first) - 0.5, span[1] + QUIET_AFTER_S
 
 
 def reads_live(obs: Observations) -> bool:

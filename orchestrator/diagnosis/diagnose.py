@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.diagnosis import detectors, expectation, nvlink, probes, trains
+from orchestrator.diagnosis import detectors, egress, expectation, nvlink, probes, trains
 from orchestrator.diagnosis.evidence import Observations, observe
 from orchestrator.diagnosis.model import FABRIC_WIDE, THRESHOLD, UNCOUNTED, Diagnosis, Suspect
 from orchestrator.diagnosis.restarts import OwnRestart
@@ -163,9 +163,14 @@ def without_port_events(obs: Observations, suspects: Sequence[Suspect]) -> None:
 def leaking_egress(
     obs: Observations, leaks: Mapping[str, detectors.Leak], shown: Sequence[Suspect]
 ) -> list[Suspect]:
-    """Lossy egresses of switches whose silent drops (``leaks``) no suspect shown explains
+    """Lossy egresses of switches whose silent drops (``leaks``) no suspect shown explains:
+    placed by the switches' own forwarding counters where the bundle has them
+    (:mod:`orchestrator.diagnosis.egress`), else by the probes
     (:func:`orchestrator.diagnosis.probes.leaking_egress`)."""
     named = _named(shown)
+    counted = egress.counted_egress(obs, leaks, named)
+    if counted:
+        return counted
     found = probes.agreeing_egress(obs, leaks) or probes.leaking_egress(obs, leaks)
     return [s for s in found if s.target.split(">", 1)[0] not in named]
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnosis import restarts
+from orchestrator.diagnosis.forwarding import forwarded_series
 from orchestrator.diagnosis.nvlink import NvlinkView, read_nvlink
 from orchestrator.diagnosis.proberecord import ProbeRecord, read_probes
 from orchestrator.diagnosis.restarts import OwnRestart
@@ -187,6 +188,10 @@ class Observations:
     # the tables the bundle's schema version has and its database lacks (a damaged
     # bundle: ResultsBundle.missing_tables); what they hold reads as nothing
     missing_tables: tuple[str, ...] = ()
+    # each switch port: (t, packets the switch's entries and group buckets forwarded to it
+    # so far), at the port counters' poll instants (forwarding.py); empty in bundles before
+    # 2026-12-07, and live
+    forwarded: dict[Port, list[tuple[float, int]]] = field(default_factory=dict)
     # the connections between GPUs of one server, over its NVLink switch (nvlink.py)
     nvlink: list[NvlinkView] = field(default_factory=list)
     # where :attr:`events` came from when the controller_events table is missing: the
@@ -358,6 +363,7 @@ def observe(path: Path) -> Observations:
             missing_tables=tuple(missing),
             events_logged=logged,
             nvlink=read_nvlink(bundle, description, gpus_by_rank),
+            forwarded=forwarded_series(path),
         )
 
 

@@ -1,0 +1,88 @@
+"""A lossy egress named by the counters alone: what its switch forwarded there and did not send.
+
+The switch that dropped packets no full queue explains (:func:`detectors.switch_leaks`)
+does not say at which egress; its flow and group counters do
+(:mod:`orchestrator.diagnosis.forwarding`): per egress, forwarded minus sent minus discarded
+is what was lost there. A lossy link's sending end loses its share of what crosses it, at
+that egress and nowhere else, whatever the congestion elsewhere (its full queues' discards
+are counted apart). Under an all-to-all every queue discards and the probes' losses fall on
+every egress alike, so the probes could not say which egress lost (seed 66 run 5, a 3 %
+loss on a GPU's link: 89 packets lost at the ToR's egress to the GPU, 7 at each other).
+
+An egress is named when it lost :data:`EGRESS_MIN` packets or more over the run's quiet
+window, :data:`EGRESS_SHARE` of its switch's silent drops or more, and every other egress
+of the switch at most :data:`RUNNER_SHARE` of that; not where a suspect shown already names
+either end of its link (packets forwarded towards a port that went down are lost at that
+egress too: the down link or switch explains them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+
+from orchestrator.diagnosis.detectors import SILENT_MIN_PACKETS, Leak, leak_window, rel
+from orchestrator.diagnosis.evidence import Observations
+from orchestrator.diagnosis.forwarding import EgressLoss, egress_losses
+from orchestrator.diagnosis.model import Suspect
+
+EGRESS_MIN = 20  # packets lost at one egress over the run (healthy switches: 15 at most)
+EGRESS_SHARE = 0.5  # ... of its switch's silent drops, at least
+RUNNER_SHARE = 0.34  # the switch's next egress lost this share of it at most
+SCORE = 0.8
+
+
+def counted_egress(
+    obs: Observations, leaks: Mapping[str, Leak], named: AbstractSet[str] = frozenset()
+) -> list[Suspect]:
+    """Lossy egresses the counters place (the module docstring), one per leaking switch."""
+    window = leak_window(obs)
+    if window is None or not obs.forwarded:
+        return []
+    out = []
+    for switch, leak in sorted(leaks.items()):
+        egresses = egress_losses(obs, switch, *window)
+        if not egresses:
+            continue
+        best = egresses[0]
+        runner = egresses[1].lost if len(egresses) > 1 else 0
+        if best.lost < max(EGRESS_MIN, EGRESS_SHARE * leak.silent):
+            continue
+        if runner > RUNNER_SHARE * best.lost or {switch, best.peer} & named:
+            continue
+        out.append(_suspect(obs, best, egresses[1:], window))
+    return out
+
+
+def _suspect(
+    obs: Observations, best: EgressLoss, others: Sequence[EgressLoss], window: tuple[float, float]
+) -> Suspect:
+    onset = _onset(obs, best, window)
+    most = max((e.lost for e in others), default=0)
+    evidence = [
+        f"counters: {best.switch} forwarded {best.forwarded:,} packets to {best.peer} "
+        f"(port {best.port}) and sent {best.sent:,}, its full queue discarding "
+        f"{best.discarded:,}: {best.lost:,} lost at that egress"
+        + (f" from about {rel(obs, onset)}" if onset is not None else ""),
+        f"counters: its {len(others)} other egress(es) lost {most:,} at most: the loss is "
+        "this one's, not the switch's",
+    ]
+    return Suspect("link", best.direction, "lossy", SCORE, evidence, onset)
+
+
+def _onset(obs: Observations, best: EgressLoss, window: tuple[float, float]) -> float | None:
+    """The first poll from which on the egress had lost :data:`SILENT_MIN_PACKETS` or
+    more since the window began (packets held in its queue at a poll read as lost for a
+    moment; a loss stays counted)."""
+    rows = obs.counters.get((best.switch, best.port), [])
+    onset = None
+    for row in rows:
+        if not window[0] <= row[0] <= window[1]:
+            continue
+        found = egress_losses(obs, best.switch, window[0], row[0])
+        lost = next((e.lost for e in found if e.port == best.port), 0)
+        if lost < SILENT_MIN_PACKETS:
+            onset = None
+        elif onset is None:
+            onset = row[0]
+    return onset

@@ -1,0 +1,166 @@
+"""Which egress of a switch lost packets, from what its entries forwarded there and what it sent.
+
+The telemetry's flow and group samples carry the ports their actions output to; the
+diagnosis sums them per egress (orchestrator/diagnosis/forwarding.py) and names the egress
+that lost what its switch's balance says was lost (orchestrator/diagnosis/egress.py). The
+magnitudes are those of seed 66 run 5 (docs/diagnosis.md): a 3 % loss on a ToR's egress to
+a GPU under an all-to-all lost 89 of 10,296 packets there, 7 at each other egress.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controllers.counters import (
+    FlowSample,
+    GroupSample,
+    PortSample,
+    StatsRound,
+    SwitchSample,
+    dumps,
+    encode_round,
+    header_record,
+    match_of,
+)
+from orchestrator.diagnosis.detectors import Leak
+from orchestrator.diagnosis.egress import counted_egress
+from orchestrator.diagnosis.forwarding import egress_losses, forwarded_series
+from tests.helpers import preset_description
+from tests.unit.test_diagnosis import T0, observations
+from topologies.description import FabricDescription
+
+SWITCH = "p0r0t0"  # on astral-small: port 1 to p0s0g0, 2 to p0s1g0, 3 and 4 up
+TO = {1: "10.0.0.1", 2: "10.0.0.2"}
+
+
+@pytest.fixture(scope="module")
+def astral() -> FabricDescription:
+    return preset_description("astral-small")
+
+
+def port(number: int, tx: int) -> PortSample:
+    return PortSample(number, 0, tx, 0, 0, 0, 0, 0, 0, 1.0)
+
+
+def sample(
+    t: float, flows: dict[int, int], buckets: tuple[int, int], tx: dict[int, int]
+) -> SwitchSample:
+    """p0r0t0 at ``t``: an entry per GPU port with its packets, a select group over the
+    two uplinks with its buckets' packets, a drop entry, and each port's sent packets."""
+    entries = [
+        FlowSample(0, 100, match_of([("ipv4_dst", TO[p])]), n, 0, 1.0, (p,))
+        for p, n in flows.items()
+    ]
+    entries.append(
+        FlowSample(0, 100, match_of([("ipv4_dst", "10.1.0.0/16")]), sum(buckets), 0, 1.0, (), (7,))
+    )
+    entries.append(FlowSample(0, 900, match_of([("ipv4_dst", "10.0.0.9")]), 40, 0, 1.0))  # drop
+    group = GroupSample(7, sum(buckets), 0, 1.0, ((buckets[0], 0), (buckets[1], 0)), ((3,), (4,)))
+    ports = tuple(port(p, tx.get(p, 0)) for p in (1, 2, 3, 4))
+    return SwitchSample(SWITCH, 5, t, ports, (group,), tuple(entries))
+
+
+def write_telemetry(bundle: Path, samples: list[SwitchSample], old: bool = False) -> None:
+    lines = [dumps(header_record(T0 - 5, "astral-small", "ecmp", 0.5, {SWITCH: 5}, 1))]
+    for i, s in enumerate(samples):
+        record = encode_round(StatsRound(i, s.t, {SWITCH: s}))
+        if old:  # as written before the outputs were recorded
+            for row in record["switches"][SWITCH]["flows"]:
+                del row[6:]
+            for row in record["switches"][SWITCH]["groups"]:
+                del row[5:]
+        lines.append(dumps(record))
+    if old:
+        header = json.loads(lines[0])
+        header["columns"]["flow"] = header["columns"]["flow"][:6]
+        header["columns"]["group"] = header["columns"]["group"][:5]
+        lines[0] = dumps(header)
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / "telemetry.jsonl").write_text("\n".join(lines) + "\n")
+
+
+RUN_START = [
+    sample(T0 - 1.0, {1: 0, 2: 0}, (0, 0), {}),
+]
+# a lossy egress to p0s1g0: 10,296 forwarded, 10,203 sent, 4 discarded -> 89 lost
+LOSSY_END = sample(
+    T0 + 21.0, {1: 10_050, 2: 10_296}, (9_040, 9_163), {1: 10_043, 2: 10_203, 3: 9_033, 4: 9_156}
+)
+
+
+def layers(bundle: Path, end: SwitchSample, discarded: dict[int, int]) -> dict[str, object]:
+    """What observe() reads from the bundle: counters and queues at the polls' instants,
+    and the forwarded series from the telemetry file."""
+    write_telemetry(bundle, [*RUN_START, end])
+    counters = {
+        (SWITCH, p.port): [(T0 - 1.0, 0, 0, 0, 0), (end.t, 0, 0, 0, p.tx_packets)]
+        for p in end.ports
+    }
+    queues = {
+        (SWITCH, p): [(T0 - 1.0, 0, 0, 0), (end.t, 0, discarded.get(p, 0), 0)] for p in (1, 2, 3, 4)
+    }
+    return {"counters": counters, "queues": queues, "forwarded": forwarded_series(bundle)}
+
+
+def test_the_forwarded_series_sums_entries_and_buckets_per_egress(tmp_path: Path) -> None:
+    write_telemetry(tmp_path, [*RUN_START, LOSSY_END])
+    series = forwarded_series(tmp_path)
+    assert series[(SWITCH, 2)][-1] == (T0 + 21.0, 10_296)
+    assert series[(SWITCH, 3)][-1][1] == 9_040 and series[(SWITCH, 4)][-1][1] == 9_163
+    # the group's entry is counted by its buckets, and the drop entry by no egress
+    assert sum(rows[-1][1] for rows in series.values()) == 10_050 + 10_296 + 9_040 + 9_163
+
+
+def test_an_entry_replaced_between_polls_counts_from_zero_again(tmp_path: Path) -> None:
+    later = sample(T0 + 22.0, {1: 30, 2: 10_300}, (9_040, 9_163), {})  # entry 1 re-added
+    write_telemetry(tmp_path, [*RUN_START, LOSSY_END, later])
+    assert forwarded_series(tmp_path)[(SWITCH, 1)][-1][1] == 10_050 + 30
+
+
+def test_a_file_without_outputs_says_nothing_of_egresses(tmp_path: Path) -> None:
+    write_telemetry(tmp_path, [*RUN_START, LOSSY_END], old=True)
+    assert forwarded_series(tmp_path) == {}
+    assert forwarded_series(tmp_path / "none") == {}
+
+
+def test_the_egress_that_lost_is_named_by_the_counters(
+    astral: FabricDescription, tmp_path: Path
+) -> None:
+    obs = observations(astral, **layers(tmp_path, LOSSY_END, {2: 4, 3: 0}))
+    losses = {e.port: e.lost for e in egress_losses(obs, SWITCH, T0 - 0.5, T0 + 21.0)}
+    assert losses == {1: 7, 2: 89, 3: 7, 4: 7}
+    (suspect,) = counted_egress(obs, {SWITCH: Leak(110, 0, 4)})
+    assert (suspect.component, suspect.target, suspect.fault) == ("link", "p0r0t0>p0s1g0", "lossy")
+    assert "forwarded 10,296 packets to p0s1g0" in suspect.evidence[0]
+    assert "89 lost at that egress" in suspect.evidence[0]
+
+
+def test_losses_spread_over_egresses_name_none(astral: FabricDescription, tmp_path: Path) -> None:
+    spread = sample(
+        T0 + 21.0,
+        {1: 10_050, 2: 10_296},
+        (9_040, 9_163),
+        {1: 10_010, 2: 10_256, 3: 9_033, 4: 9_156},
+    )
+    obs = observations(astral, **layers(tmp_path, spread, {}))
+    assert counted_egress(obs, {SWITCH: Leak(94, 0, 0)}) == []
+
+
+def test_a_loss_below_the_floor_or_at_a_named_link_is_left(
+    astral: FabricDescription, tmp_path: Path
+) -> None:
+    small = sample(
+        T0 + 21.0,
+        {1: 10_050, 2: 10_296},
+        (9_040, 9_163),
+        {1: 10_050, 2: 10_281, 3: 9_040, 4: 9_163},
+    )
+    obs = observations(astral, **layers(tmp_path / "a", small, {}))
+    assert counted_egress(obs, {SWITCH: Leak(15, 0, 0)}) == []  # 15 lost: healthy's noise
+    obs = observations(astral, **layers(tmp_path / "b", LOSSY_END, {2: 4}))
+    # a suspect shown names the GPU (its link down, say): the egress's loss is its
+    assert counted_egress(obs, {SWITCH: Leak(110, 0, 4)}, {"p0s1g0"}) == []
+    assert counted_egress(observations(astral), {SWITCH: Leak(110, 0, 4)}) == []
