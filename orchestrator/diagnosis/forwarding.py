@@ -143,3 +143,27 @@ def egress_losses(obs: Observations, switch: str, start: float, end: float) -> l
             return []
         out.append(EgressLoss(switch, port, peer, fb[1] - fa[1], b[4] - a[4], discarded))
     return sorted(out, key=lambda e: (-e.lost, e.port))
+
+
+def unforwarded(obs: Observations, switch: str, start: float, end: float) -> int | None:
+    """Packets ``switch``'s ports received between its polls at or before ``start`` and
+    ``end`` that none of its entries or buckets forwarded to a port: a drop entry's, a
+    table miss's, the controller's; less those its process never read (the emulator's
+    loss, :meth:`Observations.ingress_drops`). Exact at any instant, congested or not (the
+    port and entry counters come in one poll; no queue is involved, where
+    :func:`egress_losses` needs the queues' discards); None when the bundle does not say
+    where the switch forwarded."""
+    ports = sorted(p for s, p in obs.counters if s == switch)
+    if not ports:
+        return None
+    total = 0
+    for port in ports:
+        rows = obs.forwarded.get((switch, port))
+        a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
+        if not rows or a is None or b is None:
+            return None
+        fa, fb = forwarded_at(rows, a[0]), forwarded_at(rows, b[0])
+        if fa is None or fb is None:
+            return None
+        total += (b[3] - a[3]) - (fb[1] - fa[1]) - obs.ingress_drops((switch, port), a[0], b[0])
+    return total

@@ -164,3 +164,23 @@ def test_a_loss_below_the_floor_or_at_a_named_link_is_left(
     # a suspect shown names the GPU (its link down, say): the egress's loss is its
     assert counted_egress(obs, {SWITCH: Leak(110, 0, 4)}, {"p0s1g0"}) == []
     assert counted_egress(observations(astral), {SWITCH: Leak(110, 0, 4)}) == []
+
+
+def test_what_a_switch_forwarded_nowhere_is_counted_exactly(
+    astral: FabricDescription, tmp_path: Path
+) -> None:
+    from orchestrator.diagnosis.forwarding import unforwarded
+    from orchestrator.diagnosis.probes import _silent
+
+    found = layers(tmp_path, LOSSY_END, {2: 4})
+    # its ports received what its entries forwarded, and 40 more that the drop entry took
+    received = {1: 10_000, 2: 10_000, 3: 9_000, 4: 9_549 + 40}  # 38,549 forwarded
+    found["counters"] = {
+        (SWITCH, p): [(T0 - 1.0, 0, 0, 0, 0), (T0 + 21.0, 0, 0, n, 0)] for p, n in received.items()
+    }
+    obs = observations(astral, **found)
+    assert unforwarded(obs, SWITCH, T0 - 0.5, T0 + 21.0) == 40
+    # what a hole's rule reads: the 40, not the balance of received and sent (nothing was
+    # counted sent here) less the queues' discards
+    assert _silent(obs, SWITCH, T0 - 0.5, T0 + 21.0) == 40
+    assert unforwarded(observations(astral), SWITCH, T0, T0 + 1) is None
