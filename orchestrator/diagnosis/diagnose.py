@@ -97,7 +97,9 @@ def diagnose(obs: Observations) -> Diagnosis:
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
     # without queue samples a switch's drops cannot be told from congestion's
     leaks = detectors.switch_leaks(obs) if obs.queues else {}
-    suspects += leaking_egress(obs, leaks, [s for s in suspects if s.score >= THRESHOLD])
+    placed = leaking_egress(obs, leaks, [s for s in suspects if s.score >= THRESHOLD])
+    egress.contradicted(suspects, placed)
+    suspects += placed
     suspects.sort(key=lambda s: (-s.score, s.component, s.target))
     notes += unexplained_drops(leaks, [s for s in suspects if s.score >= THRESHOLD])
     notes += [
@@ -168,9 +170,21 @@ def leaking_egress(
     (:mod:`orchestrator.diagnosis.egress`), else by the probes
     (:func:`orchestrator.diagnosis.probes.leaking_egress`)."""
     named = _named(shown)
-    counted = egress.counted_egress(obs, leaks, named)
+    down = {s.target for s in shown if s.fault in ("down", "flapping")}
+    counted = egress.counted_egress(obs, leaks, {n for t in down for n in _link_nodes(t) or [t]})
     if counted:
-        return counted
+        fresh = []
+        for c in counted:  # a suspect shown already names it: the counters say so there
+            same = [
+                s
+                for s in shown
+                if s.fault == "lossy" and s.target in (c.target, egress.link_of(c.target))
+            ]
+            for s in same:
+                s.evidence.append(c.evidence[0])
+            if not same:
+                fresh.append(c)
+        return fresh
     found = probes.agreeing_egress(obs, leaks) or probes.leaking_egress(obs, leaks)
     return [s for s in found if s.target.split(">", 1)[0] not in named]
 

@@ -11,9 +11,11 @@ loss on a GPU's link: 89 packets lost at the ToR's egress to the GPU, 7 at each 
 
 An egress is named when it lost :data:`EGRESS_MIN` packets or more over the run's quiet
 window, :data:`EGRESS_SHARE` of its switch's silent drops or more, and every other egress
-of the switch at most :data:`RUNNER_SHARE` of that; not where a suspect shown already names
-either end of its link (packets forwarded towards a port that went down are lost at that
-egress too: the down link or switch explains them).
+of the switch at most :data:`RUNNER_SHARE` of that; not where either end of its link went
+down in the run, or a suspect shown calls its switch or its peer down or flapping (packets
+forwarded towards a port that is down are lost at that egress too: the down link explains
+them). The counters contradict a lossy suspect at another egress of the same switch (the
+probes' guess under congestion): it keeps half its score, and says why.
 """
 
 from __future__ import annotations
@@ -30,15 +32,18 @@ EGRESS_MIN = 20  # packets lost at one egress over the run (healthy switches: 15
 EGRESS_SHARE = 0.5  # ... of its switch's silent drops, at least
 RUNNER_SHARE = 0.34  # the switch's next egress lost this share of it at most
 SCORE = 0.8
+COUNTED = "counted egress"  # the sign of a suspect this module placed
 
 
 def counted_egress(
-    obs: Observations, leaks: Mapping[str, Leak], named: AbstractSet[str] = frozenset()
+    obs: Observations, leaks: Mapping[str, Leak], down: AbstractSet[str] = frozenset()
 ) -> list[Suspect]:
-    """Lossy egresses the counters place (the module docstring), one per leaking switch."""
+    """Lossy egresses the counters place (the module docstring), one per leaking switch;
+    ``down``: the components a suspect shown calls down or flapping."""
     window = leak_window(obs)
     if window is None or not obs.forwarded:
         return []
+    went_down = {(e.switch, e.port) for e in obs.events if e.kind == "port-down"}
     out = []
     for switch, leak in sorted(leaks.items()):
         egresses = egress_losses(obs, switch, *window)
@@ -48,10 +53,47 @@ def counted_egress(
         runner = egresses[1].lost if len(egresses) > 1 else 0
         if best.lost < max(EGRESS_MIN, EGRESS_SHARE * leak.silent):
             continue
-        if runner > RUNNER_SHARE * best.lost or {switch, best.peer} & named:
+        if runner > RUNNER_SHARE * best.lost or {switch, best.peer} & down:
+            continue
+        if {(switch, best.port), (best.peer, best.peer_port)} & went_down:
             continue
         out.append(_suspect(obs, best, egresses[1:], window))
     return out
+
+
+def contradicted(suspects: Sequence[Suspect], placed: Sequence[Suspect]) -> None:
+    """Halve the score of each lossy link suspect at another egress of a switch whose loss
+    the counters placed (those of ``placed`` with :data:`COUNTED`), with the counters' word
+    as its last evidence."""
+    for p in placed:
+        if COUNTED not in p.signs:
+            continue
+        switch = p.target.split(">", 1)[0]
+        for s in suspects:
+            if s.component != "link" or s.fault != "lossy" or s is p:
+                continue
+            if s.target in (p.target, link_of(p.target)):
+                continue
+            if switch in _senders(s.target):
+                s.score *= 0.5
+                s.evidence.append(
+                    f"but the counters place {switch}'s loss at {p.target}: "
+                    + p.evidence[1].removeprefix("counters: ")
+                )
+
+
+def _senders(target: str) -> set[str]:
+    """The switches a link suspect says lose at their egress: ``A`` of ``A>B``, both ends
+    of ``A-B``."""
+    if ">" in target:
+        return {target.split(">", 1)[0]}
+    return set(target.split("-", 1))
+
+
+def link_of(direction: str) -> str:
+    """``A-B`` of the direction ``A>B``."""
+    a, _, b = direction.partition(">")
+    return f"{a}-{b}"
 
 
 def _suspect(
@@ -67,7 +109,9 @@ def _suspect(
         f"counters: its {len(others)} other egress(es) lost {most:,} at most: the loss is "
         "this one's, not the switch's",
     ]
-    return Suspect("link", best.direction, "lossy", SCORE, evidence, onset)
+    suspect = Suspect("link", best.direction, "lossy", SCORE, evidence, onset)
+    suspect.signs.add(COUNTED)
+    return suspect
 
 
 def _onset(obs: Observations, best: EgressLoss, window: tuple[float, float]) -> float | None:

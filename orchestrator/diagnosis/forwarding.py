@@ -109,6 +109,7 @@ class EgressLoss:
     switch: str
     port: int
     peer: str
+    peer_port: int
     forwarded: int
     sent: int
     discarded: int
@@ -127,12 +128,12 @@ def egress_losses(obs: Observations, switch: str, start: float, end: float) -> l
     ``end`` (the module docstring), the most lost first; empty when the bundle does not say
     where the switch forwarded, or a port of it was not counted or its queue not sampled."""
     peers = {
-        link.port_of(switch): link.other(switch)
+        link.port_of(switch): (link.other(switch), link.port_of(link.other(switch)))
         for link in obs.fabric.links
         if switch in (link.a, link.b) and link.a != link.b
     }
     out = []
-    for port, peer in sorted(peers.items()):
+    for port, (peer, peer_port) in sorted(peers.items()):
         rows = obs.forwarded.get((switch, port))
         a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
         if not rows or a is None or b is None:
@@ -141,7 +142,7 @@ def egress_losses(obs: Observations, switch: str, start: float, end: float) -> l
         discarded = obs.queue_drops((switch, port), a[0], b[0])
         if fa is None or fb is None or discarded is None:
             return []
-        out.append(EgressLoss(switch, port, peer, fb[1] - fa[1], b[4] - a[4], discarded))
+        out.append(EgressLoss(switch, port, peer, peer_port, fb[1] - fa[1], b[4] - a[4], discarded))
     return sorted(out, key=lambda e: (-e.lost, e.port))
 
 

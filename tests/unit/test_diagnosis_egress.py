@@ -29,7 +29,7 @@ from orchestrator.diagnosis.detectors import Leak
 from orchestrator.diagnosis.egress import counted_egress
 from orchestrator.diagnosis.forwarding import egress_losses, forwarded_series
 from tests.helpers import preset_description
-from tests.unit.test_diagnosis import T0, observations
+from tests.unit.test_diagnosis import T0, event, observations
 from topologies.description import FabricDescription
 
 SWITCH = "p0r0t0"  # on astral-small: port 1 to p0s0g0, 2 to p0s1g0, 3 and 4 up
@@ -161,8 +161,15 @@ def test_a_loss_below_the_floor_or_at_a_named_link_is_left(
     obs = observations(astral, **layers(tmp_path / "a", small, {}))
     assert counted_egress(obs, {SWITCH: Leak(15, 0, 0)}) == []  # 15 lost: healthy's noise
     obs = observations(astral, **layers(tmp_path / "b", LOSSY_END, {2: 4}))
-    # a suspect shown names the GPU (its link down, say): the egress's loss is its
+    # a suspect shown calls the GPU's link down: the egress's loss is the down link's
     assert counted_egress(obs, {SWITCH: Leak(110, 0, 4)}, {"p0s1g0"}) == []
+    # or the port went down while the run lasted
+    went = observations(
+        astral,
+        **layers(tmp_path / "c", LOSSY_END, {2: 4}),
+        events=[event(3.0, "port-down", SWITCH, 2)],
+    )
+    assert counted_egress(went, {SWITCH: Leak(110, 0, 4)}) == []
     assert counted_egress(observations(astral), {SWITCH: Leak(110, 0, 4)}) == []
 
 
@@ -184,3 +191,19 @@ def test_what_a_switch_forwarded_nowhere_is_counted_exactly(
     # counted sent here) less the queues' discards
     assert _silent(obs, SWITCH, T0 - 0.5, T0 + 21.0) == 40
     assert unforwarded(observations(astral), SWITCH, T0, T0 + 1) is None
+
+
+def test_the_counters_contradict_the_probes_guess_at_another_egress(
+    astral: FabricDescription, tmp_path: Path
+) -> None:
+    from orchestrator.diagnosis.egress import contradicted
+    from orchestrator.diagnosis.model import Suspect
+
+    obs = observations(astral, **layers(tmp_path, LOSSY_END, {2: 4}))
+    (placed,) = counted_egress(obs, {SWITCH: Leak(110, 0, 4)})
+    guess = Suspect("link", "p0r0t0>p0r0a0", "lossy", 0.7, ["probes: ..."])
+    same = Suspect("link", "p0r0t0-p0s1g0", "lossy", 0.6, ["probes: ..."])
+    elsewhere = Suspect("link", "p0r1t0>p0r1a0", "lossy", 0.7, ["probes: ..."])
+    contradicted([guess, same, elsewhere, placed], [placed])
+    assert guess.score == pytest.approx(0.35) and "counters place" in guess.evidence[-1]
+    assert same.score == 0.6 and elsewhere.score == 0.7 and placed.score == 0.8
