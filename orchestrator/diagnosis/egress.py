@@ -10,7 +10,11 @@ every egress alike, so the probes could not say which egress lost (seed 66 run 5
 loss on a GPU's link: 89 packets lost at the ToR's egress to the GPU, 7 at each other).
 
 An egress is named when it lost :data:`EGRESS_MIN` packets or more over the run's quiet
-window, :data:`EGRESS_SHARE` of its switch's silent drops or more, and every other egress
+window, :data:`EGRESS_SHARE` of its switch's silent drops or more where the switch leaked
+(at any switch: the egress's count is exact at quiet ends, where the switch's balance is
+held to a share of what its full queues discarded, :data:`detectors.SILENT_SHARE`, since
+a window's ends may not be quiet: a small loss at a switch whose queues discard thousands
+would not pass it), and every other egress
 of the switch at most :data:`RUNNER_SHARE` of that; not where either end of its link went
 down in the run, or a suspect shown calls its switch or its peer down or flapping (packets
 forwarded towards a port that is down are lost at that egress too: the down link explains
@@ -38,20 +42,23 @@ COUNTED = "counted egress"  # the sign of a suspect this module placed
 def counted_egress(
     obs: Observations, leaks: Mapping[str, Leak], down: AbstractSet[str] = frozenset()
 ) -> list[Suspect]:
-    """Lossy egresses the counters place (the module docstring), one per leaking switch;
-    ``down``: the components a suspect shown calls down or flapping."""
+    """Lossy egresses the counters place (the module docstring), one per switch at most;
+    ``leaks``: the switches whose balance says they dropped packets no full queue explains
+    (:func:`detectors.switch_leaks`); ``down``: the components a suspect shown calls down
+    or flapping."""
     window = leak_window(obs)
     if window is None or not obs.forwarded:
         return []
     went_down = {(e.switch, e.port) for e in obs.events if e.kind == "port-down"}
     out = []
-    for switch, leak in sorted(leaks.items()):
+    for switch in sorted({node for node, _ in obs.counters}):
         egresses = egress_losses(obs, switch, *window)
         if not egresses:
             continue
         best = egresses[0]
         runner = egresses[1].lost if len(egresses) > 1 else 0
-        if best.lost < max(EGRESS_MIN, EGRESS_SHARE * leak.silent):
+        silent = leaks[switch].silent if switch in leaks else 0
+        if best.lost < max(EGRESS_MIN, EGRESS_SHARE * silent):
             continue
         if runner > RUNNER_SHARE * best.lost or {switch, best.peer} & down:
             continue

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.diagnosis import restarts
-from orchestrator.diagnosis.forwarding import forwarded_series
+from orchestrator.diagnosis.forwarding import TELEMETRY_FILE, forwarded_series
 from orchestrator.diagnosis.nvlink import NvlinkView, read_nvlink
 from orchestrator.diagnosis.proberecord import ProbeRecord, read_probes
 from orchestrator.diagnosis.restarts import OwnRestart
@@ -363,7 +363,7 @@ def observe(path: Path) -> Observations:
             missing_tables=tuple(missing),
             events_logged=logged,
             nvlink=read_nvlink(bundle, description, gpus_by_rank),
-            forwarded=forwarded_series(path),
+            forwarded=forwarded_series(path / TELEMETRY_FILE),
         )
 
 

@@ -41,11 +41,11 @@ Port = tuple[str, int]
 TELEMETRY_FILE = "telemetry.jsonl"
 
 
-def forwarded_series(path: Path) -> dict[Port, list[tuple[float, int]]]:
+def forwarded_series(file: Path) -> dict[Port, list[tuple[float, int]]]:
     """Per (switch, model port): (t, packets forwarded to it so far), one row per poll
-    round of the switch, oldest first; empty when the bundle's telemetry does not say
-    where its entries output (older bundles) or it has none."""
-    file = path / TELEMETRY_FILE
+    round of the switch, oldest first, from the telemetry ``file`` (a bundle's
+    :data:`TELEMETRY_FILE`); empty when it does not say where the entries output (older
+    files) or there is none."""
     if not file.exists():
         return {}
     tel = read_telemetry(file)

@@ -102,12 +102,16 @@ def layers(bundle: Path, end: SwitchSample, discarded: dict[int, int]) -> dict[s
     queues = {
         (SWITCH, p): [(T0 - 1.0, 0, 0, 0), (end.t, 0, discarded.get(p, 0), 0)] for p in (1, 2, 3, 4)
     }
-    return {"counters": counters, "queues": queues, "forwarded": forwarded_series(bundle)}
+    return {
+        "counters": counters,
+        "queues": queues,
+        "forwarded": forwarded_series(bundle / "telemetry.jsonl"),
+    }
 
 
 def test_the_forwarded_series_sums_entries_and_buckets_per_egress(tmp_path: Path) -> None:
     write_telemetry(tmp_path, [*RUN_START, LOSSY_END])
-    series = forwarded_series(tmp_path)
+    series = forwarded_series(tmp_path / "telemetry.jsonl")
     assert series[(SWITCH, 2)][-1] == (T0 + 21.0, 10_296)
     assert series[(SWITCH, 3)][-1][1] == 9_040 and series[(SWITCH, 4)][-1][1] == 9_163
     # the group's entry is counted by its buckets, and the drop entry by no egress
@@ -117,13 +121,13 @@ def test_the_forwarded_series_sums_entries_and_buckets_per_egress(tmp_path: Path
 def test_an_entry_replaced_between_polls_counts_from_zero_again(tmp_path: Path) -> None:
     later = sample(T0 + 22.0, {1: 30, 2: 10_300}, (9_040, 9_163), {})  # entry 1 re-added
     write_telemetry(tmp_path, [*RUN_START, LOSSY_END, later])
-    assert forwarded_series(tmp_path)[(SWITCH, 1)][-1][1] == 10_050 + 30
+    assert forwarded_series(tmp_path / "telemetry.jsonl")[(SWITCH, 1)][-1][1] == 10_050 + 30
 
 
 def test_a_file_without_outputs_says_nothing_of_egresses(tmp_path: Path) -> None:
     write_telemetry(tmp_path, [*RUN_START, LOSSY_END], old=True)
-    assert forwarded_series(tmp_path) == {}
-    assert forwarded_series(tmp_path / "none") == {}
+    assert forwarded_series(tmp_path / "telemetry.jsonl") == {}
+    assert forwarded_series(tmp_path / "none.jsonl") == {}
 
 
 def test_the_egress_that_lost_is_named_by_the_counters(
