@@ -20,6 +20,8 @@ what several detectors say of the same component and ranks the result.
   the switch forwards everything else).
 - :func:`overfull_queues`: a switch port whose queue filled although what could reach
   it could not outrun it sends slower than its link's rate (``slow``).
+- :func:`held_below_half`: a switch port that held a backlog interval after interval,
+  offered no more than its rate, and sent about half its rate (``slow``).
 - :func:`sending_below_rate`: a switch port that held a queue from one sample to the next
   and still sent far below its link's rate, sample after sample, or whose queue was found
   waiting at half its samples while it sent far below that share (``slow``): a queue
@@ -47,6 +49,7 @@ from dataclasses import dataclass, replace
 
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
 from orchestrator.diagnosis.model import UNCOUNTED, Suspect
+from orchestrator.emulation.shaping import ShapingRecipe
 from topologies.model import Link, LinkKind, Tier
 
 # A port's down and up messages closer than this are one event seen from both ends.
@@ -100,6 +103,14 @@ OVERFULL_MARGIN = 1.0  # x its rate: what can arrive, at most, for a full queue 
 OVERFULL_SCORE = 0.85
 OVERFULL_SENT = 0.5  # x its rate, sent while full: a working port (a quarter-rate one: 0.25)
 OVERFULL_ELSEWHERE_SENT = 0.75  # ... another port full while sending under this: the fabric's
+#: held_below_half: a backlog of this share of the port's queue at both ends of an interval,
+#: in this many intervals in a row, each sent at most HALF_MAX of its rate, HALF_MEDIAN at
+#: the median (a port at half its rate under one connection: 0.46-0.51)
+HALF_QUEUE_SHARE = 0.25
+HALF_INTERVALS = 6
+HALF_MAX = 0.65
+HALF_MEDIAN = 0.55
+HALF_SCORE = 0.8
 BACKLOG_BYTES = 20_000  # held at both ends of a sampling interval: the port had work
 BACKLOGGED_INTERVALS = 4  # such intervals for a port's pace to be read
 BELOW_RATE = 0.35  # x its rate, in every such interval: a quarter-rate link sends 0.18-0.27,
@@ -1668,6 +1679,91 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
             )
         _keep_earliest(out, Suspect("link", d.name, "slow", score, evidence, a))
     return list(out.values())
+
+
+def held_below_half(obs: Observations) -> list[Suspect]:
+    """A switch port that held a backlog from one sample to the next for
+    :data:`HALF_INTERVALS` intervals in a row and sent at most :data:`HALF_MAX` of its
+    rate in every one of them (:data:`HALF_MEDIAN` at the median), while what could reach
+    it (its connections' narrowest links before it) was no faster than its rate: it is
+    shaped to about half (``slow``).
+
+    Why: a port slowed to half under one connection sends at 0.46-0.51 of its rate with
+    its queue never empty, and :func:`overfull_queues` and :func:`sending_below_rate`
+    look for less (a quarter-rate port sends 0.18-0.27; healthy ports with a burst queued
+    at two instants sent 0.34-1.0 between them) and for more bytes held than a 16-frame
+    queue holds (24 kB and 40 kB: the least queue any port has; seed 68 run 1, a fat-tree
+    uplink at half its 10 Mbit/s under a pinned ring, held 8-27 kB at 9 samples in a row
+    while it sent 0.36-0.51, and 0.94-0.98 with a queue before the fault). The backlog
+    counts from a quarter of the port's queue (:data:`HALF_QUEUE_SHARE` of its
+    :meth:`~orchestrator.emulation.shaping.ShapingRecipe.queue_bytes`). Over the saved
+    suites of seeds 65-68 (192 runs, 64 healthy), the ports held so for 6 intervals at
+    a median of 0.55 or less were the slowed links' (0.1, 0.25, 0.48 and 0.48), and one
+    healthy spine port under an ECMP all-to-all (0.51, more arriving than its rate). A
+    port that can be offered more than its rate is congestion's, whatever it sent."""
+    span = obs.span
+    queues = slow_port_queues(obs)
+    if span is None or not queues or not obs.counters:
+        return []
+    recipe = ShapingRecipe()
+    direction_of = {port: d for d in obs.directions.values() for port in egress_ports(obs, d)}
+    out: dict[str, Suspect] = {}
+    for port, rows in sorted(queues.items()):
+        d = direction_of.get(port)
+        if d is None:
+            continue
+        backlog = HALF_QUEUE_SHARE * recipe.queue_bytes(d.capacity_bps)
+        rows = [r for r in rows if span[0] - 0.5 <= r[0] <= span[1] + 1.0]
+        stretch = _held_stretch(obs, port, d, rows, backlog)
+        if len(stretch) < HALF_INTERVALS:
+            continue
+        paces = [pace for _, _, pace in stretch]
+        if max(paces) > HALF_MAX or statistics.median(paces) > HALF_MEDIAN:
+            continue
+        a, b = stretch[0][0], stretch[-1][1]
+        through = [c for c in obs.connections if d.name in c.directions() and _moved(c, a, b)]
+        feeds = {_narrowest_upstream(obs, c, d.name) for c in through}
+        if not through or None in feeds:
+            continue
+        offered = sum(obs.directions[x].capacity_bps for x in feeds if x is not None)
+        if offered > d.capacity_bps * OVERFULL_MARGIN:
+            continue  # more could arrive than it sends at its rate: congestion's queue
+        evidence = [
+            f"counters: {port[0]}'s egress to {d.dst} held {backlog / 1e3:.0f} kB or more "
+            f"at both ends of {len(stretch)} sampling intervals in a row from {rel(obs, a)} "
+            f"to {rel(obs, b)}, and sent {min(paces):.2f}-{max(paces):.2f} of its rate "
+            f"(median {statistics.median(paces):.2f}): a port with work waiting sends at its "
+            "rate",
+            f"paths: only {len(through)} connection(s) crossed it then, arriving at most at "
+            f"{offered / 1e6:.1f} Mbit/s together (their narrowest links before it: "
+            f"{', '.join(sorted(x for x in feeds if x is not None))}), its rate "
+            f"{d.capacity_bps / 1e6:.1f} Mbit/s: not congestion's queue",
+        ]
+        _keep_earliest(out, Suspect("link", d.name, "slow", HALF_SCORE, evidence, a))
+    return list(out.values())
+
+
+def _held_stretch(
+    obs: Observations,
+    port: Port,
+    d: Direction,
+    rows: Sequence[tuple[float, int, int, int]],
+    backlog: float,
+) -> list[tuple[float, float, float]]:
+    """The longest run of consecutive sampling intervals whose both ends found ``backlog``
+    bytes or more in the queue, each as (start, end, what the port sent over it as a share
+    of its rate); an interval the counters do not cover ends a run."""
+    best: list[tuple[float, float, float]] = []
+    run: list[tuple[float, float, float]] = []
+    for x, y in itertools.pairwise(rows):
+        sent = _sent_bytes(obs, port, x[0], y[0]) if y[0] > x[0] else None
+        if x[3] >= backlog and y[3] >= backlog and sent is not None:
+            run.append((x[0], y[0], sent * 8 / (y[0] - x[0]) / d.capacity_bps))
+            if len(run) > len(best):
+                best = list(run)
+        else:
+            run = []
+    return best
 
 
 def _standing_queues(

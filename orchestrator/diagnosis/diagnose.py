@@ -47,6 +47,7 @@ DETECTORS: Sequence[Detector] = (
     detectors.connection_faults,
     detectors.dropped_without_congestion,
     detectors.overfull_queues,
+    detectors.held_below_half,
     detectors.sending_below_rate,
     detectors.uncounted_losses,
     detectors.stragglers,

@@ -2070,6 +2070,47 @@ def test_live_the_run_spans_from_its_first_bytes_to_now_though_no_operation_ende
     assert warm.span == (T0 + 1.0, T0 + 4.0)
 
 
+def test_a_port_holding_work_while_it_sends_half_its_rate_is_slow(
+    astral: FabricDescription,
+) -> None:
+    """A port slowed to half under one ring connection keeps a backlog of a fraction of
+    its small queue, sample after sample, and sends 0.46-0.51 of its rate (seed 68 run
+    1): a port with work waiting sends at its rate. The same backlog while it sent at its
+    rate, a backlog at only a few samples, or more arriving than its rate, is not."""
+    from orchestrator.diagnosis.detectors import held_below_half
+
+    out = routed(astral, "p0s0g1", "p0r1t1", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    port = egress(out[2])
+    d = observations(astral).directions["p0r1a0>c0"]
+
+    def held(first: int, last: int) -> dict[tuple[str, int], list[tuple[float, int, int, int]]]:
+        rows = [
+            (T0 - 1 + k * 0.5, 500 * k, 0, 9_000 + 500 * (k % 3) if first <= k < last else 0)
+            for k in range(45)
+        ]
+        return {**queues({}, ["c0"]), port: rows}
+
+    def sending(share: float) -> dict[tuple[str, int], list[tuple[float, int, int, int, int]]]:
+        rate = d.capacity_bps / 8
+        return {port: [(T0 - 1 + k * 0.5, 0, int(k * 0.5 * share * rate), 0, 0) for k in range(45)]}
+
+    conns = [connection(1, 1, 4, out)]
+    halved = observations(astral, connections=conns, queues=held(10, 24), counters=sending(0.48))
+    (suspect,) = held_below_half(halved)
+    assert suspect.key() == ("link", "p0r1a0>c0", "slow")
+    assert suspect.onset == pytest.approx(T0 + 4.0)
+    assert "sent 0.48-0.48 of its rate" in suspect.evidence[0]
+    assert diagnose(halved).ranked[0].key() == ("link", "p0r1a0>c0", "slow")
+    working = observations(astral, connections=conns, queues=held(10, 24), counters=sending(0.96))
+    assert held_below_half(working) == []
+    brief = observations(astral, connections=conns, queues=held(10, 15), counters=sending(0.48))
+    assert held_below_half(brief) == []
+    other = routed(astral, "p0s1g1", "p0r1t0", "p0r1a0", "c0", "p1r0a0", "p1r0t0", "p1s0g0")
+    two = [*conns, connection(3, 3, 4, other)]
+    crowded = observations(astral, connections=two, queues=held(10, 24), counters=sending(0.48))
+    assert held_below_half(crowded) == []
+
+
 def test_a_queue_filling_where_nothing_could_outrun_its_port_is_that_port_slow(
     astral: FabricDescription,
 ) -> None:
