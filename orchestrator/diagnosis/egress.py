@@ -122,18 +122,24 @@ def _suspect(
 
 
 def _onset(obs: Observations, best: EgressLoss, window: tuple[float, float]) -> float | None:
-    """The first poll from which on the egress had lost :data:`SILENT_MIN_PACKETS` or
-    more since the window began (packets held in its queue at a poll read as lost for a
-    moment; a loss stays counted)."""
-    rows = obs.counters.get((best.switch, best.port), [])
+    """When the egress began to lose: the first poll after the lowest point of its count
+    (what it lost since the window began) from which on the count stayed
+    :data:`SILENT_MIN_PACKETS` or more above that point. From its lowest point, not from
+    zero: an entry removed between two polls loses its last increment, so the count of
+    a switch whose pinned connections come and go drifts below zero (seed 68 run 5: its
+    other egresses at -48 over the run), and a loss that began mid-run would read late."""
+    series = []
+    for row in obs.counters.get((best.switch, best.port), []):
+        if window[0] <= row[0] <= window[1]:
+            found = egress_losses(obs, best.switch, window[0], row[0])
+            series.append((row[0], next((e.lost for e in found if e.port == best.port), 0)))
+    if not series:
+        return None
+    low = min(range(len(series)), key=lambda i: (series[i][1], -i))  # the last lowest
     onset = None
-    for row in rows:
-        if not window[0] <= row[0] <= window[1]:
-            continue
-        found = egress_losses(obs, best.switch, window[0], row[0])
-        lost = next((e.lost for e in found if e.port == best.port), 0)
-        if lost < SILENT_MIN_PACKETS:
+    for t, lost in series[low:]:
+        if lost - series[low][1] < SILENT_MIN_PACKETS:
             onset = None
         elif onset is None:
-            onset = row[0]
+            onset = t
     return onset

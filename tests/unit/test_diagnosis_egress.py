@@ -211,3 +211,33 @@ def test_the_counters_contradict_the_probes_guess_at_another_egress(
     contradicted([guess, same, elsewhere, placed], [placed])
     assert guess.score == pytest.approx(0.35) and "counters place" in guess.evidence[-1]
     assert same.score == 0.6 and elsewhere.score == 0.7 and placed.score == 0.8
+
+
+def test_the_loss_began_where_the_count_last_rose_from_its_lowest(
+    astral: FabricDescription, tmp_path: Path
+) -> None:
+    """The count of what an egress lost drifts below zero where entries come and go (their
+    last increments are lost between polls); the loss began where it rose from there."""
+    polls = [T0 - 1.0, T0 + 5.0, T0 + 10.0, T0 + 15.0, T0 + 21.0]
+    forwarded = [0, 3_000, 6_000, 9_000, 10_296]
+    sent = [0, 3_010, 6_030, 9_022, 10_203]  # 10 and 30 more than forwarded, then losing
+    rounds = [
+        sample(t, {1: 0, 2: f}, (0, 0), {2: s})
+        for t, f, s in zip(polls, forwarded, sent, strict=True)
+    ]
+    write_telemetry(tmp_path, rounds)
+    counters = {
+        (SWITCH, p.port): [(r.t, 0, 0, 0, next(q.tx_packets for q in r.ports if q.port == p.port))
+                           for r in rounds]
+        for p in rounds[0].ports
+    }  # fmt: skip
+    queues = {(SWITCH, p): [(t, 0, 0, 0) for t in polls] for p in (1, 2, 3, 4)}
+    obs = observations(
+        astral,
+        counters=counters,
+        queues=queues,
+        forwarded=forwarded_series(tmp_path / "telemetry.jsonl"),
+    )
+    (suspect,) = counted_egress(obs, {SWITCH: Leak(93, 0, 0)})
+    assert suspect.onset == T0 + 15.0
+    assert "93 lost at that egress from about +15.00 s" in suspect.evidence[0]
