@@ -49,7 +49,6 @@ from dataclasses import dataclass, replace
 
 from orchestrator.diagnosis.evidence import ConnectionView, Direction, Observations, Port
 from orchestrator.diagnosis.model import UNCOUNTED, Suspect
-from orchestrator.emulation.shaping import ShapingRecipe
 from topologies.model import Link, LinkKind, Tier
 
 # A port's down and up messages closer than this are one event seen from both ends.
@@ -107,6 +106,9 @@ OVERFULL_ELSEWHERE_SENT = 0.75  # ... another port full while sending under this
 #: in this many intervals in a row, each sent at most HALF_MAX of its rate, HALF_MEDIAN at
 #: the median (a port at half its rate under one connection: 0.46-0.51)
 HALF_QUEUE_SHARE = 0.25
+#: a switch port's queue holds 10 ms of its rate, 16 full frames at least
+#: (orchestrator/emulation/shaping.py, ShapingRecipe.queue_bytes)
+QUEUE_S, QUEUE_MIN_FRAMES, FRAME_BYTES = 0.010, 16, 1514
 HALF_INTERVALS = 6
 HALF_MAX = 0.65
 HALF_MEDIAN = 0.55
@@ -1695,32 +1697,44 @@ def held_below_half(obs: Observations) -> list[Suspect]:
     queue holds (24 kB and 40 kB: the least queue any port has; seed 68 run 1, a fat-tree
     uplink at half its 10 Mbit/s under a pinned ring, held 8-27 kB at 9 samples in a row
     while it sent 0.36-0.51, and 0.94-0.98 with a queue before the fault). The backlog
-    counts from a quarter of the port's queue (:data:`HALF_QUEUE_SHARE` of its
-    :meth:`~orchestrator.emulation.shaping.ShapingRecipe.queue_bytes`). Over the saved
+    counts from a quarter of the port's queue (:data:`HALF_QUEUE_SHARE` of 10 ms of its
+    rate, 16 full frames at least: :data:`QUEUE_S`, :data:`QUEUE_MIN_FRAMES`). Over the saved
     suites of seeds 65-68 (192 runs, 64 healthy), the ports held so for 6 intervals at
     a median of 0.55 or less were the slowed links' (0.1, 0.25, 0.48 and 0.48), and one
     healthy spine port under an ECMP all-to-all (0.51, more arriving than its rate). A
-    port that can be offered more than its rate is congestion's, whatever it sent."""
+    port that can be offered more than its rate is congestion's, whatever it sent; several
+    ports held so at once (each under 0.75 of its rate at the median) are the fabric's, not
+    one link's (:func:`overfull_queues` halves its own reading then, and says so)."""
     span = obs.span
     queues = slow_port_queues(obs)
     if span is None or not queues or not obs.counters:
         return []
-    recipe = ShapingRecipe()
     direction_of = {port: d for d in obs.directions.values() for port in egress_ports(obs, d)}
-    out: dict[str, Suspect] = {}
+    held: dict[Port, list[tuple[float, float, float]]] = {}
     for port, rows in sorted(queues.items()):
         d = direction_of.get(port)
         if d is None:
             continue
-        backlog = HALF_QUEUE_SHARE * recipe.queue_bytes(d.capacity_bps)
         rows = [r for r in rows if span[0] - 0.5 <= r[0] <= span[1] + 1.0]
-        stretch = _held_stretch(obs, port, d, rows, backlog)
-        if len(stretch) < HALF_INTERVALS:
-            continue
+        stretch = _held_stretch(obs, port, d, rows, _half_backlog(d))
+        if len(stretch) >= HALF_INTERVALS:
+            held[port] = stretch
+    out: dict[str, Suspect] = {}
+    for port, stretch in held.items():
+        d = direction_of[port]
+        backlog = _half_backlog(d)
         paces = [pace for _, _, pace in stretch]
         if max(paces) > HALF_MAX or statistics.median(paces) > HALF_MEDIAN:
             continue
         a, b = stretch[0][0], stretch[-1][1]
+        if any(
+            statistics.median(x for _, _, x in other) < OVERFULL_ELSEWHERE_SENT
+            and other[0][0] <= b
+            and a <= other[-1][1]
+            for p, other in held.items()
+            if direction_of[p].name != d.name
+        ):
+            continue  # several ports so at once: the fabric's (overfull_queues says so)
         through = [c for c in obs.connections if d.name in c.directions() and _moved(c, a, b)]
         feeds = {_narrowest_upstream(obs, c, d.name) for c in through}
         if not through or None in feeds:
@@ -1741,6 +1755,11 @@ def held_below_half(obs: Observations) -> list[Suspect]:
         ]
         _keep_earliest(out, Suspect("link", d.name, "slow", HALF_SCORE, evidence, a))
     return list(out.values())
+
+
+def _half_backlog(d: Direction) -> float:
+    """:data:`HALF_QUEUE_SHARE` of the queue of ``d``'s port, in bytes."""
+    return HALF_QUEUE_SHARE * max(d.capacity_bps / 8 * QUEUE_S, QUEUE_MIN_FRAMES * FRAME_BYTES)
 
 
 def _held_stretch(

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
 from orchestrator.diagnosis.detectors import SILENT_MIN_PACKETS, Leak, leak_window, rel
 from orchestrator.diagnosis.evidence import Observations
-from orchestrator.diagnosis.forwarding import EgressLoss, egress_losses
+from orchestrator.diagnosis.forwarding import forwarded_at
 from orchestrator.diagnosis.model import Suspect
 
 EGRESS_MIN = 20  # packets lost at one egress over the run beyond its switch's usual share
@@ -45,6 +46,75 @@ OVER_USUAL = 3.0  # its share lost, at least this many times the most of the oth
 BUSY_MIN = 200  # packets forwarded to an egress over the run for its share to be read
 SCORE = 0.8
 COUNTED = "counted egress"  # the sign of a suspect this module placed
+
+
+@dataclass(frozen=True)
+class EgressLoss:
+    """One egress of a switch over a window: what the switch forwarded to it, what it
+    sent, what its full queue discarded, and the rest (lost at the egress)."""
+
+    switch: str
+    port: int
+    peer: str
+    peer_port: int
+    forwarded: int
+    sent: int
+    discarded: int
+
+    @property
+    def lost(self) -> int:
+        return self.forwarded - self.sent - self.discarded
+
+    @property
+    def direction(self) -> str:
+        return f"{self.switch}>{self.peer}"
+
+
+def egress_losses(obs: Observations, switch: str, start: float, end: float) -> list[EgressLoss]:
+    """Each fabric egress of ``switch`` between its polls at or before ``start`` and
+    ``end`` (the module docstring), the most lost first; empty when the bundle does not say
+    where the switch forwarded, or a port of it was not counted or its queue not sampled."""
+    peers = {
+        link.port_of(switch): (link.other(switch), link.port_of(link.other(switch)))
+        for link in obs.fabric.links
+        if switch in (link.a, link.b) and link.a != link.b
+    }
+    out = []
+    for port, (peer, peer_port) in sorted(peers.items()):
+        rows = obs.forwarded.get((switch, port))
+        a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
+        if not rows or a is None or b is None:
+            return []
+        fa, fb = forwarded_at(rows, a[0]), forwarded_at(rows, b[0])
+        discarded = obs.queue_drops((switch, port), a[0], b[0])
+        if fa is None or fb is None or discarded is None:
+            return []
+        out.append(EgressLoss(switch, port, peer, peer_port, fb[1] - fa[1], b[4] - a[4], discarded))
+    return sorted(out, key=lambda e: (-e.lost, e.port))
+
+
+def unforwarded(obs: Observations, switch: str, start: float, end: float) -> int | None:
+    """Packets ``switch``'s ports received between its polls at or before ``start`` and
+    ``end`` that none of its entries or buckets forwarded to a port: a drop entry's, a
+    table miss's, the controller's; less those its process never read (the emulator's
+    loss, :meth:`Observations.ingress_drops`). No queue is involved (where
+    :func:`egress_losses` needs the queues' discards), but the port and entry replies of
+    a poll come apart: at a busy switch a window's ends read what crossed meanwhile (the
+    module docstring); None when the bundle does not say where the switch forwarded."""
+    ports = sorted(p for s, p in obs.counters if s == switch)
+    if not ports:
+        return None
+    total = 0
+    for port in ports:
+        rows = obs.forwarded.get((switch, port))
+        a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
+        if not rows or a is None or b is None:
+            return None
+        fa, fb = forwarded_at(rows, a[0]), forwarded_at(rows, b[0])
+        if fa is None or fb is None:
+            return None
+        total += (b[3] - a[3]) - (fb[1] - fa[1]) - obs.ingress_drops((switch, port), a[0], b[0])
+    return total
 
 
 def counted_egress(

@@ -28,63 +28,87 @@ egress is known there, and the readings that use this fall back to the probes.
 from __future__ import annotations
 
 import bisect
+import json
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from controllers.counters import SwitchSample
-from orchestrator.testbed.telemetry import read_telemetry
-
-if TYPE_CHECKING:
-    from orchestrator.diagnosis.evidence import Observations
+from typing import Any
 
 Port = tuple[str, int]
 TELEMETRY_FILE = "telemetry.jsonl"
+#: the columns of a flow row and of a group row that say where they output (docs/telemetry.md)
+FLOW_OUT, GROUP_PORTS = 6, 5
+MAX_ROTATED = 99  # FILE.1 .. FILE.99, as the controller rotates them
 
 
 def forwarded_series(file: Path) -> dict[Port, list[tuple[float, int]]]:
     """Per (switch, model port): (t, packets forwarded to it so far), one row per poll
     round of the switch, oldest first, from the telemetry ``file`` (a bundle's
-    :data:`TELEMETRY_FILE`); empty when it does not say where the entries output (older
-    files) or there is none."""
-    if not file.exists():
-        return {}
-    tel = read_telemetry(file)
-    if not any(_says_where(s) for r in tel.rounds for s in r.switches.values()):
+    :data:`TELEMETRY_FILE`, and the files it was rotated to); empty when it does not say
+    where the entries output (files before 2026-12-07) or there is none. Read here from
+    the file's documented rows, not through the controller's own decoder: the diagnosis
+    reads a bundle's files, whatever wrote them."""
+    switches = list(_switch_samples(file))
+    if not any(_says_where(s) for _, s in switches):
         return {}
     out: dict[Port, list[tuple[float, int]]] = defaultdict(list)
     totals: dict[Port, int] = defaultdict(int)
-    last_flow: dict[str, dict[tuple[object, ...], int]] = defaultdict(dict)
+    last_flow: dict[str, dict[str, int]] = defaultdict(dict)
     last_bucket: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
-    for r in tel.rounds:
-        for name, s in sorted(r.switches.items()):
-            seen_flows: dict[tuple[object, ...], int] = {}
-            for f in s.flows:
-                key = f.key
-                seen_flows[key] = f.packets
-                if not f.ports:
-                    continue  # no egress (a drop entry), or a group's (its buckets count)
-                grown = _grown(last_flow[name].get(key), f.packets)
-                for port in f.ports:
-                    totals[(name, port)] += grown
-            seen_buckets: dict[tuple[int, int], int] = {}
-            for g in s.groups:
-                for i, (packets, _) in enumerate(g.buckets):
-                    seen_buckets[(g.group, i)] = packets
-                    ports = g.bucket_ports[i] if i < len(g.bucket_ports) else ()
-                    grown = _grown(last_bucket[name].get((g.group, i)), packets)
-                    for port in ports:
-                        totals[(name, port)] += grown
-            last_flow[name], last_bucket[name] = seen_flows, seen_buckets
-            for p in s.ports:
-                out[(name, p.port)].append((s.t, totals[(name, p.port)]))
+    for name, s in switches:
+        seen_flows: dict[str, int] = {}
+        for row in s.get("flows", []):
+            key = json.dumps(row[:3], sort_keys=True)  # table, priority, match
+            packets = int(row[3])
+            seen_flows[key] = packets
+            ports = [int(x) for x in _out(row) if not isinstance(x, str)]
+            if not ports:
+                continue  # no egress (a drop entry), or a group's (its buckets count)
+            grown = _grown(last_flow[name].get(key), packets)
+            for port in ports:
+                totals[(name, port)] += grown
+        seen_buckets: dict[tuple[int, int], int] = {}
+        for row in s.get("groups", []):
+            group, buckets = int(row[0]), row[4]
+            where = row[GROUP_PORTS] if len(row) > GROUP_PORTS else []
+            for i, (packets, _) in enumerate(buckets):
+                seen_buckets[(group, i)] = int(packets)
+                grown = _grown(last_bucket[name].get((group, i)), int(packets))
+                for port in where[i] if i < len(where) else []:
+                    totals[(name, int(port))] += grown
+        last_flow[name], last_bucket[name] = seen_flows, seen_buckets
+        for port_row in s.get("ports", []):
+            port = int(port_row[0])
+            out[(name, port)].append((float(s["t"]), totals[(name, port)]))
     return dict(out)
 
 
-def _says_where(s: SwitchSample) -> bool:
+def _switch_samples(file: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(switch, its sample) of every poll round, oldest file and round first; lines that
+    are not JSON (a last line cut short) are skipped."""
+    rotated = [file.with_name(f"{file.name}.{i}") for i in range(MAX_ROTATED, 0, -1)]
+    for path in [*rotated, file]:
+        if not path.exists():
+            continue
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("type") == "stats":
+                    yield from sorted(record.get("switches", {}).items())
+
+
+def _out(row: Sequence[Any]) -> Sequence[Any]:
+    return row[FLOW_OUT] if len(row) > FLOW_OUT else ()
+
+
+def _says_where(s: Mapping[str, Any]) -> bool:
     """Whether the sample records where its entries and buckets output (newer files)."""
-    return any(f.ports or f.groups for f in s.flows) or any(g.bucket_ports for g in s.groups)
+    return any(_out(row) for row in s.get("flows", [])) or any(
+        len(row) > GROUP_PORTS and any(row[GROUP_PORTS]) for row in s.get("groups", [])
+    )
 
 
 def _grown(before: int | None, now: int) -> int:
@@ -101,72 +125,3 @@ def forwarded_at(rows: list[tuple[float, int]], t: float) -> tuple[float, int] |
         return None
     i = bisect.bisect_right([r[0] for r in rows], t) - 1
     return rows[max(i, 0)]
-
-
-@dataclass(frozen=True)
-class EgressLoss:
-    """One egress of a switch over a window: what the switch forwarded to it, what it
-    sent, what its full queue discarded, and the rest (lost at the egress)."""
-
-    switch: str
-    port: int
-    peer: str
-    peer_port: int
-    forwarded: int
-    sent: int
-    discarded: int
-
-    @property
-    def lost(self) -> int:
-        return self.forwarded - self.sent - self.discarded
-
-    @property
-    def direction(self) -> str:
-        return f"{self.switch}>{self.peer}"
-
-
-def egress_losses(obs: Observations, switch: str, start: float, end: float) -> list[EgressLoss]:
-    """Each fabric egress of ``switch`` between its polls at or before ``start`` and
-    ``end`` (the module docstring), the most lost first; empty when the bundle does not say
-    where the switch forwarded, or a port of it was not counted or its queue not sampled."""
-    peers = {
-        link.port_of(switch): (link.other(switch), link.port_of(link.other(switch)))
-        for link in obs.fabric.links
-        if switch in (link.a, link.b) and link.a != link.b
-    }
-    out = []
-    for port, (peer, peer_port) in sorted(peers.items()):
-        rows = obs.forwarded.get((switch, port))
-        a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
-        if not rows or a is None or b is None:
-            return []
-        fa, fb = forwarded_at(rows, a[0]), forwarded_at(rows, b[0])
-        discarded = obs.queue_drops((switch, port), a[0], b[0])
-        if fa is None or fb is None or discarded is None:
-            return []
-        out.append(EgressLoss(switch, port, peer, peer_port, fb[1] - fa[1], b[4] - a[4], discarded))
-    return sorted(out, key=lambda e: (-e.lost, e.port))
-
-
-def unforwarded(obs: Observations, switch: str, start: float, end: float) -> int | None:
-    """Packets ``switch``'s ports received between its polls at or before ``start`` and
-    ``end`` that none of its entries or buckets forwarded to a port: a drop entry's, a
-    table miss's, the controller's; less those its process never read (the emulator's
-    loss, :meth:`Observations.ingress_drops`). No queue is involved (where
-    :func:`egress_losses` needs the queues' discards), but the port and entry replies of
-    a poll come apart: at a busy switch a window's ends read what crossed meanwhile (the
-    module docstring); None when the bundle does not say where the switch forwarded."""
-    ports = sorted(p for s, p in obs.counters if s == switch)
-    if not ports:
-        return None
-    total = 0
-    for port in ports:
-        rows = obs.forwarded.get((switch, port))
-        a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
-        if not rows or a is None or b is None:
-            return None
-        fa, fb = forwarded_at(rows, a[0]), forwarded_at(rows, b[0])
-        if fa is None or fb is None:
-            return None
-        total += (b[3] - a[3]) - (fb[1] - fa[1]) - obs.ingress_drops((switch, port), a[0], b[0])
-    return total

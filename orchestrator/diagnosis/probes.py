@@ -58,8 +58,8 @@ from orchestrator.diagnosis.detectors import (
     rel,
     switch_leaks,
 )
+from orchestrator.diagnosis.egress import unforwarded
 from orchestrator.diagnosis.evidence import Observations
-from orchestrator.diagnosis.forwarding import unforwarded
 from orchestrator.diagnosis.model import FABRIC_WIDE, THRESHOLD, Suspect
 from orchestrator.diagnosis.proberecord import (
     HOLE_S,
@@ -913,7 +913,7 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     2026-12-06 a live look had none, and a hole whose probe stalled beside a congested
     queue waited for the run's end to be named. Where the bundle says what the switch's
     entries forwarded (since 2026-12-07), what it received and forwarded nowhere
-    (:func:`forwarding.unforwarded`): a hole's drops, with no queue's discards to take
+    (:func:`egress.unforwarded`): a hole's drops, with no queue's discards to take
     off (the balance above reads packets in flight at a window's ends as dropped: 78 at a
     busy ToR over the 2 s before seed 66 run 46's fault began, 0 in its first 2 s)."""
     if reads_live(obs):

@@ -26,8 +26,8 @@ from controllers.counters import (
     match_of,
 )
 from orchestrator.diagnosis.detectors import Leak
-from orchestrator.diagnosis.egress import counted_egress
-from orchestrator.diagnosis.forwarding import egress_losses, forwarded_series
+from orchestrator.diagnosis.egress import counted_egress, egress_losses
+from orchestrator.diagnosis.forwarding import forwarded_series
 from tests.helpers import preset_description
 from tests.unit.test_diagnosis import T0, event, observations
 from topologies.description import FabricDescription
@@ -180,7 +180,7 @@ def test_a_loss_below_the_floor_or_at_a_named_link_is_left(
 def test_what_a_switch_forwarded_nowhere_is_counted_exactly(
     astral: FabricDescription, tmp_path: Path
 ) -> None:
-    from orchestrator.diagnosis.forwarding import unforwarded
+    from orchestrator.diagnosis.egress import unforwarded
     from orchestrator.diagnosis.probes import _silent
 
     found = layers(tmp_path, LOSSY_END, {2: 4})
