@@ -124,7 +124,7 @@ class SwitchSample:
 class StatsRound:
     """One poll round: requests sent to every connected switch at ``t``.
 
-    ``switches`` holds the switches that answered all three requests before the next round
+    ``switches`` holds the switches that answered all its requests before the next round
     began; ``missing`` names the connected ones that did not (their partial answers are
     dropped: a rate needs both counters of a pair from the same moment).
     """
