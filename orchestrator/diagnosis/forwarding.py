@@ -15,7 +15,8 @@ The flow, group and port counters of one switch come in one poll round, their re
 few milliseconds apart, and the queues are sampled apart: a window whose ends are not
 quiet reads what crossed the switch meanwhile as lost or as more than sent (a busy ToR:
 -175 to +146 packets per 0.5 s poll, seed 68 run 34). A whole run's ends are quiet, and
-the count is exact there.
+over it the count is off only by the entries' counters running a little ahead of the
+ports' (0.3-0.5 % at a busy switch: orchestrator/diagnosis/egress.py reads shares).
 
 What it does not count: entries with no output (a drop rule's packets are received and not
 forwarded anywhere, so they stay in the switch's balance and out of every egress's), the
