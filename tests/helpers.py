@@ -9,6 +9,7 @@ test exercises the same lookup as ``astral up astral-small`` and no test knows t
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
 import subprocess
 import sys
@@ -142,3 +143,19 @@ def within(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def nft_dropped(table: str, netns_pid: int | None = None) -> int:
+    """Packets the nftables table's drop rules counted (a loss fault's own count: ground
+    truth for the tests; in a GPU's namespace when a pid is given)."""
+    argv = ["nft", "-j", "list", "table", "netdev", table]
+    if netns_pid is not None:
+        argv = ["nsenter", "-t", str(netns_pid), "-n", "--", *argv]
+    document = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    return sum(
+        expr["counter"]["packets"]
+        for item in document["nftables"]
+        if "rule" in item
+        for expr in item["rule"]["expr"]
+        if "counter" in expr
+    )

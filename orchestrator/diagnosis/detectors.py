@@ -1645,11 +1645,10 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
         d = direction_of[port]
         held = sorted(r[3] for r in full)[len(full) // 2]
         a, b = full[0][0], full[-1][0]
-        through = [c for c in obs.connections if d.name in c.directions() and _moved(c, a, b)]
-        feeds = {_narrowest_upstream(obs, c, d.name) for c in through}
-        if not through or None in feeds:
+        arriving = _arriving(obs, d, a, b)
+        if arriving is None:
             continue
-        offered = sum(obs.directions[x].capacity_bps for x in feeds if x is not None)
+        through, feeds, offered = arriving
         if offered > d.capacity_bps * OVERFULL_MARGIN:
             continue  # more could arrive than it sends at its rate: congestion's queue
         if sent is None and obs.now is not None:
@@ -1665,7 +1664,7 @@ def overfull_queues(obs: Observations) -> list[Suspect]:
             f"{len(full)} samples from {rel(obs, a)} to {rel(obs, b)})",
             f"paths: only {len(through)} connection(s) crossed it then, arriving at most at "
             f"{offered / 1e6:.1f} Mbit/s together (their narrowest links before it: "
-            f"{', '.join(sorted(x for x in feeds if x is not None))}), its rate "
+            f"{', '.join(sorted(feeds))}), its rate "
             f"{d.capacity_bps / 1e6:.1f} Mbit/s: it sent slower than its link's rate",
         ]
         score = OVERFULL_SCORE
@@ -1735,11 +1734,10 @@ def held_below_half(obs: Observations) -> list[Suspect]:
             if direction_of[p].name != d.name
         ):
             continue  # several ports so at once: the fabric's (overfull_queues says so)
-        through = [c for c in obs.connections if d.name in c.directions() and _moved(c, a, b)]
-        feeds = {_narrowest_upstream(obs, c, d.name) for c in through}
-        if not through or None in feeds:
+        arriving = _arriving(obs, d, a, b)
+        if arriving is None:
             continue
-        offered = sum(obs.directions[x].capacity_bps for x in feeds if x is not None)
+        through, feeds, offered = arriving
         if offered > d.capacity_bps * OVERFULL_MARGIN:
             continue  # more could arrive than it sends at its rate: congestion's queue
         evidence = [
@@ -1750,7 +1748,7 @@ def held_below_half(obs: Observations) -> list[Suspect]:
             "rate",
             f"paths: only {len(through)} connection(s) crossed it then, arriving at most at "
             f"{offered / 1e6:.1f} Mbit/s together (their narrowest links before it: "
-            f"{', '.join(sorted(x for x in feeds if x is not None))}), its rate "
+            f"{', '.join(sorted(feeds))}), its rate "
             f"{d.capacity_bps / 1e6:.1f} Mbit/s: not congestion's queue",
         ]
         _keep_earliest(out, Suspect("link", d.name, "slow", HALF_SCORE, evidence, a))
@@ -2123,6 +2121,21 @@ def _switch_end(obs: Observations, port: Port) -> Port | None:
 
 def _moved(c: ConnectionView, start: float, end: float) -> bool:
     return any(start <= t <= end and n > 0 for t, n in c.samples)
+
+
+def _arriving(
+    obs: Observations, d: Direction, start: float, end: float
+) -> tuple[list[ConnectionView], set[str], float] | None:
+    """What could reach ``d``'s port between ``start`` and ``end``: the connections that
+    crossed it and moved bytes then, the narrowest direction of each before it (one such
+    direction feeding several connections counted once), and their rates together; None
+    when none crossed it or a path is not all in the fabric model."""
+    through = [c for c in obs.connections if d.name in c.directions() and _moved(c, start, end)]
+    feeds = {_narrowest_upstream(obs, c, d.name) for c in through}
+    if not through or None in feeds:
+        return None
+    known = {x for x in feeds if x is not None}
+    return through, known, sum(obs.directions[x].capacity_bps for x in known)
 
 
 def _narrowest_upstream(obs: Observations, c: ConnectionView, name: str) -> str | None:

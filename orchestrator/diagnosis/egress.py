@@ -81,16 +81,32 @@ def egress_losses(obs: Observations, switch: str, start: float, end: float) -> l
     }
     out = []
     for port, (peer, peer_port) in sorted(peers.items()):
-        rows = obs.forwarded.get((switch, port))
-        a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
-        if not rows or a is None or b is None:
+        found = _egress(obs, switch, port, peer, peer_port, start, end)
+        if found is None:
             return []
-        fa, fb = forwarded_at(rows, a[0]), forwarded_at(rows, b[0])
-        discarded = obs.queue_drops((switch, port), a[0], b[0])
-        if fa is None or fb is None or discarded is None:
-            return []
-        out.append(EgressLoss(switch, port, peer, peer_port, fb[1] - fa[1], b[4] - a[4], discarded))
+        out.append(found)
     return sorted(out, key=lambda e: (-e.lost, e.port))
+
+
+def _egress(
+    obs: Observations,
+    switch: str,
+    port: int,
+    peer: str,
+    peer_port: int,
+    start: float,
+    end: float,
+) -> EgressLoss | None:
+    """One egress of :func:`egress_losses`; None when it was not counted or sampled."""
+    rows = obs.forwarded.get((switch, port))
+    a, b = obs.counter_at((switch, port), start), obs.counter_at((switch, port), end)
+    if not rows or a is None or b is None:
+        return None
+    fa, fb = forwarded_at(rows, a[0]), forwarded_at(rows, b[0])
+    discarded = obs.queue_drops((switch, port), a[0], b[0])
+    if fa is None or fb is None or discarded is None:
+        return None
+    return EgressLoss(switch, port, peer, peer_port, fb[1] - fa[1], b[4] - a[4], discarded)
 
 
 def unforwarded(obs: Observations, switch: str, start: float, end: float) -> int | None:
@@ -217,8 +233,8 @@ def _onset(obs: Observations, best: EgressLoss, window: tuple[float, float]) -> 
     series = []
     for row in obs.counters.get((best.switch, best.port), []):
         if window[0] <= row[0] <= window[1]:
-            found = egress_losses(obs, best.switch, window[0], row[0])
-            series.append((row[0], next((e.lost for e in found if e.port == best.port), 0)))
+            e = _egress(obs, best.switch, best.port, best.peer, best.peer_port, window[0], row[0])
+            series.append((row[0], e.lost if e is not None else 0))
     if not series:
         return None
     low = min(range(len(series)), key=lambda i: (series[i][1], -i))  # the last lowest

@@ -35,6 +35,7 @@ from orchestrator.testbed.faultschedule import FaultLog, FaultScheduler
 from orchestrator.testbed.faultspec import FaultSpec, parse_fault
 from orchestrator.testbed.tracing import flow_requests
 from orchestrator.testbed.traffic import BASE_PORT, Flow, TrafficResult, run_flows
+from tests.helpers import nft_dropped
 from tests.integration.assertions import connection_devices
 from topologies.description import FabricDescription
 from topologies.errors import EmulationError
@@ -131,21 +132,6 @@ def link_rate(fabric: Any, a: str, b: str) -> float:
     description: FabricDescription = fabric.testbed.description
     (link,) = [x for x in description.fabric.links_of(a) if x.other(a) == b]
     return description.emulated_rate(link)
-
-
-def nft_dropped(table: str, netns_pid: int | None = None) -> int:
-    """Packets the table's drop rules counted (in a GPU's namespace when a pid is given)."""
-    argv = ["nft", "-j", "list", "table", "netdev", table]
-    if netns_pid is not None:
-        argv = ["nsenter", "-t", str(netns_pid), "-n", "--", *argv]
-    document = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-    return sum(
-        expr["counter"]["packets"]
-        for item in document["nftables"]
-        if "rule" in item
-        for expr in item["rule"]["expr"]
-        if "counter" in expr
-    )
 
 
 def nft_tables() -> str:

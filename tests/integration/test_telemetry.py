@@ -37,7 +37,7 @@ from orchestrator.testbed.telemetry import (
     read_telemetry,
     summarize_periods,
 )
-from tests.helpers import dump_ports
+from tests.helpers import dump_ports, nft_dropped
 from topologies.addressing import GATEWAY_MAC
 from topologies.model import LinkKind
 
@@ -350,16 +350,3 @@ def test_what_a_switch_forwarded_to_an_egress_and_did_not_send_is_what_it_lost(
                   f"the hook dropped {dropped.get((tor, port), 0)}")  # fmt: skip
             # measured: 1-3 packets more than the hook's 24-34 (9 once), 0 where none dropped
             assert abs(lost - dropped.get((tor, port), 0)) <= 3 + 0.01 * forwarded, (tor, port)
-
-
-def nft_dropped(table: str) -> int:
-    """Packets the switch-end table's drop rule counted (the root namespace's)."""
-    argv = ["nft", "-j", "list", "table", "netdev", table]
-    document = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-    return sum(
-        expr["counter"]["packets"]
-        for item in document["nftables"]
-        if "rule" in item
-        for expr in item["rule"]["expr"]
-        if "counter" in expr
-    )
