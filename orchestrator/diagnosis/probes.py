@@ -53,6 +53,7 @@ from orchestrator.diagnosis.detectors import (
     UNCOUNTED_PAD_S,
     Leak,
     discards_of,
+    held_packets,
     live_silent,
     reads_live,
     rel,
@@ -799,8 +800,14 @@ def _usual_silent(
     Why: a hole's drops begin with its stall, where a switch that leaks of itself (the
     busy aggregation switches of a congested sweep: seed 63 run 9, a healthy pinned sweep
     whose ``p1a0`` was 26 packets short while one probe stalled beside a discarding
-    queue, and 12 to 58 short in 7 other windows of 2.4 s) drops as much without one. At
-    most so many windows: a live look reads every such stall every second."""
+    queue, and 12 to 58 short in 7 other windows of 2.4 s) drops as much without one.
+    After the run every window counts: over a long run a busy switch's count reads a few
+    tens now and then (in flight between its ports' replies), and a sample of
+    :data:`USUAL_MOST` missed them (2026-12-08: a healthy 15-minute run on
+    `ft-2pod-agg2` whose ToR read 16 packets beside a probe's 2 s stall, 18 to 35 in 6 of
+    243 other windows of 2 s and 1 at the sample's second most, was called a hole at
+    0.75). Live, :data:`USUAL_MOST` at most, spread over the run so far: a live look
+    reads every such stall every second."""
     span = obs.span
     length = end - start
     if span is None or length <= 0:
@@ -814,7 +821,8 @@ def _usual_silent(
         t += length
     if len(windows) < USUAL_WINDOWS:
         return 0
-    if len(windows) > USUAL_MOST:  # spread over the whole run: a habit comes and goes
+    if len(windows) > USUAL_MOST and obs.now is not None:
+        # live, every such stall is read every second: a sample spread over the run so far
         windows = [
             windows[round(i * (len(windows) - 1) / (USUAL_MOST - 1))] for i in range(USUAL_MOST)
         ]
@@ -906,24 +914,40 @@ def _destinations_needed(
 
 
 def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
-    """Packets ``switch`` received and did not send between ``start`` and ``end`` beyond
-    what its full egress queues discarded and its sockets dropped unread (the emulator's
-    loss: :meth:`Observations.ingress_drops`); 0 when a port or queue was not sampled.
-    Live, with the queue samples so far (:func:`detectors.live_silent`): before
-    2026-12-06 a live look had none, and a hole whose probe stalled beside a congested
-    queue waited for the run's end to be named. Where the bundle says what the switch's
-    entries forwarded (since 2026-12-07), what it received and forwarded nowhere
-    (:func:`egress.unforwarded`): a hole's drops, with no queue's discards to take
-    off (the balance above reads packets in flight at a window's ends as dropped: 78 at a
-    busy ToR over the 2 s before seed 66 run 46's fault began, 0 in its first 2 s)."""
+    """Packets ``switch`` dropped between ``start`` and ``end`` that no full egress queue
+    discarded: the least of two counts, each of which reads something else as drops where
+    a window's ends are busy (:func:`_balance_silent`, :func:`egress.unforwarded`); a
+    hole's drops are in both. 0 when a port or queue was not sampled. Live, with the
+    queue samples so far (:func:`detectors.live_silent`): before 2026-12-06 a live look
+    had none, and a hole whose probe stalled beside a congested queue waited for the
+    run's end to be named.
+
+    Why both: the ports' balance reads the packets in flight at the window's end as
+    dropped (78 at a busy ToR over the 2 s before seed 66 run 46's fault began, where
+    what the switch forwarded nowhere read 0), and what it forwarded nowhere (since
+    2026-12-07, where the bundle says where its entries output) reads the last
+    increments of the entries removed meanwhile as not forwarded: over a long run whose
+    configurations come and go, a healthy aggregation switch of
+    `ft-2pod-2x2-r4-tor2-50g` read 433 packets so over 800 s, and 84 in one probe's stall
+    beside congested queues, called a hole at 0.75 (2026-12-08)."""
     if reads_live(obs):
         return live_silent(obs, switch, start, end)
+    balance = _balance_silent(obs, switch, start, end)
     if obs.forwarded:
         held = unforwarded(obs, switch, start, end)
         if held is not None:
-            return max(0, held)
-    received_not_sent = 0
+            return max(0, min(held, balance))
+    return balance
+
+
+def _balance_silent(obs: Observations, switch: str, start: float, end: float) -> int:
+    """:func:`_silent` from the ports' counters: received, less sent, less what the full
+    egress queues discarded and the sockets dropped unread (the emulator's loss:
+    :meth:`Observations.ingress_drops`), less what the queues held at ``end`` (received,
+    not sent yet: :func:`detectors.held_packets`, as a live balance reads its cut)."""
+    received_not_sent = received = nbytes = 0
     explained = 0  # what the full queues discarded and the sockets dropped unread
+    ports = []
     for (node, port), _ in obs.counters.items():
         if node != switch:
             continue
@@ -932,8 +956,11 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
         if a is None or b is None or drops is None:
             return 0
         received_not_sent += (b[3] - a[3]) - (b[4] - a[4])
+        received, nbytes = received + b[3] - a[3], nbytes + b[1] - a[1]
         explained += drops + obs.ingress_drops((node, port), start, end)
-    return max(0, received_not_sent - explained)
+        ports.append(port)
+    held = held_packets(obs, switch, ports, end, received, nbytes)
+    return max(0, received_not_sent - explained - held)
 
 
 def _ways(rec: ProbeRecord, probe: Probe, t: float) -> set[tuple[str, str]]:

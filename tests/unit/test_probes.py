@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.diagnosis import detectors, diagnose, probes
-from orchestrator.diagnosis.evidence import Observations
+from orchestrator.diagnosis.evidence import Observations, Operation
 from orchestrator.diagnosis.model import Suspect
 from orchestrator.diagnosis.proberecord import (
     Port,
@@ -856,3 +856,79 @@ def test_of_switches_the_probes_cannot_tell_apart_the_one_far_shortest_is_the_ho
     assert not any("cannot tell apart" in e for e in top.evidence)
     close = observations(astral, probes=probes, **layers({"p1r0a1": 40, "c3": 20, "p0r0a1": 5}))
     assert any("cannot tell apart" in e for e in diagnose(close).ranked[0].evidence)
+
+
+LONG = [T0 - 2.0 + 0.5 * k for k in range(405)]  # every 0.5 s through a 200 s run
+
+
+def test_after_the_run_every_window_of_it_says_what_a_switch_drops_by_habit(
+    astral: FabricDescription,
+) -> None:
+    # the lone stall amid congestion above (100-102.5 s) in a 200 s run, p1r0a1 10 packets
+    # short in it: the stall's retries in a hole, unless p1r0a1 reads so at other times
+    # too. It does twice, 12 packets in each of the run's second and third windows of the
+    # stall's length, which a sample of 24 windows spread over the run skips (a healthy
+    # 15-minute run's ToR, 16 packets short beside a 2 s stall, 18-35 in 6 of 243 other
+    # windows, 1 in the sample's second most, was called a hole at 0.75)
+    cases = DOWN_A1 + DOWN_A0
+    held = record(cases, {0: {"stall": (100.0, 102.5), "until": 200.0}})
+
+    def short(bursts: Sequence[float]) -> list[tuple[float, int, int, int, int]]:
+        marks = [(101.0, 10)] + [(b, 12) for b in bursts]
+        return [
+            (t, 0, 0, 100 * k, 100 * k - sum(n for at, n in marks if at <= t - T0))
+            for k, t in enumerate(LONG)
+        ]
+
+    uplink = egress(hops(*cases[0][2]))[0]
+    queues = {
+        uplink: [(t, 100 * k, 5 * k, 1500) for k, t in enumerate(LONG)],
+        ("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(LONG)],
+    }
+    operations = [
+        Operation(1, "all-reduce (ring) 1M, ecmp", i, T0 + i, T0 + i + 1.0, {}) for i in range(200)
+    ]
+
+    def looked(bursts: Sequence[float]) -> Observations:
+        counters = {("p1r0a1", 1): short(bursts)}
+        return observations(
+            astral, probes=held, counters=counters, queues=queues, operations=operations
+        )
+
+    (stall,) = stalls(held.probes[0])
+    alone = looked([])
+    assert probes._placed_by_counters(alone, held, held.probes[0], *stall) == ("p1r0a1", 10)
+    habit = looked([4.0, 6.0])
+    assert probes._silent(habit, "p1r0a1", *stall) == 10
+    assert probes._placed_by_counters(habit, held, held.probes[0], *stall) is None
+    assert not any(s.fault == "blackhole" for s in diagnose(habit).suspects)
+
+
+def test_a_switchs_silent_drops_are_the_least_of_its_balance_and_what_it_forwarded_nowhere(
+    astral: FabricDescription,
+) -> None:
+    # p1r0a1's port 1 receives 100 packets a sample and its entries forward them there;
+    # from 10 s on the entries count 3 fewer a sample (those of entries removed between
+    # two polls: a long run's configurations come and go), its port still sending all:
+    # nothing was dropped. From 10 s on the port sends 3 fewer a sample too: a hole's
+    # drops, in both counts
+    def looked(hole: bool) -> Observations:
+        missed = [3 * sum(1 for x in SAMPLED[:k] if x - T0 >= 10.0) for k in range(45)]
+        sent = [100 * k - (missed[k] if hole else 0) for k in range(45)]
+        counters = {
+            ("p1r0a1", 1): [
+                (t, 1500 * 100 * k, 1500 * sent[k], 100 * k, sent[k]) for k, t in enumerate(SAMPLED)
+            ]
+        }
+        forwarded = {("p1r0a1", 1): [(t, 100 * k - missed[k]) for k, t in enumerate(SAMPLED)]}
+        queues = {("p1r0a1", 1): [(t, 100 * k, 0, 0) for k, t in enumerate(SAMPLED)]}
+        return observations(astral, counters=counters, forwarded=forwarded, queues=queues)
+
+    assert probes._silent(looked(hole=False), "p1r0a1", T0 + 8.0, T0 + 18.0) == 0
+    assert probes._silent(looked(hole=True), "p1r0a1", T0 + 8.0, T0 + 18.0) == 48
+    # packets a full queue held at the window's end were received and not sent yet: no drops
+    full = looked(hole=False)
+    full.forwarded.clear()
+    full.counters[("p1r0a1", 1)][-1] = (SAMPLED[-1], 1500 * 4420, 1500 * 4400, 4420, 4400)
+    full.queues[("p1r0a1", 1)][-1] = (SAMPLED[-1], 100 * 44, 0, 1500 * 20)
+    assert probes._silent(full, "p1r0a1", T0 + 8.0, SAMPLED[-1]) == 0
