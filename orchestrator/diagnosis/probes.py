@@ -928,15 +928,15 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     2026-12-07, where the bundle says where its entries output) reads the last
     increments of the entries removed meanwhile as not forwarded: over a long run whose
     configurations come and go, a healthy aggregation switch of
-    `ft-2pod-2x2-r4-tor2-50g` read 433 packets so over 800 s, and 84 in one probe's stall
-    beside congested queues, called a hole at 0.75 (2026-12-08)."""
+    `ft-2pod-2x2-r4-tor2-50g` read 433 packets so over 800 s, where its ports' balance
+    read none (2026-12-08)."""
     if reads_live(obs):
         return live_silent(obs, switch, start, end)
     balance = _balance_silent(obs, switch, start, end)
     if obs.forwarded:
-        held = unforwarded(obs, switch, start, end)
-        if held is not None:
-            return max(0, min(held, balance))
+        nowhere = unforwarded(obs, switch, start, end)
+        if nowhere is not None:
+            return max(0, min(nowhere, balance))
     return balance
 
 
