@@ -74,7 +74,7 @@ LIVE_LEAK_MARGIN = 10
 #: healthy 3:1 cores) reads as lost at one cut only, a loss at every one
 LIVE_CUTS_S = (0.5, 1.0)
 #: live, what a switch's queues held at a cut is read over this long before it
-#: (:func:`held_packets`; its counters and queues are sampled every 0.5 s)
+#: (:func:`_held_packets`; its counters and queues are sampled every 0.5 s)
 HELD_LOOKBACK_S = 1.0
 SILENT_SHARE = 0.03  # of the packets its full queues discarded (healthy: at most 0.01)
 LOSSY_SILENT_MIN = 20  # unexplained drops that name a lossy egress, at least
@@ -532,6 +532,16 @@ def live_silent(obs: Observations, switch: str, start: float, end: float) -> int
     return max(0, leak.silent) if leak is not None and leak.queued is not None else 0
 
 
+def window_silent(obs: Observations, switch: str, start: float, end: float) -> int:
+    """Packets ``switch`` dropped between ``start`` and ``end`` that no full queue explains,
+    read from its ports' balance less what its queues held at ``end`` (a window's end may
+    be busy: its packets in flight are received and not sent yet); 0 when a port or queue
+    was not sampled. :func:`live_silent` reads a live cut so, at three instants."""
+    ports = sorted(port for node, port in obs.counters if node == switch)
+    leak = _balance(obs, switch, ports, start, end, True)
+    return max(0, leak.silent) if leak is not None and leak.queued is not None else 0
+
+
 def _live_balance(
     obs: Observations, switch: str, numbers: Sequence[int], start: float, end: float
 ) -> Leak | None:
@@ -571,11 +581,11 @@ def _balance(
     if not obs.queues or any(d is None for d in dropped):
         return Leak(packets, nbytes, emulator=unread, received=packets_in)
     if live:
-        packets -= held_packets(obs, switch, numbers, end, packets_in, bytes_in)
+        packets -= _held_packets(obs, switch, numbers, end, packets_in, bytes_in)
     return Leak(packets, nbytes, sum(d or 0 for d in dropped), unread, packets_in)
 
 
-def held_packets(
+def _held_packets(
     obs: Observations, switch: str, ports: Sequence[int], t: float, packets: int, nbytes: int
 ) -> int:
     """About how many packets ``switch``'s egress queues held at ``t``: per port, the

@@ -53,11 +53,11 @@ from orchestrator.diagnosis.detectors import (
     UNCOUNTED_PAD_S,
     Leak,
     discards_of,
-    held_packets,
     live_silent,
     reads_live,
     rel,
     switch_leaks,
+    window_silent,
 )
 from orchestrator.diagnosis.egress import unforwarded
 from orchestrator.diagnosis.evidence import Observations
@@ -916,7 +916,7 @@ def _destinations_needed(
 def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     """Packets ``switch`` dropped between ``start`` and ``end`` that no full egress queue
     discarded: the least of two counts, each of which reads something else as drops where
-    a window's ends are busy (:func:`_balance_silent`, :func:`egress.unforwarded`); a
+    a window's ends are busy (:func:`detectors.window_silent`, :func:`egress.unforwarded`); a
     hole's drops are in both. 0 when a port or queue was not sampled. Live, with the
     queue samples so far (:func:`detectors.live_silent`): before 2026-12-06 a live look
     had none, and a hole whose probe stalled beside a congested queue waited for the
@@ -932,35 +932,12 @@ def _silent(obs: Observations, switch: str, start: float, end: float) -> int:
     read none (2026-12-08)."""
     if reads_live(obs):
         return live_silent(obs, switch, start, end)
-    balance = _balance_silent(obs, switch, start, end)
+    balance = window_silent(obs, switch, start, end)
     if obs.forwarded:
         nowhere = unforwarded(obs, switch, start, end)
         if nowhere is not None:
             return max(0, min(nowhere, balance))
     return balance
-
-
-def _balance_silent(obs: Observations, switch: str, start: float, end: float) -> int:
-    """:func:`_silent` from the ports' counters: received, less sent, less what the full
-    egress queues discarded and the sockets dropped unread (the emulator's loss:
-    :meth:`Observations.ingress_drops`), less what the queues held at ``end`` (received,
-    not sent yet: :func:`detectors.held_packets`, as a live balance reads its cut)."""
-    received_not_sent = received = nbytes = 0
-    explained = 0  # what the full queues discarded and the sockets dropped unread
-    ports = []
-    for (node, port), _ in obs.counters.items():
-        if node != switch:
-            continue
-        a, b = obs.counter_at((node, port), start), obs.counter_at((node, port), end)
-        drops = obs.queue_drops((node, port), start, end)
-        if a is None or b is None or drops is None:
-            return 0
-        received_not_sent += (b[3] - a[3]) - (b[4] - a[4])
-        received, nbytes = received + b[3] - a[3], nbytes + b[1] - a[1]
-        explained += drops + obs.ingress_drops((node, port), start, end)
-        ports.append(port)
-    held = held_packets(obs, switch, ports, end, received, nbytes)
-    return max(0, received_not_sent - explained - held)
 
 
 def _ways(rec: ProbeRecord, probe: Probe, t: float) -> set[tuple[str, str]]:
